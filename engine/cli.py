@@ -1,0 +1,163 @@
+"""Command line: ``python -m engine params|estimate ...`` printing JSON, for scripts and CI.
+
+A thin layer over the engine, in the manner of accelerate's ``estimate-memory``: parse options, call the
+engine, print JSON. Bad input exits with status 2 and one line on stderr; a token is read from
+``HF_TOKEN`` by huggingface_hub and never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Sequence
+
+from engine.architecture import Architecture, architecture_from_config
+from engine.errors import EngineError
+from engine.memory import PHASES, estimate_memory
+from engine.optimizer import Optimizer
+from engine.precision import PrecisionMode
+from engine.scenario import Attention, Method, QuantType, Scenario
+from engine.seed_rules import seed_quick_rule
+from engine.sources import config_from_catalog, config_from_file, config_from_hub
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports errors as one line on stderr and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"error: {message}\n")
+
+
+def _add_model_options(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--config", metavar="PATH", help="path to a model's config.json")
+    src.add_argument("--model", metavar="REPO_ID", help="Hugging Face Hub repo id (config.json is read from the Hub; HF_TOKEN unlocks gated repos)")
+    p.add_argument("--revision", default=None, help="branch, tag or commit of --model (default: main)")
+    p.add_argument("--offline", action="store_true", help="with --model: use the bundled catalog copy, no network")
+
+
+def _add_scenario_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--method", choices=[m.value for m in Method], default="full", help="full fine-tuning, LoRA or QLoRA (default: full)")
+    p.add_argument("--precision", choices=[m.value for m in PrecisionMode], default="amp_bf16",
+                   help="fp32; amp_bf16/amp_fp16 = mixed precision with fp32 weights; bf16/fp16 = pure 16-bit weights (default: amp_bf16)")
+    p.add_argument("--optimizer", choices=[o.value for o in Optimizer], default="adamw", help="optimizer (default: adamw, torch foreach)")
+    p.add_argument("--micro-batch-size", type=int, default=1, metavar="N", help="sequences per forward pass per GPU (default: 1)")
+    p.add_argument("--seq-len", type=int, default=2048, metavar="N", help="tokens per sequence (default: 2048)")
+    p.add_argument("--gradient-accumulation-steps", type=int, default=1, metavar="N", help="micro batches per optimizer step (default: 1)")
+    p.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in backward")
+    p.add_argument("--attention", choices=[a.value for a in Attention], default="sdpa", help="attn_implementation (default: sdpa)")
+    p.add_argument("--lora-r", type=int, default=16, metavar="N", help="LoRA rank (default: 16)")
+    p.add_argument("--lora-alpha", type=float, default=32.0, metavar="A", help="LoRA alpha (default: 32; no effect on memory)")
+    p.add_argument("--lora-dropout", type=float, default=0.05, metavar="P", help="LoRA dropout (default: 0.05)")
+    p.add_argument("--lora-targets", default=None, metavar="NAMES",
+                   help="comma-separated target modules, e.g. q_proj,v_proj, or all-linear (default: the attention projections)")
+    p.add_argument("--quant-type", choices=[q.value for q in QuantType], default="nf4", help="QLoRA 4-bit type (default: nf4)")
+    p.add_argument("--no-double-quant", action="store_true", help="QLoRA without double quantization")
+    p.add_argument("--no-prepare-kbit", action="store_true", help="QLoRA without prepare_model_for_kbit_training (no fp32 upcast)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of ``python -m engine``."""
+    parser = _Parser(prog="python -m engine", description="Fine-tuning GPU memory estimates from a Hugging Face config.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    params = sub.add_parser("params", help="parameter counts by component (JSON)")
+    _add_model_options(params)
+    est = sub.add_parser("estimate", help="peak training memory by component (JSON, bytes)")
+    _add_model_options(est)
+    _add_scenario_options(est)
+    return parser
+
+
+def _load(args: argparse.Namespace) -> tuple[Architecture, dict[str, Any]]:
+    if args.config:
+        config, origin = config_from_file(args.config)
+    elif args.offline:
+        config, origin = config_from_catalog(args.model)
+    else:
+        config, origin = config_from_hub(args.model, revision=args.revision)
+        if origin.notice:
+            print(f"notice: {origin.notice}", file=sys.stderr)
+    return architecture_from_config(config), origin.model_dump(exclude_none=True)
+
+
+def _params_json(arch: Architecture, origin: dict[str, Any]) -> dict[str, Any]:
+    counts = arch.parameter_counts
+    return {
+        "source": origin,
+        "model_type": arch.model_type,
+        "total_parameters": counts["total"],
+        "active_parameters": arch.active_parameters,
+        "components": {k: v for k, v in counts.items() if k != "total"},
+        "sizes": {
+            "hidden_size": arch.hidden_size,
+            "num_layers": arch.num_layers,
+            "num_attention_heads": arch.num_attention_heads,
+            "num_key_value_heads": arch.num_key_value_heads,
+            "head_dim": arch.head_dim,
+            "intermediate_size": arch.intermediate_size,
+            "vocab_size": arch.vocab_size,
+            "tie_word_embeddings": arch.tie_word_embeddings,
+            "num_experts": arch.num_experts,
+        },
+        "lora_target_modules": arch.linear_target_names(),
+    }
+
+
+def _scenario(args: argparse.Namespace) -> Scenario:
+    return Scenario.build(
+        method=args.method,
+        precision=args.precision,
+        optimizer=args.optimizer,
+        micro_batch_size=args.micro_batch_size,
+        seq_len=args.seq_len,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        gradient_checkpointing=args.gradient_checkpointing,
+        attention=args.attention,
+        lora_r=args.lora_r,
+        lora_alpha=args.lora_alpha,
+        lora_dropout=args.lora_dropout,
+        lora_targets=args.lora_targets,
+        quant_type=args.quant_type,
+        double_quant=not args.no_double_quant,
+        prepare_kbit_training=not args.no_prepare_kbit,
+    )
+
+
+def _estimate_json(arch: Architecture, origin: dict[str, Any], scenario: Scenario) -> dict[str, Any]:
+    est = estimate_memory(arch, scenario)
+    seed_precision = "fp32" if scenario.precision is PrecisionMode.FP32 else "bf16"
+    seed = seed_quick_rule(arch.total_parameters, seed_precision)
+    return {
+        "source": origin,
+        "scenario": scenario.model_dump(mode="json"),
+        "total_parameters": est.total_parameters,
+        "trainable_parameters": est.trainable_parameters,
+        "components": {k: round(v) for k, v in est.components.items()},
+        "total_bytes": round(est.total_bytes),
+        "peak_phase": est.peak_phase,
+        "phase_totals_bytes": {ph: round(est.phase_total(ph)) for ph in PHASES},
+        "attention_kernel": est.attention_kernel,
+        "bytes_per_parameter": est.bytes_per_parameter,
+        "formulas": {p.key: p.formula for p in est.parts},
+        "seed_rule_bytes": {"precision": seed_precision, "total_bytes": round(seed.total_bytes)},
+        "assumptions": list(est.assumptions),
+        "not_modelled": list(est.not_modelled),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 ok, 2 bad input or unreachable source)."""
+    args = build_parser().parse_args(argv)
+    try:
+        arch, origin = _load(args)
+        if args.command == "params":
+            out = _params_json(arch, origin)
+        else:
+            out = _estimate_json(arch, origin, _scenario(args))
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    json.dump(out, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0

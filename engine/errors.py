@@ -1,0 +1,45 @@
+"""Typed exceptions raised by the engine.
+
+Every error the engine raises on bad input derives from :class:`EngineError`, so a UI or CLI can catch
+one class and show its message; the message always says what was wrong and what to do instead.
+"""
+
+
+class EngineError(Exception):
+    """Base class of every error the engine raises on bad input or an unreachable source."""
+
+
+class ConfigError(EngineError):
+    """A model config is malformed: not JSON, not an object, or missing/invalid sizes."""
+
+
+class UnsupportedModelError(ConfigError):
+    """The config's ``model_type`` is not one the engine can count exactly."""
+
+
+class ScenarioError(EngineError):
+    """A training scenario is invalid (e.g. batch size 0, unknown LoRA target, flash attention in fp32)."""
+
+
+class CatalogError(EngineError):
+    """A bundled data file (model or GPU catalog) is missing or does not validate."""
+
+
+class HubError(EngineError):
+    """Base class of errors met while reading a config from the Hugging Face Hub."""
+
+
+class InvalidRepoIdError(HubError):
+    """The text is not a valid Hub repo id (``owner/name``)."""
+
+
+class RepoNotFoundError(HubError):
+    """The repo (or the revision, or its config.json) does not exist, or is private and the token has no access."""
+
+
+class GatedRepoError(HubError):
+    """The repo is gated: a token with accepted terms is needed."""
+
+
+class HubUnavailableError(HubError):
+    """The Hub could not be reached (no network, timeout, 5xx)."""

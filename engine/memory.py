@@ -1,0 +1,487 @@
+"""Peak GPU memory of one training step on one GPU, by named component, in bytes.
+
+What is modelled is ``torch.cuda.max_memory_allocated()`` in the steady state (second and later steps)
+of a Hugging Face Trainer run (transformers 4.4x-5.x, PEFT 0.1x, bitsandbytes 0.4x): the bytes of live
+tensors. The CUDA context and the caching allocator's reserve are not tensors and are listed in
+``not_modelled``.
+
+The peak is never "everything at once" (fake-tensor traces, ../shared/reference/tracing-notes.md): it
+sits either at the **start of backward** (weights, optimizer states, every saved activation and the loss
+gradients alive; weight gradients not yet created unless gradient accumulation keeps them) or in the
+**optimizer step** (weights, gradients, states and the step's temporaries; activations freed). The
+estimate computes both and reports the larger with its phase.
+
+Activations are summed from the tensors each module saves for backward (derived from PyTorch autograd's
+saved tensors for the ops used in transformers' modelling code; cf. Korthikanti et al. 2022, "Reducing
+Activation Recomputation in Large Transformer Models", sec. 4.1, which does the same for Megatron's
+fused layer and gets 34 bytes x s x b x h per layer). Hugging Face's unfused modules save more: the
+derivation below gives 51 x s x b x h per layer for Llama-3.1-8B in pure bf16 with SDPA, where traces
+measured about 53, and 61 with bf16 autocast, where traces measured about 63.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, computed_field
+
+from engine.architecture import Architecture, LinearLayer, TensorGroup
+from engine.lora import adapter_tensors, resolve_targets
+from engine.optimizer import Optimizer, optimizer_state_bytes, step_temporary_bytes
+from engine.precision import PrecisionSpec, precision_spec
+from engine.scenario import Attention, Method, Scenario
+
+Phase = Literal["backward", "optimizer_step"]
+PHASES: tuple[Phase, ...] = ("backward", "optimizer_step")
+
+NF4_BLOCK = 64
+"""bitsandbytes 4-bit quantization block (``Params4bit`` blocksize 64): one absmax per 64 weights."""
+DOUBLE_QUANT_BLOCK = 256
+"""Double quantization groups 256 absmax values under one fp32 constant (Dettmers et al. 2023, "QLoRA", sec. 3)."""
+
+
+def quantized_bytes_per_param(double_quant: bool) -> float:
+    """Bytes per weight of a bitsandbytes 4-bit (NF4 or FP4) tensor, constants included.
+
+    0.5 B packed data, plus one absmax per 64 weights: fp32 (4/64 = 0.0625 B) without double
+    quantization, or int8 (1/64 B) plus one fp32 constant per 256 blocks (4/(64*256) B) with it
+    (QLoRA paper, sec. 3 "Double Quantization": 0.5 -> 0.127 bits per parameter of constants).
+    """
+    if double_quant:
+        return 0.5 + 1 / NF4_BLOCK + 4 / (NF4_BLOCK * DOUBLE_QUANT_BLOCK)
+    return 0.5 + 4 / NF4_BLOCK
+
+
+class MemoryComponent(BaseModel):
+    """One named part of the memory, with the formula and the source that produced it.
+
+    ``bytes`` is its size while alive; ``phases`` the phases of the step in which it is alive.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    label: str
+    bytes: float
+    phases: tuple[Phase, ...]
+    formula: str
+    source: str
+
+
+class MemoryEstimate(BaseModel):
+    """Result of :func:`estimate_memory`. All sizes in bytes, counts in parameters."""
+
+    model_config = ConfigDict(frozen=True)
+
+    parts: tuple[MemoryComponent, ...]
+    total_parameters: int
+    trainable_parameters: int
+    attention_kernel: str
+    bytes_per_parameter: str
+    assumptions: tuple[str, ...]
+    not_modelled: tuple[str, ...]
+
+    def phase_total(self, phase: Phase) -> float:
+        """Bytes alive at ``phase``."""
+        return sum(p.bytes for p in self.parts if phase in p.phases)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def peak_phase(self) -> Phase:
+        """The phase whose total is largest (start of backward on ties)."""
+        return max(PHASES, key=self.phase_total)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def total_bytes(self) -> float:
+        """Estimated peak: the total of :attr:`peak_phase`."""
+        return self.phase_total(self.peak_phase)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def components(self) -> dict[str, float]:
+        """Bytes of each component at the peak (0 for those not alive then); they sum to ``total_bytes``."""
+        peak = self.peak_phase
+        return {p.key: (p.bytes if peak in p.phases else 0.0) for p in self.parts}
+
+
+# --------------------------------------------------------------------------------------------------
+# Weights, gradients, optimizer
+
+
+class _Tensors(BaseModel):
+    """Parameter tensors split by how they are stored: (group, bytes per element)."""
+
+    trainable: list[tuple[TensorGroup, float]]
+    frozen: list[tuple[TensorGroup, float]]
+    quantized: list[TensorGroup]
+
+
+def _split_tensors(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> _Tensors:
+    """Which tensors train, which are frozen, which are 4-bit, and their bytes per element.
+
+    LoRA adapters are fp32 in every mode: PEFT >= 0.12 casts adapters to fp32 when the base is 16-bit
+    (``autocast_adapter_dtype=True``). QLoRA quantizes every ``nn.Linear`` of the decoder blocks
+    (transformers' bitsandbytes integration skips ``lm_head``); ``prepare_model_for_kbit_training`` casts
+    every remaining 16-bit parameter (embeddings, norms, LM head) to fp32 (PEFT ``other.py``).
+    """
+    if sc.method is Method.FULL:
+        return _Tensors(trainable=[(g, spec.weight_bytes) for g in arch.tensors], frozen=[], quantized=[])
+    adapters = [(g, 4.0) for g in adapter_tensors(arch, sc.lora_r, sc.lora_targets)]
+    if sc.method is Method.LORA:
+        return _Tensors(trainable=adapters, frozen=[(g, spec.weight_bytes) for g in arch.tensors], quantized=[])
+    other_bytes = 4.0 if sc.prepare_kbit_training else spec.weight_bytes
+    return _Tensors(
+        trainable=adapters,
+        frozen=[(g, other_bytes) for g in arch.tensors if not g.linear],
+        quantized=[g for g in arch.tensors if g.linear],
+    )
+
+
+def _weights(t: _Tensors, sc: Scenario, spec: PrecisionSpec) -> MemoryComponent:
+    trainable = sum(g.parameters * b for g, b in t.trainable)
+    frozen = sum(g.parameters * b for g, b in t.frozen)
+    q_params = sum(g.parameters for g in t.quantized)
+    q_bpp = quantized_bytes_per_param(sc.double_quant)
+    if sc.method is Method.FULL:
+        formula = f"all parameters x {spec.weight_bytes} B ({spec.label} weights)"
+    elif sc.method is Method.LORA:
+        formula = f"frozen base x {spec.weight_bytes} B + adapters x 4 B (fp32)"
+    else:
+        kept = "fp32 after prepare_model_for_kbit_training" if sc.prepare_kbit_training else f"{spec.weight_bytes} B"
+        formula = (
+            f"decoder linears {q_params / 1e9:.3f}B x {q_bpp:.4f} B ({sc.quant_type.value.upper()}"
+            f"{' + double quantization' if sc.double_quant else ''}) + embeddings/norms/LM head ({kept}) + adapters x 4 B"
+        )
+    return MemoryComponent(
+        key="weights",
+        label="Weights",
+        bytes=trainable + frozen + q_params * q_bpp,
+        phases=PHASES,
+        formula=formula,
+        source="parameter shapes from modeling_<type>.py; QLoRA constants: Dettmers et al. 2023, sec. 3",
+    )
+
+
+def _gradients(t: _Tensors, sc: Scenario) -> MemoryComponent:
+    # Gradients take the dtype of their parameter. With accumulation they persist across micro-batches,
+    # so they are alive at the start of the next backward too; otherwise Trainer's zero_grad(set_to_none)
+    # frees them before the forward.
+    phases: tuple[Phase, ...] = PHASES if sc.gradient_accumulation_steps > 1 else ("optimizer_step",)
+    return MemoryComponent(
+        key="gradients",
+        label="Gradients",
+        bytes=sum(g.parameters * b for g, b in t.trainable),
+        phases=phases,
+        formula="trainable parameters x bytes of their dtype"
+        + ("; alive during backward because gradient accumulation keeps them" if len(phases) == 2 else ""),
+        source="torch autograd: .grad matches the parameter's dtype",
+    )
+
+
+def _optimizer_parts(t: _Tensors, sc: Scenario) -> list[MemoryComponent]:
+    states = optimizer_state_bytes(t.trainable, sc.optimizer)
+    temps = step_temporary_bytes(t.trainable, sc.optimizer)
+    paged = " (paged: unified memory, may be evicted to CPU RAM)" if sc.optimizer is Optimizer.PAGED_ADAMW_8BIT else ""
+    return [
+        MemoryComponent(
+            key="optimizer_states",
+            label="Optimizer states",
+            bytes=states,
+            phases=PHASES,
+            formula=f"{sc.optimizer.value}: state tensors per trainable tensor{paged}",
+            source="engine.optimizer (torch AdamW, bitsandbytes 8-bit, transformers Adafactor)",
+        ),
+        MemoryComponent(
+            key="optimizer_temporaries",
+            label="Optimizer step temporaries",
+            bytes=temps,
+            phases=("optimizer_step",),
+            formula="foreach AdamW: about one copy of the trainable parameters during step()" if temps else "none",
+            source="fake-tensor traces of torch 2.13 AdamW (tracing-notes.md)",
+        ),
+    ]
+
+
+def _low_precision_copies(arch: Architecture, t: _Tensors, sc: Scenario, spec: PrecisionSpec) -> MemoryComponent:
+    """16-bit copies of weights that exist only while computing.
+
+    - Autocast caches the bf16/fp16 cast of every fp32 leaf weight that requires grad until the
+      forward's autocast region exits; autograd keeps them for backward (PyTorch autocast ``cached_cast``).
+    - Frozen fp32 weights are cast per use, not cached, but ``linear`` saves the cast for the input
+      gradient: all blocks' copies without checkpointing, one block's with it.
+    - QLoRA dequantizes one 4-bit weight at a time to the compute dtype (bitsandbytes ``matmul_4bit``).
+    """
+    nbytes = 0.0
+    notes = []
+    linear_groups = [g for g in arch.tensors if g.linear or g.role == "lm_head"]
+    if spec.autocast and sc.method is Method.FULL:
+        nbytes += sum(g.parameters for g in linear_groups) * spec.compute_bytes
+        notes.append("autocast cache: linear weights x 2 B")
+    elif spec.autocast and sc.method is Method.LORA:
+        per_layer = sum(g.parameters for g in arch.tensors if g.linear) / arch.num_layers
+        layers = 1 if sc.gradient_checkpointing else arch.num_layers
+        head = sum(g.parameters for g in arch.tensors if g.role == "lm_head") or (
+            arch.vocab_size * arch.hidden_size if arch.tie_word_embeddings else 0
+        )
+        nbytes += (per_layer * layers + head) * spec.compute_bytes
+        notes.append(f"frozen fp32 linears cast for backward: {layers} block(s) + LM head x 2 B")
+    if sc.method is Method.QLORA:
+        largest = max(g.numel for g in t.quantized)
+        nbytes += largest * spec.compute_bytes
+        notes.append("one dequantized 4-bit weight at a time")
+    return MemoryComponent(
+        key="weight_copies",
+        label="Low-precision weight copies",
+        bytes=nbytes,
+        phases=("backward",),
+        formula="; ".join(notes) or "none in this precision mode",
+        source="PyTorch autocast cached_cast; bitsandbytes 0.4x matmul_4bit",
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Activations
+
+
+def attention_kernel(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> str:
+    """The attention kernel a GPU would run: ``flash``, ``memory_efficient``, ``math`` or ``eager``.
+
+    PyTorch 2.x SDPA dispatch: flash needs fp16/bf16 and head_dim <= 256 (grouped-query allowed);
+    memory-efficient takes fp32 but not ``enable_gqa``, which transformers passes for GQA models when no
+    mask is needed; otherwise the math kernel, which materialises the s x s scores like eager attention.
+    """
+    if sc.attention is Attention.EAGER:
+        return "eager"
+    if sc.attention is Attention.FLASH_ATTENTION_2:
+        return "flash"
+    if spec.compute_bytes == 2 and arch.head_dim <= 256:
+        return "flash"
+    if arch.num_key_value_heads == arch.num_attention_heads:
+        return "memory_efficient"
+    return "math"
+
+
+def _norm_saved(arch: Architecture, resid: int) -> float:
+    """Bytes per token a norm saves for backward, in units of hidden_size elements.
+
+    Llama RMSNorm upcasts to fp32 (4 B saved), saves the normalised value in the input dtype for the
+    weight product; Gemma's RMSNorm keeps both in fp32 and returns a cast; LayerNorm saves its input.
+    """
+    if arch.norm == "rmsnorm":
+        return 4 + resid
+    if arch.norm == "gemma_rmsnorm":
+        return 8 + (resid if resid != 4 else 0)
+    return resid
+
+
+def _linear_inputs(consumers: int, resid: int, c: int, casts: bool) -> float:
+    """Bytes per token (x hidden) of the input saved by the linears reading a norm's output.
+
+    Without casting one tensor serves all consumers; autocast (or bitsandbytes' cast to the compute
+    dtype) makes one 16-bit copy per consumer.
+    """
+    if casts and resid != c:
+        return consumers * c
+    return resid
+
+
+def _attention_core(arch: Architecture, sc: Scenario, c: int, kernel: str) -> float:
+    """Bytes per token saved by the attention (after the q/k/v projections), excluding s^2 terms."""
+    q, kv = arch.q_out, arch.kv_out
+    if kernel in ("flash", "memory_efficient"):
+        # q, k, v and the output kept by the kernel, the contiguous output copy o_proj saves, the
+        # fp32 log-sum-exp per head.
+        return c * (q + kv + kv + q + q) + 4 * arch.num_attention_heads
+    # eager/math: k and v are repeated to all heads (repeat_kv), the probabilities are kept.
+    return c * (q + q + q + q + q)
+
+
+def _attention_scores(arch: Architecture, sc: Scenario, c: int, kernel: str) -> float:
+    """Bytes per token x sequence length for the s x s attention probabilities (0 for fused kernels).
+
+    Eager: fp32 softmax output (4 B) and its cast to the compute dtype (2 B), per head; plus the dropout
+    mask and output when attention dropout > 0. Math kernel: probabilities in the compute dtype.
+    """
+    if kernel in ("flash", "memory_efficient"):
+        return 0.0
+    per_head = (4 + (c if c != 4 else 0)) if kernel == "eager" else c
+    if arch.attention_dropout > 0:
+        per_head += 1 + c
+    return per_head * arch.num_attention_heads
+
+
+def _mlp(arch: Architecture, c: int) -> float:
+    """Bytes per token saved inside the MLP after its input projection(s)."""
+    i = arch.intermediate_size
+    if arch.num_experts:
+        # Each token visits top-k experts: its gathered input, the gated MLP's four tensors, the
+        # weighted output; the router keeps fp32 softmax probabilities.
+        k = arch.experts_per_token
+        return k * (c * arch.hidden_size * 2 + 4 * c * i) + (4 + c) * arch.num_experts
+    if arch.mlp == "gated":
+        # gate output (saved by the activation), activation output and up output (saved by the
+        # product), product (saved by down_proj).
+        return 4 * c * i
+    if arch.activation == "gelu_new":
+        # transformers' NewGELUActivation is unfused: input, tanh output, two product operands, result.
+        return 5 * c * i
+    return 2 * c * i
+
+
+def _lora_extra(arch: Architecture, sc: Scenario, c: int) -> float:
+    """Bytes per token each block's LoRA modules add: PEFT casts the input to the adapter dtype
+    (fp32) and lora_A saves it (cast again to 16 bits under autocast), dropout saves a 1-byte mask, and
+    lora_B saves lora_A's r-wide output."""
+    if sc.method is Method.FULL:
+        return 0.0
+    total = 0.0
+    for lin in resolve_targets(arch, sc.lora_targets):
+        share = _token_share(arch, lin)
+        copy = c if c != 4 or sc.lora_dropout > 0 else 0
+        mask = 1 if sc.lora_dropout > 0 else 0
+        total += share * ((copy + mask) * lin.in_features + c * sc.lora_r)
+    return total
+
+
+def _token_share(arch: Architecture, lin: LinearLayer) -> float:
+    """Expert modules see top-k/E of the tokens each (count x share = top-k)."""
+    return lin.count * arch.experts_per_token / arch.num_experts if lin.count > 1 else 1.0
+
+
+def _activations(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> tuple[MemoryComponent, str]:
+    c = spec.compute_bytes
+    # The residual stream has the dtype of the embeddings: fp32 for fp32/AMP and for QLoRA after
+    # prepare_model_for_kbit_training, 16-bit in pure bf16/fp16.
+    resid = 4 if (spec.weight_bytes == 4 or (sc.method is Method.QLORA and sc.prepare_kbit_training)) else spec.weight_bytes
+    casts = spec.autocast or sc.method is Method.QLORA
+    kernel = attention_kernel(arch, sc, spec)
+    h = arch.hidden_size
+    norm = _norm_saved(arch, resid) * h
+    attn_in = _linear_inputs(1 if arch.mlp == "plain" or arch.model_type == "phi3" else 3, resid, c, casts) * h
+    mlp_in = _linear_inputs(1 if arch.mlp == "plain" or arch.model_type == "phi3" or arch.num_experts else 2, resid, c, casts) * h
+    extra_norms = (arch.norms_per_layer - 2) * norm  # Gemma 2's post-attention/post-MLP norms
+    qk_norm = _norm_saved(arch, c) * (arch.q_out + arch.kv_out) if arch.qk_norm else 0.0  # Qwen3 per-head q/k norms
+    dropout_masks = 2 * h if arch.hidden_dropout > 0 else 0.0
+    per_token = (
+        2 * norm + attn_in + mlp_in + extra_norms + qk_norm + dropout_masks
+        + _attention_core(arch, sc, c, kernel) + _mlp(arch, c) + _lora_extra(arch, sc, c)
+    )
+    per_token += _attention_scores(arch, sc, c, kernel) * sc.seq_len
+    tokens = sc.tokens_per_micro_batch
+    layer = per_token * tokens
+    head = (norm + _linear_inputs(1, resid, c, casts) * h) * tokens  # final norm + LM head input
+    if sc.gradient_checkpointing:
+        # Checkpointed blocks keep only their input hidden state; backward recomputes one block at a time.
+        total = arch.num_layers * resid * h * tokens + layer + head
+        formula = (
+            f"{arch.num_layers} layers x {resid} B x seq x batch x hidden (checkpointed inputs) "
+            f"+ one recomputed layer ({per_token / h:.1f} B x seq x batch x hidden) + final norm/LM head input"
+        )
+    else:
+        total = arch.num_layers * layer + head
+        formula = f"{arch.num_layers} layers x {per_token / h:.1f} B x seq x batch x hidden + final norm/LM head input"
+    if kernel in ("eager", "math"):
+        formula += f"; includes s x s attention probabilities ({kernel} kernel)"
+    comp = MemoryComponent(
+        key="activations",
+        label="Activations",
+        bytes=total,
+        phases=("backward",),
+        formula=formula,
+        source="saved tensors of transformers' modules (autograd), cf. Korthikanti et al. 2022 sec. 4.1",
+    )
+    return comp, kernel
+
+
+def _logits(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> MemoryComponent:
+    """Loss over the vocabulary at the start of backward.
+
+    transformers' ``ForCausalLMLoss`` upcasts logits to fp32; cross-entropy keeps the fp32 log-softmax
+    (4 B) and backward creates the nll and log-softmax gradients (4 B each) while it is alive: 12 bytes
+    x batch x seq x vocab (traced, tracing-notes.md). Gemma 2 also keeps its tanh soft-capped logits.
+    """
+    per = 12.0 + (spec.compute_bytes if arch.final_logit_softcapping else 0.0)
+    return MemoryComponent(
+        key="logits_loss",
+        label="Logits and loss",
+        bytes=per * sc.tokens_per_micro_batch * arch.vocab_size,
+        phases=("backward",),
+        formula=f"{per:g} B x batch x seq x vocab ({arch.vocab_size:,}): fp32 log-softmax + its gradients",
+        source="transformers ForCausalLMLoss; fake-tensor traces (tracing-notes.md)",
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+NOT_MODELLED = (
+    "CUDA context and PyTorch caching-allocator reserve/fragmentation (nvidia-smi shows 0.5-1.3 GiB more "
+    "than max_memory_allocated, max_memory_reserved typically +5-20%)",
+    "transients in the middle of backward (LM-head weight gradient created while loss gradients are alive, "
+    "flash-attention backward workspace)",
+    "multi-GPU strategies (DDP buckets, ZeRO/FSDP sharding, offload)",
+    "fused/chunked cross-entropy (Liger, torchtune) that avoids the vocabulary-sized loss tensors",
+    "transformers 5 fused MoE expert tensors (experts are counted as separate linear modules, as in 4.x)",
+    "Gemma 2 attention soft-capping under SDPA (transformers may force eager attention)",
+    "optimizer 'step' scalars and bitsandbytes quantization maps (a few KB per tensor)",
+)
+
+
+def estimate_memory(arch: Architecture, scenario: Scenario) -> MemoryEstimate:
+    """Estimate the steady-state peak GPU memory of ``scenario`` for ``arch``.
+
+    Args:
+        arch: from :func:`engine.architecture.architecture_from_config`.
+        scenario: a validated :class:`~engine.scenario.Scenario`.
+    Returns:
+        A :class:`MemoryEstimate` whose ``components`` (bytes) sum to ``total_bytes`` at ``peak_phase``.
+    Raises:
+        ScenarioError: LoRA targets that match no module of ``arch``.
+    """
+    spec = precision_spec(scenario.precision)
+    tensors = _split_tensors(arch, scenario, spec)
+    activations, kernel = _activations(arch, scenario, spec)
+    parts = (
+        _weights(tensors, scenario, spec),
+        _low_precision_copies(arch, tensors, scenario, spec),
+        _gradients(tensors, scenario),
+        *_optimizer_parts(tensors, scenario),
+        activations,
+        _logits(arch, scenario, spec),
+    )
+    trainable = sum(g.parameters for g, _ in tensors.trainable)
+    assumptions = [
+        "Hugging Face Trainer defaults: zero_grad(set_to_none=True), loss in transformers' ForCausalLMLoss",
+        f"attention kernel: {kernel}",
+    ]
+    if scenario.method is not Method.FULL:
+        assumptions.append("LoRA adapters in fp32 (PEFT autocast_adapter_dtype=True)")
+    return MemoryEstimate(
+        parts=parts,
+        total_parameters=arch.total_parameters,
+        trainable_parameters=trainable,
+        attention_kernel=kernel,
+        bytes_per_parameter=_bytes_per_parameter(parts, tensors, arch.total_parameters),
+        assumptions=tuple(assumptions),
+        not_modelled=NOT_MODELLED,
+    )
+
+
+def _bytes_per_parameter(parts: tuple[MemoryComponent, ...], t: _Tensors, total_params: int) -> str:
+    """Model-state bytes per parameter, spelled out (why tools say 8, 16, 18 or 20)."""
+    b = {p.key: p.bytes for p in parts}
+    trainable = sum(g.parameters for g, _ in t.trainable)
+    train_w = sum(g.parameters * x for g, x in t.trainable) / trainable
+    grads, states = b["gradients"] / trainable, b["optimizer_states"] / trainable
+    core = train_w + grads + states
+    text = f"weights {train_w:.3g} + gradients {grads:.3g} + optimizer {states:.3g} = {core:.3g} B per trainable parameter"
+    if t.frozen or t.quantized:
+        base = (b["weights"] - train_w * trainable) / total_params
+        text = f"frozen base {base:.3g} B per base parameter; adapters: " + text
+    elif b["weight_copies"]:
+        text += f"; + {b['weight_copies'] / trainable:.3g} autocast copies = {core + b['weight_copies'] / trainable:.3g} in backward"
+    if b["optimizer_temporaries"]:
+        temps = b["optimizer_temporaries"] / trainable
+        text += f"; + {temps:.3g} step temporaries = {core + temps:.3g} at the optimizer step"
+    return text

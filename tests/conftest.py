@@ -1,0 +1,40 @@
+"""Shared pytest fixtures. Add new fixtures below; keep each one self-contained."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from hubstub import HubStub
+
+
+@pytest.fixture
+def hub_stub(monkeypatch: pytest.MonkeyPatch, tmp_path) -> Iterator[HubStub]:
+    """A running local Hub stub (see tests/hubstub.py) that ``HF_ENDPOINT`` points at.
+
+    The stub starts empty: add repos with ``hub_stub.add("owner/name", StubRepo(...))`` and known tokens with
+    ``hub_stub.valid_tokens.add("hf_...")``. No real token of the machine is sent: ``HF_TOKEN`` is unset and
+    ``HF_HOME`` (and huggingface_hub's import-time token path) point into ``tmp_path``. Offline mode is off.
+    """
+    from huggingface_hub import constants as hf_constants
+
+    hf_home = tmp_path / "hf_home"
+    hf_home.mkdir()
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_DISABLE_IMPLICIT_TOKEN",
+                "HF_OIDC_RESOURCE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HOME", str(hf_home))
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    # huggingface_hub reads these once at import, so the env vars above alone would not take effect.
+    monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(hf_home / "token"), raising=False)
+    monkeypatch.setattr(hf_constants, "HF_STORED_TOKENS_PATH", str(hf_home / "stored_tokens"), raising=False)
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False, raising=False)
+    monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_IMPLICIT_TOKEN", False, raising=False)
+
+    stub = HubStub().start()
+    monkeypatch.setenv("HF_ENDPOINT", stub.url)
+    try:
+        yield stub
+    finally:
+        stub.stop()
