@@ -143,7 +143,7 @@ class Architecture(BaseModel):
         """Parameters used per token: for MoE, only ``experts_per_token`` of ``num_experts`` experts."""
         if not self.num_experts:
             return self.total_parameters
-        expert = sum(g.parameters for g in self.tensors if g.name.startswith("experts."))
+        expert = sum(g.parameters for g in self.tensors if ".experts." in g.name)
         return self.total_parameters - expert + expert * self.experts_per_token // self.num_experts
 
     def linear_target_names(self) -> list[str]:

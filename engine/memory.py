@@ -101,8 +101,16 @@ class MemoryEstimate(BaseModel):
     @property
     def components(self) -> dict[str, float]:
         """Bytes of each component at the peak (0 for those not alive then); they sum to ``total_bytes``."""
-        peak = self.peak_phase
-        return {p.key: (p.bytes if peak in p.phases else 0.0) for p in self.parts}
+        return self.components_at(self.peak_phase)
+
+    def components_at(self, phase: Phase) -> dict[str, float]:
+        """Bytes of each component alive at ``phase`` (0 for the others)."""
+        return {p.key: (p.bytes if phase in p.phases else 0.0) for p in self.parts}
+
+    @property
+    def parts_by_key(self) -> dict[str, MemoryComponent]:
+        """The components by key, with their size while alive."""
+        return {p.key: p for p in self.parts}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,0 +1,44 @@
+"""Bundled data: model catalog (data/models) and GPU list (data/gpus.csv)."""
+
+import pytest
+
+from engine.architecture import architecture_from_config
+from engine.catalog import find_gpu, load_gpus, load_models
+from engine.errors import CatalogError
+from engine.sources import parse_config_bytes
+from engine.errors import ConfigError
+from reference import param_counts, reference_config
+
+
+def test_catalog_has_the_popular_models_with_repo_ids():
+    ids = {m.repo_id for m in load_models()}
+    assert len(ids) >= 12
+    for rid in ["meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.2-1B", "mistralai/Mistral-7B-v0.1", "Qwen/Qwen2.5-7B",
+                "Qwen/Qwen3-8B", "google/gemma-2-2b", "microsoft/Phi-3-mini-4k-instruct", "HuggingFaceTB/SmolLM2-135M",
+                "TinyLlama/TinyLlama-1.1B-Chat-v1.0", "openai-community/gpt2"]:
+        assert rid in ids
+
+
+@pytest.mark.parametrize("model", load_models(), ids=lambda m: m.repo_id)
+def test_bundled_config_is_the_published_one(model):
+    # The bundled copy must match ../shared/reference (published config.json fields) and count exactly.
+    assert model.config == reference_config(model.repo_id)
+    assert architecture_from_config(model.config).total_parameters == param_counts()[model.repo_id]["unique_parameters"]
+
+
+def test_gpu_names_resolve_forgivingly():
+    assert find_gpu("a100 80gb").memory_gib == 80
+    assert find_gpu("A100-40GB").memory_gib == 40
+    assert find_gpu("H100 SXM").name == "NVIDIA H100 80GB"
+    assert find_gpu("rtx_4090").memory_bytes == 24 * 2**30
+    with pytest.raises(CatalogError, match="closest"):
+        find_gpu("A100 81")
+    assert len(load_gpus()) >= 15
+
+
+def test_parse_config_bytes_rejects_bad_uploads():
+    assert parse_config_bytes(b'{"model_type": "llama"}') == {"model_type": "llama"}
+    for bad, msg in [(b"not json", "not valid JSON"), (b"[1, 2]", "JSON object"), (b"\xff\xfe\x00", "UTF-8"),
+                     (b" " * 2_000_001, "at most")]:
+        with pytest.raises(ConfigError, match=msg):
+            parse_config_bytes(bad)

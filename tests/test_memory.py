@@ -1,0 +1,166 @@
+"""Memory estimate: component values computed by hand, and behaviours the traces established.
+
+Trace figures come from ../shared/reference/tracing-notes.md ("What the traces showed").
+"""
+
+import pytest
+
+from engine.architecture import architecture_from_config
+from engine.errors import ScenarioError
+from engine.memory import estimate_memory, quantized_bytes_per_param
+from engine.optimizer import Optimizer, optimizer_state_bytes
+from engine.architecture import TensorGroup
+from engine.scenario import Scenario
+from reference import reference_config
+
+LLAMA8 = architecture_from_config(reference_config("meta-llama/Llama-3.1-8B"))
+P8 = 8_030_261_248  # param_counts.json
+TOKENS_H = 2048 * 4096  # seq x hidden for micro batch 1
+
+
+def est(arch=LLAMA8, **kw):
+    return estimate_memory(arch, Scenario.build(**kw))
+
+
+def test_components_sum_to_total():
+    for kw in [{}, {"method": "lora"}, {"method": "qlora"}, {"precision": "fp32", "gradient_accumulation_steps": 4}]:
+        e = est(**kw)
+        assert sum(e.components.values()) == pytest.approx(e.total_bytes)
+        assert e.total_bytes == max(e.phase_total("backward"), e.phase_total("optimizer_step"))
+
+
+def test_full_finetune_bytes_per_parameter_at_the_step():
+    # Pure bf16 + torch AdamW: 2 (weights) + 2 (grads) + 4 (bf16 states) + 2 (foreach temporaries) = 10 B/param.
+    e = est(precision="bf16")
+    assert e.peak_phase == "optimizer_step"
+    assert e.total_bytes == 10 * P8
+    # Mixed precision with fp32 weights: 4 + 4 + 8 + 4 = 20 B/param at the step (traced: "20 bytes/parameter").
+    assert est(precision="amp_bf16").phase_total("optimizer_step") == 20 * P8
+    # Fused AdamW has no step temporaries: 16 B/param, the ZeRO paper's model-state count.
+    assert est(precision="amp_bf16", optimizer="adamw_fused").phase_total("optimizer_step") == 16 * P8
+    # Autocast caches bf16 copies of the linear weights (every tensor but the embedding table): +2 B each.
+    copies = est(precision="amp_bf16").components_at("backward")["weight_copies"]
+    assert copies == 2 * (P8 - 128_256 * 4_096 - (32 * 2 + 1) * 4_096)
+
+
+def test_lora_trainable_parameters_match_peft():
+    # PEFT print_trainable_parameters for Llama-3-8B, r=16 on q,k,v,o:
+    # "trainable params: 13,631,488 || all params: 8,043,892,736"
+    e = est(method="lora", lora_r=16, lora_targets="q_proj,k_proj,v_proj,o_proj")
+    assert e.trainable_parameters == 13_631_488
+    assert e.total_parameters + e.trainable_parameters == 8_043_892_736
+    # Adapters are fp32: gradients 4 B, AdamW states 8 B per adapter parameter.
+    assert e.parts_by_key["gradients"].bytes == 4 * 13_631_488
+    assert e.parts_by_key["optimizer_states"].bytes == 8 * 13_631_488
+
+
+def test_lora_unknown_target_is_a_typed_error():
+    with pytest.raises(ScenarioError, match="available: q_proj"):
+        est(method="lora", lora_targets="c_attn")
+
+
+def test_qlora_weights():
+    # NF4 + double quantization: 0.5 + 1/64 + 4/(64*256) bytes per quantized weight (QLoRA paper sec. 3).
+    assert quantized_bytes_per_param(True) == pytest.approx(0.515869140625)
+    assert quantized_bytes_per_param(False) == 0.5625
+    e = est(method="qlora", lora_targets="q_proj,k_proj,v_proj,o_proj")
+    linear = 32 * (2 * 4_096 * 4_096 + 2 * 4_096 * 1_024 + 3 * 4_096 * 14_336)
+    other = P8 - linear  # embeddings, LM head, norms: fp32 after prepare_model_for_kbit_training
+    expected = linear * quantized_bytes_per_param(True) + other * 4 + 13_631_488 * 4
+    assert e.parts_by_key["weights"].bytes == pytest.approx(expected)
+
+
+def test_qlora_is_not_always_smaller_than_lora():
+    # Qwen2.5-0.5B: a 136M-parameter tied embedding (28% of the model) becomes fp32 under
+    # prepare_model_for_kbit_training and the residual stream turns fp32, so QLoRA needs more than bf16 LoRA.
+    qwen = architecture_from_config(reference_config("Qwen/Qwen2.5-0.5B"))
+    lora = estimate_memory(qwen, Scenario.build(method="lora", precision="bf16"))
+    qlora = estimate_memory(qwen, Scenario.build(method="qlora", precision="bf16"))
+    assert qlora.total_bytes > lora.total_bytes
+    # ...while for Llama-3.1-8B its weights are under half of bf16 LoRA's (7.86 GB vs 16.1 GB).
+    q8, l8 = est(method="qlora", precision="bf16"), est(method="lora", precision="bf16")
+    assert q8.parts_by_key["weights"].bytes < 0.5 * l8.parts_by_key["weights"].bytes
+
+
+def test_activations_per_layer_match_traces():
+    # Traced: ~53 B x seq x batch x hidden per Llama layer in pure bf16 with SDPA, ~63 in bf16 autocast.
+    for precision, traced in (("bf16", 53), ("amp_bf16", 63)):
+        e = est(precision=precision)
+        per_layer = (e.parts_by_key["activations"].bytes - _head(precision)) / 32 / TOKENS_H
+        assert per_layer == pytest.approx(traced, rel=0.05)
+
+
+def _head(precision):
+    # Final RMSNorm (fp32 upcast 4 + normalised copy) + LM head input, per token x hidden.
+    return (4 + 2 + 2) * TOKENS_H if precision == "bf16" else (4 + 4 + 2) * TOKENS_H
+
+
+def test_logits_and_loss_are_12_bytes_per_vocab_entry():
+    # Traced: "about 12 x batch x seq x vocab bytes at the start of backward".
+    e = est(micro_batch_size=2, seq_len=1024)
+    assert e.parts_by_key["logits_loss"].bytes == 12 * 2 * 1024 * 128_256
+
+
+def test_gradient_checkpointing_keeps_layer_inputs_only():
+    full = est(precision="bf16").parts_by_key["activations"].bytes
+    ckpt = est(precision="bf16", gradient_checkpointing=True).parts_by_key["activations"].bytes
+    one_layer = (full - _head("bf16")) / 32
+    assert ckpt == pytest.approx(32 * 2 * TOKENS_H + one_layer + _head("bf16"))
+
+
+def test_eager_attention_grows_with_seq_squared():
+    # Eager keeps fp32 softmax (4 B) + its bf16 cast (2 B) per head x seq^2 (traced: "about 6 bytes").
+    def extra(s):
+        eager = est(precision="bf16", attention="eager", seq_len=s).parts_by_key["activations"].bytes
+        sdpa = est(precision="bf16", attention="sdpa", seq_len=s).parts_by_key["activations"].bytes
+        return eager - sdpa
+    s = 1024
+    # Eager also saves k and v repeated to all 32 heads (2 x (4,096 - 1,024) more bf16 values per token) and no
+    # fp32 log-sum-exp (4 B x 32 heads).
+    linear_part = 32 * s * (2 * 2 * (4_096 - 1_024) - 4 * 32)
+    assert extra(s) == pytest.approx(32 * 6 * 32 * s * s + linear_part)
+
+
+def test_fp32_gqa_falls_back_to_math_kernel():
+    assert est(precision="fp32").attention_kernel == "math"
+    assert est(precision="bf16").attention_kernel == "flash"
+    llama2 = architecture_from_config(reference_config("meta-llama/Llama-2-7b-hf"))  # no GQA
+    assert estimate_memory(llama2, Scenario.build(precision="fp32")).attention_kernel == "memory_efficient"
+
+
+def test_gradient_accumulation_keeps_gradients_in_backward():
+    one = est(precision="bf16", seq_len=8192, micro_batch_size=4)
+    accum = est(precision="bf16", seq_len=8192, micro_batch_size=4, gradient_accumulation_steps=8)
+    assert one.peak_phase == "backward" and one.components["gradients"] == 0
+    assert accum.components["gradients"] == 2 * P8
+    assert accum.total_bytes == one.total_bytes + 2 * P8
+
+
+def test_optimizer_states():
+    big = TensorGroup(name="w", shape=(4_096, 4_096), count=1, role="mlp")
+    small = TensorGroup(name="n", shape=(2_048,), count=3, role="norms")
+    # bitsandbytes 8-bit: 2 x (1 B + 4 B per 256-element block); fp32 states under 4,096 elements.
+    assert optimizer_state_bytes([(big, 2)], Optimizer.ADAMW_8BIT) == 2 * (16_777_216 + 65_536 * 4)
+    assert optimizer_state_bytes([(small, 2)], Optimizer.ADAMW_8BIT) == 3 * 2 * 2_048 * 4
+    # torch AdamW: zeros_like(param) twice.
+    assert optimizer_state_bytes([(big, 2)], Optimizer.ADAMW) == 2 * 16_777_216 * 2
+    # Adafactor: fp32 row + column vectors for a matrix, a full vector for 1-D.
+    assert optimizer_state_bytes([(big, 2), (small, 2)], Optimizer.ADAFACTOR) == 4 * 8_192 + 4 * 3 * 2_048
+    assert optimizer_state_bytes([(big, 2)], Optimizer.SGD) == 0
+
+
+def test_scenario_validation():
+    for bad in [{"micro_batch_size": 0}, {"seq_len": 10_000_000}, {"method": "dora"}, {"lora_r": 0},
+                {"precision": "fp32", "attention": "flash_attention_2"}, {"optimizer": "adam"}]:
+        with pytest.raises(ScenarioError):
+            Scenario.build(**bad)
+
+
+def test_671b_scale_still_computes_fast():
+    import time
+
+    cfg = {**reference_config("mistralai/Mixtral-8x7B-v0.1"), "num_local_experts": 256, "num_hidden_layers": 61,
+           "hidden_size": 7_168, "intermediate_size": 2_048, "num_attention_heads": 128, "num_key_value_heads": 128}
+    start = time.perf_counter()
+    e = estimate_memory(architecture_from_config(cfg), Scenario.build(method="qlora"))
+    assert e.total_bytes > 0 and time.perf_counter() - start < 2.0
