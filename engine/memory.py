@@ -152,9 +152,9 @@ def _weights(t: _Tensors, sc: Scenario, spec: PrecisionSpec) -> MemoryComponent:
     q_params = sum(g.parameters for g in t.quantized)
     q_bpp = quantized_bytes_per_param(sc.double_quant)
     if sc.method is Method.FULL:
-        formula = f"all parameters x {spec.weight_bytes} B ({spec.label} weights)"
+        formula = f"all parameters x {spec.weight_bytes} B ({spec.weight_dtype} weights)"
     elif sc.method is Method.LORA:
-        formula = f"frozen base x {spec.weight_bytes} B + adapters x 4 B (fp32)"
+        formula = f"frozen base x {spec.weight_bytes} B ({spec.weight_dtype}) + adapters x 4 B (fp32)"
     else:
         kept = "fp32 after prepare_model_for_kbit_training" if sc.prepare_kbit_training else f"{spec.weight_bytes} B"
         formula = (

@@ -39,7 +39,7 @@ class PrecisionMode(str, Enum):
 class PrecisionSpec(BaseModel):
     """Byte sizes implied by a :class:`PrecisionMode`.
 
-    ``weight_bytes``: bytes per stored weight element; ``compute_bytes``: bytes per element of matmul
+    ``weight_dtype``/``weight_bytes``: format and bytes of a stored weight element; ``compute_bytes``: bytes per element of matmul
     inputs/outputs; ``autocast``: whether ``torch.autocast`` is active (it keeps low-precision copies of
     the weights it casts).
     """
@@ -48,21 +48,23 @@ class PrecisionSpec(BaseModel):
 
     mode: PrecisionMode
     label: str
+    short: str
+    weight_dtype: str
     weight_bytes: int
     compute_bytes: int
     autocast: bool
 
 
 _SPECS = {
-    PrecisionMode.FP32: PrecisionSpec(mode=PrecisionMode.FP32, label="fp32", weight_bytes=4, compute_bytes=4, autocast=False),
+    PrecisionMode.FP32: PrecisionSpec(mode=PrecisionMode.FP32, label="fp32", short="fp32", weight_dtype="fp32", weight_bytes=4, compute_bytes=4, autocast=False),
     PrecisionMode.AMP_BF16: PrecisionSpec(
-        mode=PrecisionMode.AMP_BF16, label="mixed bf16 (fp32 weights)", weight_bytes=4, compute_bytes=2, autocast=True
+        mode=PrecisionMode.AMP_BF16, label="mixed bf16 (fp32 weights)", short="mixed bf16", weight_dtype="fp32", weight_bytes=4, compute_bytes=2, autocast=True
     ),
     PrecisionMode.AMP_FP16: PrecisionSpec(
-        mode=PrecisionMode.AMP_FP16, label="mixed fp16 (fp32 weights)", weight_bytes=4, compute_bytes=2, autocast=True
+        mode=PrecisionMode.AMP_FP16, label="mixed fp16 (fp32 weights)", short="mixed fp16", weight_dtype="fp32", weight_bytes=4, compute_bytes=2, autocast=True
     ),
-    PrecisionMode.BF16: PrecisionSpec(mode=PrecisionMode.BF16, label="pure bf16", weight_bytes=2, compute_bytes=2, autocast=False),
-    PrecisionMode.FP16: PrecisionSpec(mode=PrecisionMode.FP16, label="pure fp16", weight_bytes=2, compute_bytes=2, autocast=False),
+    PrecisionMode.BF16: PrecisionSpec(mode=PrecisionMode.BF16, label="pure bf16", short="pure bf16", weight_dtype="bf16", weight_bytes=2, compute_bytes=2, autocast=False),
+    PrecisionMode.FP16: PrecisionSpec(mode=PrecisionMode.FP16, label="pure fp16", short="pure fp16", weight_dtype="fp16", weight_bytes=2, compute_bytes=2, autocast=False),
 }
 
 

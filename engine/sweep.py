@@ -15,7 +15,9 @@ from engine.architecture import Architecture
 from engine.errors import ScenarioError
 from engine.memory import MemoryEstimate, estimate_memory
 from engine.precision import PrecisionMode, precision_spec
-from engine.scenario import METHOD_LABELS, Method, Scenario
+from engine.scenario import Method, Scenario
+
+METHOD_SHORT = {Method.FULL: "Full FT", Method.LORA: "LoRA", Method.QLORA: "QLoRA"}
 
 DEFAULT_METHODS = (Method.FULL, Method.LORA, Method.QLORA)
 DEFAULT_PRECISIONS = (PrecisionMode.FP32, PrecisionMode.AMP_BF16, PrecisionMode.BF16)
@@ -44,7 +46,7 @@ def sweep_techniques(
     rows = []
     for method in methods:
         for precision in precisions:
-            label = f"{METHOD_LABELS[method]} · {precision_spec(precision).label}"
+            label = f"{METHOD_SHORT[method]} · {precision_spec(precision).short}"
             current = method is base.method and precision is base.precision
             try:
                 scenario = Scenario.build(**{**base.model_dump(), "method": method, "precision": precision})

@@ -10,11 +10,11 @@ from engine.seed_rules import seed_comparison
 from engine.sweep import sweep_techniques
 from engine.units import fmt_bytes, fmt_count, to_unit
 from ui.charts import memory_stack_figure
-from ui.model_picker import current_model
+from ui.layout import page_setup
 from ui.scenario_form import display_sidebar, scenario_sidebar
 
+model = page_setup()
 st.title("GPU memory of a fine-tuning step")
-model = current_model()
 if model is None:
     st.info("Pick a model in the sidebar: the bundled catalog works offline.")
     st.stop()
@@ -47,32 +47,31 @@ if gpu is not None:
     )
 st.caption(f"Bytes per parameter: {est.bytes_per_parameter}")
 
-left, right = st.columns([3, 2])
-with left:
-    st.subheader("Across techniques and precisions")
-    st.plotly_chart(memory_stack_figure(rows, unit, gpu), width="stretch", key="memory_chart")
-    skipped = [r for r in rows if r.error]
-    for r in skipped:
+st.subheader("Across techniques and precisions")
+st.plotly_chart(memory_stack_figure(rows, unit, gpu), width="stretch", key="memory_chart")
+for r in rows:
+    if r.error:
         st.caption(f"Not shown — {r.label}: {r.error}")
-    st.caption("Same batch, sequence, optimizer, checkpointing and LoRA settings in every bar; ◀ marks your choice. "
-               "Each bar shows the components alive at that scenario's peak.")
-with right:
-    st.subheader("How each component is computed")
-    table = pd.DataFrame(
-        [
-            {"component": p.label, unit: round(to_unit(p.bytes, unit), 3),
-             "at peak": "yes" if est.peak_phase in p.phases else "no",
-             "alive in": ", ".join(ph.replace("_", " ") for ph in p.phases), "formula": p.formula, "source": p.source}
-            for p in est.parts
-        ]
-    )
-    st.dataframe(table, hide_index=True, width="stretch")
-    with st.expander("Assumptions", expanded=False):
-        for a in est.assumptions:
-            st.markdown(f"- {a}")
-    with st.expander("Not yet modelled", expanded=True):
-        for item in est.not_modelled:
-            st.markdown(f"- {item}")
+st.caption("Same batch, sequence, optimizer, checkpointing and LoRA settings in every bar; ◀ marks your choice. "
+           "Each bar shows the components alive at that scenario's peak.")
+
+st.subheader("How each component is computed")
+table = pd.DataFrame(
+    [
+        {"component": p.label, unit: round(to_unit(p.bytes, unit), 3),
+         "at peak": "yes" if est.peak_phase in p.phases else "no",
+         "alive in": ", ".join(ph.replace("_", " ") for ph in p.phases), "formula": p.formula, "source": p.source}
+        for p in est.parts
+    ]
+)
+st.dataframe(table, hide_index=True, width="stretch")
+left, right = st.columns(2)
+with left.expander("Not yet modelled", expanded=True):
+    for item in est.not_modelled:
+        st.markdown(f"- {item}")
+with right.expander("Assumptions", expanded=True):
+    for a in est.assumptions:
+        st.markdown(f"- {a}")
 
 st.subheader("The seeds' simple rules beside this estimate")
 seed_rows = seed_comparison(est.total_parameters, scenario.micro_batch_size, scenario.seq_len,

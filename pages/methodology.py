@@ -6,7 +6,9 @@ import streamlit as st
 from engine.memory import NOT_MODELLED, quantized_bytes_per_param
 from engine.precision import DTYPE_BYTES
 from engine.seed_rules import seed_quick_rule
+from ui.layout import page_setup
 
+page_setup()
 st.title("Methodology")
 
 st.markdown(

@@ -5,10 +5,10 @@ import streamlit as st
 
 from engine.units import fmt_count
 from ui.charts import parameter_figure
-from ui.model_picker import current_model
+from ui.layout import page_setup
 
+model = page_setup()
 st.title("Model architecture")
-model = current_model()
 if model is None:
     st.info("Pick a model in the sidebar.")
     st.stop()
@@ -34,7 +34,7 @@ with left:
 with right:
     st.subheader("Parameters by component")
     st.plotly_chart(parameter_figure(arch.parameter_counts), width="stretch", key="params_chart")
-    st.dataframe(pd.DataFrame({"parameters": arch.parameter_counts}), width="stretch")
+    st.dataframe(pd.DataFrame({"parameters": {k: f"{v:,}" for k, v in arch.parameter_counts.items()}}), width="stretch")
 
 st.subheader("Linear layers of one decoder block (LoRA targets)")
 st.dataframe(

@@ -40,7 +40,7 @@ def memory_stack_figure(rows: list[SweepRow], unit: Unit, gpu: Gpu | None) -> go
                       annotation_position="top left")
     top = max(totals + ([to_unit(gpu.memory_bytes, unit)] if gpu else []) + [1e-9])
     fig.update_layout(barmode="stack", yaxis_title=f"Peak memory ({unit})", yaxis_range=[0, top * 1.15],
-                      legend_title_text="Component", margin=dict(t=30, b=10), height=520)
+                      legend_title_text="Component", margin=dict(t=30, b=10), height=480, xaxis_tickangle=0)
     return fig
 
 

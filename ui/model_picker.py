@@ -76,10 +76,10 @@ def _hub_config(repo_id: str, revision: str | None) -> tuple[dict[str, Any], Con
 def _catalog_widget() -> tuple[dict[str, Any], ConfigOrigin]:
     choices = dict(catalog_choices())
     ids = list(choices)
+    st.session_state.setdefault("catalog_repo", DEFAULT_REPO if DEFAULT_REPO in ids else ids[0])
     st.selectbox(
         "Model",
         ids,
-        index=ids.index(DEFAULT_REPO) if DEFAULT_REPO in ids else 0,
         format_func=lambda rid: f"{choices[rid]} · {rid}",
         key="catalog_repo",
     )
@@ -137,8 +137,3 @@ def model_sidebar() -> PickedModel | None:
         st.caption(f"{picked.arch.model_type} · {picked.arch.total_parameters:,} parameters · from {origin.kind.replace('_', ' ')}")
     st.session_state["model"] = picked
     return picked
-
-
-def current_model() -> PickedModel | None:
-    """The model picked in the sidebar this run (None when there is none)."""
-    return st.session_state.get("model")

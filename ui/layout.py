@@ -1,0 +1,50 @@
+"""The app shell: page config, the shared model picker, and scenario inputs kept across page switches.
+
+The entrypoint (``streamlit_app.py``) calls :func:`app_shell` before running the page, so the sidebar's
+widgets belong to the app, not to one page, and keep their values when the user switches pages. A page
+calls :func:`page_setup`, which returns the picked model and draws the shell itself only when the
+entrypoint did not run: with a ``pages/`` folder present, a fresh server's first request to ``/model``
+runs ``pages/model.py`` directly (Streamlit's multipage v1 path) until some session calls
+``st.navigation``.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from ui.model_picker import PickedModel, model_sidebar
+
+_SHELL_FLAG = "_shell_drew_sidebar"
+
+# Streamlit drops a widget's state when a run does not draw that widget (and a widget's identity includes
+# the script that draws it), so re-assigning these each run keeps the scenario, drawn only on the Memory
+# page, and the picker (not its token field), should a page draw it itself, when the user switches pages. (A file uploader's
+# value cannot be re-assigned; the entrypoint path keeps it.)
+_KEPT_KEYS = (
+    "method", "precision", "optimizer", "micro_batch_size", "seq_len", "grad_accum", "gradient_checkpointing",
+    "attention", "lora_r", "lora_alpha", "lora_dropout", "quant_type", "double_quant", "prepare_kbit", "gpu", "unit",
+    "model_source", "catalog_repo", "hub_repo_id", "hub_revision",
+)
+# Not the token field: re-assigning a widget's value sends it back to the browser in the widget message.
+
+
+def _keep_scenario_state() -> None:
+    for key in list(st.session_state.keys()):
+        if key in _KEPT_KEYS or str(key).startswith("lora_targets_"):
+            st.session_state[key] = st.session_state[key]
+
+
+def app_shell() -> None:
+    """Configure the page, keep scenario inputs and draw the model picker (entrypoint, every run)."""
+    st.set_page_config(page_title="Fine-tune fit", page_icon=":material/memory:", layout="wide")
+    _keep_scenario_state()
+    model_sidebar()
+    st.session_state[_SHELL_FLAG] = True
+
+
+def page_setup() -> PickedModel | None:
+    """The model picked in the sidebar, drawing the shell first if the entrypoint did not run."""
+    if not st.session_state.pop(_SHELL_FLAG, False):
+        app_shell()
+        st.session_state.pop(_SHELL_FLAG, None)
+    return st.session_state.get("model")
