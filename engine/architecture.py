@@ -165,11 +165,18 @@ def _get(config: dict[str, Any], *keys: str, default: Any = None, required: bool
     return default
 
 
+MAX_SIZE = 1 << 24
+"""Largest size accepted for any config dimension (16,777,216): above every published model (the largest
+vocabularies are ~256k, hidden sizes ~16k), so a larger value is a typo, not a model."""
+
+
 def _size(config: dict[str, Any], *keys: str, default: int | None = None) -> int:
-    """A strictly positive integer size from the config."""
+    """A strictly positive integer size from the config, at most :data:`MAX_SIZE`."""
     value = _get(config, *keys, default=default)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ConfigError(f"config.json field '{keys[0]}' must be a positive integer, got {value!r}")
+    if value > MAX_SIZE:
+        raise ConfigError(f"config.json field '{keys[0]}' is {value:,}, implausibly large (at most {MAX_SIZE:,})")
     return value
 
 

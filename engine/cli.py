@@ -38,21 +38,22 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_scenario_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--method", choices=[m.value for m in Method], default="full", help="full fine-tuning, LoRA or QLoRA (default: full)")
-    p.add_argument("--precision", choices=[m.value for m in PrecisionMode], default="amp_bf16",
-                   help="fp32; amp_bf16/amp_fp16 = mixed precision with fp32 weights; bf16/fp16 = pure 16-bit weights (default: amp_bf16)")
-    p.add_argument("--optimizer", choices=[o.value for o in Optimizer], default="adamw", help="optimizer (default: adamw, torch foreach)")
-    p.add_argument("--micro-batch-size", type=int, default=1, metavar="N", help="sequences per forward pass per GPU (default: 1)")
-    p.add_argument("--seq-len", type=int, default=2048, metavar="N", help="tokens per sequence (default: 2048)")
-    p.add_argument("--gradient-accumulation-steps", type=int, default=1, metavar="N", help="micro batches per optimizer step (default: 1)")
+    d = Scenario()  # the engine's defaults, so the CLI and the app start from the same scenario
+    p.add_argument("--method", choices=[m.value for m in Method], default=d.method.value, help=f"full fine-tuning, LoRA or QLoRA (default: {d.method.value})")
+    p.add_argument("--precision", choices=[m.value for m in PrecisionMode], default=d.precision.value,
+                   help="fp32; amp_bf16/amp_fp16 = mixed precision with fp32 weights; bf16/fp16 = pure 16-bit weights (default: %(default)s)")
+    p.add_argument("--optimizer", choices=[o.value for o in Optimizer], default=d.optimizer.value, help="optimizer (default: %(default)s; adamw is torch foreach)")
+    p.add_argument("--micro-batch-size", type=int, default=d.micro_batch_size, metavar="N", help="sequences per forward pass per GPU (default: %(default)s)")
+    p.add_argument("--seq-len", type=int, default=d.seq_len, metavar="N", help="tokens per sequence (default: %(default)s)")
+    p.add_argument("--gradient-accumulation-steps", type=int, default=d.gradient_accumulation_steps, metavar="N", help="micro batches per optimizer step (default: %(default)s)")
     p.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in backward")
-    p.add_argument("--attention", choices=[a.value for a in Attention], default="sdpa", help="attn_implementation (default: sdpa)")
-    p.add_argument("--lora-r", type=int, default=16, metavar="N", help="LoRA rank (default: 16)")
-    p.add_argument("--lora-alpha", type=float, default=32.0, metavar="A", help="LoRA alpha (default: 32; no effect on memory)")
-    p.add_argument("--lora-dropout", type=float, default=0.05, metavar="P", help="LoRA dropout (default: 0.05)")
+    p.add_argument("--attention", choices=[a.value for a in Attention], default=d.attention.value, help="attn_implementation (default: %(default)s)")
+    p.add_argument("--lora-r", type=int, default=d.lora_r, metavar="N", help="LoRA rank (default: %(default)s)")
+    p.add_argument("--lora-alpha", type=float, default=d.lora_alpha, metavar="A", help="LoRA alpha (default: %(default)s; no effect on memory)")
+    p.add_argument("--lora-dropout", type=float, default=d.lora_dropout, metavar="P", help="LoRA dropout (default: %(default)s)")
     p.add_argument("--lora-targets", default=None, metavar="NAMES",
                    help="comma-separated target modules, e.g. q_proj,v_proj, or all-linear (default: the attention projections)")
-    p.add_argument("--quant-type", choices=[q.value for q in QuantType], default="nf4", help="QLoRA 4-bit type (default: nf4)")
+    p.add_argument("--quant-type", choices=[q.value for q in QuantType], default=d.quant_type.value, help="QLoRA 4-bit type (default: %(default)s)")
     p.add_argument("--no-double-quant", action="store_true", help="QLoRA without double quantization")
     p.add_argument("--no-prepare-kbit", action="store_true", help="QLoRA without prepare_model_for_kbit_training (no fp32 upcast)")
 
@@ -104,21 +105,16 @@ def _params_json(arch: Architecture, origin: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# Options whose name (dashes as underscores) is the Scenario field's name.
+_SCENARIO_FIELDS = (
+    "method", "precision", "optimizer", "micro_batch_size", "seq_len", "gradient_accumulation_steps",
+    "gradient_checkpointing", "attention", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "quant_type",
+)
+
+
 def _scenario(args: argparse.Namespace) -> Scenario:
     return Scenario.build(
-        method=args.method,
-        precision=args.precision,
-        optimizer=args.optimizer,
-        micro_batch_size=args.micro_batch_size,
-        seq_len=args.seq_len,
-        gradient_accumulation_steps=args.gradient_accumulation_steps,
-        gradient_checkpointing=args.gradient_checkpointing,
-        attention=args.attention,
-        lora_r=args.lora_r,
-        lora_alpha=args.lora_alpha,
-        lora_dropout=args.lora_dropout,
-        lora_targets=args.lora_targets,
-        quant_type=args.quant_type,
+        **{name: getattr(args, name) for name in _SCENARIO_FIELDS},
         double_quant=not args.no_double_quant,
         prepare_kbit_training=not args.no_prepare_kbit,
     )

@@ -72,7 +72,8 @@ def test_unsupported_and_missing_fields():
     with pytest.raises(UnsupportedModelError):
         architecture_from_config({"hidden_size": 8})
     base = reference_config("meta-llama/Llama-3.2-1B")
-    for field, value in [("hidden_size", 0), ("hidden_size", -5), ("num_hidden_layers", True), ("vocab_size", "big")]:
+    for field, value in [("hidden_size", 0), ("hidden_size", -5), ("num_hidden_layers", True), ("vocab_size", "big"),
+                         ("vocab_size", 10**30), ("hidden_size", 4096.0)]:
         with pytest.raises(ConfigError, match=field):
             architecture_from_config({**base, field: value})
     missing = {k: v for k, v in base.items() if k != "intermediate_size"}
