@@ -229,15 +229,17 @@ def _low_precision_copies(arch: Architecture, t: _Tensors, sc: Scenario, spec: P
     elif spec.autocast and sc.method is Method.LORA:
         per_layer = sum(g.parameters for g in arch.tensors if g.linear) / arch.num_layers
         layers = 1 if sc.gradient_checkpointing else arch.num_layers
-        head = sum(g.parameters for g in arch.tensors if g.role == "lm_head") or (
-            arch.vocab_size * arch.hidden_size if arch.tie_word_embeddings else 0
-        )
-        nbytes += (per_layer * layers + head) * spec.compute_bytes
+        nbytes += (per_layer * layers + _lm_head_params(arch)) * spec.compute_bytes
         notes.append(f"frozen fp32 linears cast for backward: {layers} block(s) + LM head x 2 B")
     if sc.method is Method.QLORA:
         largest = max(g.numel for g in t.quantized)
         nbytes += largest * spec.compute_bytes
         notes.append("one dequantized 4-bit weight at a time")
+        if sc.prepare_kbit_training and spec.compute_bytes == 2:
+            # The LM head stays fp32 after prepare_model_for_kbit_training; autocast casts it for the matmul
+            # and linear saves that copy for the input gradient.
+            nbytes += _lm_head_params(arch) * spec.compute_bytes
+            notes.append("fp32 LM head cast to 16 bits for its matmul")
     return MemoryComponent(
         key="weight_copies",
         label="Low-precision weight copies",
@@ -246,6 +248,12 @@ def _low_precision_copies(arch: Architecture, t: _Tensors, sc: Scenario, spec: P
         formula="; ".join(notes) or "none in this precision mode",
         source="PyTorch autocast cached_cast; bitsandbytes 0.4x matmul_4bit",
     )
+
+
+def _lm_head_params(arch: Architecture) -> int:
+    """Elements of the output projection (the embedding matrix when tied)."""
+    untied = sum(g.parameters for g in arch.tensors if g.role == "lm_head")
+    return untied or arch.vocab_size * arch.hidden_size
 
 
 # --------------------------------------------------------------------------------------------------

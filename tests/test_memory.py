@@ -164,3 +164,13 @@ def test_671b_scale_still_computes_fast():
     start = time.perf_counter()
     e = estimate_memory(architecture_from_config(cfg), Scenario.build(method="qlora"))
     assert e.total_bytes > 0 and time.perf_counter() - start < 2.0
+
+
+def test_qlora_weight_copies():
+    # bitsandbytes dequantizes one weight at a time (largest: 14,336 x 4,096 MLP matrix, bf16), and autocast's bf16
+    # cast of the fp32 LM head (128,256 x 4,096) is saved for backward.
+    e = est(method="qlora")
+    assert e.parts_by_key["weight_copies"].bytes == 2 * 14_336 * 4_096 + 2 * 128_256 * 4_096
+    # Without prepare_model_for_kbit_training the 16-bit LM head needs no cast.
+    e = est(method="qlora", precision="bf16", prepare_kbit_training=False)
+    assert e.parts_by_key["weight_copies"].bytes == 2 * 14_336 * 4_096
