@@ -180,6 +180,18 @@ def _size(config: dict[str, Any], *keys: str, default: int | None = None) -> int
     return value
 
 
+MAX_LAYERS = 10_000
+"""Most decoder layers accepted: published models have at most a few hundred."""
+
+
+def _layers(config: dict[str, Any], *keys: str) -> int:
+    """Number of layers, at most :data:`MAX_LAYERS`."""
+    value = _size(config, *keys)
+    if value > MAX_LAYERS:
+        raise ConfigError(f"config.json field '{keys[0]}' is {value:,}, implausibly many layers (at most {MAX_LAYERS:,})")
+    return value
+
+
 def _probability(config: dict[str, Any], key: str, default: float = 0.0) -> float:
     value = config.get(key, default)
     if value is None:
@@ -220,7 +232,7 @@ def _llama_like(config: dict[str, Any], model_type: str) -> Architecture:
     """Decoder with RoPE, RMSNorm and a gated MLP (Llama, Mistral, Mixtral, Qwen2/3, Gemma 1/2, Phi-3)."""
     fam = _FAMILIES[model_type]
     h = _size(config, "hidden_size")
-    layers = _size(config, "num_hidden_layers")
+    layers = _layers(config, "num_hidden_layers")
     heads = _size(config, "num_attention_heads")
     kv_heads = _size(config, "num_key_value_heads", default=heads)
     if heads % kv_heads:
@@ -325,7 +337,7 @@ def _linear_tensors(linears: list[LinearLayer], layers: int) -> list[TensorGroup
 def _gpt2(config: dict[str, Any], model_type: str) -> Architecture:
     """GPT-2 (``GPT2LMHeadModel``): learned positions, LayerNorm with bias, Conv1D layers with bias, tied head."""
     h = _size(config, "n_embd", "hidden_size")
-    layers = _size(config, "n_layer", "num_hidden_layers")
+    layers = _layers(config, "n_layer", "num_hidden_layers")
     heads = _size(config, "n_head", "num_attention_heads")
     if h % heads:
         raise ConfigError(f"n_embd ({h}) is not divisible by n_head ({heads})")

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, Sequence
 
 from engine.architecture import Architecture, architecture_from_config
 from engine.errors import EngineError
+from engine.lora import resolve_targets
 from engine.memory import PHASES, estimate_memory
 from engine.optimizer import Optimizer
 from engine.precision import PrecisionMode
@@ -122,6 +124,7 @@ def _scenario(args: argparse.Namespace) -> Scenario:
 
 def _estimate_json(arch: Architecture, origin: dict[str, Any], scenario: Scenario) -> dict[str, Any]:
     est = estimate_memory(arch, scenario)
+    # The seed's full fine-tuning rule (model states only), for comparison whatever the method.
     seed_precision = "fp32" if scenario.precision is PrecisionMode.FP32 else "bf16"
     seed = seed_quick_rule(arch.total_parameters, seed_precision)
     return {
@@ -136,7 +139,13 @@ def _estimate_json(arch: Architecture, origin: dict[str, Any], scenario: Scenari
         "attention_kernel": est.attention_kernel,
         "bytes_per_parameter": est.bytes_per_parameter,
         "formulas": {p.key: p.formula for p in est.parts},
-        "seed_rule_bytes": {"precision": seed_precision, "total_bytes": round(seed.total_bytes)},
+        "seed_full_finetune_rule": {
+            "rule": "fp32: 4+4+8 B/param" if seed_precision == "fp32" else "bf16 mixed: 2+2+8 B/param",
+            "total_bytes": round(seed.total_bytes),
+        },
+        "lora_targets_resolved": [lin.module for lin in resolve_targets(arch, scenario.lora_targets)]
+        if scenario.method is not Method.FULL else None,
+        "warnings": list(est.warnings),
         "assumptions": list(est.assumptions),
         "not_modelled": list(est.not_modelled),
     }
@@ -154,6 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    json.dump(out, sys.stdout, indent=2)
-    sys.stdout.write("\n")
+    try:
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # e.g. piped into `head`: the reader left; silence the flush at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0

@@ -42,4 +42,6 @@ class GatedRepoError(HubError):
 
 
 class HubUnavailableError(HubError):
-    """The Hub could not be reached (no network, timeout, 5xx)."""
+    """The Hub could not be reached (no network, timeout, 5xx). ``reason`` says how, in a few words."""
+
+    reason: str = "no answer"

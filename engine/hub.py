@@ -107,7 +107,7 @@ def validate_repo_id(repo_id: str) -> str:
             raise InvalidRepoIdError(f"Repo id {_shown(cleaned)} has an empty {label}; use 'owner/name'.")
         if len(part) > _PART_MAX_LEN:
             raise InvalidRepoIdError(
-                f"Repo id {_shown(cleaned)} has a {label} of {len(part)} characters; the Hub allows at most"
+                f"Repo id {_shown(cleaned)} has {len(part)} characters in its {label}; the Hub allows at most"
                 f" {_PART_MAX_LEN}."
             )
         if "--" in part or ".." in part:
@@ -261,7 +261,9 @@ def _map_hub_http_error(
 
 
 def _unavailable(repo_id: str, reason: str) -> HubUnavailableError:
-    return HubUnavailableError(f"The Hub is unreachable ({reason}) while reading '{repo_id}'; {_CATALOG_HINT}.")
+    error = HubUnavailableError(f"The Hub is unreachable ({reason}) while reading '{repo_id}'; {_CATALOG_HINT}.")
+    error.reason = reason
+    return error
 
 
 def _parse_config(repo_id: str, body: bytes) -> dict[str, Any]:

@@ -15,10 +15,19 @@ from engine.errors import ScenarioError
 ALL_LINEAR = "all-linear"
 
 
+def _is_attention(lin: LinearLayer) -> bool:
+    return lin.module.split(".")[0] in ("self_attn", "attn")
+
+
 def default_targets(arch: Architecture) -> tuple[str, ...]:
-    """The attention projections of ``arch`` (q, k, v, o or their fused forms), the seeds' choice."""
-    names = [lin.target_name for lin in arch.layer_linears if lin.module.split(".")[0] in ("self_attn", "attn")]
-    return tuple(dict.fromkeys(names))
+    """The attention projections of ``arch`` (q, k, v, o or their fused forms), the seeds' choice.
+
+    A name that would also select MLP modules under PEFT's suffix rule is left out: GPT-2's ``c_proj``
+    names both the attention output and the MLP output, so its default is ``c_attn`` alone (PEFT's own
+    default for gpt2).
+    """
+    names = dict.fromkeys(lin.target_name for lin in arch.layer_linears if _is_attention(lin))
+    return tuple(n for n in names if all(_is_attention(lin) for lin in arch.layer_linears if lin.matches(n)))
 
 
 def resolve_targets(arch: Architecture, targets: tuple[str, ...] | None) -> list[LinearLayer]:
@@ -51,7 +60,7 @@ def adapter_tensors(arch: Architecture, r: int, targets: tuple[str, ...] | None)
     groups = []
     for lin in resolve_targets(arch, targets):
         n = arch.num_layers * lin.count
-        role = "attention" if lin.module.split(".")[0] in ("self_attn", "attn") else "mlp"
+        role = "attention" if _is_attention(lin) else "mlp"
         groups.append(TensorGroup(name=lin.module + ".lora_A", shape=(r, lin.in_features), count=n, role=role))
         groups.append(TensorGroup(name=lin.module + ".lora_B", shape=(lin.out_features, r), count=n, role=role))
     return groups

@@ -80,6 +80,7 @@ class MemoryEstimate(BaseModel):
     bytes_per_parameter: str
     assumptions: tuple[str, ...]
     not_modelled: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
 
     def phase_total(self, phase: Phase) -> float:
         """Bytes alive at ``phase``."""
@@ -474,6 +475,7 @@ def estimate_memory(arch: Architecture, scenario: Scenario) -> MemoryEstimate:
     if scenario.method is not Method.FULL:
         assumptions.append("LoRA adapters in fp32 (PEFT autocast_adapter_dtype=True)")
     return MemoryEstimate(
+        warnings=scenario_warnings(arch, scenario),
         parts=parts,
         total_parameters=arch.total_parameters,
         trainable_parameters=trainable,
@@ -482,6 +484,30 @@ def estimate_memory(arch: Architecture, scenario: Scenario) -> MemoryEstimate:
         assumptions=tuple(assumptions),
         not_modelled=NOT_MODELLED,
     )
+
+
+def scenario_warnings(arch: Architecture, sc: Scenario) -> tuple[str, ...]:
+    """Settings that compute but that a real run would reject or regret, in plain words."""
+    out = []
+    if arch.max_position_embeddings and sc.seq_len > arch.max_position_embeddings:
+        out.append(
+            f"Sequence length {sc.seq_len:,} exceeds this model's max_position_embeddings "
+            f"({arch.max_position_embeddings:,}); training beyond it needs RoPE scaling or gives poor results."
+        )
+    if sc.method is not Method.FULL:
+        narrow = [lin for lin in resolve_targets(arch, sc.lora_targets) if sc.lora_r > min(lin.in_features, lin.out_features)]
+        if narrow:
+            lin = narrow[0]
+            out.append(
+                f"LoRA rank {sc.lora_r} exceeds min(in, out) = {min(lin.in_features, lin.out_features):,} of "
+                f"{lin.module}: the adapter is larger than a full-rank update of that module."
+            )
+    if sc.method is Method.FULL and sc.precision.value == "fp16":
+        out.append(
+            "Full fine-tuning with fp16 weights and Trainer(fp16=True) fails ('Attempting to unscale FP16 "
+            "gradients'); use mixed fp16 (fp32 weights) or bf16."
+        )
+    return tuple(out)
 
 
 def _bytes_per_parameter(parts: tuple[MemoryComponent, ...], t: _Tensors, total_params: int) -> str:

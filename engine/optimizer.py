@@ -4,12 +4,12 @@ Each optimizer keeps state tensors per trainable parameter tensor; their size de
 shape and dtype, so states are computed from the :class:`~engine.architecture.TensorGroup` shapes, not
 from a parameter total. Behaviour modelled (and its source):
 
-- ``adamw`` - ``torch.optim.AdamW`` (torch 2.x, foreach implementation, the Trainer default
-  ``adamw_torch``): ``exp_avg`` and ``exp_avg_sq`` are ``zeros_like(param)``, so 2 x the *parameter's*
+- ``adamw`` - ``torch.optim.AdamW`` (torch 2.x, foreach implementation, ``optim="adamw_torch"``): ``exp_avg`` and ``exp_avg_sq`` are ``zeros_like(param)``, so 2 x the *parameter's*
   bytes (8 B/param for fp32 weights, 4 B/param for pure bf16: the seed chapter's "2 states in fp32"
   holds for mixed precision, not for pure bf16). The foreach step allocates temporaries of about one
   parameter-sized tensor (measured by fake-tensor traces, ../shared/reference/tracing-notes.md).
-- ``adamw_fused`` - ``AdamW(fused=True)`` (``adamw_torch_fused``): same states, no step temporaries.
+- ``adamw_fused`` - ``AdamW(fused=True)`` (``adamw_torch_fused``, the default of transformers 5.x
+  ``TrainingArguments.optim``): same states, no step temporaries.
 - ``adamw_8bit`` / ``paged_adamw_8bit`` - bitsandbytes ``AdamW8bit`` / ``PagedAdamW8bit`` (0.4x):
   two uint8 states with one fp32 absmax per 256-element block (Dettmers et al. 2022, "8-bit Optimizers
   via Block-wise Quantization", sec. 2); tensors under 4,096 elements (``min_8bit_size``) keep fp32

@@ -59,7 +59,7 @@ class Scenario(BaseModel):
 
     method: Method = Method.FULL
     precision: PrecisionMode = PrecisionMode.AMP_BF16
-    optimizer: Optimizer = Optimizer.ADAMW
+    optimizer: Optimizer = Optimizer.ADAMW_FUSED
     micro_batch_size: int = Field(1, ge=1, le=MAX_MICRO_BATCH)
     seq_len: int = Field(2048, ge=1, le=MAX_SEQ_LEN)
     gradient_accumulation_steps: int = Field(1, ge=1, le=1_000_000)

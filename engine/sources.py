@@ -13,11 +13,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from engine import hub
+from engine.hub import MAX_CONFIG_BYTES
 from engine.catalog import catalog_model, load_models
 from engine.errors import CatalogError, ConfigError, HubUnavailableError
 
-MAX_CONFIG_BYTES = 2_000_000
-"""Largest config.json accepted (2 MB; real ones are under 10 kB)."""
 
 
 class ConfigOrigin(BaseModel):
@@ -41,11 +40,14 @@ def parse_config_bytes(data: bytes, name: str = "config.json") -> dict[str, Any]
     if len(data) > MAX_CONFIG_BYTES:
         raise ConfigError(f"{name} is {len(data):,} bytes; a config.json is at most {MAX_CONFIG_BYTES:,} bytes")
     try:
-        config = json.loads(data.decode("utf-8"))
+        # utf-8-sig: editors on Windows save JSON with a byte-order mark, which is harmless.
+        config = json.loads(data.decode("utf-8-sig"))
     except UnicodeDecodeError:
         raise ConfigError(f"{name} is not UTF-8 text; upload the model's config.json") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{name} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except RecursionError:
+        raise ConfigError(f"{name} is nested too deeply to be a model config") from None
     if not isinstance(config, dict):
         raise ConfigError(f"{name} must hold a JSON object, not a {type(config).__name__}")
     return config
@@ -55,7 +57,8 @@ def config_from_file(path: str | Path) -> tuple[dict[str, Any], ConfigOrigin]:
     """Read a local config.json. Raises ``ConfigError`` when missing or malformed."""
     p = Path(path)
     try:
-        data = p.read_bytes()
+        with p.open("rb") as fh:
+            data = fh.read(MAX_CONFIG_BYTES + 1)  # bounded: /dev/zero or a weights file must not hang us
     except OSError as exc:
         raise ConfigError(f"cannot read {p}: {exc.strerror}") from None
     return parse_config_bytes(data, p.name), ConfigOrigin(kind="file", name=p.name)
@@ -80,7 +83,7 @@ def config_from_hub(
     try:
         config = hub.fetch_config(repo_id, revision=revision, token=token, timeout_s=timeout_s)
     except HubUnavailableError as exc:
-        return catalog_fallback(repo_id, exc)
+        return catalog_fallback(repo_id, exc, revision)
     return config, hub_origin(repo_id, revision)
 
 
@@ -89,14 +92,18 @@ def hub_origin(repo_id: str, revision: str | None) -> ConfigOrigin:
     return ConfigOrigin(kind="hub", name=repo_id.strip(), repo_id=repo_id.strip(), revision=revision)
 
 
-def catalog_fallback(repo_id: str, exc: HubUnavailableError) -> tuple[dict[str, Any], ConfigOrigin]:
+def catalog_fallback(
+    repo_id: str, exc: HubUnavailableError, revision: str | None = None
+) -> tuple[dict[str, Any], ConfigOrigin]:
     """The bundled copy of ``repo_id`` standing in for an unreachable Hub, with a notice; re-raises
     ``exc`` when the repo is not bundled."""
     try:
         config, origin = config_from_catalog(repo_id)
     except CatalogError:
         raise exc from None
-    notice = f"{exc} Using the bundled copy of {origin.repo_id}."
+    notice = f"The Hub is unreachable ({exc.reason}): showing the bundled copy of {origin.repo_id}."
+    if revision:
+        notice += f" (The bundled copy is of the main branch; revision {revision!r} could not be checked.)"
     return config, origin.model_copy(update={"kind": "catalog_fallback", "notice": notice})
 
 

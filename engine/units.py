@@ -14,9 +14,18 @@ def to_unit(nbytes: float, unit: Unit) -> float:
     return nbytes / UNIT_BYTES[unit]
 
 
+_LARGER = {"GB": (1000, ("TB", "PB")), "GiB": (1024, ("TiB", "PiB"))}
+
+
 def fmt_bytes(nbytes: float, unit: Unit, digits: int = 2) -> str:
-    """``'12.34 GiB'``-style text."""
-    return f"{to_unit(nbytes, unit):,.{digits}f} {unit}"
+    """``'12.34 GiB'``-style text; 10,000 GB or more steps up to TB/PB (TiB/PiB) in the same system."""
+    value, label = to_unit(nbytes, unit), unit
+    step, larger = _LARGER[unit]
+    for bigger in larger:
+        if abs(value) < 10_000:
+            break
+        value, label = value / step, bigger
+    return f"{value:,.{digits}f} {label}"
 
 
 def fmt_count(n: int) -> str:

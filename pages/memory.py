@@ -30,6 +30,10 @@ except EngineError as exc:
     st.error(f"Cannot estimate this scenario: {exc}")
     st.stop()
 
+if model.origin.notice:
+    st.warning(model.origin.notice)
+for warning in est.warnings:
+    st.warning(warning)
 st.caption(f"**{model.title}** · peak of `torch.cuda.max_memory_allocated()` in a steady-state step on one GPU")
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("Parameters", fmt_count(est.total_parameters), help=f"{est.total_parameters:,} unique parameters (tied weights once)")

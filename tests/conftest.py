@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from hubstub import HubStub
+from reference import AVAILABLE, MISSING_REASON
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Locally, tests that compare against ../shared/reference skip when it is absent; CI must never
+    # pass by skipping them.
+    if os.environ.get("CI") and not AVAILABLE:
+        raise pytest.UsageError(f"CI run without reference data: {MISSING_REASON}")
 
 
 @pytest.fixture

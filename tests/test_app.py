@@ -29,16 +29,12 @@ from engine.precision import PrecisionMode
 from engine.scenario import Attention, Method, Scenario
 from engine.sources import config_from_catalog
 from hubstub import StubRepo
+from reference import config_path, param_counts, reference_config, require_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "streamlit_app.py")
-CONFIGS = ROOT.parent / "shared" / "reference" / "configs"
-PARAM_COUNTS_FILE = CONFIGS / "param_counts.json"
-
-if not PARAM_COUNTS_FILE.is_file():  # pragma: no cover - the reference data ships with the workspace
-    pytest.skip(f"reference data {CONFIGS} not available", allow_module_level=True)
-
-PARAM_COUNTS: dict[str, dict] = json.loads(PARAM_COUNTS_FILE.read_text())
+require_reference()
+PARAM_COUNTS: dict[str, dict] = param_counts()
 LLAMA_8B = "meta-llama/Llama-3.1-8B"
 QWEN_05B = "Qwen/Qwen2.5-0.5B"
 LLAMA_8B_PARAMS = PARAM_COUNTS[LLAMA_8B]["unique_parameters"]  # 8,030,261,248
@@ -48,10 +44,6 @@ GPT2_PARAMS = PARAM_COUNTS[GPT2]["unique_parameters"]  # 124,439,808 (checkpoint
 LORA_QKVO_R16 = 13_631_488  # PEFT print_trainable_parameters, Llama-3-8B r=16 on q,k,v,o
 TOKEN = "hf_AppTestSecretToken_DoNotRender_42"
 GIB_PER_GB = 2**30 / 1e9
-
-
-def reference_config(repo_id: str) -> dict:
-    return json.loads((CONFIGS / (repo_id.replace("/", "__") + ".json")).read_text())
 
 
 @pytest.fixture(autouse=True)
@@ -134,9 +126,9 @@ def rendered_text(at: AppTest) -> str:
 
 
 def default_form_scenario(**overrides) -> Scenario:
-    """The sidebar form's defaults (ui/scenario_form.py): full fine-tuning, mixed bf16, torch AdamW, micro batch 1,
-    sequence 2048, no accumulation or checkpointing, sdpa."""
-    fields = dict(method=Method.FULL, precision=PrecisionMode.AMP_BF16, optimizer=Optimizer.ADAMW, micro_batch_size=1,
+    """The sidebar form's defaults (ui/scenario_form.py): full fine-tuning, mixed bf16, micro batch 1,
+    sequence 2048, no accumulation or checkpointing, sdpa; torch fused AdamW (the Trainer default)."""
+    fields = dict(method=Method.FULL, precision=PrecisionMode.AMP_BF16, optimizer=Optimizer.ADAMW_FUSED, micro_batch_size=1,
                   seq_len=2048, gradient_accumulation_steps=1, gradient_checkpointing=False, attention=Attention.SDPA)
     return Scenario.build(**{**fields, **overrides})
 

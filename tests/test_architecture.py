@@ -4,7 +4,9 @@ import pytest
 
 from engine.architecture import SUPPORTED_MODEL_TYPES, architecture_from_config
 from engine.errors import ConfigError, UnsupportedModelError
-from reference import param_counts, reference_config
+from reference import param_counts, reference_config, require_reference
+
+require_reference()
 
 COUNTS = param_counts()
 

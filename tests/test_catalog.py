@@ -5,9 +5,10 @@ import pytest
 from engine.architecture import architecture_from_config
 from engine.catalog import find_gpu, load_gpus, load_models
 from engine.errors import CatalogError
+from engine.hub import MAX_CONFIG_BYTES
 from engine.sources import parse_config_bytes
 from engine.errors import ConfigError
-from reference import param_counts, reference_config
+from reference import AVAILABLE, MISSING_REASON, param_counts, reference_config
 
 
 def test_catalog_has_the_popular_models_with_repo_ids():
@@ -19,6 +20,7 @@ def test_catalog_has_the_popular_models_with_repo_ids():
         assert rid in ids
 
 
+@pytest.mark.skipif(not AVAILABLE, reason=MISSING_REASON)
 @pytest.mark.parametrize("model", load_models(), ids=lambda m: m.repo_id)
 def test_bundled_config_is_the_published_one(model):
     # The bundled copy must match ../shared/reference (published config.json fields) and count exactly.
@@ -38,7 +40,9 @@ def test_gpu_names_resolve_forgivingly():
 
 def test_parse_config_bytes_rejects_bad_uploads():
     assert parse_config_bytes(b'{"model_type": "llama"}') == {"model_type": "llama"}
+    assert parse_config_bytes(b'\xef\xbb\xbf{"model_type": "llama"}') == {"model_type": "llama"}  # UTF-8 BOM
     for bad, msg in [(b"not json", "not valid JSON"), (b"[1, 2]", "JSON object"), (b"\xff\xfe\x00", "UTF-8"),
-                     (b" " * 2_000_001, "at most")]:
+                     (b" " * (MAX_CONFIG_BYTES + 1), "at most"),
+                     (b"[" * 100_000 + b"]" * 100_000, "nested too deeply")]:
         with pytest.raises(ConfigError, match=msg):
             parse_config_bytes(bad)

@@ -17,25 +17,17 @@ import pytest
 
 from hubstub import StubRepo, refused_endpoint
 
+from reference import config_path, param_counts, require_reference
+
+require_reference()
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = ROOT.parent / "shared" / "reference"
-CONFIGS = REFERENCE / "configs"
-PARAM_COUNTS_FILE = CONFIGS / "param_counts.json"
-
-if not PARAM_COUNTS_FILE.is_file():  # pragma: no cover - the reference data ships with the workspace
-    pytest.skip(f"reference data {REFERENCE} not available", allow_module_level=True)
-
-PARAM_COUNTS: dict[str, dict] = json.loads(PARAM_COUNTS_FILE.read_text())
+PARAM_COUNTS: dict[str, dict] = param_counts()
 LLAMA_8B = "meta-llama/Llama-3.1-8B"
 LLAMA_8B_PARAMS = 8_030_261_248  # param_counts.json, meta-llama/Llama-3.1-8B unique_parameters
 LLAMA_1B = "meta-llama/Llama-3.2-1B"
 LLAMA_1B_PARAMS = 1_235_814_400  # param_counts.json, meta-llama/Llama-3.2-1B unique_parameters
 QWEN3_06B_PARAMS = 596_049_920  # param_counts.json, Qwen/Qwen3-0.6B unique (checkpoint total 751,632,384: tied lm_head)
 TOKEN = "hf_CliTestTokenNeverPrinted_0123456789"
-
-
-def config_path(repo_id: str) -> Path:
-    return CONFIGS / (repo_id.replace("/", "__") + ".json")
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -276,3 +268,24 @@ def test_malformed_repo_id_is_rejected_before_any_request(hub_stub):
     line = assert_one_line_error(run_cli("params", "--model", "not a repo id"))
     assert "owner/name" in line
     assert [p for p in hub_stub.paths() if "/resolve/" in p] == []
+
+
+def test_unbounded_and_deeply_nested_inputs_fail_fast(tmp_path):
+    # /dev/zero must not be read forever: the reader stops past the 2 MiB cap.
+    result = run_cli("params", "--config", "/dev/zero", timeout=20)
+    assert result.returncode == 2 and "at most" in result.stderr and "Traceback" not in result.stderr
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    result = run_cli("params", "--config", str(deep))
+    assert result.returncode == 2 and "nested too deeply" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_output_into_a_closed_pipe_is_quiet():
+    # `python -m engine params ... | head -c 0`: no BrokenPipeError traceback, exit status 0.
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "params", "--config", str(config_path(LLAMA_8B))],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader leaves before the CLI writes (it is still importing), so the write hits EPIPE
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 0
+    assert b"Traceback" not in err and b"BrokenPipe" not in err

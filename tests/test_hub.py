@@ -19,8 +19,9 @@ from engine.errors import (
 )
 from engine.hub import MAX_CONFIG_BYTES, fetch_config, validate_repo_id
 from hubstub import StubRepo, refused_endpoint
+from reference import config_path
 
-REFERENCE = Path("/work/shared/reference/configs/meta-llama__Llama-3.2-1B.json")
+REFERENCE = config_path("meta-llama/Llama-3.2-1B")
 LLAMA = "meta-llama/Llama-3.2-1B"
 GOOD_TOKEN = "hf_GoodTokenAcceptedTerms0123456789"
 OTHER_TOKEN = "hf_ValidButNoAccessToGated987654321"
@@ -30,7 +31,7 @@ CONFIG_PATH = "/{repo}/resolve/{rev}/config.json"
 
 @pytest.fixture(scope="module")
 def llama_config() -> dict:
-    """The real Llama-3.2-1B config (key fields), read by the test only; the product never reads /work/shared."""
+    """The real Llama-3.2-1B config (key fields), read by the test only; the product never reads ../shared."""
     if not REFERENCE.is_file():
         pytest.skip(f"reference config {REFERENCE} not available")
     return json.loads(REFERENCE.read_text())
@@ -425,3 +426,15 @@ def test_non_string_repo_id():
 def test_bad_timeout_is_a_programming_error(timeout_s):
     with pytest.raises(ValueError):
         fetch_config("acme/tiny", timeout_s=timeout_s)
+
+
+def test_fallback_notice_says_what_happened(hub_stub, llama_config):
+    # A 503 for a bundled repo: the bundled copy is shown, and the notice says so (and that the revision was
+    # not checked) instead of asking the user to pick the catalog.
+    from engine.sources import config_from_hub
+
+    hub_stub.add(LLAMA, StubRepo(config=llama_config, status=503))
+    config, origin = config_from_hub(LLAMA, revision="v2", timeout_s=5)
+    assert origin.kind == "catalog_fallback" and config["hidden_size"] == 2048
+    assert origin.notice.startswith("The Hub is unreachable (server error, HTTP 503): showing the bundled copy")
+    assert "'v2'" in origin.notice and "pick the model" not in origin.notice

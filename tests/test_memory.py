@@ -11,7 +11,9 @@ from engine.memory import estimate_memory, quantized_bytes_per_param
 from engine.optimizer import Optimizer, optimizer_state_bytes
 from engine.architecture import TensorGroup
 from engine.scenario import Scenario
-from reference import reference_config
+from reference import reference_config, require_reference
+
+require_reference()
 
 LLAMA8 = architecture_from_config(reference_config("meta-llama/Llama-3.1-8B"))
 P8 = 8_030_261_248  # param_counts.json
@@ -19,7 +21,8 @@ TOKENS_H = 2048 * 4096  # seq x hidden for micro batch 1
 
 
 def est(arch=LLAMA8, **kw):
-    return estimate_memory(arch, Scenario.build(**kw))
+    # torch's foreach AdamW unless a test says otherwise (the Trainer default, fused, has no step temporaries).
+    return estimate_memory(arch, Scenario.build(**{"optimizer": "adamw", **kw}))
 
 
 def test_components_sum_to_total():
@@ -76,6 +79,7 @@ def test_qlora_is_not_always_smaller_than_lora():
     qwen = architecture_from_config(reference_config("Qwen/Qwen2.5-0.5B"))
     lora = estimate_memory(qwen, Scenario.build(method="lora", precision="bf16"))
     qlora = estimate_memory(qwen, Scenario.build(method="qlora", precision="bf16"))
+    assert lora.peak_phase == qlora.peak_phase == "backward"
     assert qlora.total_bytes > lora.total_bytes
     # ...while for Llama-3.1-8B its weights are under half of bf16 LoRA's (7.86 GB vs 16.1 GB).
     q8, l8 = est(method="qlora", precision="bf16"), est(method="lora", precision="bf16")
@@ -149,6 +153,13 @@ def test_optimizer_states():
     assert optimizer_state_bytes([(big, 2)], Optimizer.SGD) == 0
 
 
+def test_default_optimizer_is_the_trainer_default():
+    # transformers 5.x TrainingArguments(optim="adamw_torch_fused"): 16 B/param at the step in mixed precision.
+    e = estimate_memory(LLAMA8, Scenario.build())
+    assert Scenario().optimizer.hf_name == "adamw_torch_fused"
+    assert e.phase_total("optimizer_step") == 16 * P8
+
+
 def test_scenario_validation():
     for bad in [{"micro_batch_size": 0}, {"seq_len": 10_000_000}, {"method": "dora"}, {"lora_r": 0},
                 {"precision": "fp32", "attention": "flash_attention_2"}, {"optimizer": "adam"}]:
@@ -174,3 +185,29 @@ def test_qlora_weight_copies():
     # Without prepare_model_for_kbit_training the 16-bit LM head needs no cast.
     e = est(method="qlora", precision="bf16", prepare_kbit_training=False)
     assert e.parts_by_key["weight_copies"].bytes == 2 * 14_336 * 4_096
+
+
+def test_warnings_for_settings_a_real_run_would_regret():
+    # Llama-3.1-8B: max_position_embeddings 131,072; k_proj is 4,096 -> 1,024.
+    assert any("max_position_embeddings (131,072)" in w for w in est(seq_len=262_144).warnings)
+    assert any("min(in, out) = 1,024" in w for w in est(method="lora", lora_r=2048).warnings)
+    assert any("unscale FP16" in w for w in est(precision="fp16").warnings)
+    assert est().warnings == ()
+
+
+def test_gpt2_default_lora_target_is_c_attn_only():
+    # PEFT's default for gpt2 is ["c_attn"]; "c_proj" would also select the MLP's c_proj.
+    from engine.lora import default_targets
+
+    gpt2 = architecture_from_config(reference_config("openai-community/gpt2"))
+    assert default_targets(gpt2) == ("c_attn",)
+    assert default_targets(LLAMA8) == ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+def test_units():
+    from engine.units import fmt_bytes, to_unit
+
+    assert to_unit(2**30, "GiB") == 1 and to_unit(10**9, "GB") == 1
+    assert fmt_bytes(80 * 2**30, "GiB") == "80.00 GiB"
+    assert fmt_bytes(12_345 * 10**9, "GB") == "12.35 TB"
+    assert fmt_bytes(20_000 * 2**40, "GiB") == "19.53 PiB"

@@ -36,8 +36,9 @@ def memory_stack_figure(rows: list[SweepRow], unit: Unit, gpu: Gpu | None) -> go
                     hovertemplate=f"total %{{y:,.2f}} {unit}, peak at %{{customdata}}<extra></extra>")
     if gpu is not None:
         fig.add_hline(y=to_unit(gpu.memory_bytes, unit), line_dash="dash", line_color="black",
-                      annotation_text=f"{gpu.name} ({to_unit(gpu.memory_bytes, unit):,.0f} {unit})",
-                      annotation_position="top left")
+                      annotation_text=f"{gpu.name}: {to_unit(gpu.memory_bytes, unit):,.1f} {unit}",
+                      annotation_position="top right", annotation_bgcolor="rgba(255,255,255,0.85)",
+                      annotation_font_color="black")
     top = max(totals + ([to_unit(gpu.memory_bytes, unit)] if gpu else []) + [1e-9])
     fig.update_layout(barmode="stack", yaxis_title=f"Peak memory ({unit})", yaxis_range=[0, top * 1.15],
                       legend_title_text="Component", margin=dict(t=30, b=10), height=480, xaxis_tickangle=0)

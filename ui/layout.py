@@ -36,7 +36,7 @@ def _keep_scenario_state() -> None:
 
 def app_shell() -> None:
     """Configure the page, keep scenario inputs and draw the model picker (entrypoint, every run)."""
-    st.set_page_config(page_title="Fine-tune fit", page_icon=":material/memory:", layout="wide")
+    st.set_page_config(page_title="Fine-tune fit", layout="wide")
     _keep_scenario_state()
     model_sidebar()
     st.session_state[_SHELL_FLAG] = True

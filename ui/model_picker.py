@@ -70,7 +70,7 @@ def _hub_config(repo_id: str, revision: str | None) -> tuple[dict[str, Any], Con
             with st.spinner("Reading config.json with your token…"):
                 return fetch_config(repo_id, revision=revision, token=token), hub_origin(repo_id, revision)
     except HubUnavailableError as exc:
-        return catalog_fallback(repo_id, exc)
+        return catalog_fallback(repo_id, exc, revision)
 
 
 def _catalog_widget() -> tuple[dict[str, Any], ConfigOrigin]:

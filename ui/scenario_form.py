@@ -14,8 +14,8 @@ from engine.scenario import METHOD_LABELS, Attention, Method, QuantType, Scenari
 from engine.units import Unit
 
 OPTIMIZER_LABELS = {
-    Optimizer.ADAMW: "AdamW (torch, foreach)",
-    Optimizer.ADAMW_FUSED: "AdamW (torch, fused)",
+    Optimizer.ADAMW: "AdamW (torch, foreach: adamw_torch)",
+    Optimizer.ADAMW_FUSED: "AdamW (torch, fused: Trainer default)",
     Optimizer.ADAMW_8BIT: "8-bit AdamW (bitsandbytes)",
     Optimizer.PAGED_ADAMW_8BIT: "Paged 8-bit AdamW (bitsandbytes)",
     Optimizer.ADAFACTOR: "Adafactor (transformers)",
