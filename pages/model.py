@@ -5,7 +5,9 @@ import streamlit as st
 
 from engine.units import fmt_count
 from ui.charts import parameter_figure
+from engine.checkpoint import explain_difference
 from ui.layout import page_setup
+from ui.model_picker import checkpoint_count
 
 model = page_setup()
 st.title("Model architecture")
@@ -50,6 +52,20 @@ with st.expander("Parameter tensors"):
                        "parameters": g.parameters} for g in arch.tensors]),
         hide_index=True, width="stretch",
     )
+st.subheader("Cross-check with the checkpoint on the Hub")
+if model.origin.repo_id is None:
+    st.caption("An uploaded config has no repo: pick the model from the catalog or by repo id to compare.")
+elif model.origin.kind == "hub" or st.button("Read the checkpoint's parameter count from the Hub", key="read_checkpoint"):
+    count = checkpoint_count(model)
+    if count.total is None:
+        st.info(f"No checkpoint count for {model.origin.repo_id}: {count.reason}.")
+    else:
+        c1, c2, c3 = st.columns(3)
+        c1.metric("In memory (this tool)", f"{arch.total_parameters:,}")
+        c2.metric("Stored in safetensors", f"{count.total:,}", help=", ".join(f"{k}: {v:,}" for k, v in count.by_dtype.items()))
+        c3.metric("Difference", f"{count.total - arch.total_parameters:+,}")
+        for cause in explain_difference(arch, model.config, count.total):
+            st.markdown(f"- {cause}")
 st.caption("Counts are exact sums over the tensor shapes transformers creates for this model_type: tied weights "
            "once, non-persistent buffers (rotary tables, GPT-2's causal mask) not counted. A checkpoint's total on "
            "the Hub can differ: Qwen3-0.6B stores lm_head.weight although it is tied (751,632,384 vs 596,049,920); "

@@ -119,6 +119,9 @@ class RecordedRequest:
     user_agent: str
 
 
+_RANGE_RE = re.compile(r"bytes=(\d+)-(\d*)")
+
+
 def _git_blob_sha1(data: bytes) -> str:
     """The git blob id of ``data`` (what the Hub sends as ETag for files stored in git, not LFS)."""
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
@@ -367,11 +370,20 @@ def _make_handler(stub: HubStub) -> type[BaseHTTPRequestHandler]:
                 )
                 return
 
+            headers = {"ETag": f'"{etag}"', "X-Repo-Commit": commit, "Accept-Ranges": "bytes"}
+            status = 200
+            ranged = _RANGE_RE.fullmatch(self.headers.get("Range", "").strip())
+            if ranged and send_body:
+                # Like the Hub's storage, answer a byte range with 206 and the slice (safetensors headers).
+                start = int(ranged.group(1))
+                end = min(int(ranged.group(2) or len(body) - 1), len(body) - 1)
+                headers["Content-Range"] = f"bytes {start}-{end}/{len(body)}"
+                body, status = body[start : end + 1], 206
             self._send(
-                200,
+                status,
                 body,
                 send_body=send_body,
-                headers={"ETag": f'"{etag}"', "X-Repo-Commit": commit, "Accept-Ranges": "bytes"},
+                headers=headers,
                 content_type="text/plain; charset=utf-8",
                 trickle_s=repo.trickle_s,
             )

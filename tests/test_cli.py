@@ -242,7 +242,9 @@ def test_model_gated_needs_hf_token_which_is_never_printed(hub_stub):
     assert ok_json(allowed)["total_parameters"] == QWEN3_06B_PARAMS
     for proc in (denied, allowed):
         assert TOKEN not in proc.stdout + proc.stderr
-    assert [r.token_accepted for r in hub_stub.requests if "/resolve/" in r.path] == [False, True]
+    assert [r.token_accepted for r in hub_stub.requests if r.path.endswith("/config.json")] == [False, True]
+    # The checkpoint cross-check also went out with the token (the repo has no safetensors: a reason, not a failure).
+    assert "no safetensors" in ok_json(allowed)["checkpoint"]["reason"]
 
 
 def test_offline_model_uses_the_bundled_copy_without_any_server(monkeypatch, tmp_path):

@@ -14,6 +14,7 @@ from typing import Any
 import streamlit as st
 
 from engine.architecture import Architecture, architecture_from_config
+from engine.checkpoint import CheckpointCount, fetch_checkpoint_count
 from engine.errors import EngineError, GatedRepoError, HubUnavailableError, RepoNotFoundError
 from engine.hub import fetch_config
 from engine.sources import ConfigOrigin, catalog_choices, catalog_fallback, config_from_catalog, hub_origin, parse_config_bytes
@@ -137,3 +138,20 @@ def model_sidebar() -> PickedModel | None:
         st.caption(f"{picked.arch.model_type} · {picked.arch.total_parameters:,} parameters · from {origin.kind.replace('_', ' ')}")
     st.session_state["model"] = picked
     return picked
+
+
+@st.cache_data(ttl=3600, max_entries=256, show_spinner="Reading safetensors headers from the Hub…")
+def _public_checkpoint_count(repo_id: str, revision: str | None) -> CheckpointCount:
+    return fetch_checkpoint_count(repo_id, revision=revision, token=False)
+
+
+def checkpoint_count(picked: PickedModel) -> CheckpointCount:
+    """The checkpoint's stored parameter count for the picked model's repo (public: shared cache;
+    gated: read with the user's token, uncached)."""
+    repo_id, revision = picked.origin.repo_id or "", picked.origin.revision
+    count = _public_checkpoint_count(repo_id, revision)
+    token = _token()
+    if count.total is None and "gated" in (count.reason or "") and token:
+        with st.spinner("Reading safetensors headers with your token…"):
+            count = fetch_checkpoint_count(repo_id, revision=revision, token=token)
+    return count
