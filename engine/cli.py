@@ -14,6 +14,7 @@ import sys
 from typing import Any, Sequence
 
 from engine.architecture import Architecture, architecture_from_config
+from engine.checkpoint import explain_difference, fetch_checkpoint_count
 from engine.errors import EngineError
 from engine.lora import resolve_targets
 from engine.memory import PHASES, estimate_memory
@@ -72,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(args: argparse.Namespace) -> tuple[Architecture, dict[str, Any]]:
+def _load(args: argparse.Namespace) -> tuple[Architecture, dict[str, Any], dict[str, Any]]:
+    """The architecture, the config dict and where it came from."""
     if args.config:
         config, origin = config_from_file(args.config)
     elif args.offline:
@@ -81,7 +83,7 @@ def _load(args: argparse.Namespace) -> tuple[Architecture, dict[str, Any]]:
         config, origin = config_from_hub(args.model, revision=args.revision)
         if origin.notice:
             print(f"notice: {origin.notice}", file=sys.stderr)
-    return architecture_from_config(config), origin.model_dump(exclude_none=True)
+    return architecture_from_config(config), config, origin.model_dump(exclude_none=True)
 
 
 def _params_json(arch: Architecture, origin: dict[str, Any]) -> dict[str, Any]:
@@ -112,6 +114,20 @@ _SCENARIO_FIELDS = (
     "method", "precision", "optimizer", "micro_batch_size", "seq_len", "gradient_accumulation_steps",
     "gradient_checkpointing", "attention", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "quant_type",
 )
+
+
+def _checkpoint_json(arch: Architecture, config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """The checkpoint's safetensors count beside ours, with the difference explained."""
+    count = fetch_checkpoint_count(args.model, revision=args.revision)
+    if count.total is None:
+        return {"total_parameters": None, "reason": count.reason}
+    return {
+        "total_parameters": count.total,
+        "by_dtype": count.by_dtype,
+        "files": count.files,
+        "difference": count.total - arch.total_parameters,
+        "explanations": explain_difference(arch, config, count.total),
+    }
 
 
 def _scenario(args: argparse.Namespace) -> Scenario:
@@ -155,9 +171,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 2 bad input or unreachable source)."""
     args = build_parser().parse_args(argv)
     try:
-        arch, origin = _load(args)
+        arch, config, origin = _load(args)
         if args.command == "params":
             out = _params_json(arch, origin)
+            if origin.get("kind") == "hub":
+                out["checkpoint"] = _checkpoint_json(arch, config, args)
         else:
             out = _estimate_json(arch, origin, _scenario(args))
     except EngineError as exc:
