@@ -11,6 +11,7 @@ page = st.navigation(
     [
         st.Page("pages/memory.py", title="Memory", icon=":material/stacked_bar_chart:", default=True),
         st.Page("pages/model.py", title="Model", icon=":material/schema:"),
+        st.Page("pages/fit.py", title="GPU fit", icon=":material/grid_on:"),
         st.Page("pages/methodology.py", title="Methodology", icon=":material/menu_book:"),
     ]
 )

@@ -2,7 +2,8 @@
 
 ``data/models/*.json``: one real model per file, ``{"repo_id", "name", "gated", "source", "config"}``
 where ``config`` holds the fields of the published ``config.json`` the engine reads.
-``data/gpus.csv``: GPUs with their advertised memory (GiB) and the page it comes from.
+``data/gpus.csv`` and ``data/gpu_prices.csv``: the GPU catalog and price sources, loaded and validated by
+:mod:`engine.gpus` (re-exported here: ``Gpu``, ``load_gpus``, ``find_gpu``, ...).
 
 The data folder is found next to the ``engine`` package (a source checkout or editable install), or at
 ``$FINETUNE_FIT_DATA`` when set.
@@ -10,20 +11,15 @@ The data folder is found next to the ``engine`` package (a source checkout or ed
 
 from __future__ import annotations
 
-import csv
-import difflib
 import json
 import os
-import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from engine.errors import CatalogError
-
-GIB = 1024**3
 
 
 def data_dir() -> Path:
@@ -45,28 +41,6 @@ class CatalogModel(BaseModel):
     gated: bool = False
     source: str
     config: dict[str, Any]
-
-
-class Gpu(BaseModel):
-    """A GPU and its memory. ``memory_gib`` is the advertised capacity (binary GiB for these parts)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    name: str = Field(min_length=1)
-    vendor: str
-    memory_gib: float = Field(gt=0)
-    aliases: tuple[str, ...] = ()
-    source: str
-
-    @field_validator("aliases", mode="before")
-    @classmethod
-    def _split(cls, value: Any) -> Any:
-        return tuple(a.strip() for a in value.split(";") if a.strip()) if isinstance(value, str) else value
-
-    @property
-    def memory_bytes(self) -> int:
-        """Advertised memory in bytes."""
-        return int(self.memory_gib * GIB)
 
 
 @lru_cache(maxsize=1)
@@ -91,34 +65,10 @@ def catalog_model(repo_id: str) -> CatalogModel:
     raise CatalogError(f"'{repo_id}' is not in the bundled catalog")
 
 
-@lru_cache(maxsize=1)
-def load_gpus() -> tuple[Gpu, ...]:
-    """Every GPU of ``data/gpus.csv``. Raises ``CatalogError`` naming the bad row (1-based, header = 1)."""
-    path = data_dir() / "gpus.csv"
-    gpus = []
-    with path.open(encoding="utf-8", newline="") as fh:
-        for row_no, row in enumerate(csv.DictReader(fh), start=2):
-            try:
-                gpus.append(Gpu.model_validate(row))
-            except ValidationError as exc:
-                raise CatalogError(f"gpus.csv row {row_no} ({row.get('name')!r}): {exc.errors()[0]['msg']}") from None
-    return tuple(gpus)
+# The GPU catalog and prices live in engine.gpus; importable from here as before.
+from engine.gpus import Gpu, GpuPrice, closest_gpus, find_gpu, load_gpus, load_prices, prices_for  # noqa: E402
 
-
-def _key(name: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", name.lower().removeprefix("nvidia").removeprefix("amd"))
-
-
-def find_gpu(name: str) -> Gpu:
-    """Resolve a GPU name forgivingly: case, spaces, dashes and the vendor prefix do not matter.
-
-    Raises:
-        CatalogError: no match; the message lists the closest names.
-    """
-    wanted = _key(name)
-    for gpu in load_gpus():
-        if wanted in {_key(gpu.name), *(_key(a) for a in gpu.aliases)}:
-            return gpu
-    names = [g.name for g in load_gpus()]
-    close = difflib.get_close_matches(name, names, n=3, cutoff=0.3)
-    raise CatalogError(f"unknown GPU '{name}'" + (f"; closest: {', '.join(close)}" if close else f"; known: {', '.join(names)}"))
+__all__ = [
+    "CatalogModel", "Gpu", "GpuPrice", "catalog_model", "closest_gpus", "data_dir", "find_gpu", "load_gpus",
+    "load_models", "load_prices", "prices_for",
+]

@@ -15,10 +15,13 @@ from typing import Any, Sequence
 
 from engine.architecture import Architecture, architecture_from_config
 from engine.checkpoint import explain_difference, fetch_checkpoint_count
-from engine.errors import EngineError
+from engine.errors import EngineError, ScenarioError
+from engine.fit import check_fit
+from engine.gpus import find_gpu
 from engine.lora import resolve_targets
 from engine.memory import PHASES, estimate_memory
 from engine.optimizer import Optimizer
+from engine.parallel import Strategy
 from engine.precision import PrecisionMode
 from engine.scenario import Attention, Method, QuantType, Scenario
 from engine.seed_rules import seed_quick_rule
@@ -70,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     est = sub.add_parser("estimate", help="peak training memory by component (JSON, bytes)")
     _add_model_options(est)
     _add_scenario_options(est)
+    _add_gpu_options(est)
     return parser
 
 
@@ -167,6 +171,30 @@ def _estimate_json(arch: Architecture, origin: dict[str, Any], scenario: Scenari
     }
 
 
+def _add_gpu_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gpu", metavar="NAME", default=None,
+                   help="check the fit on this GPU (e.g. 'A100 80GB', 'H100 SXM', 'RTX 4090'); adds gpu, fits, headroom_bytes, min_gpus")
+    p.add_argument("--num-gpus", type=int, default=None, metavar="N", help="GPUs of that kind (with --gpu; default 1)")
+    p.add_argument("--strategy", choices=[s.value for s in Strategy], default=None,
+                   help="multi-GPU strategy (with --gpu): ddp = every GPU holds everything; zero3 = ZeRO-3/FSDP full shard (default: ddp)")
+
+
+def _fit_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]:
+    """The fit fields for --gpu (per-GPU bytes); an unknown GPU raises CatalogError naming the closest ones."""
+    gpu = find_gpu(args.gpu)
+    fit = check_fit(arch, scenario, gpu, Strategy(args.strategy or "ddp"), args.num_gpus or 1)
+    return {
+        "gpu": {"name": gpu.name, "usable_memory_bytes": gpu.usable_memory_bytes, "memory_bytes": gpu.memory_bytes},
+        "num_gpus": fit.num_gpus,
+        "strategy": fit.strategy.value,
+        "per_gpu_peak_bytes": round(fit.peak_bytes),
+        "fits": fit.fits,
+        "headroom_bytes": round(fit.headroom_bytes),
+        "min_gpus": fit.min_gpus,
+        "gpu_warnings": list(fit.warnings),
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 2 bad input or unreachable source)."""
     args = build_parser().parse_args(argv)
@@ -177,7 +205,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             if origin.get("kind") == "hub":
                 out["checkpoint"] = _checkpoint_json(arch, config, args)
         else:
-            out = _estimate_json(arch, origin, _scenario(args))
+            scenario = _scenario(args)
+            out = _estimate_json(arch, origin, scenario)
+            if args.gpu is not None:
+                out.update(_fit_json(arch, scenario, args))
+            elif args.num_gpus is not None or args.strategy is not None:
+                raise ScenarioError("--num-gpus and --strategy need --gpu")
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

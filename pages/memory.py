@@ -43,10 +43,10 @@ c3.metric("Peak memory", fmt_bytes(est.total_bytes, unit), help=f"{est.total_byt
 c4.metric("Peak phase", est.peak_phase.replace("_", " "),
           help="Start of backward (activations alive) or optimizer step (gradients and step temporaries alive)")
 if gpu is not None:
-    headroom = gpu.memory_bytes - est.total_bytes
+    headroom = gpu.usable_memory_bytes - est.total_bytes
     verdict = "fits on" if headroom >= 0 else "does not fit on"
     (st.success if headroom >= 0 else st.warning)(
-        f"Estimated peak {verdict} one {gpu.name} ({fmt_bytes(gpu.memory_bytes, unit)}): "
+        f"Estimated peak {verdict} one {gpu.name} ({fmt_bytes(gpu.usable_memory_bytes, unit)} usable): "
         f"{'headroom' if headroom >= 0 else 'short by'} {fmt_bytes(abs(headroom), unit)} before the CUDA context and allocator reserve."
     )
 st.caption(f"Bytes per parameter: {est.bytes_per_parameter}")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from engine.catalog import Gpu
+from engine.fit import FitMatrix
 from engine.sweep import SweepRow
-from engine.units import Unit, to_unit
+from engine.units import Unit, fmt_bytes, to_unit
 
 COMPONENT_STYLE = {
     "weights": ("Weights", "#1f77b4"),
@@ -20,7 +21,8 @@ COMPONENT_STYLE = {
 
 
 def memory_stack_figure(rows: list[SweepRow], unit: Unit, gpu: Gpu | None) -> go.Figure:
-    """Stacked bars of each row's components at its peak, labelled with the total, with a GPU line."""
+    """Stacked bars of each row's components at its peak, labelled with the total, with a line at the
+    GPU's usable memory (the device total nvidia-smi reports, :attr:`engine.gpus.Gpu.usable_memory_bytes`)."""
     ok = [r for r in rows if r.estimate is not None]
     x = [r.label.replace(" · ", "<br>") + (" ◀" if r.is_current else "") for r in ok]
     fig = go.Figure()
@@ -35,11 +37,11 @@ def memory_stack_figure(rows: list[SweepRow], unit: Unit, gpu: Gpu | None) -> go
                     textposition="top center", showlegend=False, customdata=phases,
                     hovertemplate=f"total %{{y:,.2f}} {unit}, peak at %{{customdata}}<extra></extra>")
     if gpu is not None:
-        fig.add_hline(y=to_unit(gpu.memory_bytes, unit), line_dash="dash", line_color="black",
-                      annotation_text=f"{gpu.name}: {to_unit(gpu.memory_bytes, unit):,.1f} {unit}",
+        fig.add_hline(y=to_unit(gpu.usable_memory_bytes, unit), line_dash="dash", line_color="black",
+                      annotation_text=f"{gpu.name}: {to_unit(gpu.usable_memory_bytes, unit):,.1f} {unit} usable",
                       annotation_position="top right", annotation_bgcolor="rgba(255,255,255,0.85)",
                       annotation_font_color="black")
-    top = max(totals + ([to_unit(gpu.memory_bytes, unit)] if gpu else []) + [1e-9])
+    top = max(totals + ([to_unit(gpu.usable_memory_bytes, unit)] if gpu else []) + [1e-9])
     fig.update_layout(barmode="stack", yaxis_title=f"Peak memory ({unit})", yaxis_range=[0, top * 1.15],
                       legend_title_text="Component", margin=dict(t=30, b=10), height=480, xaxis_tickangle=0)
     return fig
@@ -51,4 +53,70 @@ def parameter_figure(counts: dict[str, int]) -> go.Figure:
     fig = go.Figure(go.Bar(x=[v for _, v in items], y=[k for k, _ in items], orientation="h",
                            text=[f"{v:,}" for _, v in items], textposition="auto"))
     fig.update_layout(xaxis_title="parameters", height=300, margin=dict(t=10, b=10))
+    return fig
+
+
+def short_gpu_name(name: str) -> str:
+    """Column label for a GPU: the catalog name without the vendor and brand words."""
+    return name.removeprefix("NVIDIA ").removeprefix("AMD Instinct ").replace(" (one GCD)", " GCD")
+
+
+def _cell_text(headroom: float, fits: bool, min_gpus: int | None, unit: Unit, warning: bool) -> str:
+    value = to_unit(headroom, unit)
+    sign = "+" if headroom >= 0 else "−"
+    n = "–" if min_gpus is None else ("1" if min_gpus == 1 else f"{min_gpus}")
+    return f"{'✓' if fits else '✗'} {sign}{abs(value):,.1f}{' ⚠' if warning else ''}<br>×{n}"
+
+
+def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "") -> go.Figure:
+    """Rows x GPUs heatmap. Colour: single-GPU headroom (green) or shortfall (red) in ``unit``; text: the
+    verdict, the headroom and the fewest GPUs with the row's strategy (×–: none up to 1024 GPUs);
+    ⚠ marks a bf16 scenario on a GPU without bf16. Hover gives the breakdown."""
+    x = [short_gpu_name(g) for g in matrix.gpus]
+    y, z, text, hover = [], [], [], []
+    for row in matrix.rows:
+        y.append(row.label)
+        if not row.cells:
+            z.append([None] * len(x))
+            text.append(["n/a"] * len(x))
+            hover.append([f"<b>{row.label}</b><br>not computed: {row.error}"] * len(x))
+            continue
+        est = row.estimate
+        parts = ""
+        if est is not None:
+            comps = est.components
+            parts = "<br>".join(f"  {k.replace('_', ' ')}: {fmt_bytes(v, unit)}" for k, v in comps.items() if v)
+        zr, tr, hr = [], [], []
+        for gpu, usable, cell in zip(matrix.gpus, matrix.usable_bytes, row.cells):
+            zr.append(to_unit(cell.headroom_bytes, unit))
+            tr.append(_cell_text(cell.headroom_bytes, cell.fits, cell.min_gpus, unit, cell.warning is not None))
+            many = ("none up to 1024" if cell.min_gpus is None
+                    else f"{cell.min_gpus} ({fmt_bytes(cell.per_gpu_bytes_at_min or 0, unit)} per GPU)")
+            hr.append(
+                f"<b>{row.label}</b> on <b>{gpu}</b><br>"
+                f"peak on one GPU: {fmt_bytes(cell.peak_bytes, unit)} ({cell.peak_phase.replace('_', ' ')})<br>"
+                f"usable: {fmt_bytes(usable, unit)}<br>"
+                f"{'headroom' if cell.fits else 'short by'}: {fmt_bytes(abs(cell.headroom_bytes), unit)}<br>"
+                f"fewest GPUs ({row.strategy.value}): {many}<br>"
+                f"single-GPU estimate at its peak:<br>{parts}"
+                + (f"<br>⚠ {cell.warning}" if cell.warning else "")
+                + (f"<br>note: {row.note}" if row.note else "")
+            )
+        z.append(zr)
+        text.append(tr)
+        hover.append(hr)
+    finite = [abs(v) for r in z for v in r if v is not None]
+    span = max(finite + [1.0])
+    cap = min(span, 80.0)  # beyond +-80 GB the colour saturates, so small margins stay visible
+    fig = go.Figure(go.Heatmap(
+        x=x, y=y, z=z, text=text, texttemplate="%{text}", textfont={"size": 10},
+        customdata=hover, hovertemplate="%{customdata}<extra></extra>",
+        colorscale=[[0.0, "#b2182b"], [0.45, "#f4a582"], [0.5, "#f7f7f7"], [0.55, "#a6dba0"], [1.0, "#1b7837"]],
+        zmid=0, zmin=-cap, zmax=cap, xgap=1, ygap=1,
+        colorbar={"title": {"text": f"headroom ({unit})"}},
+    ))
+    fig.update_layout(
+        title=title or None, height=max(260, 34 * len(y) + 150), margin={"t": 40 if title else 10, "b": 10, "l": 10, "r": 10},
+        xaxis={"side": "top", "tickangle": -45}, yaxis={"autorange": "reversed"},
+    )
     return fig

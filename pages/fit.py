@@ -1,0 +1,184 @@
+"""Fit page: which GPUs a fine-tuning scenario fits on, for every catalog model and every technique."""
+
+import pandas as pd
+import streamlit as st
+
+from engine.architecture import architecture_from_config
+from engine.catalog import find_gpu, load_gpus, load_models, prices_for
+from engine.errors import EngineError
+from engine.fit import (
+    SEED_TABLE_SOURCE, check_fit, model_matrix, seed_largest_model_table, technique_matrix, what_fits,
+)
+from engine.optimizer import Optimizer
+from engine.parallel import MAX_GPUS, STRATEGY_LABELS, Strategy
+from engine.precision import PrecisionMode, precision_spec
+from engine.scenario import Method, Scenario
+from engine.units import fmt_bytes, fmt_count, to_unit
+from ui.charts import fit_heatmap
+from ui.layout import page_setup
+from ui.scenario_form import display_sidebar, scenario_sidebar
+
+model = page_setup()
+st.title("Which GPU does it fit on?")
+if model is None:
+    st.info("Pick a model in the sidebar: the bundled catalog works offline.")
+    st.stop()
+scenario = scenario_sidebar(model.arch)
+sidebar_gpu, unit = display_sidebar()
+if scenario is None:
+    st.stop()
+
+gpus = load_gpus()
+catalog = [(m.name, architecture_from_config(m.config)) for m in load_models()]
+st.session_state.setdefault("fit_strategy", Strategy.ZERO3)
+strategy = st.selectbox("Multi-GPU strategy for the fewest GPUs", list(Strategy), format_func=STRATEGY_LABELS.get, key="fit_strategy",
+                        help="DDP: every GPU holds the whole model, so more GPUs never help memory. ZeRO-3 / FSDP full shard: "
+                             "weights, gradients and optimizer states are divided by the number of GPUs.")
+st.caption(
+    f"Each cell: ✓ fits on one GPU / ✗ does not, the headroom (+) or shortfall (−) in {unit} against the GPU's usable memory "
+    "(the total nvidia-smi / rocm-smi reports, before the CUDA context and allocator reserve), and ×N the fewest GPUs of that kind "
+    "with the strategy (×– none up to 1,024). ⚠ a bf16 scenario on a GPU without bf16. Hover for the breakdown."
+)
+
+try:
+    models_fit = model_matrix(catalog, scenario, gpus, strategy)
+    techniques_fit = technique_matrix(model.arch, scenario, gpus)
+except EngineError as exc:
+    st.error(f"Cannot compute the fit: {exc}")
+    st.stop()
+
+
+def _download(matrix, name: str, key: str) -> None:
+    frame = pd.DataFrame(matrix.records())
+    st.download_button(f"Download {name} (CSV)", frame.to_csv(index=False).encode(), file_name=f"{name}.csv",
+                       mime="text/csv", key=key)
+
+
+st.subheader("Catalog models × GPUs")
+st.caption(f"Your scenario: {precision_spec(scenario.precision).label}, {scenario.method.value}, micro batch "
+           f"{scenario.micro_batch_size} × {scenario.seq_len:,} tokens, {scenario.optimizer.value}"
+           f"{', gradient checkpointing' if scenario.gradient_checkpointing else ''}; fewest GPUs with {strategy.value}.")
+st.plotly_chart(fit_heatmap(models_fit, unit), width="stretch", key="fit_models_chart")
+for row in models_fit.rows:
+    if row.error:
+        st.caption(f"Not computed — {row.label}: {row.error}")
+_download(models_fit, "fit_models_x_gpus", "fit_models_csv")
+
+st.subheader(f"Techniques × GPUs for {model.title}")
+st.caption("Same batch, sequence, accumulation, attention and LoRA settings in every row; each row sets what its label says. "
+           "The ZeRO-3 row's ×N is the fewest GPUs with sharding; the other rows use DDP.")
+st.plotly_chart(fit_heatmap(techniques_fit, unit), width="stretch", key="fit_techniques_chart")
+for row in techniques_fit.rows:
+    if row.error:
+        st.caption(f"Not computed — {row.label}: {row.error}")
+_download(techniques_fit, "fit_techniques_x_gpus", "fit_techniques_csv")
+
+st.subheader("What fits")
+names = [g.name for g in gpus]
+st.session_state.setdefault("fit_gpu", sidebar_gpu.name if sidebar_gpu else "NVIDIA A100 80GB")
+c1, c2 = st.columns([2, 1])
+gpu = find_gpu(c1.selectbox("GPU", names, key="fit_gpu"))
+st.session_state.setdefault("fit_num_gpus", 1)
+num_gpus = int(c2.number_input("GPUs", min_value=1, max_value=MAX_GPUS, step=1, key="fit_num_gpus"))
+try:
+    fit = check_fit(model.arch, scenario, gpu, strategy, num_gpus)
+    limits = what_fits(model.arch, scenario, gpu, strategy, num_gpus)
+except EngineError as exc:
+    st.error(f"Cannot compute the fit: {exc}")
+    st.stop()
+for warning in fit.warnings:
+    st.warning(warning)
+m1, m2, m3, m4 = st.columns(4)
+m1.metric("Per-GPU peak", fmt_bytes(fit.peak_bytes, unit), help=f"{fit.peak_bytes:,.0f} bytes, {fit.peak_phase.replace('_', ' ')}")
+m2.metric("Headroom" if fit.fits else "Shortfall", fmt_bytes(abs(fit.headroom_bytes), unit),
+          help=f"usable {fmt_bytes(fit.usable_memory_bytes, unit)} minus the per-GPU peak")
+mb, sl = limits.micro_batch, limits.seq_len
+m3.metric("Largest micro batch", "none" if mb.value is None else f"{mb.value:,}",
+          help=f"at sequence length {scenario.seq_len:,}; searched up to {mb.cap:,} ({mb.capped_by})")
+m4.metric("Longest sequence", "none" if sl.value is None else f"{sl.value:,}",
+          help=f"at micro batch {scenario.micro_batch_size}; searched up to {sl.cap:,} ({sl.capped_by})")
+lines = []
+for lim, what in ((mb, "micro batch"), (sl, "sequence length")):
+    if lim.value is None:
+        lines.append(f"- Even a {what} of 1 does not fit: {fmt_bytes(lim.next_peak_bytes or 0, unit)} per GPU.")
+    elif lim.next_value is None:
+        lines.append(f"- Every {what} up to {lim.cap:,} ({lim.capped_by}) fits: {fmt_bytes(lim.peak_bytes or 0, unit)} per GPU there.")
+    else:
+        lines.append(f"- {what.capitalize()} {lim.value:,} needs {fmt_bytes(lim.peak_bytes or 0, unit)} per GPU; "
+                     f"{lim.next_value:,} would need {fmt_bytes(lim.next_peak_bytes or 0, unit)}.")
+st.markdown("\n".join(lines))
+st.caption(f"{num_gpus} × {gpu.name}, {STRATEGY_LABELS[strategy]}; usable {fmt_bytes(gpu.usable_memory_bytes, unit)} per GPU "
+           f"({gpu.usable_source}). Fewest GPUs for this scenario: {fit.min_gpus if fit.min_gpus else 'none up to 1,024'}.")
+prices = prices_for(gpu)
+if prices:
+    with st.expander(f"Prices of one {gpu.name} GPU-hour", expanded=False):
+        st.dataframe(pd.DataFrame([
+            {"source": p.source_name, "on-demand $/h": p.on_demand_usd_per_hour, "spot $/h": p.spot_usd_per_hour,
+             "date": p.date.isoformat(), "url": p.url, "note": p.note} for p in prices
+        ]), hide_index=True, width="stretch")
+
+st.subheader("Largest model per GPU: the seed chapter's table recomputed")
+st.caption("The seed's numbers beside the largest catalog model whose estimate fits, for a standard scenario you can change here.")
+st.session_state.setdefault("seed_seq_len", 2048)
+st.session_state.setdefault("seed_micro_batch", 1)
+st.session_state.setdefault("seed_ckpt", True)
+st.session_state.setdefault("seed_efficient", Method.LORA)
+st.session_state.setdefault("seed_full_precision", PrecisionMode.AMP_BF16)
+s1, s2, s3, s4, s5 = st.columns(5)
+seed_seq = int(s1.number_input("Sequence length", min_value=1, max_value=131_072, step=256, key="seed_seq_len"))
+seed_batch = int(s2.number_input("Micro batch", min_value=1, max_value=1024, step=1, key="seed_micro_batch"))
+seed_ckpt = s3.toggle("Gradient checkpointing", key="seed_ckpt")
+seed_full_precision = s4.selectbox("Full FT precision", [PrecisionMode.AMP_BF16, PrecisionMode.BF16],
+                                   format_func=lambda m: precision_spec(m).label, key="seed_full_precision")
+seed_eff = s5.selectbox("Efficient method", [Method.LORA, Method.QLORA], format_func=lambda m: m.value.upper() if m is Method.QLORA else "LoRA",
+                        key="seed_efficient")
+common = dict(micro_batch_size=seed_batch, seq_len=seed_seq, gradient_checkpointing=seed_ckpt, optimizer=Optimizer.ADAMW_FUSED)
+full_sc = Scenario.build(method=Method.FULL, precision=seed_full_precision, **common)
+eff_sc = Scenario.build(method=seed_eff, precision=PrecisionMode.BF16, **common)
+seed_rows = seed_largest_model_table(catalog, full_sc, eff_sc, gpus)
+
+
+def _model(m) -> str:
+    return "nothing in the catalog" if m.label is None else f"{m.label} ({fmt_count(m.parameters)})"
+
+
+st.dataframe(pd.DataFrame([
+    {
+        "GPUs (seed)": r.seed.seed_label,
+        f"usable ({unit})": round(to_unit(r.usable_memory_bytes, unit), 1),
+        "seed VRAM": r.seed.seed_vram,
+        "seed: full FT": r.seed.seed_full or "—",
+        "computed: full FT": _model(r.full),
+        "full vs seed": r.full_vs_seed,
+        "seed: efficient": r.seed.seed_efficient,
+        f"computed: {seed_eff.value}": _model(r.efficient),
+        "efficient vs seed": r.efficient_vs_seed,
+        "strategy": r.strategy.value,
+    }
+    for r in seed_rows
+]), hide_index=True, width="stretch", key="seed_table")
+st.caption(
+    f"Full FT: {precision_spec(seed_full_precision).label}, fused AdamW; efficient: {seed_eff.value} on a bf16 base (rank "
+    f"{Scenario().lora_r}, attention projections); both at micro batch {seed_batch} × {seed_seq:,} tokens"
+    f"{', gradient checkpointing' if seed_ckpt else ''}. Multi-GPU lines use ZeRO-3 across the GPUs. Source: {SEED_TABLE_SOURCE}."
+)
+st.markdown(
+    """**Why the numbers differ from the seed's**
+
+- *Bytes per parameter.* The seed's rule counts 12 B/param for "bf16 mixed" (2 + 2 + 8). Trainer's mixed precision keeps
+  fp32 weights and gradients beside fp32 AdamW states: 16 B/param, plus autocast's 16-bit weight copies during backward.
+  Pure bf16 (8 B/param with fused AdamW) or an 8-bit optimizer fit larger models than the mixed default.
+- *Activations and the loss.* The seed's sizes count model states only; the estimate adds the saved activations and the
+  fp32 logits, log-softmax and their gradients over the whole vocabulary (12 B × tokens × vocab: 3.2 GB for Llama 3 at
+  2,048 tokens), which is why a long sequence or a large vocabulary moves a model off a GPU.
+- *Efficient methods.* LoRA on a bf16 base needs about 2 B/param for the frozen weights; QLoRA about 0.5 B/param for the quantized layers. With
+  gradient checkpointing an 8B model's LoRA fits 24 GB, so the seed's "3B on 24 GB" is conservative for today's stack.
+- *Usable, not nominal memory.* The comparison uses the device total nvidia-smi reports (e.g. 81,559 MiB for an H100
+  80GB, 24,564 MiB for an RTX 4090), not the marketing size, and the CUDA context (0.3-1 GiB) still has to fit beside it.
+- *Catalog granularity.* Only the bundled models are tried: their sizes jump from 13B to Mixtral's 46.7B and then 70B, so a
+  seed range such as "30-40B" shows as the largest catalog model that fits, and "same" allows for nominal sizes
+  (-15%/+25%: "7B" covers 5.95-8.75B).
+- *Multi-GPU.* The seed adds the VRAM of all GPUs. Only sharding pools memory: with ZeRO-3 the model states divide by the
+  number of GPUs, but activations, the loss tensors and the gathered layer stay on every GPU; with DDP nothing is pooled.
+"""
+)

@@ -1,0 +1,145 @@
+"""AppTest tests of the GPU fit page (pages/fit.py), in both modes of tests/test_app.py: ``first_request`` (the page
+file runs directly, as on a fresh server's first request) and ``served`` (streamlit_app.py runs, then the page)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from engine.catalog import load_gpus, load_models
+from engine.fit import TECHNIQUES
+from engine.parallel import Strategy
+from engine.scenario import Method
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "streamlit_app.py")
+PAGE = "pages/fit.py"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    st.cache_data.clear()
+    yield
+    st.cache_data.clear()
+
+
+@pytest.fixture(params=["first_request", "served"])
+def new_app(request, monkeypatch):
+    """As in tests/test_app.py: ``served`` keeps Streamlit's pages-directory flag off, as after any st.navigation call."""
+    if request.param == "served":
+        import streamlit.testing.v1.app_test as app_test_module
+        from streamlit.runtime.pages_manager import PagesManager
+
+        class _AfterNavigation(PagesManager):
+            def __init__(self, *args, **kwargs):
+                PagesManager.uses_pages_directory = False
+                super().__init__(*args, **kwargs)
+
+        monkeypatch.setattr(app_test_module, "PagesManager", _AfterNavigation)
+        monkeypatch.setattr(PagesManager, "uses_pages_directory", PagesManager.uses_pages_directory)
+
+    def make() -> AppTest:
+        return AppTest.from_file(APP, default_timeout=60)
+
+    return make
+
+
+@pytest.fixture
+def fit_page(new_app) -> AppTest:
+    at = new_app().switch_page(PAGE).run()
+    no_exception(at)
+    return at
+
+
+def no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def charts(at: AppTest) -> list[dict]:
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def heatmap(fig: dict) -> dict:
+    (trace,) = fig["data"]
+    assert trace["type"] == "heatmap"
+    return trace
+
+
+def seed_table(at: AppTest):
+    return next(d.value for d in at.dataframe if "GPUs (seed)" in d.value.columns)
+
+
+def metric(at: AppTest, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def test_page_renders_both_heatmaps_the_seed_table_and_what_fits(fit_page):
+    at = fit_page
+    assert [t.value for t in at.title] == ["Which GPU does it fit on?"]
+    models_fig, techniques_fig = (heatmap(f) for f in charts(at))
+    gpus = load_gpus()
+    assert len(models_fig["x"]) == len(gpus) and len(models_fig["y"]) == len(load_models())
+    assert techniques_fig["y"] == [t.label for t in TECHNIQUES]
+    cell = models_fig["text"][0][0]
+    assert cell[0] in "✓✗" and "×" in cell
+    assert "fewest GPUs" in models_fig["customdata"][0][0]
+    seed = seed_table(at)
+    assert list(seed["GPUs (seed)"]) == ["RTX 3090", "RTX 4090", "A100-40GB", "A100-80GB", "H100", "2× A100-40GB",
+                                         "4× A100-80GB", "8× H100"]
+    assert list(seed["seed: efficient"]) == ["3B", "3B", "7B", "13B", "13B", "7-13B", "30-40B", "70B"]
+    assert metric(at, "Largest micro batch") and metric(at, "Longest sequence")
+    assert len(at.get("download_button")) == 2
+    assert at.selectbox(key="catalog_repo").value == "meta-llama/Llama-3.1-8B"  # the picker is on this page too
+
+
+def test_changing_the_scenario_changes_cells(fit_page):
+    at = fit_page
+    before_models, before_tech = (heatmap(f)["z"] for f in charts(at))
+    at.number_input(key="seq_len").set_value(8192).run()
+    no_exception(at)
+    after_models, after_tech = (heatmap(f)["z"] for f in charts(at))
+    assert after_models != before_models and after_tech != before_tech
+    # Longer sequences never need less memory; the headroom shrinks unless the optimizer step stays the peak.
+    flat = [(b, a) for rb, ra in zip(before_models, after_models) for b, a in zip(rb, ra) if b is not None]
+    assert flat and all(a <= b for b, a in flat) and sum(a < b for b, a in flat) > len(flat) // 2
+
+    at.radio(key="method").set_value(Method.QLORA).run()
+    no_exception(at)
+    qlora_models = heatmap(charts(at)[0])["z"]
+    assert qlora_models != after_models
+
+
+def test_unit_switch_rescales_the_cells(fit_page):
+    at = fit_page
+    gib = heatmap(charts(at)[0])["z"]
+    at.radio(key="unit").set_value("GB").run()
+    no_exception(at)
+    gb = heatmap(charts(at)[0])["z"]
+    b, a = next((b, a) for rb, ra in zip(gib, gb) for b, a in zip(rb, ra) if b)
+    assert a / b == pytest.approx(2**30 / 1e9)
+
+
+def test_what_fits_follows_the_chosen_gpu_and_strategy(fit_page):
+    at = fit_page
+    at.selectbox(key="fit_gpu").set_value("NVIDIA T4").run()
+    no_exception(at)
+    assert metric(at, "Largest micro batch") == "none"  # 8B full fine-tuning on a 16 GB T4
+    assert any("no bf16 support" in w.value for w in at.warning)
+    at.selectbox(key="fit_gpu").set_value("NVIDIA H200").run()
+    at.selectbox(key="fit_strategy").set_value(Strategy.ZERO3).run()
+    at.number_input(key="fit_num_gpus").set_value(8).run()
+    no_exception(at)
+    assert metric(at, "Largest micro batch") not in ("none", "")
+
+
+def test_seed_table_follows_its_own_scenario(fit_page):
+    at = fit_page
+    lora = list(seed_table(at)["computed: lora"])
+    at.selectbox(key="seed_efficient").set_value(Method.QLORA).run()
+    no_exception(at)
+    qlora = list(seed_table(at)["computed: qlora"])
+    assert qlora != lora
