@@ -7,28 +7,49 @@ activation memory are computed from them.
 
 Parameter counts are exact: they are sums over the tensor shapes that transformers' modelling code
 creates for that ``model_type`` (transformers 4.4x-5.x, ``modeling_<type>.py``), with tied embeddings
-counted once and non-persistent buffers (rotary tables, GPT-2's causal mask) not counted, which is what
-``sum(p.numel() for p in model.parameters())`` returns.
+counted once and non-persistent buffers (rotary tables, GPT-2's causal mask, DeepSeek-V3's
+``e_score_correction_bias``) not counted, which is what ``sum(p.numel() for p in model.parameters())``
+returns. The builders per ``model_type`` live in :mod:`engine.families`; this module holds the data
+model, the config readers they share, and :func:`architecture_from_config`.
+
+How the parts of a model are represented:
+
+- ``tensors``: every parameter tensor of the *language model* (the part a fine-tuning run trains),
+  grouped by shape and role. Totals are always sums over tensors, never ``num_layers x per-layer``,
+  so models whose blocks differ (DeepSeek's first dense layers, Qwen-MoE's ``mlp_only_layers``,
+  Mllama's cross-attention layers, T5's encoder and decoder) count exactly.
+- ``layer_linears``: the distinct ``nn.Linear`` modules found in the blocks, by their module path inside
+  a block. ``LinearLayer.layers`` says in how many blocks a module occurs (``None``: all
+  ``num_layers``), ``count`` how many copies one block holds (routed experts).
+- ``vision_tensors``: the vision tower and the multimodal projector of image-text models. They are
+  part of ``total_parameters`` (they sit in GPU memory) but not of ``tensors``, because the default
+  fine-tuning recipe freezes them; ``vision_exact`` is False when the tower's shapes had to be
+  approximated.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, computed_field
+from pydantic import BaseModel, ConfigDict, computed_field, model_validator
 
 from engine.errors import ConfigError, UnsupportedModelError
 
-Role = Literal["embeddings", "attention", "mlp", "norms", "lm_head"]
-"""Component a parameter tensor is counted under. Routers and experts count as ``mlp``."""
+Role = Literal["embeddings", "attention", "mlp", "norms", "lm_head", "head", "vision"]
+"""Component a parameter tensor is counted under. Routers and experts count as ``mlp``; ``head`` is a
+task head besides the output projection (BERT's masked-LM transform and output bias); ``vision`` is the
+vision tower and projector of a multimodal model."""
+
+BASE_ROLES: tuple[Role, ...] = ("embeddings", "attention", "mlp", "norms", "lm_head")
+"""Roles every :attr:`Architecture.parameter_counts` lists; ``head`` and ``vision`` appear when present."""
 
 
 class TensorGroup(BaseModel):
     """``count`` parameter tensors of one ``shape`` (e.g. the q_proj weight of every layer).
 
     ``linear`` marks weights of ``nn.Linear`` layers inside decoder blocks: the tensors that bitsandbytes
-    quantizes for QLoRA and that autocast casts to the compute dtype.
+    quantizes for QLoRA and that autocast casts to the compute dtype. ``expert`` marks routed-expert
+    weights of a mixture of experts, of which only ``experts_per_token`` of ``num_experts`` run per token.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -38,6 +59,7 @@ class TensorGroup(BaseModel):
     count: int
     role: Role
     linear: bool = False
+    expert: bool = False
 
     @property
     def numel(self) -> int:
@@ -53,12 +75,19 @@ class TensorGroup(BaseModel):
         return self.numel * self.count
 
 
+# First component of a module path that names an attention module, across the families.
+_ATTENTION_PREFIXES = ("self_attn", "attn", "attention", "self_attention", "cross_attn")
+
+
 class LinearLayer(BaseModel):
     """One linear module of a decoder block, as PEFT sees it.
 
     ``module`` is the path inside the block (``self_attn.q_proj``); PEFT's ``target_modules`` matches a
     name when it equals the last path component, which :meth:`matches` reproduces. ``count`` > 1 for
-    experts (one module per expert).
+    experts (one module per expert). ``layers`` is the number of blocks that contain the module when not
+    all do (DeepSeek's dense first layers, Mllama's cross-attention layers, T5's decoder-only
+    cross-attention); ``None`` means every one of ``Architecture.num_layers``. ``role`` says whether the
+    module belongs to attention or to the MLP (derived from the path when not given).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -68,6 +97,16 @@ class LinearLayer(BaseModel):
     out_features: int
     bias: bool
     count: int = 1
+    layers: int | None = None
+    role: Literal["attention", "mlp"] = "mlp"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_role(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("role") is None and isinstance(data.get("module"), str):
+            first = data["module"].split(".")[0]
+            data = {**data, "role": "attention" if first in _ATTENTION_PREFIXES else "mlp"}
+        return data
 
     @property
     def target_name(self) -> str:
@@ -78,19 +117,41 @@ class LinearLayer(BaseModel):
         """True when PEFT's suffix rule would select this module for ``target``."""
         return self.module == target or self.module.endswith("." + target)
 
+    def blocks(self, num_layers: int) -> int:
+        """Blocks that contain this module."""
+        return num_layers if self.layers is None else self.layers
+
 
 class Architecture(BaseModel):
     """Sizes and parameter tensors of a transformer, derived from its config.
 
     Sizes are element counts (not bytes). ``head_dim`` is explicit because several families (Gemma,
     Qwen3, Llama 3.2) set it independently of ``hidden_size / num_attention_heads``.
+
+    Field meanings beyond the obvious sizes:
+
+    - ``num_layers``: transformer blocks the hidden state passes through (encoder + decoder blocks for
+      an encoder-decoder; ``num_encoder_layers`` of them are encoder blocks).
+    - ``intermediate_size``: MLP width of a typical block; for a mixture of experts, the width of one
+      routed expert. ``dense_intermediate_size`` and ``dense_mlp_layers`` describe the dense-MLP
+      blocks of an MoE model (DeepSeek's first ``first_k_dense_replace`` layers), and
+      ``shared_expert_intermediate_size`` the always-active shared expert(s) (Qwen-MoE, DeepSeek).
+    - ``norms_per_layer``: normalisation operations per block (they save activations), even when they
+      have no parameters (OLMo's non-parametric LayerNorm).
+    - ``parallel_attention``: attention and MLP read the same block input (GPT-J, Falcon, Phi-2,
+      Cohere, GPT-NeoX with ``use_parallel_residual``).
+    - ``kv_lora_rank`` / ``q_lora_rank`` / ``qk_rope_head_dim`` / ``v_head_dim``: DeepSeek's multi-head
+      latent attention. ``head_dim`` is then the query/key head width (nope + rope part), and
+      ``num_key_value_heads`` equals the query heads, as the kernels see them after ``kv_b_proj``.
     """
 
     model_config = ConfigDict(frozen=True)
 
     model_type: str
+    kind: Literal["decoder", "encoder", "encoder_decoder"] = "decoder"
     hidden_size: int
     num_layers: int
+    num_encoder_layers: int = 0
     num_attention_heads: int
     num_key_value_heads: int
     head_dim: int
@@ -102,9 +163,18 @@ class Architecture(BaseModel):
     norms_per_layer: int
     mlp: Literal["gated", "plain"]
     activation: str
-    positional: Literal["rope", "learned"]
+    positional: Literal["rope", "learned", "alibi", "relative"]
+    parallel_attention: bool = False
     num_experts: int = 0
     experts_per_token: int = 0
+    num_shared_experts: int = 0
+    shared_expert_intermediate_size: int = 0
+    dense_mlp_layers: int = 0
+    dense_intermediate_size: int = 0
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
     sliding_window: int | None = None
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0
@@ -112,6 +182,9 @@ class Architecture(BaseModel):
     final_logit_softcapping: float | None = None
     tensors: tuple[TensorGroup, ...]
     layer_linears: tuple[LinearLayer, ...]
+    vision_tensors: tuple[TensorGroup, ...] = ()
+    vision_exact: bool = True
+    vision_model_type: str | None = None
 
     @property
     def q_out(self) -> int:
@@ -126,24 +199,39 @@ class Architecture(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def parameter_counts(self) -> dict[str, int]:
-        """Parameters by component (embeddings, attention, mlp, norms, lm_head) and ``total``."""
-        counts = {role: 0 for role in ("embeddings", "attention", "mlp", "norms", "lm_head")}
-        for group in self.tensors:
-            counts[group.role] += group.parameters
+        """Parameters by component (embeddings, attention, mlp, norms, lm_head; head and vision when the
+        model has them) and ``total``."""
+        counts: dict[str, int] = {role: 0 for role in BASE_ROLES}
+        for group in self.tensors + self.vision_tensors:
+            counts[group.role] = counts.get(group.role, 0) + group.parameters
         counts["total"] = sum(counts.values())
         return counts
 
     @property
+    def language_parameters(self) -> int:
+        """Parameters of ``tensors``: the language model that fine-tuning trains (no vision tower)."""
+        return sum(g.parameters for g in self.tensors)
+
+    @property
+    def vision_parameters(self) -> int:
+        """Parameters of the vision tower and projector (0 for text-only models)."""
+        return sum(g.parameters for g in self.vision_tensors)
+
+    @property
     def total_parameters(self) -> int:
-        """Unique parameters held in memory (tied weights once)."""
+        """Unique parameters held in memory (tied weights once), vision tower included."""
         return self.parameter_counts["total"]
 
     @property
     def active_parameters(self) -> int:
-        """Parameters used per token: for MoE, only ``experts_per_token`` of ``num_experts`` experts."""
+        """Parameters used per token: for MoE, only ``experts_per_token`` of ``num_experts`` routed
+        experts; shared experts, routers, attention and embeddings always count.
+
+        The whole embedding table counts, as in Mistral's and Qwen's published active counts (Mixtral
+        12.9B, Qwen1.5-MoE 2.7B); DeepSeek's published figures leave the input embedding out."""
         if not self.num_experts:
             return self.total_parameters
-        expert = sum(g.parameters for g in self.tensors if ".experts." in g.name)
+        expert = sum(g.parameters for g in self.tensors if g.expert)
         return self.total_parameters - expert + expert * self.experts_per_token // self.num_experts
 
     def linear_target_names(self) -> list[str]:
@@ -152,7 +240,7 @@ class Architecture(BaseModel):
 
 
 # --------------------------------------------------------------------------------------------------
-# Reading config values
+# Reading config values (shared by the builders in engine.families)
 
 
 def _get(config: dict[str, Any], *keys: str, default: Any = None, required: bool = True) -> Any:
@@ -184,9 +272,9 @@ MAX_LAYERS = 10_000
 """Most decoder layers accepted: published models have at most a few hundred."""
 
 
-def _layers(config: dict[str, Any], *keys: str) -> int:
+def _layers(config: dict[str, Any], *keys: str, default: int | None = None) -> int:
     """Number of layers, at most :data:`MAX_LAYERS`."""
-    value = _size(config, *keys)
+    value = _size(config, *keys, default=default)
     if value > MAX_LAYERS:
         raise ConfigError(f"config.json field '{keys[0]}' is {value:,}, implausibly many layers (at most {MAX_LAYERS:,})")
     return value
@@ -201,198 +289,22 @@ def _probability(config: dict[str, Any], key: str, default: float = 0.0) -> floa
     return float(value)
 
 
-@dataclass(frozen=True)
-class _Family:
-    """What differs between the Llama-like families, as hard-coded in each ``modeling_<type>.py``."""
-
-    tie_default: bool
-    qkv_bias: bool | None = None  # None: follow config 'attention_bias' for q, k, v and o
-    norm: Literal["rmsnorm", "gemma_rmsnorm"] = "rmsnorm"
-    norms_per_layer: int = 2
-    qk_norm: bool = False
-    fused: bool = False  # Phi-3 fuses qkv_proj and gate_up_proj
-    moe: bool = False
+def _flag(config: dict[str, Any], key: str, default: bool) -> bool:
+    """A boolean switch; absent or null means the config class's ``default``."""
+    value = config.get(key)
+    return default if value is None else bool(value)
 
 
-# Defaults are those of each transformers config class (e.g. LlamaConfig.tie_word_embeddings=False,
-# GemmaConfig=True); Qwen2 always has q/k/v biases and no o_proj bias (Qwen2Attention).
-_FAMILIES: dict[str, _Family] = {
-    "llama": _Family(tie_default=False),
-    "mistral": _Family(tie_default=False),
-    "mixtral": _Family(tie_default=False, moe=True),
-    "qwen2": _Family(tie_default=False, qkv_bias=True),
-    "qwen3": _Family(tie_default=False, qk_norm=True),
-    "gemma": _Family(tie_default=True, norm="gemma_rmsnorm"),
-    "gemma2": _Family(tie_default=True, norm="gemma_rmsnorm", norms_per_layer=4),
-    "phi3": _Family(tie_default=False, fused=True),
-}
+# --------------------------------------------------------------------------------------------------
 
-
-def _llama_like(config: dict[str, Any], model_type: str) -> Architecture:
-    """Decoder with RoPE, RMSNorm and a gated MLP (Llama, Mistral, Mixtral, Qwen2/3, Gemma 1/2, Phi-3)."""
-    fam = _FAMILIES[model_type]
-    h = _size(config, "hidden_size")
-    layers = _layers(config, "num_hidden_layers")
-    heads = _size(config, "num_attention_heads")
-    kv_heads = _size(config, "num_key_value_heads", default=heads)
-    if heads % kv_heads:
-        raise ConfigError(f"num_attention_heads ({heads}) is not a multiple of num_key_value_heads ({kv_heads})")
-    if config.get("head_dim") is None and h % heads:
-        raise ConfigError(f"hidden_size ({h}) is not divisible by num_attention_heads ({heads}) and no head_dim is set")
-    head_dim = _size(config, "head_dim", default=h // heads)
-    inter = _size(config, "intermediate_size")
-    vocab = _size(config, "vocab_size")
-    tied = bool(config.get("tie_word_embeddings", fam.tie_default))
-    attn_bias = bool(config.get("attention_bias", False))
-    mlp_bias = bool(config.get("mlp_bias", False))
-    q_out, kv_out = heads * head_dim, kv_heads * head_dim
-
-    if fam.fused:
-        linears = [
-            LinearLayer(module="self_attn.qkv_proj", in_features=h, out_features=q_out + 2 * kv_out, bias=False),
-            LinearLayer(module="self_attn.o_proj", in_features=q_out, out_features=h, bias=False),
-        ]
-    else:
-        qkv_bias = attn_bias if fam.qkv_bias is None else fam.qkv_bias
-        o_bias = attn_bias if fam.qkv_bias is None else False
-        linears = [
-            LinearLayer(module="self_attn.q_proj", in_features=h, out_features=q_out, bias=qkv_bias),
-            LinearLayer(module="self_attn.k_proj", in_features=h, out_features=kv_out, bias=qkv_bias),
-            LinearLayer(module="self_attn.v_proj", in_features=h, out_features=kv_out, bias=qkv_bias),
-            LinearLayer(module="self_attn.o_proj", in_features=q_out, out_features=h, bias=o_bias),
-        ]
-    experts, top_k = 0, 0
-    if fam.moe:
-        experts = _size(config, "num_local_experts")
-        top_k = _size(config, "num_experts_per_tok")
-        linears += [
-            LinearLayer(module="block_sparse_moe.gate", in_features=h, out_features=experts, bias=False),
-            LinearLayer(module="block_sparse_moe.experts.w1", in_features=h, out_features=inter, bias=False, count=experts),
-            LinearLayer(module="block_sparse_moe.experts.w2", in_features=inter, out_features=h, bias=False, count=experts),
-            LinearLayer(module="block_sparse_moe.experts.w3", in_features=h, out_features=inter, bias=False, count=experts),
-        ]
-    elif fam.fused:
-        linears += [
-            LinearLayer(module="mlp.gate_up_proj", in_features=h, out_features=2 * inter, bias=False),
-            LinearLayer(module="mlp.down_proj", in_features=inter, out_features=h, bias=False),
-        ]
-    else:
-        linears += [
-            LinearLayer(module="mlp.gate_proj", in_features=h, out_features=inter, bias=mlp_bias),
-            LinearLayer(module="mlp.up_proj", in_features=h, out_features=inter, bias=mlp_bias),
-            LinearLayer(module="mlp.down_proj", in_features=inter, out_features=h, bias=mlp_bias),
-        ]
-
-    tensors = _linear_tensors(linears, layers)
-    tensors.append(TensorGroup(name="embed_tokens", shape=(vocab, h), count=1, role="embeddings"))
-    tensors.append(TensorGroup(name="layer_norms", shape=(h,), count=layers * fam.norms_per_layer, role="norms"))
-    if fam.qk_norm:
-        tensors.append(TensorGroup(name="qk_norms", shape=(head_dim,), count=layers * 2, role="norms"))
-    tensors.append(TensorGroup(name="final_norm", shape=(h,), count=1, role="norms"))
-    if not tied:
-        tensors.append(TensorGroup(name="lm_head", shape=(vocab, h), count=1, role="lm_head"))
-
-    return Architecture(
-        model_type=model_type,
-        hidden_size=h,
-        num_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        head_dim=head_dim,
-        intermediate_size=inter,
-        vocab_size=vocab,
-        tie_word_embeddings=tied,
-        max_position_embeddings=config.get("max_position_embeddings"),
-        norm=fam.norm,
-        norms_per_layer=fam.norms_per_layer,
-        mlp="gated",
-        activation=str(config.get("hidden_activation") or config.get("hidden_act") or "silu"),
-        positional="rope",
-        num_experts=experts,
-        experts_per_token=top_k,
-        sliding_window=config.get("sliding_window"),
-        attention_dropout=_probability(config, "attention_dropout"),
-        qk_norm=fam.qk_norm,
-        # Gemma2Config defaults final_logit_softcapping to 30.0 (tanh over the logits, saved for backward).
-        final_logit_softcapping=config.get("final_logit_softcapping", 30.0 if model_type == "gemma2" else None),
-        tensors=tuple(tensors),
-        layer_linears=tuple(linears),
-    )
-
-
-def _linear_tensors(linears: list[LinearLayer], layers: int) -> list[TensorGroup]:
-    """Weight and bias tensors of a block's linear layers, repeated over ``layers`` blocks."""
-    groups = []
-    for lin in linears:
-        # Routers and experts are MLP; everything under self_attn/attn is attention.
-        role: Role = "attention" if lin.module.split(".")[0] in ("self_attn", "attn") else "mlp"
-        groups.append(
-            TensorGroup(name=lin.module, shape=(lin.out_features, lin.in_features), count=layers * lin.count, role=role, linear=True)
-        )
-        if lin.bias:
-            groups.append(TensorGroup(name=lin.module + ".bias", shape=(lin.out_features,), count=layers * lin.count, role=role))
-    return groups
-
-
-def _gpt2(config: dict[str, Any], model_type: str) -> Architecture:
-    """GPT-2 (``GPT2LMHeadModel``): learned positions, LayerNorm with bias, Conv1D layers with bias, tied head."""
-    h = _size(config, "n_embd", "hidden_size")
-    layers = _layers(config, "n_layer", "num_hidden_layers")
-    heads = _size(config, "n_head", "num_attention_heads")
-    if h % heads:
-        raise ConfigError(f"n_embd ({h}) is not divisible by n_head ({heads})")
-    positions = _size(config, "n_positions", "max_position_embeddings")
-    inner = _size(config, "n_inner", default=4 * h)
-    vocab = _size(config, "vocab_size")
-    tied = bool(config.get("tie_word_embeddings", True))
-    # GPT-2's Conv1D stores weight as (in, out); the element count is the same as a Linear's.
-    linears = [
-        LinearLayer(module="attn.c_attn", in_features=h, out_features=3 * h, bias=True),
-        LinearLayer(module="attn.c_proj", in_features=h, out_features=h, bias=True),
-        LinearLayer(module="mlp.c_fc", in_features=h, out_features=inner, bias=True),
-        LinearLayer(module="mlp.c_proj", in_features=inner, out_features=h, bias=True),
-    ]
-    tensors = _linear_tensors(linears, layers)
-    tensors += [
-        TensorGroup(name="wte", shape=(vocab, h), count=1, role="embeddings"),
-        TensorGroup(name="wpe", shape=(positions, h), count=1, role="embeddings"),
-        # ln_1 and ln_2 per block, ln_f at the end: weight and bias each.
-        TensorGroup(name="layer_norms", shape=(h,), count=layers * 2 * 2, role="norms"),
-        TensorGroup(name="ln_f", shape=(h,), count=2, role="norms"),
-    ]
-    if not tied:
-        tensors.append(TensorGroup(name="lm_head", shape=(vocab, h), count=1, role="lm_head"))
-    return Architecture(
-        model_type=model_type,
-        hidden_size=h,
-        num_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=heads,
-        head_dim=h // heads,
-        intermediate_size=inner,
-        vocab_size=vocab,
-        tie_word_embeddings=tied,
-        max_position_embeddings=positions,
-        norm="layernorm",
-        norms_per_layer=2,
-        mlp="plain",
-        activation=str(config.get("activation_function", "gelu_new")),
-        positional="learned",
-        # GPT2Config defaults all three dropouts to 0.1, and the published config sets them so.
-        attention_dropout=_probability(config, "attn_pdrop", 0.1),
-        hidden_dropout=_probability(config, "resid_pdrop", 0.1),
-        tensors=tuple(tensors),
-        layer_linears=tuple(linears),
-    )
-
-
-_BUILDERS: dict[str, Callable[[dict[str, Any], str], Architecture]] = {
-    **{name: _llama_like for name in _FAMILIES},
-    "gpt2": _gpt2,
-}
-
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_BUILDERS))
-"""``model_type`` values the engine counts exactly."""
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
+    "bert", "bloom", "cohere", "deepseek_v2", "deepseek_v3", "falcon", "gemma", "gemma2", "gemma3",
+    "gemma3_text", "gpt2", "gpt_neox", "gptj", "granite", "idefics3", "llama", "llava", "mistral",
+    "mixtral", "mllama", "olmo", "olmo2", "olmoe", "opt", "phi", "phi3", "phimoe", "qwen2", "qwen2_5_vl",
+    "qwen2_moe", "qwen2_vl", "qwen3", "qwen3_moe", "roberta", "stablelm", "starcoder2", "t5",
+)
+"""``model_type`` values the engine counts exactly (the keys of ``engine.families.BUILDERS``; a test
+keeps the two equal)."""
 
 
 def architecture_from_config(config: dict[str, Any]) -> Architecture:
@@ -405,6 +317,9 @@ def architecture_from_config(config: dict[str, Any]) -> Architecture:
         ConfigError: not a dict, or a needed size is missing, non-integer, zero or negative.
         UnsupportedModelError: ``model_type`` is absent or not in :data:`SUPPORTED_MODEL_TYPES`.
     """
+    # Imported here: the builders import this module's data model and readers.
+    from engine.families import BUILDERS
+
     if not isinstance(config, dict):
         raise ConfigError(f"a config must be a JSON object, got {type(config).__name__}")
     model_type = config.get("model_type")
@@ -412,7 +327,7 @@ def architecture_from_config(config: dict[str, Any]) -> Architecture:
         raise UnsupportedModelError(
             "config.json has no 'model_type'; supported types: " + ", ".join(SUPPORTED_MODEL_TYPES)
         )
-    builder = _BUILDERS.get(model_type)
+    builder = BUILDERS.get(model_type)
     if builder is None:
         raise UnsupportedModelError(
             f"model_type '{model_type}' is not supported yet; supported types: " + ", ".join(SUPPORTED_MODEL_TYPES)

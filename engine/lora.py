@@ -16,7 +16,7 @@ ALL_LINEAR = "all-linear"
 
 
 def _is_attention(lin: LinearLayer) -> bool:
-    return lin.module.split(".")[0] in ("self_attn", "attn")
+    return lin.role == "attention"
 
 
 def default_targets(arch: Architecture) -> tuple[str, ...]:
@@ -59,7 +59,7 @@ def adapter_tensors(arch: Architecture, r: int, targets: tuple[str, ...] | None)
     """
     groups = []
     for lin in resolve_targets(arch, targets):
-        n = arch.num_layers * lin.count
+        n = lin.blocks(arch.num_layers) * lin.count
         role = "attention" if _is_attention(lin) else "mlp"
         groups.append(TensorGroup(name=lin.module + ".lora_A", shape=(r, lin.in_features), count=n, role=role))
         groups.append(TensorGroup(name=lin.module + ".lora_B", shape=(lin.out_features, r), count=n, role=role))

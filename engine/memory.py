@@ -134,16 +134,20 @@ def _split_tensors(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> _Te
     (transformers' bitsandbytes integration skips ``lm_head``); ``prepare_model_for_kbit_training`` casts
     every remaining 16-bit parameter (embeddings, norms, LM head) to fp32 (PEFT ``other.py``).
     """
+    # The vision tower of an image-text model stays frozen (the usual recipe fine-tunes the language model).
+    vision = [(g, spec.weight_bytes) for g in arch.vision_tensors]
     if sc.method is Method.FULL:
-        return _Tensors(trainable=[(g, spec.weight_bytes) for g in arch.tensors], frozen=[], quantized=[])
+        return _Tensors(trainable=[(g, spec.weight_bytes) for g in arch.tensors], frozen=vision, quantized=[])
     adapters = [(g, 4.0) for g in adapter_tensors(arch, sc.lora_r, sc.lora_targets)]
     if sc.method is Method.LORA:
-        return _Tensors(trainable=adapters, frozen=[(g, spec.weight_bytes) for g in arch.tensors], quantized=[])
+        return _Tensors(trainable=adapters, frozen=[(g, spec.weight_bytes) for g in arch.tensors] + vision, quantized=[])
+    # bitsandbytes replaces every nn.Linear but the LM head, the vision tower's included.
     other_bytes = 4.0 if sc.prepare_kbit_training else spec.weight_bytes
+    everything = list(arch.tensors) + list(arch.vision_tensors)
     return _Tensors(
         trainable=adapters,
-        frozen=[(g, other_bytes) for g in arch.tensors if not g.linear],
-        quantized=[g for g in arch.tensors if g.linear],
+        frozen=[(g, other_bytes) for g in everything if not g.linear],
+        quantized=[g for g in everything if g.linear],
     )
 
 
@@ -333,9 +337,14 @@ def _mlp(arch: Architecture, c: int) -> float:
     i = arch.intermediate_size
     if arch.num_experts:
         # Each token visits top-k experts: its gathered input, the gated MLP's four tensors, the
-        # weighted output; the router keeps fp32 softmax probabilities.
+        # weighted output; the router keeps fp32 softmax probabilities; shared experts see every token.
+        # Dense-MLP blocks (DeepSeek's first layers) are averaged in by their share of the blocks.
         k = arch.experts_per_token
-        return k * (c * arch.hidden_size * 2 + 4 * c * i) + (4 + c) * arch.num_experts
+        moe = k * (c * arch.hidden_size * 2 + 4 * c * i) + (4 + c) * arch.num_experts
+        moe += 4 * c * (arch.shared_expert_intermediate_size or 0)
+        dense_layers = min(arch.dense_mlp_layers or 0, arch.num_layers)
+        dense = 4 * c * (arch.dense_intermediate_size or i)
+        return (dense_layers * dense + (arch.num_layers - dense_layers) * moe) / arch.num_layers
     if arch.mlp == "gated":
         # gate output (saved by the activation), activation output and up output (saved by the
         # product), product (saved by down_proj).
@@ -354,7 +363,8 @@ def _lora_extra(arch: Architecture, sc: Scenario, c: int) -> float:
         return 0.0
     total = 0.0
     for lin in resolve_targets(arch, sc.lora_targets):
-        share = _token_share(arch, lin)
+        # Averaged over blocks: a module present in some blocks only (cross-attention) counts for those.
+        share = _token_share(arch, lin) * lin.blocks(arch.num_layers) / arch.num_layers
         copy = c if c != 4 or sc.lora_dropout > 0 else 0
         mask = 1 if sc.lora_dropout > 0 else 0
         total += share * ((copy + mask) * lin.in_features + c * sc.lora_r)

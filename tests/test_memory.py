@@ -211,3 +211,16 @@ def test_units():
     assert fmt_bytes(80 * 2**30, "GiB") == "80.00 GiB"
     assert fmt_bytes(12_345 * 10**9, "GB") == "12.35 TB"
     assert fmt_bytes(20_000 * 2**40, "GiB") == "19.53 PiB"
+
+
+def test_vision_tower_is_frozen_weight_memory():
+    # llava-1.5-7b: the CLIP tower and projector are counted as frozen weights (pure bf16: 2 B each).
+    from pathlib import Path
+    import json
+
+    cfg = json.loads((Path(__file__).parent / "fixtures" / "configs" / "llava-hf__llava-1.5-7b-hf.json").read_text())
+    arch = architecture_from_config(cfg)
+    assert arch.vision_parameters > 300_000_000
+    full = estimate_memory(arch, Scenario.build(precision="bf16"))
+    assert full.parts_by_key["weights"].bytes == 2 * arch.total_parameters
+    assert full.trainable_parameters == arch.language_parameters
