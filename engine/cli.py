@@ -1,5 +1,8 @@
 """Command line: ``python -m engine params|estimate ...`` printing JSON, for scripts and CI.
 
+``estimate --gpu NAME`` adds the memory fit; with a dataset size as well (``--dataset-tokens`` or ``--examples``
+and ``--avg-tokens``) it adds the training time and cost (:mod:`engine.throughput`, :mod:`engine.cost`).
+
 A thin layer over the engine, in the manner of accelerate's ``estimate-memory``: parse options, call the
 engine, print JSON. Bad input exits with status 2 and one line on stderr; a token is read from
 ``HF_TOKEN`` by huggingface_hub and never printed.
@@ -13,8 +16,11 @@ import os
 import sys
 from typing import Any, Sequence
 
-from engine.architecture import Architecture, architecture_from_config
+from pydantic import ValidationError
+
+from engine.architecture import Architecture, architecture_or_approximation
 from engine.checkpoint import explain_difference, fetch_checkpoint_count
+from engine.cost import CHEAPEST_LISTED, Dataset, estimate_plan
 from engine.errors import EngineError, ScenarioError
 from engine.fit import check_fit
 from engine.gpus import find_gpu
@@ -26,6 +32,7 @@ from engine.precision import PrecisionMode
 from engine.scenario import Attention, Method, QuantType, Scenario
 from engine.seed_rules import seed_quick_rule
 from engine.sources import config_from_catalog, config_from_file, config_from_hub
+from engine.throughput import DEFAULT_MFU, DEFAULT_SCALING_EFFICIENCY, seed_throughput
 
 
 class _Parser(argparse.ArgumentParser):
@@ -74,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_options(est)
     _add_scenario_options(est)
     _add_gpu_options(est)
+    _add_time_cost_options(est)
     return parser
 
 
@@ -87,14 +95,18 @@ def _load(args: argparse.Namespace) -> tuple[Architecture, dict[str, Any], dict[
         config, origin = config_from_hub(args.model, revision=args.revision)
         if origin.notice:
             print(f"notice: {origin.notice}", file=sys.stderr)
-    return architecture_from_config(config), config, origin.model_dump(exclude_none=True)
+    arch, approximation = architecture_or_approximation(config)
+    if approximation:
+        print(f"notice: {approximation}", file=sys.stderr)
+    return arch, config, origin.model_dump(exclude_none=True)
 
 
 def _params_json(arch: Architecture, origin: dict[str, Any]) -> dict[str, Any]:
     counts = arch.parameter_counts
     return {
         "source": origin,
-        "model_type": arch.model_type,
+        "model_type": arch.approximate_from or arch.model_type,
+        "approximate": arch.approximate_from is not None,
         "total_parameters": counts["total"],
         "active_parameters": arch.active_parameters,
         "components": {k: v for k, v in counts.items() if k != "total"},
@@ -195,6 +207,99 @@ def _fit_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace) 
     }
 
 
+def _add_time_cost_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("time and cost (with --gpu and a dataset size)")
+    g.add_argument("--dataset-tokens", type=int, default=None, metavar="N", help="tokens in one epoch of the dataset")
+    g.add_argument("--examples", type=int, default=None, metavar="N", help="examples in the dataset (with --avg-tokens)")
+    g.add_argument("--avg-tokens", type=float, default=None, metavar="T", help="average tokens per example (with --examples)")
+    g.add_argument("--epochs", type=float, default=None, metavar="E", help="passes over the dataset (default 1)")
+    g.add_argument("--no-packing", action="store_true",
+                   help="pad every example to --seq-len (with --examples): the padding is processed too")
+    g.add_argument("--runs", type=int, default=None, metavar="N", help="experimental runs to pay for (default 1)")
+    g.add_argument("--mfu", type=float, default=None, metavar="X",
+                   help=f"fraction of the GPU's dense peak achieved on the executed FLOPs (default {DEFAULT_MFU}: median of "
+                        "published Hugging Face-stack measurements, see the Methodology page)")
+    g.add_argument("--scaling-efficiency", type=float, default=None, metavar="X",
+                   help="fraction of linear speed-up kept on more than one GPU (default: " + ", ".join(
+                       f"{k.value} {v}" for k, v in DEFAULT_SCALING_EFFICIENCY.items()) + ")")
+    g.add_argument("--price-source", default=None, metavar="NAME",
+                   help=f"a source of data/gpu_prices.csv, e.g. 'RunPod Community Cloud', or 'cheapest' (default: {CHEAPEST_LISTED})")
+
+
+_TIME_COST_OPTIONS = ("dataset_tokens", "examples", "avg_tokens", "epochs", "runs", "mfu", "scaling_efficiency", "price_source")
+
+
+def _dataset(args: argparse.Namespace) -> Dataset | None:
+    """The dataset of the time/cost options, None when no size is given; ScenarioError on a bad combination."""
+    if args.dataset_tokens is None and args.examples is None and args.avg_tokens is None:
+        if any(getattr(args, k) is not None for k in _TIME_COST_OPTIONS) or args.no_packing:
+            raise ScenarioError("time and cost options need a dataset size: --dataset-tokens N, or --examples N --avg-tokens T")
+        return None
+    if args.dataset_tokens is not None and (args.examples is not None or args.avg_tokens is not None):
+        raise ScenarioError("give the dataset as --dataset-tokens, or as --examples and --avg-tokens, not both")
+    if args.dataset_tokens is None and (args.examples is None or args.avg_tokens is None):
+        raise ScenarioError("--examples and --avg-tokens go together")
+    fields: dict[str, Any] = {"total_tokens": args.dataset_tokens, "examples": args.examples, "avg_tokens": args.avg_tokens,
+                              "packing": not args.no_packing}
+    if args.epochs is not None:
+        fields["epochs"] = args.epochs
+    if args.runs is not None:
+        fields["runs"] = args.runs
+    try:
+        return Dataset(**fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "dataset"
+        raise ScenarioError(f"{where}: {err['msg'].removeprefix('Value error, ')} (got {err.get('input')!r})") from None
+
+
+def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Dataset, args: argparse.Namespace) -> dict[str, Any]:
+    """tokens_per_second (all GPUs), hours, gpu_hours and costs, with the details in ``time_cost``."""
+    gpu = find_gpu(args.gpu)
+    strategy = Strategy(args.strategy or "ddp")
+    plan = estimate_plan(
+        arch, scenario, dataset, gpu, args.num_gpus or 1, strategy,
+        mfu=DEFAULT_MFU if args.mfu is None else args.mfu, scaling_efficiency=args.scaling_efficiency,
+        price_source=args.price_source or CHEAPEST_LISTED,
+    )
+    tp, run, price = plan.throughput, plan.run, plan.price
+    seed = seed_throughput(arch.active_parameters / 1e9, gpu, plan.num_gpus)
+    return {
+        "tokens_per_second": tp.tokens_per_second,
+        "hours": run.hours,
+        "gpu_hours": run.gpu_hours,
+        "cost_usd_on_demand": run.cost_usd_on_demand,
+        "cost_usd_spot": run.cost_usd_spot,
+        "cost_reason": price.reason,
+        "time_cost": {
+            "tokens": run.tokens,
+            "tokens_per_epoch": dataset.tokens_per_epoch(scenario.seq_len),
+            "padding_waste": dataset.padding_waste(scenario.seq_len),
+            "epochs": dataset.epochs,
+            "runs": dataset.runs,
+            "mfu": tp.mfu,
+            "scaling_efficiency": tp.scaling_efficiency,
+            "peak_flops": tp.peak.flops,
+            "peak_dtype": tp.peak.dtype,
+            "flops_per_token": tp.flops.total,
+            "per_gpu_tokens_per_second": tp.per_gpu_tokens_per_second,
+            "step_seconds": {"compute": tp.step.compute_s, "dequantize": tp.step.dequantize_s, "optimizer": tp.step.optimizer_s},
+            "price_source": price.source,
+            "on_demand_usd_per_gpu_hour": price.on_demand_usd_per_hour,
+            "on_demand_source": price.on_demand_source,
+            "spot_usd_per_gpu_hour": price.spot_usd_per_hour,
+            "spot_source": price.spot_source,
+            "fits": plan.fits,
+            "seed_rule": None if seed is None else {
+                "tokens_per_second": seed.tokens_per_second,
+                "hours": dataset.tokens_per_epoch(scenario.seq_len) * dataset.epochs * dataset.runs / seed.tokens_per_second / 3600,
+                "rule": seed.rule,
+            },
+            "notes": list(plan.notes) + ([] if plan.fits else ["this plan does not fit in memory: time and cost for reference only"]),
+        },
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 2 bad input or unreachable source)."""
     args = build_parser().parse_args(argv)
@@ -206,11 +311,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 out["checkpoint"] = _checkpoint_json(arch, config, args)
         else:
             scenario = _scenario(args)
+            dataset = _dataset(args)
             out = _estimate_json(arch, origin, scenario)
             if args.gpu is not None:
                 out.update(_fit_json(arch, scenario, args))
+                if dataset is not None:
+                    out.update(_time_cost_json(arch, scenario, dataset, args))
             elif args.num_gpus is not None or args.strategy is not None:
                 raise ScenarioError("--num-gpus and --strategy need --gpu")
+            elif dataset is not None:
+                raise ScenarioError("a dataset size needs --gpu to estimate time and cost")
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

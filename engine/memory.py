@@ -28,7 +28,9 @@ from pydantic import BaseModel, ConfigDict, computed_field
 from engine.architecture import Architecture, LinearLayer, TensorGroup
 from engine.lora import adapter_tensors, resolve_targets
 from engine.optimizer import Optimizer, optimizer_state_bytes, step_temporary_bytes
+from engine.errors import ScenarioError
 from engine.precision import PrecisionSpec, precision_spec
+from engine.quantization import StoredQuantization
 from engine.scenario import Attention, Method, Scenario
 
 Phase = Literal["backward", "optimizer_step"]
@@ -124,6 +126,8 @@ class _Tensors(BaseModel):
     trainable: list[tuple[TensorGroup, float]]
     frozen: list[tuple[TensorGroup, float]]
     quantized: list[TensorGroup]
+    quantized_bpp: float = 0.0
+    quantized_label: str = ""
 
 
 def _split_tensors(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> _Tensors:
@@ -136,6 +140,9 @@ def _split_tensors(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> _Te
     """
     # The vision tower of an image-text model stays frozen (the usual recipe fine-tunes the language model).
     vision = [(g, spec.weight_bytes) for g in arch.vision_tensors]
+    stored = arch.stored_quantization
+    if stored is not None:
+        return _prequantized(arch, sc, spec, stored, vision)
     if sc.method is Method.FULL:
         return _Tensors(trainable=[(g, spec.weight_bytes) for g in arch.tensors], frozen=vision, quantized=[])
     adapters = [(g, 4.0) for g in adapter_tensors(arch, sc.lora_r, sc.lora_targets)]
@@ -148,6 +155,32 @@ def _split_tensors(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> _Te
         trainable=adapters,
         frozen=[(g, other_bytes) for g in everything if not g.linear],
         quantized=[g for g in everything if g.linear],
+        quantized_bpp=quantized_bytes_per_param(sc.double_quant),
+        quantized_label=f"{sc.quant_type.value.upper()}{' + double quantization' if sc.double_quant else ''}",
+    )
+
+
+def _prequantized(
+    arch: Architecture, sc: Scenario, spec: PrecisionSpec, stored: StoredQuantization, vision: list
+) -> _Tensors:
+    """A checkpoint saved quantized (GPTQ, AWQ, FP8, bitsandbytes): its block linears keep the stored
+    format and only adapters can train (transformers loads such weights frozen; PEFT trains LoRA on top).
+
+    Raises:
+        ScenarioError: full fine-tuning, which needs the unquantized weights.
+    """
+    if sc.method is Method.FULL:
+        raise ScenarioError(
+            f"this checkpoint is stored quantized ({stored.description}); full fine-tuning needs the unquantized "
+            "weights: choose LoRA/QLoRA, or load the original model"
+        )
+    other_bytes = 4.0 if sc.method is Method.QLORA and sc.prepare_kbit_training else spec.weight_bytes
+    return _Tensors(
+        trainable=[(g, 4.0) for g in adapter_tensors(arch, sc.lora_r, sc.lora_targets)],
+        frozen=[(g, other_bytes) for g in arch.tensors if not g.linear] + vision,
+        quantized=[g for g in arch.tensors if g.linear],
+        quantized_bpp=stored.bytes_per_param,
+        quantized_label=f"{stored.description}, as stored in the checkpoint",
     )
 
 
@@ -155,17 +188,18 @@ def _weights(t: _Tensors, sc: Scenario, spec: PrecisionSpec) -> MemoryComponent:
     trainable = sum(g.parameters * b for g, b in t.trainable)
     frozen = sum(g.parameters * b for g, b in t.frozen)
     q_params = sum(g.parameters for g in t.quantized)
-    q_bpp = quantized_bytes_per_param(sc.double_quant)
-    if sc.method is Method.FULL:
-        formula = f"all parameters x {spec.weight_bytes} B ({spec.weight_dtype} weights)"
-    elif sc.method is Method.LORA:
-        formula = f"frozen base x {spec.weight_bytes} B ({spec.weight_dtype}) + adapters x 4 B (fp32)"
-    else:
-        kept = "fp32 after prepare_model_for_kbit_training" if sc.prepare_kbit_training else f"{spec.weight_bytes} B"
+    q_bpp = t.quantized_bpp
+    if t.quantized:
+        kept = ("fp32 after prepare_model_for_kbit_training" if sc.method is Method.QLORA and sc.prepare_kbit_training
+                else f"{spec.weight_bytes} B")
         formula = (
-            f"decoder linears {q_params / 1e9:.3f}B x {q_bpp:.4f} B ({sc.quant_type.value.upper()}"
-            f"{' + double quantization' if sc.double_quant else ''}) + embeddings/norms/LM head ({kept}) + adapters x 4 B"
+            f"block linears {q_params / 1e9:.3f}B x {q_bpp:.4f} B ({t.quantized_label}) + embeddings/norms/LM head "
+            f"({kept}) + adapters x 4 B"
         )
+    elif sc.method is Method.FULL:
+        formula = f"all parameters x {spec.weight_bytes} B ({spec.weight_dtype} weights)"
+    else:
+        formula = f"frozen base x {spec.weight_bytes} B ({spec.weight_dtype}) + adapters x 4 B (fp32)"
     return MemoryComponent(
         key="weights",
         label="Weights",
@@ -231,16 +265,16 @@ def _low_precision_copies(arch: Architecture, t: _Tensors, sc: Scenario, spec: P
     if spec.autocast and sc.method is Method.FULL:
         nbytes += sum(g.parameters for g in linear_groups) * spec.compute_bytes
         notes.append("autocast cache: linear weights x 2 B")
-    elif spec.autocast and sc.method is Method.LORA:
+    elif spec.autocast and sc.method is Method.LORA and not t.quantized:
         per_layer = sum(g.parameters for g in arch.tensors if g.linear) / arch.num_layers
         layers = 1 if sc.gradient_checkpointing else arch.num_layers
         nbytes += (per_layer * layers + _lm_head_params(arch)) * spec.compute_bytes
         notes.append(f"frozen fp32 linears cast for backward: {layers} block(s) + LM head x 2 B")
-    if sc.method is Method.QLORA:
+    if t.quantized:
         largest = max(g.numel for g in t.quantized)
         nbytes += largest * spec.compute_bytes
-        notes.append("one dequantized 4-bit weight at a time")
-        if sc.prepare_kbit_training and spec.compute_bytes == 2:
+        notes.append("one dequantized weight at a time")
+        if sc.method is Method.QLORA and sc.prepare_kbit_training and spec.compute_bytes == 2:
             # The LM head stays fp32 after prepare_model_for_kbit_training; autocast casts it for the matmul
             # and linear saves that copy for the input gradient.
             nbytes += _lm_head_params(arch) * spec.compute_bytes

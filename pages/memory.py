@@ -32,6 +32,9 @@ except EngineError as exc:
 
 if model.origin.notice:
     st.warning(model.origin.notice)
+if model.arch.approximate_from:
+    st.warning(f"Approximate architecture: model_type '{model.arch.approximate_from}' is estimated as a Llama-style "
+               "decoder with the same sizes.")
 for warning in est.warnings:
     st.warning(warning)
 st.caption(f"**{model.title}** · peak of `torch.cuda.max_memory_allocated()` in a steady-state step on one GPU")

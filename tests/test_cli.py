@@ -291,3 +291,18 @@ def test_output_into_a_closed_pipe_is_quiet():
     err = proc.stderr.read()
     assert proc.wait(timeout=60) == 0
     assert b"Traceback" not in err and b"BrokenPipe" not in err
+
+
+def test_unsupported_model_type_falls_back_to_an_approximation(tmp_path):
+    # A model_type the engine does not count, with Llama-3.1-8B's sizes: approximate, with a notice, not a failure.
+    cfg = {**json.loads(config_path(LLAMA_8B).read_text()), "model_type": "exaone_like"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    proc = run_cli("params", "--config", str(path))
+    out = ok_json(proc)
+    assert out["approximate"] is True and out["model_type"] == "exaone_like"
+    assert out["total_parameters"] == LLAMA_8B_PARAMS
+    assert proc.stderr.startswith("notice: model_type 'exaone_like' is not counted exactly")
+    # Without the usual sizes there is nothing to approximate: still a one-line error.
+    path.write_text(json.dumps({"model_type": "mystery"}))
+    assert "not supported" in assert_one_line_error(run_cli("params", "--config", str(path)))

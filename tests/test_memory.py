@@ -6,7 +6,7 @@ Trace figures come from ../shared/reference/tracing-notes.md ("What the traces s
 import pytest
 
 from engine.architecture import architecture_from_config
-from engine.errors import ScenarioError
+from engine.errors import ConfigError, ScenarioError
 from engine.memory import estimate_memory, quantized_bytes_per_param
 from engine.optimizer import Optimizer, optimizer_state_bytes
 from engine.architecture import TensorGroup
@@ -224,3 +224,27 @@ def test_vision_tower_is_frozen_weight_memory():
     full = estimate_memory(arch, Scenario.build(precision="bf16"))
     assert full.parts_by_key["weights"].bytes == 2 * arch.total_parameters
     assert full.trainable_parameters == arch.language_parameters
+
+
+def test_prequantized_checkpoint_keeps_its_stored_format():
+    # A GPTQ 4-bit, group-128 checkpoint of Llama-3.1-8B: block linears at 0.5 + 2/128 + 0.5/128 B, the rest bf16.
+    cfg = {**reference_config("meta-llama/Llama-3.1-8B"),
+           "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128}}
+    arch = architecture_from_config(cfg)
+    assert arch.stored_quantization.method == "gptq"
+    e = estimate_memory(arch, Scenario.build(method="lora", precision="bf16", lora_targets="q_proj,k_proj,v_proj,o_proj"))
+    linear = 32 * (2 * 4_096 * 4_096 + 2 * 4_096 * 1_024 + 3 * 4_096 * 14_336)
+    expected = linear * (0.5 + 2 / 128 + 0.5 / 128) + (P8 - linear) * 2 + 13_631_488 * 4
+    assert e.parts_by_key["weights"].bytes == pytest.approx(expected)
+    with pytest.raises(ScenarioError, match="stored quantized"):
+        estimate_memory(arch, Scenario.build(method="full"))
+
+
+def test_unsupported_model_type_gets_an_approximate_architecture():
+    from engine.architecture import approximate_architecture
+
+    cfg = {**reference_config("meta-llama/Llama-3.1-8B"), "model_type": "exaone_like"}
+    arch = approximate_architecture(cfg)
+    assert arch.approximate_from == "exaone_like" and arch.total_parameters == P8  # same sizes, Llama layout
+    with pytest.raises(ConfigError):
+        approximate_architecture({"model_type": "mystery"})

@@ -13,7 +13,7 @@ from typing import Any
 
 import streamlit as st
 
-from engine.architecture import Architecture, architecture_from_config
+from engine.architecture import Architecture, architecture_or_approximation
 from engine.checkpoint import CheckpointCount, fetch_checkpoint_count
 from engine.errors import EngineError, GatedRepoError, HubUnavailableError, RepoNotFoundError
 from engine.hub import fetch_config
@@ -128,13 +128,16 @@ def model_sidebar() -> PickedModel | None:
                 st.session_state["model"] = None
                 return None
             config, origin = loaded
-            picked = PickedModel(arch=architecture_from_config(config), origin=origin, config=config)
+            arch, approximation = architecture_or_approximation(config)
+            picked = PickedModel(arch=arch, origin=origin, config=config)
         except EngineError as exc:
             st.error(str(exc))
             st.session_state["model"] = None
             return None
         if origin.notice:
             st.warning(origin.notice)
+        if approximation:
+            st.warning(approximation)
         st.caption(f"{picked.arch.model_type} · {picked.arch.total_parameters:,} parameters · from {origin.kind.replace('_', ' ')}")
     st.session_state["model"] = picked
     return picked
