@@ -1,4 +1,4 @@
-"""Fine-tune fit: what-if explorer for the GPU memory of fine-tuning a Hugging Face model.
+"""Fine-tune fit: what-if explorer for the GPU memory, time and cost of fine-tuning a Hugging Face model.
 
 Run with ``streamlit run streamlit_app.py``. The sidebar's model picker is drawn here, for every page.
 """
@@ -12,6 +12,7 @@ page = st.navigation(
         st.Page("pages/memory.py", title="Memory", icon=":material/stacked_bar_chart:", default=True),
         st.Page("pages/model.py", title="Model", icon=":material/schema:"),
         st.Page("pages/fit.py", title="GPU fit", icon=":material/grid_on:"),
+        st.Page("pages/time_cost.py", title="Time & cost", icon=":material/schedule:"),
         st.Page("pages/methodology.py", title="Methodology", icon=":material/menu_book:"),
     ]
 )

@@ -4,6 +4,9 @@
 where ``config`` holds the fields of the published ``config.json`` the engine reads.
 ``data/gpus.csv`` and ``data/gpu_prices.csv``: the GPU catalog and price sources, loaded and validated by
 :mod:`engine.gpus` (re-exported here: ``Gpu``, ``load_gpus``, ``find_gpu``, ...).
+``data/throughput_measurements.csv``: published measured training tokens/s, one row per (model, method,
+GPU, batch) with its source and locator (:func:`load_throughput_measurements`; compared with the FLOPs
+model by :mod:`engine.calibration`).
 
 The data folder is found next to the ``engine`` package (a source checkout or editable install), or at
 ``$FINETUNE_FIT_DATA`` when set.
@@ -11,13 +14,14 @@ The data folder is found next to the ``engine`` package (a source checkout or ed
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.errors import CatalogError
 
@@ -65,10 +69,73 @@ def catalog_model(repo_id: str) -> CatalogModel:
     raise CatalogError(f"'{repo_id}' is not in the bundled catalog")
 
 
+MEASUREMENTS_FILE = "throughput_measurements.csv"
+
+
+class ThroughputMeasurement(BaseModel):
+    """One published training throughput: ``tokens_per_second`` of all ``num_gpus`` GPUs together.
+
+    ``repo_id`` names a bundled catalog model; ``gpu`` any name :func:`find_gpu` resolves (kept as written;
+    :func:`load_throughput_measurements` checks that it resolves). ``locator`` says where in ``source`` the
+    number is printed; ``notes`` what the source states or what was assumed about the setup.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+    locator: str = Field(min_length=1)
+    repo_id: str = Field(min_length=1)
+    method: str = Field(pattern=r"^(full|lora|qlora)$")
+    micro_batch_size: int = Field(ge=1)
+    seq_len: int = Field(ge=1)
+    gradient_checkpointing: bool
+    gpu: str = Field(min_length=1)
+    num_gpus: int = Field(ge=1)
+    tokens_per_second: float = Field(gt=0)
+    notes: str = ""
+
+
+@lru_cache(maxsize=1)
+def load_throughput_measurements() -> tuple[ThroughputMeasurement, ...]:
+    """Every row of ``data/throughput_measurements.csv``, in file order.
+
+    Raises:
+        CatalogError: an unreadable file, a bad row (named by its line, header = 1, and its id), a duplicate
+            id, a model that is not bundled or a GPU the catalog does not know.
+    """
+    path = data_dir() / MEASUREMENTS_FILE
+    try:
+        with path.open(encoding="utf-8", newline="") as fh:
+            reader = csv.DictReader(fh)
+            rows = [(reader.line_num, row) for row in reader]
+    except OSError as exc:
+        raise CatalogError(f"cannot read {path}: {exc.strerror}") from None
+    out: list[ThroughputMeasurement] = []
+    for line, row in rows:
+        label = f"{MEASUREMENTS_FILE} row {line} ({row.get('id')!r})"
+        if None in row or any(v is None for v in row.values()):
+            raise CatalogError(f"{label}: wrong number of fields")
+        try:
+            m = ThroughputMeasurement.model_validate(row)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise CatalogError(f"{label}: {'.'.join(map(str, err['loc']))}: {err['msg']} (got {err.get('input')!r})") from None
+        if any(o.id == m.id for o in out):
+            raise CatalogError(f"{label}: duplicate id")
+        try:
+            catalog_model(m.repo_id)
+            find_gpu(m.gpu)
+        except CatalogError as exc:
+            raise CatalogError(f"{label}: {exc}") from None
+        out.append(m)
+    return tuple(out)
+
+
 # The GPU catalog and prices live in engine.gpus; importable from here as before.
 from engine.gpus import Gpu, GpuPrice, closest_gpus, find_gpu, load_gpus, load_prices, prices_for  # noqa: E402
 
 __all__ = [
-    "CatalogModel", "Gpu", "GpuPrice", "catalog_model", "closest_gpus", "data_dir", "find_gpu", "load_gpus",
-    "load_models", "load_prices", "prices_for",
+    "CatalogModel", "Gpu", "GpuPrice", "ThroughputMeasurement", "catalog_model", "closest_gpus", "data_dir", "find_gpu",
+    "load_gpus", "load_models", "load_prices", "load_throughput_measurements", "prices_for",
 ]

@@ -3,9 +3,11 @@
 import pandas as pd
 import streamlit as st
 
+from engine.calibration import ASSUMPTIONS, compare_measurements, default_mfu_from_measurements
 from engine.memory import NOT_MODELLED, quantized_bytes_per_param
 from engine.precision import DTYPE_BYTES
 from engine.seed_rules import seed_quick_rule
+from engine.throughput import DEFAULT_MFU, DEFAULT_SCALING_EFFICIENCY, SEED_THROUGHPUT
 from ui.layout import page_setup
 
 page_setup()
@@ -98,6 +100,68 @@ dtype, the architecture's activations and vocabulary, and the fact that the peak
 """
 )
 
+st.subheader("Training time and cost (Time & cost page)")
+_cmp = compare_measurements(DEFAULT_MFU)
+_hf = [c for c in _cmp if c.stack == "hf"]
+_other = [c for c in _cmp if c.stack != "hf"]
+st.markdown(
+    f"""
+**FLOPs per token** (Kaplan et al. 2020 sec. 2.1; PaLM, Chowdhery et al. 2022, appendix B). A weight matrix with N
+entries costs 2N FLOPs per token forward, 2N for the input gradient and 2N for the weight gradient. N counts the
+weights that multiply each token: the block linears (for MoE only the routed top-k experts: active parameters) and
+the LM head; the embedding lookup is not a matmul.
+
+- full fine-tuning: **6N**; LoRA/QLoRA: **4N** (frozen weights get no weight gradient) + 6 x adapter parameters;
+- attention scores and values: **12 x layers x (heads x head_dim) x sequence** (forward 4, backward 8);
+- gradient checkpointing re-runs the forward: **+2N + 4 x layers x q x sequence**.
+
+**Step time on one GPU** = tokens x FLOPs per token / (dense peak x MFU) + the bandwidth-bound parts FLOPs miss:
+the optimizer step reads and writes every trainable weight and optimizer state and reads the gradients once per step
+(with ZeRO-3 each GPU updates its 1/N shard), and QLoRA reads every 4-bit weight and writes and reads its 16-bit copy
+on each forward and backward use. The peak is the catalog's dense tensor figure for the compute dtype: bf16 for bf16
+and mixed bf16, fp16 for fp16 modes, fp32 (no TF32, PyTorch's default) for fp32; a GPU without bf16 (T4, V100) gets its
+fp16 peak, flagged.
+
+**MFU here** is the fraction of the peak achieved on the FLOPs the GPU executes, recompute included (what PaLM calls
+HFU when checkpointing is on), so switching checkpointing on costs time at the same MFU. **Default {DEFAULT_MFU}**: the
+median, over the {len(_hf)} Hugging Face-stack rows of `data/throughput_measurements.csv` (LlamaFactory, which runs
+transformers + PEFT + bitsandbytes), of the MFU that makes this step model reproduce the measured tokens/s
+({default_mfu_from_measurements("hf"):.3f}, rounded). Not all {len(_cmp)} rows: the app models the Hugging Face stack,
+while the torchtune rows (torch.compile, packing, chunked cross-entropy) form a faster group of their own (median
+{default_mfu_from_measurements("torchtune"):.2f}); the median of all rows ({default_mfu_from_measurements(None):.2f}) lies
+between the two groups and describes neither. The LlamaFactory runs are short (512 tokens, micro batch 1), which
+lowers utilisation, so for longer sequences and batches the default errs towards longer, costlier runs. Change it in
+the sidebar.
+
+**Multi-GPU.** tokens/s of one GPU x N x a scaling efficiency: {DEFAULT_SCALING_EFFICIENCY[list(DEFAULT_SCALING_EFFICIENCY)[0]]}
+for DDP (one gradient all-reduce per step, overlapped with backward), {DEFAULT_SCALING_EFFICIENCY[list(DEFAULT_SCALING_EFFICIENCY)[1]]}
+for ZeRO-3 (weights gathered in forward and backward, gradients reduce-scattered: about 1.5x DDP's traffic,
+Rajbhandari et al. 2020 sec. 7). Assumptions for GPUs in one NVLink node, editable; the same factor at every count,
+so plans over PCIe-only GPUs or across nodes (over 8 GPUs) are optimistic, and flagged.
+
+**Time and cost.** Tokens = tokens per epoch x epochs x runs, where an epoch is examples x average tokens with
+packing, or examples x sequence length without (the padding is computed too). Hours = tokens / tokens per second
+(the seed's `Training Time = Dataset Size x Epochs / Throughput`); GPU-hours = hours x GPUs; cost = GPU-hours x price
+per GPU-hour, on demand and spot, from one price source of `data/gpu_prices.csv` (each row dated and sourced) or the
+cheapest on-demand row of any source. A GPU a source does not price gets no cost, never an invented one.
+
+**Plan search.** Every catalog GPU x 1, 2, 4, 8, 16, 32, 64 GPUs with the chosen strategy, kept only when the per-GPU
+peak fits the usable memory (the GPU fit engine); the Pareto front of (hours, cost), the cheapest and the fastest are
+taken from those plans only.
+
+**The seed rule** is the seed's throughput table ({"; ".join(f"{b:g}B on {f'{n}x ' if n > 1 else ''}{g} ~{t:,.0f} tokens/s" for b, g, n, t in SEED_THROUGHPUT)}),
+its GPU names resolved through the GPU catalog; a model within -15%/+25% of a listed size takes that line's number,
+otherwise it is scaled by listed size / model size. It ignores method, precision, batch and checkpointing.
+"""
+)
+st.markdown("**Our tokens/s against published measurements** (at the default MFU)")
+st.dataframe(pd.DataFrame([c.record() for c in _cmp]), hide_index=True, width="stretch", key="methodology_comparison")
+st.caption("Assumed where the sources are silent: " + "; ".join(ASSUMPTIONS) + ". A ratio above 1: our model is faster "
+           "than the measurement. 'fits' is our memory estimate of the row's scenario as assumed"
+           + ("; rows that do not fit by it (" + ", ".join(c.id for c in _cmp if not c.fits_in_memory) + ") ran with memory "
+              "savings the row does not record (e.g. torchtune's optimizer step in backward)" if not all(c.fits_in_memory for c in _cmp) else "")
+           + ".")
+
 st.subheader("Not yet modelled")
 for item in NOT_MODELLED:
     st.markdown(f"- {item}")
@@ -106,6 +170,8 @@ st.subheader("Sources")
 st.markdown(
     """
 - Seed chapters: "Capítulo 2: Requisitos Computacionales" and "Capítulo 3: Entrenamiento eficiente en memoria".
+- Chowdhery et al. 2022, *PaLM*, appendix B (model FLOPs utilisation); Kaplan et al. 2020, *Scaling Laws*, sec. 2.1 (6N).
+- Zheng et al. 2024, *LlamaFactory*, arXiv:2403.13372, Table 4; pytorch/torchtune README (measured tokens/s).
 - Dettmers et al. 2023, *QLoRA: Efficient Finetuning of Quantized LLMs* (NF4, double quantization, paged optimizers).
 - Dettmers et al. 2022, *8-bit Optimizers via Block-wise Quantization*.
 - Hu et al. 2021, *LoRA: Low-Rank Adaptation of Large Language Models*.

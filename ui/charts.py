@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from engine.catalog import Gpu
+from engine.cost import PlanEstimate, PlanSearch
 from engine.fit import FitMatrix
 from engine.sweep import SweepRow
 from engine.units import Unit, fmt_bytes, to_unit
@@ -119,4 +123,101 @@ def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "") -> go.Figure:
         title=title or None, height=max(260, 34 * len(y) + 150), margin={"t": 40 if title else 10, "b": 10, "l": 10, "r": 10},
         xaxis={"side": "top", "tickangle": -45}, yaxis={"autorange": "reversed"},
     )
+    return fig
+
+
+# --------------------------------------------------------------------------------------------------
+# Time & cost
+
+BASIS_LABEL = {"on_demand": "on-demand", "spot": "spot"}
+
+
+def fmt_hours(hours: float) -> str:
+    """``'42 min'``, ``'4.27 h'`` or ``'3.1 days (74.4 h)'``."""
+    if hours < 1:
+        return f"{hours * 60:,.1f} min"
+    if hours < 48:
+        return f"{hours:,.2f} h"
+    return f"{hours / 24:,.1f} days ({hours:,.0f} h)"
+
+
+def fmt_usd(usd: float | None) -> str:
+    """``'$1,234.56'``; ``'no price'`` for None."""
+    return "no price" if usd is None else f"${usd:,.2f}"
+
+
+def time_vs_dataset_figure(
+    sizes: list[float], hours: list[float], seed_hours: list[float] | None, current_size: float, label: str
+) -> go.Figure:
+    """Wall hours against dataset size (tokens) for one plan: the FLOPs model, and the seed rule if it has a line."""
+    fig = go.Figure()
+    fig.add_scatter(x=sizes, y=hours, mode="lines", name=f"FLOPs model ({label})",
+                    hovertemplate="%{x:,.3s} tokens: %{y:,.3g} h<extra>FLOPs model</extra>")
+    if seed_hours is not None:
+        fig.add_scatter(x=sizes, y=seed_hours, mode="lines", name="seed rule", line={"dash": "dash"},
+                        hovertemplate="%{x:,.3s} tokens: %{y:,.3g} h<extra>seed rule</extra>")
+    fig.add_vline(x=current_size, line_dash="dot", line_color="gray", annotation_text="your dataset",
+                  annotation_position="top left")
+    fig.update_layout(xaxis_type="log", yaxis_type="log", xaxis_title="dataset size (tokens, one epoch)",
+                      yaxis_title="wall time (hours)", height=380, margin={"t": 30, "b": 10},
+                      legend={"orientation": "h", "y": -0.25})
+    return fig
+
+
+def cost_vs_dataset_figure(series: dict[str, tuple[list[float], list[float]]], current_size: float, basis: str) -> go.Figure:
+    """Cost against dataset size, one line per plan (label -> (sizes, USD))."""
+    fig = go.Figure()
+    for label, (sizes, costs) in series.items():
+        fig.add_scatter(x=sizes, y=costs, mode="lines", name=label,
+                        hovertemplate=f"{label}<br>%{{x:,.3s}} tokens: $%{{y:,.2f}}<extra></extra>")
+    fig.add_vline(x=current_size, line_dash="dot", line_color="gray", annotation_text="your dataset",
+                  annotation_position="top left")
+    fig.update_layout(xaxis_type="log", yaxis_type="log", xaxis_title="dataset size (tokens, one epoch)",
+                      yaxis_title=f"cost, {BASIS_LABEL.get(basis, basis)} (USD)", height=420, margin={"t": 30, "b": 10},
+                      legend={"orientation": "h", "y": -0.25})
+    return fig
+
+
+def gpu_count_figure(plans: list[PlanEstimate], basis: str, gpu: str) -> go.Figure:
+    """Hours (left axis) and cost (right axis) against the number of GPUs, for the counts that fit."""
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    n = [p.num_gpus for p in plans]
+    fig.add_scatter(x=n, y=[p.run.hours for p in plans], mode="lines+markers", name="wall time (h)",
+                    hovertemplate="%{x} GPUs: %{y:,.3g} h<extra></extra>", secondary_y=False)
+    costs = [p.cost(basis) for p in plans]  # type: ignore[arg-type]
+    if any(c is not None for c in costs):
+        fig.add_scatter(x=n, y=costs, mode="lines+markers", name=f"cost, {BASIS_LABEL.get(basis, basis)} (USD)",
+                        line={"dash": "dash"}, hovertemplate="%{x} GPUs: $%{y:,.2f}<extra></extra>", secondary_y=True)
+    fig.update_xaxes(type="log", tickvals=n, ticktext=[str(v) for v in n], title_text=f"number of {gpu}")
+    fig.update_yaxes(title_text="wall time (hours)", secondary_y=False, rangemode="tozero")
+    fig.update_yaxes(title_text="cost (USD)", secondary_y=True, rangemode="tozero")
+    fig.update_layout(height=380, margin={"t": 30, "b": 10}, legend={"orientation": "h", "y": -0.25})
+    return fig
+
+
+def plan_scatter_figure(search: PlanSearch) -> go.Figure:
+    """Hours against cost of every priced plan that fits, the Pareto front as a line, cheapest and fastest named."""
+    basis = search.basis
+    priced = [p for p in search.plans if p.cost(basis) is not None]
+    fig = go.Figure()
+    fig.add_scatter(
+        x=[p.run.hours for p in priced], y=[p.cost(basis) for p in priced], mode="markers", name="plans that fit",
+        marker={"size": 7, "color": "#9ecae1", "line": {"width": 0.5, "color": "#3182bd"}},
+        text=[p.label for p in priced],
+        hovertemplate="%{text}<br>%{x:,.3g} h, $%{y:,.2f}<extra></extra>",
+    )
+    front = list(search.pareto)
+    fig.add_scatter(
+        x=[p.run.hours for p in front], y=[p.cost(basis) for p in front], mode="lines+markers", name="Pareto front",
+        marker={"size": 9, "color": "#d62728"}, line={"color": "#d62728"}, text=[p.label for p in front],
+        hovertemplate="%{text}<br>%{x:,.3g} h, $%{y:,.2f}<extra>Pareto front</extra>",
+    )
+    for plan, what in ((search.cheapest, "cheapest"), (search.fastest, "fastest")):
+        if plan is not None and plan.cost(basis) is not None:
+            fig.add_annotation(x=math.log10(plan.run.hours), y=math.log10(plan.cost(basis) or 1e-9),
+                               text=f"<b>{what}</b>: {plan.label}", showarrow=True, arrowhead=2, ax=40 if what == "cheapest" else -40,
+                               ay=-40 if what == "cheapest" else 40, bgcolor="rgba(255,255,255,0.85)")
+    fig.update_layout(xaxis_type="log", yaxis_type="log", xaxis_title="wall time (hours)",
+                      yaxis_title=f"cost, {BASIS_LABEL.get(basis, basis)} (USD)", height=480, margin={"t": 30, "b": 10},
+                      legend={"orientation": "h", "y": -0.2})
     return fig

@@ -24,6 +24,10 @@ _KEPT_KEYS = (
     "method", "precision", "optimizer", "micro_batch_size", "seq_len", "grad_accum", "gradient_checkpointing",
     "attention", "lora_r", "lora_alpha", "lora_dropout", "quant_type", "double_quant", "prepare_kbit", "gpu", "unit",
     "model_source", "catalog_repo", "hub_repo_id", "hub_revision",
+    # Time & cost inputs (ui.scenario_form.time_cost_sidebar)
+    "tc_size_mode", "tc_examples", "tc_avg_tokens", "tc_total_tokens", "tc_epochs", "tc_packing", "tc_runs", "tc_mfu",
+    "tc_gpu", "tc_num_gpus", "tc_strategy", "tc_ddp_eff", "tc_zero3_eff", "tc_price_source", "tc_basis",
+    "tc_max_gpus",
 )
 # Not the token field: re-assigning a widget's value sends it back to the browser in the widget message.
 

@@ -1,16 +1,22 @@
-"""Sidebar inputs of a training scenario, returning a validated :class:`engine.scenario.Scenario`."""
+"""Sidebar inputs of a training scenario, returning a validated :class:`engine.scenario.Scenario`, and the
+Time & cost page's inputs (dataset, MFU, GPU plan, price source: :func:`time_cost_sidebar`)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import streamlit as st
 
 from engine.architecture import Architecture
 from engine.catalog import Gpu, load_gpus
+from engine.cost import CHEAPEST_LISTED, PLAN_GPU_COUNTS, Dataset, price_source_names
 from engine.errors import ScenarioError
 from engine.lora import ALL_LINEAR, default_targets
 from engine.optimizer import Optimizer
+from engine.parallel import STRATEGY_LABELS, Strategy
 from engine.precision import PrecisionMode, precision_spec
 from engine.scenario import METHOD_LABELS, Attention, Method, QuantType, Scenario
+from engine.throughput import DEFAULT_MFU, DEFAULT_SCALING_EFFICIENCY
 from engine.units import Unit
 
 OPTIMIZER_LABELS = {
@@ -102,3 +108,101 @@ def display_sidebar() -> tuple[Gpu | None, Unit]:
                               help="GB = 10^9 bytes (cloud spec sheets, the seed chapters); GiB = 2^30 bytes (torch.cuda, nvidia-smi).")
     gpu = next((g for g in gpus if g.name == chosen), None)
     return gpu, unit
+
+
+# --------------------------------------------------------------------------------------------------
+# Time & cost inputs
+
+SIZE_EXAMPLES = "Examples × average tokens"
+SIZE_TOKENS = "Total tokens"
+FEWEST = "fewest that fit"
+
+
+@dataclass(frozen=True)
+class TimeCostInputs:
+    """What the Time & cost sidebar returns: the dataset, the FLOPs model's MFU, the GPU plan and the prices."""
+
+    dataset: Dataset
+    mfu: float
+    gpu: Gpu
+    num_gpus: int | None  # None: the fewest that fit
+    strategy: Strategy
+    scaling_efficiency: dict[Strategy, float]
+    price_source: str
+    basis: str  # "on_demand" or "spot": the price the plan search and the curves rank by
+    max_gpus: int  # largest GPU count the plan search tries
+
+
+def _init_time_cost_defaults() -> None:
+    # The seed chapter's example: 10,000 examples x 512 tokens, 3 epochs.
+    defaults = {
+        "tc_size_mode": SIZE_EXAMPLES, "tc_examples": 10_000, "tc_avg_tokens": 512.0, "tc_total_tokens": 5_120_000,
+        "tc_epochs": 3.0, "tc_packing": True, "tc_runs": 1, "tc_mfu": DEFAULT_MFU, "tc_gpu": "NVIDIA A100 80GB",
+        "tc_num_gpus": FEWEST, "tc_strategy": Strategy.ZERO3, "tc_ddp_eff": DEFAULT_SCALING_EFFICIENCY[Strategy.DDP],
+        "tc_zero3_eff": DEFAULT_SCALING_EFFICIENCY[Strategy.ZERO3], "tc_price_source": CHEAPEST_LISTED,
+        "tc_basis": "on_demand", "tc_max_gpus": PLAN_GPU_COUNTS[-1],
+    }
+    for key, value in defaults.items():
+        st.session_state.setdefault(key, value)
+
+
+def time_cost_sidebar() -> TimeCostInputs | None:
+    """Dataset, epochs, packing, runs, MFU, GPU and count, strategy and its scaling, price source (sidebar).
+
+    Returns None after an ``st.error`` when the dataset is not valid.
+    """
+    _init_time_cost_defaults()
+    gpus = load_gpus()
+    with st.sidebar:
+        st.header("Dataset and run")
+        mode = st.radio("Dataset size as", [SIZE_EXAMPLES, SIZE_TOKENS], key="tc_size_mode", horizontal=True)
+        if mode == SIZE_EXAMPLES:
+            c1, c2 = st.columns(2)
+            examples = int(c1.number_input("Examples", min_value=1, max_value=10**12, step=1_000, key="tc_examples"))
+            avg = float(c2.number_input("Avg. tokens / example", min_value=1.0, max_value=1e7, step=64.0, key="tc_avg_tokens"))
+            size: dict = {"examples": examples, "avg_tokens": avg}
+        else:
+            size = {"total_tokens": int(st.number_input("Tokens per epoch", min_value=1, max_value=10**15, step=1_000_000,
+                                                        key="tc_total_tokens"))}
+        c1, c2 = st.columns(2)
+        epochs = float(c1.number_input("Epochs", min_value=0.01, max_value=10_000.0, step=1.0, key="tc_epochs"))
+        runs = int(c2.number_input("Experimental runs", min_value=1, max_value=10_000, step=1, key="tc_runs"))
+        packing = st.toggle("Packing", key="tc_packing", disabled=mode != SIZE_EXAMPLES,
+                            help="On: examples are concatenated into full sequences. Off: each example is padded to the "
+                                 "sequence length, and the padding costs compute like real tokens.")
+        mfu = float(st.number_input(
+            "MFU", min_value=0.01, max_value=1.0, step=0.01, key="tc_mfu", format="%.2f",
+            help=f"Fraction of the GPU's dense peak achieved on the FLOPs it executes (recompute included). Default {DEFAULT_MFU}: "
+                 "the median that published Hugging Face-stack measurements imply (Methodology page).",
+        ))
+        st.header("GPUs and prices")
+        gpu_name = st.selectbox("GPU", [g.name for g in gpus], key="tc_gpu")
+        c1, c2 = st.columns(2)
+        count = c1.selectbox("GPUs", [FEWEST, *PLAN_GPU_COUNTS], key="tc_num_gpus",
+                             format_func=lambda v: v if isinstance(v, str) else f"{v}")
+        strategy = c2.selectbox("Strategy", list(Strategy), key="tc_strategy", format_func=lambda s: s.value,
+                                help="; ".join(STRATEGY_LABELS.values()))
+        with st.expander("Multi-GPU scaling efficiency"):
+            st.caption("Fraction of linear speed-up kept on more than one GPU: assumptions (one NVLink node), not measurements.")
+            ddp = float(st.number_input("DDP", min_value=0.05, max_value=1.0, step=0.05, key="tc_ddp_eff"))
+            zero3 = float(st.number_input("ZeRO-3", min_value=0.05, max_value=1.0, step=0.05, key="tc_zero3_eff"))
+        source = st.selectbox("Price source", price_source_names(), key="tc_price_source",
+                              help="data/gpu_prices.csv: each price has its source and date. A GPU without a price in the "
+                                   "chosen source gets no cost.")
+        basis = st.radio("Rank plans by", ["on_demand", "spot"], key="tc_basis", horizontal=True,
+                         format_func=lambda b: "on-demand price" if b == "on_demand" else "spot price")
+        max_gpus = st.selectbox("Plan search: up to", list(PLAN_GPU_COUNTS), key="tc_max_gpus",
+                                format_func=lambda n: f"{n} GPU{'s' if n > 1 else ''}",
+                                help="Largest GPU count tried per GPU kind. Over 8 GPUs a plan spans nodes, whose slower links "
+                                     "the scaling efficiency does not model.")
+    try:
+        dataset = Dataset(**size, epochs=epochs, runs=runs, packing=packing if mode == SIZE_EXAMPLES else True)
+    except ValueError as exc:
+        st.error(f"This dataset is not valid: {exc}")
+        return None
+    return TimeCostInputs(
+        dataset=dataset, mfu=mfu, gpu=next(g for g in gpus if g.name == gpu_name),
+        num_gpus=None if isinstance(count, str) else int(count), strategy=strategy,
+        scaling_efficiency={Strategy.DDP: ddp, Strategy.ZERO3: zero3}, price_source=source, basis=basis,
+        max_gpus=int(max_gpus),
+    )

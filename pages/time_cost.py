@@ -1,0 +1,186 @@
+"""Time & cost page: tokens/s, wall time, GPU-hours and cost of the sidebar's scenario, curves, and the cheapest plan."""
+
+import pandas as pd
+import streamlit as st
+
+from engine.calibration import ASSUMPTIONS, compare_measurements
+from engine.cost import PLAN_GPU_COUNTS, dataset_sweep, estimate_plan, run_cost, search_plans
+from engine.errors import EngineError
+from engine.fit import check_fit
+from engine.memory import estimate_memory
+from engine.parallel import STRATEGY_LABELS
+from engine.precision import precision_spec
+from engine.throughput import DEFAULT_MFU, SEED_THROUGHPUT, SEED_THROUGHPUT_SOURCE, seed_throughput
+from engine.units import fmt_bytes
+from ui.charts import (
+    BASIS_LABEL, cost_vs_dataset_figure, fmt_hours, fmt_usd, gpu_count_figure, plan_scatter_figure, time_vs_dataset_figure,
+)
+from ui.layout import page_setup
+from ui.scenario_form import scenario_sidebar, time_cost_sidebar
+
+model = page_setup()
+st.title("Training time and cost")
+if model is None:
+    st.info("Pick a model in the sidebar: the bundled catalog works offline.")
+    st.stop()
+scenario = scenario_sidebar(model.arch)
+tc = time_cost_sidebar()
+if scenario is None or tc is None:
+    st.stop()
+
+arch, gpu, strategy, basis = model.arch, tc.gpu, tc.strategy, tc.basis
+efficiency = tc.scaling_efficiency[strategy]
+try:
+    est = estimate_memory(arch, scenario)
+    fewest = check_fit(arch, scenario, gpu, strategy, 1, estimate=est).min_gpus
+    num_gpus = tc.num_gpus or fewest or 1
+    plan = estimate_plan(arch, scenario, tc.dataset, gpu, num_gpus, strategy, mfu=tc.mfu, scaling_efficiency=efficiency,
+                         price_source=tc.price_source, estimate=est)
+    search = search_plans(arch, scenario, tc.dataset, strategy=strategy, mfu=tc.mfu, scaling_efficiency=efficiency,
+                          counts=[n for n in PLAN_GPU_COUNTS if n <= tc.max_gpus], price_source=tc.price_source,
+                          basis=basis, estimate=est)  # type: ignore[arg-type]
+except EngineError as exc:
+    st.error(f"Cannot estimate the time of this scenario: {exc}")
+    st.stop()
+
+tp, run, price = plan.throughput, plan.run, plan.price
+seed = seed_throughput(arch.active_parameters / 1e9, gpu, num_gpus)
+if model.origin.notice:
+    st.warning(model.origin.notice)
+st.caption(
+    f"**{model.title}** · {scenario.method.value}, {precision_spec(scenario.precision).label}, micro batch "
+    f"{scenario.micro_batch_size} × {scenario.seq_len:,} tokens × {scenario.gradient_accumulation_steps} accumulation"
+    f"{', gradient checkpointing' if scenario.gradient_checkpointing else ''} · **{plan.label}**, "
+    f"{STRATEGY_LABELS[strategy]} · MFU {tc.mfu:g} of the dense {tp.peak.dtype} peak "
+    f"({(tp.peak.flops or 0) / 1e12:,.1f} TFLOP/s per GPU) · prices: {price.source}"
+)
+if tc.num_gpus is None and fewest is None:
+    st.warning(f"{model.title} does not fit on any number of {gpu.name} with {strategy.value} in this scenario; the numbers "
+               "below are for one GPU, for reference. The plans further down only list what fits.")
+elif not plan.fits:
+    st.warning(f"This scenario does not fit on {plan.label} with {strategy.value}: {fmt_bytes(plan.per_gpu_peak_bytes, 'GB')} "
+               f"per GPU against {fmt_bytes(plan.per_gpu_peak_bytes - plan.headroom_bytes, 'GB')} usable. Time and cost are "
+               f"for reference only{f'; the fewest {gpu.name} that fit: {fewest}' if fewest else ''}.")
+for note in plan.notes:
+    st.warning(note)
+if tc.dataset.padding_waste(scenario.seq_len) > 0:
+    st.info(f"Without packing, {tc.dataset.padding_waste(scenario.seq_len):.0%} of the processed tokens are padding "
+            f"(every example is padded to {scenario.seq_len:,} tokens).")
+
+st.subheader("FLOPs model")
+c = st.columns(6)
+c[0].metric("Tokens to process", f"{run.tokens:,.0f}",
+            help=f"{tc.dataset.tokens_per_epoch(scenario.seq_len):,.0f} per epoch × {tc.dataset.epochs:g} epochs × {tc.dataset.runs} runs")
+c[1].metric("Tokens/s", f"{run.tokens_per_second:,.0f}",
+            help=f"all {num_gpus} GPUs together: {tp.per_gpu_tokens_per_second:,.0f} per GPU × {num_gpus} × scaling {tp.scaling_efficiency:g}")
+c[2].metric("Wall time", fmt_hours(run.hours), help=f"{run.hours:,.4f} hours")
+c[3].metric("GPU-hours", f"{run.gpu_hours:,.2f}")
+c[4].metric("Cost on-demand", fmt_usd(run.cost_usd_on_demand),
+            help=(f"${price.on_demand_usd_per_hour:,.4g}/GPU-hour from {price.on_demand_source} ({price.date})"
+                  if price.on_demand_usd_per_hour else price.reason))
+c[5].metric("Cost spot", fmt_usd(run.cost_usd_spot),
+            help=f"${price.spot_usd_per_hour:,.4g}/GPU-hour from {price.spot_source}" if price.spot_usd_per_hour else price.reason)
+if price.reason:
+    st.caption(f"No invented prices: {price.reason}. Pick another price source in the sidebar.")
+f = tp.flops
+st.caption(
+    f"Per token: {f.total / 1e9:,.1f} GFLOP executed = dense {f.dense / 1e9:,.1f} + attention {f.attention / 1e9:,.2f}"
+    f" + recompute {f.recompute / 1e9:,.1f} + adapters {f.adapters / 1e9:,.2f}. One optimizer step on one GPU "
+    f"({tp.step.tokens:,} tokens): matmuls {tp.step.compute_s:,.3f} s, QLoRA dequantization {tp.step.dequantize_s:,.3f} s, "
+    f"optimizer step {tp.step.optimizer_s:,.4f} s (bandwidth-bound)."
+)
+
+st.subheader("Seed rule")
+if seed is None:
+    lines = "; ".join(f"{b:g}B on {f'{n}× ' if n > 1 else ''}{g} ~{t:,.0f} tokens/s" for b, g, n, t in SEED_THROUGHPUT)
+    st.info(f"The seed's throughput table lists nothing for {num_gpus} × {gpu.name}. Its lines: {lines}.")
+    seed_run = None
+else:
+    seed_run = run_cost(tc.dataset, scenario.seq_len, seed.tokens_per_second, num_gpus,
+                        price.on_demand_usd_per_hour, price.spot_usd_per_hour)
+    s = st.columns(6)
+    s[1].metric("Tokens/s (seed rule)", f"{seed_run.tokens_per_second:,.0f}", help=seed.rule)
+    s[2].metric("Wall time (seed rule)", fmt_hours(seed_run.hours), help=f"{seed_run.hours:,.4f} hours")
+    s[3].metric("GPU-hours (seed rule)", f"{seed_run.gpu_hours:,.2f}")
+    s[4].metric("Cost on-demand (seed rule)", fmt_usd(seed_run.cost_usd_on_demand))
+    s[5].metric("Cost spot (seed rule)", fmt_usd(seed_run.cost_usd_spot))
+    st.caption(f"{seed.rule}; Training Time = tokens × epochs / throughput ({SEED_THROUGHPUT_SOURCE}). The table ignores "
+               "the method, precision, batch and checkpointing: only the model size, the GPU and the count.")
+
+st.subheader("Time against dataset size")
+sweep = dataset_sweep(tc.dataset, scenario.seq_len, run.tokens_per_second, num_gpus)
+sizes = [d.dataset_tokens for d, _ in sweep]
+seed_hours = None
+if seed is not None:
+    seed_hours = [r.hours for _, r in dataset_sweep(tc.dataset, scenario.seq_len, seed.tokens_per_second, num_gpus)]
+st.plotly_chart(time_vs_dataset_figure(sizes, [r.hours for _, r in sweep], seed_hours, tc.dataset.dataset_tokens, plan.label),
+                width="stretch", key="tc_time_dataset_chart")
+
+st.subheader(f"Cost against dataset size ({BASIS_LABEL[basis]})")
+series: dict[str, tuple[list[float], list[float]]] = {}
+curve_plans = search.cheapest_per_gpu()[:6]
+if plan.cost(basis) is not None and all((p.gpu, p.num_gpus) != (plan.gpu, plan.num_gpus) for p in curve_plans):
+    curve_plans.append(plan)
+for p in curve_plans:
+    points = dataset_sweep(tc.dataset, scenario.seq_len, p.run.tokens_per_second, p.num_gpus,
+                           p.price.on_demand_usd_per_hour, p.price.spot_usd_per_hour)
+    costs = [(r.cost_usd_on_demand if basis == "on_demand" else r.cost_usd_spot) for _, r in points]
+    series[p.label + ("" if p.fits else " (does not fit)")] = ([d.dataset_tokens for d, _ in points], costs)  # type: ignore[misc]
+st.plotly_chart(cost_vs_dataset_figure(series, tc.dataset.dataset_tokens, basis), width="stretch", key="tc_cost_dataset_chart")
+st.caption(f"The GPU kinds cheapest for your dataset, each at its cheapest count that fits ({BASIS_LABEL[basis]} prices from "
+           f"'{search.price_source}'), and your plan. Cost grows linearly with the tokens."
+           if series else f"No fitting plan has a price ({BASIS_LABEL[basis]}) in '{search.price_source}'.")
+
+st.subheader(f"Time and cost against the number of {gpu.name}")
+counts = search.for_gpu(gpu.name)
+st.plotly_chart(gpu_count_figure(counts, basis, gpu.name), width="stretch", key="tc_gpu_count_chart")
+if counts:
+    st.caption(f"Counts {', '.join(str(p.num_gpus) for p in counts)} fit with {strategy.value} (of {', '.join(map(str, search.counts))}). "
+               f"Scaling efficiency {efficiency:g} on more than one GPU, the same at every count: communication across "
+               "nodes (over 8 GPUs) or over PCIe only is not modelled, so large counts are optimistic.")
+else:
+    st.caption(f"No count of {gpu.name} up to {max(search.counts)} fits with {strategy.value}.")
+
+st.subheader("Every plan that fits: time against cost")
+st.plotly_chart(plan_scatter_figure(search), width="stretch", key="tc_plans_chart")
+lines = []
+if search.cheapest is not None:
+    ch = search.cheapest
+    lines.append(f"- **Cheapest**: {ch.label}: {fmt_hours(ch.run.hours)}, {fmt_usd(ch.cost(basis))} {BASIS_LABEL[basis]} "
+                 f"(${(ch.price.on_demand_usd_per_hour if basis == 'on_demand' else ch.price.spot_usd_per_hour) or 0:,.4g}"
+                 f"/GPU-hour, {ch.price.on_demand_source if basis == 'on_demand' else ch.price.spot_source}).")
+else:
+    lines.append(f"- **Cheapest**: none: no fitting plan has a price ({BASIS_LABEL[basis]}) in '{search.price_source}'.")
+if search.fastest is not None:
+    fa = search.fastest
+    lines.append(f"- **Fastest**: {fa.label}: {fmt_hours(fa.run.hours)}, {fmt_usd(fa.cost(basis))}"
+                 + ("" if fa.cost(basis) is not None else f" ({fa.price.reason})") + ".")
+else:
+    lines.append("- **Fastest**: none: nothing fits.")
+lines.append(f"- **Pareto front** ({len(search.pareto)} plans, no plan is both faster and cheaper): "
+             + (", ".join(p.label for p in search.pareto) or "empty") + ".")
+st.markdown("\n".join(lines))
+st.caption(f"{len(search.plans)} plans fit in memory with {strategy.value} (GPU kinds × counts {', '.join(map(str, search.counts))}); "
+           "a plan that does not fit is never listed. Plans without a price in the source are in the table, not on the chart.")
+records = search.records()
+frame = pd.DataFrame(records)
+if not frame.empty:
+    shown = frame[["gpu", "num_gpus", "tokens_per_second", "hours", "gpu_hours", "cost_usd_on_demand", "cost_usd_spot",
+                   "pareto", "cheapest", "fastest", "notes"]]
+    st.dataframe(shown, hide_index=True, width="stretch", key="tc_plans_table")
+st.download_button("Download the plans (CSV)", frame.to_csv(index=False).encode(), file_name="training_plans.csv",
+                   mime="text/csv", key="tc_plans_csv")
+if search.excluded:
+    with st.expander(f"GPU kinds with no plan ({len(search.excluded)})"):
+        st.markdown("\n".join(f"- {e.gpu}: {e.reason}" for e in search.excluded))
+
+st.subheader("Our tokens/s against published measurements")
+comparison = compare_measurements(DEFAULT_MFU)
+st.dataframe(pd.DataFrame([r.record() for r in comparison]), hide_index=True, width="stretch", key="tc_comparison_table")
+st.caption(
+    f"Each published row's scenario through our FLOPs model at the default MFU {DEFAULT_MFU} (data/throughput_measurements.csv, "
+    "with its source and locator). Implied MFU (PaLM): model FLOPs × measured tokens/s ÷ peak, recompute not counted. Implied "
+    "MFU input: the MFU that makes our step model reproduce the measurement (recompute, optimizer step and QLoRA dequantization "
+    "included). The default is the median of the latter over the Hugging Face-stack rows (the Methodology page says why). "
+    "Assumed where the sources are silent: " + "; ".join(ASSUMPTIONS) + "."
+)

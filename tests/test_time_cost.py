@@ -1,0 +1,353 @@
+"""Training time and cost (GitHub issue 8): the FLOPs model on hand-checked cases, the seed rule and the seed's
+time and cost examples, prices never invented, the plan search (only plans that fit), the Pareto front, the
+comparison with published measurements that justifies the default MFU, and the CLI options.
+
+Uses the bundled catalog (data/models), so it runs without ../shared/reference.
+Seed: ../shared/seeds/000_e5ea2c620e992cc5.txt, "Ejemplos de Throughput", "Ejemplo de Cálculo de Tiempo",
+"Precios de GPU (Aproximados)" and "Ejemplo de Cálculo de Costos".
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.architecture import architecture_from_config
+from engine.calibration import compare_measurements, default_mfu_from_measurements, measurement_scenario
+from engine.catalog import catalog_model, load_throughput_measurements
+from engine.cost import (
+    CHEAPEST_LISTED, PLAN_GPU_COUNTS, Dataset, dataset_sweep, estimate_plan, pareto_front, price_source_names, quote_price,
+    run_cost, search_plans,
+)
+from engine.errors import CatalogError, ScenarioError
+from engine.fit import check_fit
+from engine.gpus import GpuPrice, find_gpu, load_gpus
+from engine.memory import estimate_memory
+from engine.parallel import Strategy
+from engine.scenario import Scenario
+from engine.throughput import (
+    DEFAULT_MFU, DEFAULT_SCALING_EFFICIENCY, estimate_throughput, flops_per_token, implied_mfu, implied_utilization,
+    matmul_parameters, peak_flops_for, seed_throughput, seed_tokens_per_second, seed_training_hours, step_time,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+SEED_SOURCE = "seed chapter (approx.)"
+
+
+def arch_of(repo_id: str):
+    return architecture_from_config(catalog_model(repo_id).config)
+
+
+LLAMA8 = arch_of("meta-llama/Llama-3.1-8B")
+# Llama-3.1-8B (config.json): 32 layers, hidden 4096, 8 KV heads x 128, MLP 14336, vocab 128256, untied LM head.
+LLAMA8_MATMUL = 32 * (2 * 4_096 * 4_096 + 2 * 4_096 * 1_024 + 3 * 4_096 * 14_336) + 128_256 * 4_096
+LORA_QKVO_R16 = 13_631_488  # PEFT print_trainable_parameters, Llama-3-8B r=16 on q,k,v,o
+
+
+# --- the FLOPs model ----------------------------------------------------------------------------------------------------
+
+
+def test_flops_model_by_hand_llama_8b_lora_on_a100_80gb():
+    sc = Scenario.build(method="lora", precision="bf16", seq_len=2_048)
+    tp = estimate_throughput(LLAMA8, sc, find_gpu("A100 80GB"), mfu=0.26)
+    flops = 4 * LLAMA8_MATMUL + 12 * 32 * 4_096 * 2_048 + 6 * LORA_QKVO_R16  # frozen 4N + attention + adapters 6n
+    assert tp.flops.total == flops == 33_321_648_128
+    compute_s = flops * 2_048 / (312e12 * 0.26)  # A100 dense bf16 peak 312 TFLOP/s x MFU
+    # Optimizer step, bandwidth-bound: fp32 adapters: read+write weights (4 B) and AdamW states (8 B), read grads (4 B).
+    optimizer_s = 28 * LORA_QKVO_R16 / 2_039e9  # A100 80GB SXM: 2,039 GB/s
+    assert tp.step.compute_s == pytest.approx(compute_s) and tp.step.optimizer_s == pytest.approx(optimizer_s)
+    assert tp.tokens_per_second == pytest.approx(2_048 / (compute_s + optimizer_s))
+    assert round(tp.tokens_per_second) == 2_434
+    assert tp.peak.dtype == "bf16" and tp.peak.note is None and tp.scaling_efficiency == 1.0
+
+
+def test_gradient_checkpointing_adds_the_recompute():
+    sc = Scenario.build(method="lora", precision="bf16", seq_len=2_048)
+    ck = sc.model_copy(update={"gradient_checkpointing": True})
+    gpu = find_gpu("H100")
+    plain, recomputed = estimate_throughput(LLAMA8, sc, gpu), estimate_throughput(LLAMA8, ck, gpu)
+    assert recomputed.flops.recompute == 2 * LLAMA8_MATMUL + 4 * 32 * 4_096 * 2_048  # the forward once more
+    assert recomputed.flops.model_flops == plain.flops.model_flops  # model FLOPs (PaLM's MFU numerator) unchanged
+    assert recomputed.step.compute_s / plain.step.compute_s == pytest.approx(recomputed.flops.total / plain.flops.total)
+    assert recomputed.tokens_per_second < 0.8 * plain.tokens_per_second
+
+
+def test_moe_uses_active_parameters():
+    mixtral = arch_of("mistralai/Mixtral-8x7B-v0.1")
+    # Routed experts at top-2 of 8: matmul weights = active parameters minus the embedding (32,000 x 4,096) and norms.
+    n = matmul_parameters(mixtral)
+    assert n == mixtral.active_parameters - 32_000 * 4_096 - (2 * 32 + 1) * 4_096
+    assert n < 0.3 * mixtral.total_parameters
+    f = flops_per_token(mixtral, Scenario.build(method="lora", seq_len=1_024))
+    assert f.dense == 4 * n
+    tp = estimate_throughput(mixtral, Scenario.build(method="lora", precision="bf16", seq_len=1_024), find_gpu("H100"))
+    assert tp.step.compute_s == pytest.approx(f.total * 1_024 / (989.5e12 * DEFAULT_MFU))
+
+
+def test_peak_follows_the_compute_dtype():
+    a100, t4, b200 = find_gpu("A100 80GB"), find_gpu("T4"), find_gpu("B200")
+    assert peak_flops_for(a100, Scenario.build(precision="fp32").precision).flops == 19.5e12  # no TF32 by default
+    assert peak_flops_for(a100, Scenario.build(precision="amp_fp16").precision).flops == 312e12
+    t4_peak = peak_flops_for(t4, Scenario.build(precision="amp_bf16").precision)
+    assert t4_peak.flops == 65e12 and t4_peak.dtype == "fp16" and "no bf16" in t4_peak.note  # flagged, fp16 used
+    assert peak_flops_for(b200, Scenario.build(precision="fp32").precision).flops is None
+    with pytest.raises(ScenarioError, match="fp32"):
+        estimate_throughput(LLAMA8, Scenario.build(precision="fp32"), b200)
+
+
+def test_multi_gpu_scaling_and_zero3_optimizer_shards():
+    sc = Scenario.build(precision="bf16")
+    gpu = find_gpu("H100")
+    one = estimate_throughput(LLAMA8, sc, gpu)
+    ddp = estimate_throughput(LLAMA8, sc, gpu, num_gpus=4)
+    assert ddp.tokens_per_second == pytest.approx(one.tokens_per_second * 4 * DEFAULT_SCALING_EFFICIENCY[Strategy.DDP])
+    z3 = estimate_throughput(LLAMA8, sc, gpu, num_gpus=4, strategy=Strategy.ZERO3, scaling_efficiency=0.7)
+    assert z3.step.optimizer_s == pytest.approx(one.step.optimizer_s / 4)  # each GPU updates its shard
+    assert z3.tokens_per_second == pytest.approx(z3.per_gpu_tokens_per_second * 4 * 0.7)
+    for bad in ({"mfu": 0}, {"mfu": 1.2}, {"num_gpus": 0}, {"scaling_efficiency": 1.5}):
+        with pytest.raises(ScenarioError):
+            estimate_throughput(LLAMA8, sc, gpu, **bad)
+
+
+def test_implied_utilization_inverts_the_step_model():
+    sc = Scenario.build(method="qlora", seq_len=1_024, gradient_checkpointing=True)
+    est = estimate_memory(LLAMA8, sc)
+    t = step_time(LLAMA8, sc, est, peak_flops=312e12, bandwidth_bytes_per_s=1_555e9, mfu=0.3)
+    back = implied_utilization(LLAMA8, sc, est, t.tokens_per_second, peak_flops=312e12, bandwidth_bytes_per_s=1_555e9)
+    assert back == pytest.approx(0.3)
+    # PaLM's MFU of the same run is lower: it does not count the recompute, nor forgive the bandwidth-bound time.
+    assert implied_mfu(LLAMA8, sc, t.tokens_per_second, 312e12) < 0.3 * flops_per_token(LLAMA8, sc).model_flops / flops_per_token(LLAMA8, sc).total
+    assert implied_utilization(LLAMA8, sc, est, 1e12, peak_flops=312e12, bandwidth_bytes_per_s=1_555e9) is None
+
+
+# --- the seed rule and the seed's examples ------------------------------------------------------------------------------
+
+
+def test_seed_rule_resolves_gpu_names_through_the_catalog():
+    for name in ("A100-40GB", "NVIDIA A100 40GB", "a100 40gb"):
+        assert seed_tokens_per_second(7, name) == 1_000
+    assert seed_tokens_per_second(7, find_gpu("A100 40GB")) == 1_000
+    assert seed_tokens_per_second(8.03, "H100") == 2_000  # 8B is "7B" give or take nominal rounding
+    assert seed_tokens_per_second(13, "A100-80GB") == 500
+    assert seed_tokens_per_second(70.55, "H100 SXM", 8) == 800
+    # Other GPUs are not the seed's: the PCIe parts, a 1-GPU 70B line, unknown names.
+    assert seed_tokens_per_second(7, "A100 40GB PCIe") is None
+    assert seed_tokens_per_second(7, "H100 PCIe") is None
+    assert seed_tokens_per_second(7, "H100", 2) is None
+    assert seed_tokens_per_second(7, "no such gpu") is None
+    # Far from every listed size: scaled by listed / model size, and says so.
+    small = seed_throughput(1.24, "H100")
+    assert small is not None and small.scaled and small.tokens_per_second == pytest.approx(2_000 * 7 / 1.24)
+    assert "scaled" in small.rule
+
+
+def test_seed_time_and_cost_examples_through_the_price_catalog():
+    tps = seed_tokens_per_second(7, "A100-40GB")
+    assert tps == 1_000
+    # 10,000 examples x 512 tokens x 3 epochs at 1,000 tokens/s = 15,360 s = 4.3 h.
+    run = run_cost(Dataset(examples=10_000, avg_tokens=512, epochs=3), 512, tps)
+    assert run.tokens == 15_360_000 and round(run.hours, 1) == 4.3 == round(seed_training_hours(5_120_000, 3, tps), 1)
+    price = quote_price("A100-40GB", SEED_SOURCE)
+    assert (price.on_demand_usd_per_hour, price.spot_usd_per_hour) == (4.00, 1.20) and price.reason is None
+    four_hours = Dataset(total_tokens=4 * 3_600 * 1_000)
+    one = run_cost(four_hours, 512, tps, 1, price.on_demand_usd_per_hour, price.spot_usd_per_hour)
+    assert one.hours == 4 and one.cost_usd_on_demand == 16 and one.cost_usd_spot == pytest.approx(4.80)
+    five = run_cost(four_hours.model_copy(update={"runs": 5}), 512, tps, 1, price.on_demand_usd_per_hour, price.spot_usd_per_hour)
+    assert five.cost_usd_on_demand == 80 and five.cost_usd_spot == pytest.approx(24)
+
+
+# --- datasets and prices ------------------------------------------------------------------------------------------------
+
+
+def test_dataset_scaling_and_sweep():
+    d = Dataset(examples=1_000, avg_tokens=256, packing=False, epochs=2)
+    assert d.dataset_tokens == 256_000 and d.scaled(10).examples == 10_000
+    points = dataset_sweep(d, 1_024, 1_000.0, 2, 3.0, None, factors=(0.1, 1, 10))
+    assert [p.tokens for _, p in points] == [204_800, 2_048_000, 20_480_000]  # padded to 1,024, 2 epochs
+    assert points[2][1].cost_usd_on_demand == pytest.approx(10 * points[1][1].cost_usd_on_demand)
+    assert all(r.cost_usd_spot is None for _, r in points)
+    assert Dataset(total_tokens=5).scaled(0.01).total_tokens == 1
+
+
+def test_prices_are_never_invented():
+    names = price_source_names()
+    assert names[0] == CHEAPEST_LISTED and SEED_SOURCE in names and "RunPod Community Cloud" in names
+    missing = quote_price("RTX 3090", "RunPod Community Cloud")
+    assert missing.on_demand_usd_per_hour is None and missing.spot_usd_per_hour is None
+    assert "no price for NVIDIA RTX 3090" in missing.reason
+    assert quote_price("RTX 3090").on_demand_usd_per_hour is None  # no source lists it at all
+    cheapest = quote_price("A100 80GB")  # the lowest on-demand row of any source, with that row's spot (none)
+    assert cheapest.on_demand_usd_per_hour == 1.39 and cheapest.on_demand_source == "RunPod Community Cloud"
+    assert cheapest.spot_usd_per_hour is None and "lists no spot price" in cheapest.reason
+    with pytest.raises(CatalogError, match="unknown price source"):
+        quote_price("A100 80GB", "seed chapter")
+    assert quote_price("A100 80GB", " SEED CHAPTER (APPROX.) ").spot_usd_per_hour == 1.80
+    sc = Scenario.build(method="lora", precision="bf16")
+    plan = estimate_plan(LLAMA8, sc, Dataset(total_tokens=10**6), find_gpu("RTX 3090"), price_source="RunPod Secure Cloud")
+    assert plan.run.cost_usd_on_demand is None and plan.run.cost_usd_spot is None and plan.run.hours > 0
+
+
+# --- the plan search ----------------------------------------------------------------------------------------------------
+
+
+def _price(gpu: str, usd: float) -> GpuPrice:
+    return GpuPrice(gpu=gpu, source_name="test", on_demand_usd_per_hour=usd, date=dt.date(2026, 1, 1), url="test")
+
+
+def test_a_plan_that_does_not_fit_is_never_offered_as_cheapest():
+    # A T4 at $0.01/h would be by far the cheapest way to process the tokens, but 8B LoRA on a bf16 base needs more
+    # than its 16 GB, and DDP does not divide memory: it must not be offered; the A100 80GB at $10/h is.
+    sc = Scenario.build(method="lora", precision="bf16", seq_len=2_048)
+    data = Dataset(examples=10_000, avg_tokens=512, epochs=3)
+    t4, a100 = find_gpu("T4"), find_gpu("A100 80GB")
+    prices = [_price("NVIDIA T4", 0.01), _price("NVIDIA A100 80GB", 10.0)]
+    trap = estimate_plan(LLAMA8, sc, data, t4, 1, Strategy.DDP, price_source="test", prices=prices)
+    assert not trap.fits
+    search = search_plans(LLAMA8, sc, data, gpus=[t4, a100], strategy=Strategy.DDP, price_source="test", prices=prices)
+    assert search.cheapest is not None and search.cheapest.gpu == a100.name and search.cheapest.fits
+    assert trap.run.cost_usd_on_demand < search.cheapest.run.cost_usd_on_demand  # cheaper, but it does not fit
+    assert all(p.gpu != t4.name for p in search.plans) and all(p.fits for p in search.plans)
+    assert [e.gpu for e in search.excluded] == [t4.name] and "does not fit" in search.excluded[0].reason
+    assert [p.num_gpus for p in search.for_gpu(a100.name)] == list(PLAN_GPU_COUNTS)
+    assert search.cheapest.num_gpus == 1  # DDP's scaling efficiency makes more GPUs cost more
+
+
+@pytest.mark.parametrize("strategy", list(Strategy))
+def test_plan_search_lists_exactly_the_plans_that_fit(strategy):
+    sc = Scenario.build(method="full", precision="amp_bf16", seq_len=2_048)
+    est = estimate_memory(LLAMA8, sc)
+    search = search_plans(LLAMA8, sc, Dataset(total_tokens=10**8), strategy=strategy, estimate=est)
+    listed = {(p.gpu, p.num_gpus) for p in search.plans}
+    for gpu in load_gpus():
+        for n in PLAN_GPU_COUNTS:
+            fits = check_fit(LLAMA8, sc, gpu, strategy, n, estimate=est).fits
+            assert ((gpu.name, n) in listed) == fits, (gpu.name, n)
+    assert search.plans and search.fastest == min(search.plans, key=lambda p: p.run.hours)
+    priced = [p for p in search.plans if p.cost("on_demand") is not None]
+    assert search.cheapest == min(priced, key=lambda p: (p.cost("on_demand"), p.run.hours))
+    records = search.records()
+    assert len(records) == len(search.plans) and sum(r["cheapest"] for r in records) == 1
+
+
+def test_pareto_front():
+    sc = Scenario.build(method="lora", precision="bf16")
+    search = search_plans(LLAMA8, sc, Dataset(total_tokens=10**8), strategy=Strategy.ZERO3, price_source=SEED_SOURCE)
+    priced = [p for p in search.plans if p.cost("on_demand") is not None]
+    front = list(search.pareto)
+    assert front and front == pareto_front(search.plans)
+
+    def dominates(a, b):
+        ca, cb = a.cost("on_demand"), b.cost("on_demand")
+        return a.run.hours <= b.run.hours and ca <= cb and (a.run.hours < b.run.hours or ca < cb)
+
+    for f in front:
+        assert not any(dominates(p, f) for p in priced)
+    for p in priced:
+        assert p in front or any(dominates(f, p) for f in front)
+    assert search.cheapest in front and front[0].run.hours == min(p.run.hours for p in priced)
+    # Spot ranking uses spot prices (the seed chapter lists them).
+    spot = search_plans(LLAMA8, sc, Dataset(total_tokens=10**8), price_source=SEED_SOURCE, basis="spot")
+    assert spot.cheapest is not None and spot.cheapest.run.cost_usd_spot is not None
+
+
+def test_plans_are_flagged_where_the_scaling_assumption_is_weak():
+    sc = Scenario.build(method="lora", precision="bf16")
+    plan = estimate_plan(LLAMA8, sc, Dataset(total_tokens=10**8), find_gpu("RTX 4090"), 16, Strategy.ZERO3)
+    text = " ".join(plan.notes)
+    assert "no GPU-to-GPU link" in text and "several nodes" in text
+
+
+# --- published measurements and the default MFU ------------------------------------------------------------------------
+
+
+def test_comparison_with_published_measurements():
+    rows = compare_measurements()
+    assert len(rows) == len(load_throughput_measurements()) >= 5
+    for r in rows:
+        assert r.measured_tokens_per_second > 0 and r.predicted_tokens_per_second > 0
+        assert r.ratio == pytest.approx(r.predicted_tokens_per_second / r.measured_tokens_per_second)
+        assert 0 < r.implied_mfu < 1 and r.mfu == DEFAULT_MFU
+        assert r.source and r.locator
+    assert {r.stack for r in rows} >= {"hf", "torchtune"}
+    # Our model at each row's implied MFU input reproduces the measurement.
+    for r in rows[:3] + rows[-3:]:
+        again = compare_measurements(r.implied_utilization)
+        assert next(x for x in again if x.id == r.id).ratio == pytest.approx(1.0)
+
+
+def test_default_mfu_is_the_median_of_the_hugging_face_rows():
+    assert DEFAULT_MFU == round(default_mfu_from_measurements("hf"), 2)
+    hf = sorted(r.implied_utilization for r in compare_measurements() if r.stack == "hf")
+    assert len(hf) >= 5 and hf[0] <= DEFAULT_MFU <= hf[-1]
+    assert 0.1 < DEFAULT_MFU < 0.5
+    # At the default the Hugging Face rows straddle ratio 1.
+    ratios = [r.ratio for r in compare_measurements() if r.stack == "hf"]
+    assert min(ratios) < 1 < max(ratios)
+
+
+def test_measurement_scenarios_follow_the_rows():
+    for m in load_throughput_measurements():
+        sc = measurement_scenario(m)
+        assert (sc.method.value, sc.micro_batch_size, sc.seq_len, sc.gradient_checkpointing) == (
+            m.method, m.micro_batch_size, m.seq_len, m.gradient_checkpointing)
+
+
+# --- command line -------------------------------------------------------------------------------------------------------
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "engine", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+LORA_8B = ("estimate", "--model", "meta-llama/Llama-3.1-8B", "--offline", "--method", "lora", "--precision", "bf16")
+
+
+def test_cli_time_and_cost():
+    proc = cli(*LORA_8B, "--gpu", "A100 40GB", "--examples", "10000", "--avg-tokens", "512", "--epochs", "3",
+               "--price-source", SEED_SOURCE)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["fits"] is True
+    sc = Scenario.build(method="lora", precision="bf16")
+    expected = estimate_throughput(LLAMA8, sc, find_gpu("A100 40GB")).tokens_per_second
+    assert out["tokens_per_second"] == pytest.approx(expected)
+    assert out["hours"] == pytest.approx(15_360_000 / expected / 3_600) and out["gpu_hours"] == out["hours"]
+    assert out["cost_usd_on_demand"] == pytest.approx(4.00 * out["gpu_hours"])
+    assert out["cost_usd_spot"] == pytest.approx(1.20 * out["gpu_hours"]) and out["cost_reason"] is None
+    assert out["time_cost"]["mfu"] == DEFAULT_MFU and out["time_cost"]["tokens"] == 15_360_000
+    assert round(out["time_cost"]["seed_rule"]["hours"], 1) == 4.3  # the seed's 7B on A100-40GB line
+
+
+def test_cli_multi_gpu_mfu_and_missing_price():
+    proc = cli(*LORA_8B, "--gpu", "RTX 3090", "--num-gpus", "2", "--strategy", "zero3", "--dataset-tokens", "1000000",
+               "--mfu", "0.5", "--price-source", "RunPod Community Cloud")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["cost_usd_on_demand"] is None and out["cost_usd_spot"] is None
+    assert "no price for NVIDIA RTX 3090" in out["cost_reason"]
+    assert out["time_cost"]["mfu"] == 0.5 and out["time_cost"]["scaling_efficiency"] == 0.8
+    assert out["gpu_hours"] == pytest.approx(2 * out["hours"])
+    assert "--dataset-tokens" in cli("estimate", "--help").stdout
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--dataset-tokens", "1000"], "needs --gpu"),
+        (["--gpu", "H100", "--examples", "10"], "--avg-tokens"),
+        (["--gpu", "H100", "--mfu", "0.3"], "dataset size"),
+        (["--gpu", "H100", "--dataset-tokens", "10", "--examples", "3", "--avg-tokens", "5"], "not both"),
+        (["--gpu", "H100", "--dataset-tokens", "1000", "--mfu", "0"], "mfu"),
+        (["--gpu", "H100", "--dataset-tokens", "0"], "total_tokens"),
+        (["--gpu", "H100", "--dataset-tokens", "1000", "--price-source", "nowhere"], "unknown price source"),
+    ],
+)
+def test_cli_bad_time_cost_options(extra, needle):
+    proc = cli(*LORA_8B, *extra)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1 and needle in proc.stderr

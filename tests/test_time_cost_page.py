@@ -1,0 +1,158 @@
+"""AppTest tests of the Time & cost page (pages/time_cost.py), in both modes of tests/test_app.py: ``first_request``
+(the page file runs directly, as on a fresh server's first request) and ``served`` (streamlit_app.py runs, then the
+page)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from engine.calibration import compare_measurements
+from engine.scenario import Method
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "streamlit_app.py")
+PAGE = "pages/time_cost.py"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    st.cache_data.clear()
+    yield
+    st.cache_data.clear()
+
+
+@pytest.fixture(params=["first_request", "served"])
+def new_app(request, monkeypatch):
+    """As in tests/test_app.py: ``served`` keeps Streamlit's pages-directory flag off, as after any st.navigation call."""
+    if request.param == "served":
+        import streamlit.testing.v1.app_test as app_test_module
+        from streamlit.runtime.pages_manager import PagesManager
+
+        class _AfterNavigation(PagesManager):
+            def __init__(self, *args, **kwargs):
+                PagesManager.uses_pages_directory = False
+                super().__init__(*args, **kwargs)
+
+        monkeypatch.setattr(app_test_module, "PagesManager", _AfterNavigation)
+        monkeypatch.setattr(PagesManager, "uses_pages_directory", PagesManager.uses_pages_directory)
+
+    def make() -> AppTest:
+        return AppTest.from_file(APP, default_timeout=60)
+
+    return make
+
+
+@pytest.fixture
+def page(new_app) -> AppTest:
+    at = new_app().switch_page(PAGE).run()
+    no_exception(at)
+    return at
+
+
+def no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def charts(at: AppTest) -> list[dict]:
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def metric(at: AppTest, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def number(text: str) -> float:
+    return float(text.replace(",", "").replace("$", "").split()[0])
+
+
+def hours(text: str) -> float:
+    value = number(text)
+    return value / 60 if text.endswith("min") else value * 24 if "days" in text else value
+
+
+def test_page_renders_metrics_all_curves_and_the_comparison(page):
+    at = page
+    assert [t.value for t in at.title] == ["Training time and cost"]
+    for label in ("Tokens to process", "Tokens/s", "Wall time", "GPU-hours", "Cost on-demand", "Cost spot"):
+        assert metric(at, label)
+    assert metric(at, "Tokens to process") == "15,360,000"  # the seed's 10,000 x 512 tokens x 3 epochs
+    figs = charts(at)
+    assert len(figs) == 4  # time vs dataset, cost vs dataset, time and cost vs GPUs, plans scatter
+    time_fig, cost_fig, count_fig, plans_fig = figs
+    assert time_fig["data"][0]["name"].startswith("FLOPs model")
+    assert len(cost_fig["data"]) >= 3  # several GPUs
+    assert {t["name"] for t in count_fig["data"]} >= {"wall time (h)"}
+    names = {t["name"] for t in plans_fig["data"]}
+    assert {"plans that fit", "Pareto front"} <= names
+    notes = " ".join(a["text"] for a in plans_fig["layout"].get("annotations", []))
+    assert "cheapest" in notes and "fastest" in notes
+    table = next(d.value for d in at.dataframe if "measured tokens/s" in d.value.columns)
+    assert len(table) == len(compare_measurements()) >= 5 and table["ours / measured"].notna().all()
+    assert any(d.value is not None and "pareto" in d.value.columns for d in at.dataframe)
+    assert len(at.get("download_button")) == 1
+    text = " ".join(m.value for m in at.markdown)
+    assert "**Cheapest**" in text and "**Fastest**" in text and "**Pareto front**" in text
+    assert at.selectbox(key="catalog_repo").value == "meta-llama/Llama-3.1-8B"
+
+
+def test_page_reacts_to_the_method_and_checkpointing(page):
+    at = page
+    full_tps, full_time = number(metric(at, "Tokens/s")), hours(metric(at, "Wall time"))
+    at.radio(key="method").set_value(Method.LORA).run()
+    no_exception(at)
+    lora_tps, lora_time = number(metric(at, "Tokens/s")), hours(metric(at, "Wall time"))
+    assert lora_tps != full_tps and lora_time != full_time
+    at.toggle(key="gradient_checkpointing").set_value(True).run()
+    no_exception(at)
+    ckpt_tps, ckpt_time = number(metric(at, "Tokens/s")), hours(metric(at, "Wall time"))
+    assert ckpt_tps < 0.85 * lora_tps  # the recompute costs about a third more FLOPs
+    assert ckpt_time > 1.15 * lora_time
+    assert "recompute 0.0" not in " ".join(c.value for c in at.caption)
+
+
+def test_sidebar_inputs_drive_the_numbers(page):
+    at = page
+    at.radio(key="method").set_value(Method.LORA).run()
+    tps, time = number(metric(at, "Tokens/s")), hours(metric(at, "Wall time"))
+    at.number_input(key="tc_mfu").set_value(0.52).run()
+    no_exception(at)
+    assert number(metric(at, "Tokens/s")) == pytest.approx(2 * tps, rel=0.01)  # compute-bound: twice the MFU
+    at.number_input(key="tc_epochs").set_value(6.0).run()
+    no_exception(at)
+    assert metric(at, "Tokens to process") == "30,720,000"
+    assert hours(metric(at, "Wall time")) == pytest.approx(time, rel=0.03)  # twice the tokens at twice the speed
+
+
+def test_seed_rule_beside_the_flops_model_and_prices_never_invented(page):
+    at = page
+    at.radio(key="method").set_value(Method.LORA).run()
+    at.selectbox(key="tc_gpu").set_value("NVIDIA A100 40GB").run()
+    at.selectbox(key="tc_num_gpus").set_value(1).run()
+    at.selectbox(key="tc_price_source").set_value("seed chapter (approx.)").run()
+    no_exception(at)
+    assert metric(at, "Tokens/s (seed rule)") == "1,000"  # 8B counts as the seed's "7B on A100-40GB"
+    assert metric(at, "Wall time (seed rule)") == "4.27 h"  # the seed's example: 15,360,000 tokens at 1,000/s
+    assert metric(at, "Cost on-demand (seed rule)") == "$17.07" and metric(at, "Cost spot (seed rule)") == "$5.12"
+    at.selectbox(key="tc_gpu").set_value("NVIDIA RTX 3090").run()
+    no_exception(at)
+    assert metric(at, "Cost on-demand") == "no price"
+    assert any("no price for NVIDIA RTX 3090" in c.value for c in at.caption)
+    assert any("lists nothing" in i.value for i in at.info)
+
+
+def test_time_cost_inputs_survive_a_visit_to_another_page(page):
+    at = page
+    at.number_input(key="tc_epochs").set_value(5.0).run()
+    at.selectbox(key="tc_gpu").set_value("NVIDIA H100 80GB").run()
+    at.switch_page("pages/memory.py").run()
+    no_exception(at)
+    at.switch_page(PAGE).run()
+    no_exception(at)
+    assert at.number_input(key="tc_epochs").value == 5.0
+    assert at.selectbox(key="tc_gpu").value == "NVIDIA H100 80GB"
+    assert metric(at, "Tokens to process") == "25,600,000"
