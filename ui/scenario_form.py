@@ -140,7 +140,7 @@ def _init_time_cost_defaults() -> None:
         "tc_epochs": 3.0, "tc_packing": True, "tc_runs": 1, "tc_mfu": DEFAULT_MFU, "tc_gpu": "NVIDIA A100 80GB",
         "tc_num_gpus": FEWEST, "tc_strategy": Strategy.ZERO3, "tc_ddp_eff": DEFAULT_SCALING_EFFICIENCY[Strategy.DDP],
         "tc_zero3_eff": DEFAULT_SCALING_EFFICIENCY[Strategy.ZERO3], "tc_price_source": CHEAPEST_LISTED,
-        "tc_basis": "on_demand", "tc_max_gpus": PLAN_GPU_COUNTS[-1],
+        "tc_basis": "on_demand", "tc_max_gpus": 8,  # one node: links between nodes are not modelled
     }
     for key, value in defaults.items():
         st.session_state.setdefault(key, value)
