@@ -15,18 +15,11 @@ from engine.precision import PrecisionMode, precision_spec
 from engine.scenario import Method, Scenario
 from engine.units import fmt_bytes, fmt_count, to_unit
 from ui.charts import fit_heatmap
-from ui.layout import page_setup
-from ui.scenario_form import display_sidebar, scenario_sidebar
+from ui.layout import scenario_page
+from ui.scenario_form import display_sidebar
 
-model = page_setup()
-st.title("Which GPU does it fit on?")
-if model is None:
-    st.info("Pick a model in the sidebar: the bundled catalog works offline.")
-    st.stop()
-scenario = scenario_sidebar(model.arch)
+model, scenario = scenario_page("Which GPU does it fit on?")
 sidebar_gpu, unit = display_sidebar()
-if scenario is None:
-    st.stop()
 
 gpus = load_gpus()
 catalog = [(m.name, architecture_from_config(m.config)) for m in load_models()]

@@ -10,18 +10,11 @@ from engine.seed_rules import seed_comparison
 from engine.sweep import sweep_techniques
 from engine.units import fmt_bytes, fmt_count, to_unit
 from ui.charts import memory_stack_figure
-from ui.layout import page_setup
-from ui.scenario_form import display_sidebar, scenario_sidebar
+from ui.layout import scenario_page
+from ui.scenario_form import display_sidebar
 
-model = page_setup()
-st.title("GPU memory of a fine-tuning step")
-if model is None:
-    st.info("Pick a model in the sidebar: the bundled catalog works offline.")
-    st.stop()
-scenario = scenario_sidebar(model.arch)
+model, scenario = scenario_page("GPU memory of a fine-tuning step")
 gpu, unit = display_sidebar()
-if scenario is None:
-    st.stop()
 
 try:
     est = estimate_memory(model.arch, scenario)

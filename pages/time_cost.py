@@ -15,17 +15,12 @@ from engine.units import fmt_bytes
 from ui.charts import (
     BASIS_LABEL, cost_vs_dataset_figure, fmt_hours, fmt_usd, gpu_count_figure, plan_scatter_figure, time_vs_dataset_figure,
 )
-from ui.layout import page_setup
-from ui.scenario_form import scenario_sidebar, time_cost_sidebar
+from ui.layout import scenario_page
+from ui.scenario_form import time_cost_sidebar
 
-model = page_setup()
-st.title("Training time and cost")
-if model is None:
-    st.info("Pick a model in the sidebar: the bundled catalog works offline.")
-    st.stop()
-scenario = scenario_sidebar(model.arch)
+model, scenario = scenario_page("Training time and cost")
 tc = time_cost_sidebar()
-if scenario is None or tc is None:
+if tc is None:
     st.stop()
 
 arch, gpu, strategy, basis = model.arch, tc.gpu, tc.strategy, tc.basis

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -47,3 +48,44 @@ def hub_stub(monkeypatch: pytest.MonkeyPatch, tmp_path) -> Iterator[HubStub]:
         yield stub
     finally:
         stub.stop()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_streamlit_cache():
+    """The app caches public Hub reads with st.cache_data (process-wide): every test starts and ends empty."""
+    import streamlit as st
+
+    st.cache_data.clear()
+    yield
+    st.cache_data.clear()
+
+
+APP = str(Path(__file__).resolve().parents[1] / "streamlit_app.py")
+
+
+@pytest.fixture(params=["first_request", "served"])
+def new_app(request, monkeypatch):
+    """A factory of AppTests of streamlit_app.py, in two modes.
+
+    ``first_request``: AppTest's default, like a fresh server's first request: with a ``pages/`` folder,
+    Streamlit's multipage-v1 path may run a page without the entrypoint. ``served``: Streamlit's
+    pages-directory flag kept off, as after any session's ``st.navigation`` call (a warm server).
+    """
+    from streamlit.testing.v1 import AppTest
+
+    if request.param == "served":
+        import streamlit.testing.v1.app_test as app_test_module
+        from streamlit.runtime.pages_manager import PagesManager
+
+        class _AfterNavigation(PagesManager):
+            def __init__(self, *args, **kwargs):
+                PagesManager.uses_pages_directory = False
+                super().__init__(*args, **kwargs)
+
+        monkeypatch.setattr(app_test_module, "PagesManager", _AfterNavigation)
+        monkeypatch.setattr(PagesManager, "uses_pages_directory", PagesManager.uses_pages_directory)
+
+    def make() -> AppTest:
+        return AppTest.from_file(APP, default_timeout=60)
+
+    return make

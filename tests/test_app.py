@@ -46,35 +46,6 @@ TOKEN = "hf_AppTestSecretToken_DoNotRender_42"
 GIB_PER_GB = 2**30 / 1e9
 
 
-@pytest.fixture(autouse=True)
-def _fresh_cache():
-    """ui.model_picker caches public Hub configs with st.cache_data (process-wide): start and end each test empty."""
-    st.cache_data.clear()
-    yield
-    st.cache_data.clear()
-
-
-@pytest.fixture(params=["first_request", "served"])
-def new_app(request, monkeypatch):
-    """Factory of AppTests in one of the two modes described in the module docstring."""
-    if request.param == "served":
-        import streamlit.testing.v1.app_test as app_test_module
-        from streamlit.runtime.pages_manager import PagesManager
-
-        class _AfterNavigation(PagesManager):
-            def __init__(self, *args, **kwargs):
-                PagesManager.uses_pages_directory = False  # as after any session's st.navigation call
-                super().__init__(*args, **kwargs)
-
-        monkeypatch.setattr(app_test_module, "PagesManager", _AfterNavigation)
-        monkeypatch.setattr(PagesManager, "uses_pages_directory", PagesManager.uses_pages_directory)
-
-    def make() -> AppTest:
-        return AppTest.from_file(APP, default_timeout=30)
-
-    return make
-
-
 @pytest.fixture
 def app(new_app) -> AppTest:
     at = new_app().run()

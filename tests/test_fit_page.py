@@ -20,34 +20,6 @@ APP = str(ROOT / "streamlit_app.py")
 PAGE = "pages/fit.py"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_cache():
-    st.cache_data.clear()
-    yield
-    st.cache_data.clear()
-
-
-@pytest.fixture(params=["first_request", "served"])
-def new_app(request, monkeypatch):
-    """As in tests/test_app.py: ``served`` keeps Streamlit's pages-directory flag off, as after any st.navigation call."""
-    if request.param == "served":
-        import streamlit.testing.v1.app_test as app_test_module
-        from streamlit.runtime.pages_manager import PagesManager
-
-        class _AfterNavigation(PagesManager):
-            def __init__(self, *args, **kwargs):
-                PagesManager.uses_pages_directory = False
-                super().__init__(*args, **kwargs)
-
-        monkeypatch.setattr(app_test_module, "PagesManager", _AfterNavigation)
-        monkeypatch.setattr(PagesManager, "uses_pages_directory", PagesManager.uses_pages_directory)
-
-    def make() -> AppTest:
-        return AppTest.from_file(APP, default_timeout=60)
-
-    return make
-
-
 @pytest.fixture
 def fit_page(new_app) -> AppTest:
     at = new_app().switch_page(PAGE).run()

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import streamlit as st
 
+from engine.scenario import Scenario
 from ui.model_picker import PickedModel, model_sidebar
+from ui.scenario_form import scenario_sidebar
 
 _SHELL_FLAG = "_shell_drew_sidebar"
 
@@ -44,6 +46,20 @@ def app_shell() -> None:
     _keep_scenario_state()
     model_sidebar()
     st.session_state[_SHELL_FLAG] = True
+
+
+def scenario_page(title: str) -> tuple[PickedModel, Scenario]:
+    """Shell, title and the scenario sidebar of a page that needs both; stops the run (after saying
+    why) when there is no model or the scenario is invalid."""
+    model = page_setup()
+    st.title(title)
+    if model is None:
+        st.info("Pick a model in the sidebar: the bundled catalog works offline.")
+        st.stop()
+    scenario = scenario_sidebar(model.arch)
+    if scenario is None:
+        st.stop()
+    return model, scenario  # type: ignore[return-value]
 
 
 def page_setup() -> PickedModel | None:
