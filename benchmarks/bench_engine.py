@@ -9,27 +9,19 @@ Exits non-zero when a target is missed.
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from timing import median_ms  # noqa: E402
 
 from engine.architecture import architecture_from_config  # noqa: E402
 from engine.catalog import load_models  # noqa: E402
 from engine.memory import estimate_memory  # noqa: E402
 from engine.scenario import Scenario  # noqa: E402
 from engine.sweep import sweep_techniques  # noqa: E402
-
-
-def median_ms(fn, repeat: int = 30) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 def main() -> int:

@@ -17,21 +17,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from timing import median_ms  # noqa: E402
 from engine.architecture import architecture_from_config  # noqa: E402
 from engine.catalog import find_gpu, load_gpus, load_models  # noqa: E402
 from engine.fit import TECHNIQUES, model_matrix, technique_matrix, what_fits  # noqa: E402
 from engine.parallel import Strategy  # noqa: E402
 from engine.scenario import Method, Scenario  # noqa: E402
-
-
-def median_ms(fn, repeat: int = 15) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 def page_rerun_ms(repeat: int = 7) -> float:

@@ -19,7 +19,6 @@ import json
 from pathlib import Path
 
 import pytest
-import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from engine.architecture import architecture_from_config
@@ -29,7 +28,7 @@ from engine.precision import PrecisionMode
 from engine.scenario import Attention, Method, Scenario
 from engine.sources import config_from_catalog
 from hubstub import StubRepo
-from reference import config_path, param_counts, reference_config, require_reference
+from reference import param_counts, reference_config, require_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "streamlit_app.py")

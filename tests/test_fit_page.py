@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from engine.catalog import load_gpus, load_models

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from engine.calibration import compare_measurements
