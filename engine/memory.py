@@ -481,7 +481,8 @@ NOT_MODELLED = (
     "than max_memory_allocated, max_memory_reserved typically +5-20%)",
     "transients in the middle of backward (LM-head weight gradient created while loss gradients are alive, "
     "flash-attention backward workspace)",
-    "multi-GPU strategies (DDP buckets, ZeRO/FSDP sharding, offload)",
+    "multi-GPU here: this page is one GPU; the GPU fit page adds DDP and ZeRO-3 (model states sharded), "
+    "but not ZeRO-1/2, CPU/NVMe offload or DDP gradient buckets",
     "fused/chunked cross-entropy (Liger, torchtune) that avoids the vocabulary-sized loss tensors",
     "transformers 5 fused MoE expert tensors (experts are counted as separate linear modules, as in 4.x)",
     "Gemma 2 attention soft-capping under SDPA (transformers may force eager attention)",
