@@ -33,7 +33,7 @@ import difflib
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -155,10 +155,22 @@ def _explain(exc: ValidationError) -> str:
 
 @lru_cache(maxsize=8)
 def _load_gpus(path: Path) -> tuple[Gpu, ...]:
+    return gpus_from_rows(_rows(path), path.name)
+
+
+def gpus_from_rows(rows: Sequence[tuple[int, Mapping[str, Any]]], source: str) -> tuple[Gpu, ...]:
+    """Validate GPU rows (fields as the columns of ``data/gpus.csv``) given as (row number, row) pairs.
+
+    Used for the bundled file and for a table a user edited in the app.
+
+    Raises:
+        CatalogError: a bad row, named by ``source``, its number, its name and the field at fault; two
+            rows claiming the same name or alias; no rows.
+    """
     gpus: list[Gpu] = []
     seen: dict[str, str] = {}
-    for line, row in _rows(path):
-        label = f"{path.name} row {line} ({row.get('name')!r})"
+    for line, row in rows:
+        label = f"{source} row {line} ({row.get('name')!r})"
         try:
             gpu = Gpu.model_validate(row)
         except ValidationError as exc:
@@ -169,7 +181,7 @@ def _load_gpus(path: Path) -> tuple[Gpu, ...]:
             seen[key] = gpu.name
         gpus.append(gpu)
     if not gpus:
-        raise CatalogError(f"{path.name} lists no GPU")
+        raise CatalogError(f"{source} lists no GPU")
     return tuple(gpus)
 
 
@@ -185,10 +197,20 @@ def load_gpus(path: str | Path | None = None) -> tuple[Gpu, ...]:
 
 @lru_cache(maxsize=8)
 def _load_prices(path: Path, gpus_path: Path) -> tuple[GpuPrice, ...]:
-    gpus = _load_gpus(gpus_path)
+    return prices_from_rows(_rows(path), _load_gpus(gpus_path), path.name)
+
+
+def prices_from_rows(
+    rows: Sequence[tuple[int, Mapping[str, Any]]], gpus: tuple[Gpu, ...], source: str
+) -> tuple[GpuPrice, ...]:
+    """Validate price rows (columns of ``data/gpu_prices.csv``) against ``gpus``, GPU names resolved.
+
+    Raises:
+        CatalogError: a bad row (missing date or source, non-positive price, unknown GPU), named by its number.
+    """
     prices = []
-    for line, row in _rows(path):
-        label = f"{path.name} row {line} ({row.get('gpu')!r}, {row.get('source_name')!r})"
+    for line, row in rows:
+        label = f"{source} row {line} ({row.get('gpu')!r}, {row.get('source_name')!r})"
         try:
             price = GpuPrice.model_validate(row)
         except ValidationError as exc:

@@ -4,7 +4,8 @@ import pandas as pd
 import streamlit as st
 
 from engine.architecture import architecture_from_config
-from engine.catalog import find_gpu, load_gpus, load_models, prices_for
+from engine.catalog import load_models
+from ui.catalog_session import session_gpus, session_prices
 from engine.errors import EngineError
 from engine.fit import (
     SEED_TABLE_SOURCE, check_fit, model_matrix, seed_largest_model_table, technique_matrix, what_fits,
@@ -16,12 +17,12 @@ from engine.scenario import Method, Scenario
 from engine.units import fmt_bytes, fmt_count, to_unit
 from ui.charts import fit_heatmap
 from ui.layout import scenario_page
-from ui.scenario_form import display_sidebar
+from ui.scenario_form import display_sidebar, keep_choice
 
 model, scenario = scenario_page("Which GPU does it fit on?")
 sidebar_gpu, unit = display_sidebar()
 
-gpus = load_gpus()
+gpus = session_gpus()
 catalog = [(m.name, architecture_from_config(m.config)) for m in load_models()]
 st.session_state.setdefault("fit_strategy", Strategy.ZERO3)
 strategy = st.selectbox("Multi-GPU strategy for the fewest GPUs", list(Strategy), format_func=STRATEGY_LABELS.get, key="fit_strategy",
@@ -68,9 +69,10 @@ _download(techniques_fit, "fit_techniques_x_gpus", "fit_techniques_csv")
 
 st.subheader("What fits")
 names = [g.name for g in gpus]
-st.session_state.setdefault("fit_gpu", sidebar_gpu.name if sidebar_gpu else "NVIDIA A100 80GB")
+keep_choice("fit_gpu", names, sidebar_gpu.name if sidebar_gpu else "NVIDIA A100 80GB")
 c1, c2 = st.columns([2, 1])
-gpu = find_gpu(c1.selectbox("GPU", names, key="fit_gpu"))
+chosen = c1.selectbox("GPU", names, key="fit_gpu")
+gpu = next(g for g in gpus if g.name == chosen)
 st.session_state.setdefault("fit_num_gpus", 1)
 num_gpus = int(c2.number_input("GPUs", min_value=1, max_value=MAX_GPUS, step=1, key="fit_num_gpus"))
 try:
@@ -102,7 +104,7 @@ for lim, what in ((mb, "micro batch"), (sl, "sequence length")):
 st.markdown("\n".join(lines))
 st.caption(f"{num_gpus} × {gpu.name}, {STRATEGY_LABELS[strategy]}; usable {fmt_bytes(gpu.usable_memory_bytes, unit)} per GPU "
            f"({gpu.usable_source}). Fewest GPUs for this scenario: {fit.min_gpus if fit.min_gpus else 'none up to 1,024'}.")
-prices = prices_for(gpu)
+prices = sorted((p for p in session_prices() if p.gpu == gpu.name), key=lambda p: p.on_demand_usd_per_hour)
 if prices:
     with st.expander(f"Prices of one {gpu.name} GPU-hour", expanded=False):
         st.dataframe(pd.DataFrame([

@@ -15,6 +15,7 @@ from engine.units import fmt_bytes
 from ui.charts import (
     BASIS_LABEL, cost_vs_dataset_figure, fmt_hours, fmt_usd, gpu_count_figure, plan_scatter_figure, time_vs_dataset_figure,
 )
+from ui.catalog_session import session_gpus, session_prices
 from ui.layout import scenario_page
 from ui.scenario_form import time_cost_sidebar
 
@@ -30,9 +31,10 @@ try:
     fewest = check_fit(arch, scenario, gpu, strategy, 1, estimate=est).min_gpus
     num_gpus = tc.num_gpus or fewest or 1
     plan = estimate_plan(arch, scenario, tc.dataset, gpu, num_gpus, strategy, mfu=tc.mfu, scaling_efficiency=efficiency,
-                         price_source=tc.price_source, estimate=est)
+                         price_source=tc.price_source, prices=session_prices(), estimate=est)
     search = search_plans(arch, scenario, tc.dataset, strategy=strategy, mfu=tc.mfu, scaling_efficiency=efficiency,
                           counts=[n for n in PLAN_GPU_COUNTS if n <= tc.max_gpus], price_source=tc.price_source,
+                          gpus=session_gpus(), prices=session_prices(),
                           basis=basis, estimate=est)  # type: ignore[arg-type]
 except EngineError as exc:
     st.error(f"Cannot estimate the time of this scenario: {exc}")

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import streamlit as st
 
 from engine.architecture import Architecture
-from engine.catalog import Gpu, load_gpus
+from engine.catalog import Gpu
+from ui.catalog_session import session_gpus, session_prices
 from engine.cost import CHEAPEST_LISTED, PLAN_GPU_COUNTS, Dataset, price_source_names
 from engine.errors import ScenarioError
 from engine.lora import ALL_LINEAR, default_targets
@@ -95,13 +96,21 @@ def scenario_sidebar(arch: Architecture) -> Scenario | None:
         return None
 
 
+def keep_choice(key: str, options: list, default) -> None:
+    """Start ``key`` at ``default`` and move it back to an existing option when the options changed (an
+    edited GPU table may drop the chosen GPU)."""
+    if st.session_state.get(key, default) not in options:
+        st.session_state[key] = default if default in options else options[0]
+    st.session_state.setdefault(key, default)
+
+
 def display_sidebar() -> tuple[Gpu | None, Unit]:
     """GPU for the reference line and the byte unit (GB = 1e9, GiB = 2**30)."""
     with st.sidebar:
         st.header("Display")
-        gpus = load_gpus()
+        gpus = session_gpus()
         names = ["(none)"] + [g.name for g in gpus]
-        st.session_state.setdefault("gpu", "NVIDIA A100 80GB")
+        keep_choice("gpu", names, "NVIDIA A100 80GB")
         st.session_state.setdefault("unit", "GiB")
         chosen = st.selectbox("GPU memory line", names, key="gpu")
         unit: Unit = st.radio("Unit", ["GB", "GiB"], horizontal=True, key="unit",
@@ -152,7 +161,8 @@ def time_cost_sidebar() -> TimeCostInputs | None:
     Returns None after an ``st.error`` when the dataset is not valid.
     """
     _init_time_cost_defaults()
-    gpus = load_gpus()
+    gpus = session_gpus()
+    keep_choice("tc_gpu", [g.name for g in gpus], "NVIDIA A100 80GB")
     with st.sidebar:
         st.header("Dataset and run")
         mode = st.radio("Dataset size as", [SIZE_EXAMPLES, SIZE_TOKENS], key="tc_size_mode", horizontal=True)
@@ -186,7 +196,9 @@ def time_cost_sidebar() -> TimeCostInputs | None:
             st.caption("Fraction of linear speed-up kept on more than one GPU: assumptions (one NVLink node), not measurements.")
             ddp = float(st.number_input("DDP", min_value=0.05, max_value=1.0, step=0.05, key="tc_ddp_eff"))
             zero3 = float(st.number_input("ZeRO-3", min_value=0.05, max_value=1.0, step=0.05, key="tc_zero3_eff"))
-        source = st.selectbox("Price source", price_source_names(), key="tc_price_source",
+        sources = price_source_names(session_prices())
+        keep_choice("tc_price_source", sources, CHEAPEST_LISTED)
+        source = st.selectbox("Price source", sources, key="tc_price_source",
                               help="data/gpu_prices.csv: each price has its source and date. A GPU without a price in the "
                                    "chosen source gets no cost.")
         basis = st.radio("Rank plans by", ["on_demand", "spot"], key="tc_basis", horizontal=True,

@@ -1,0 +1,47 @@
+"""The GPU catalog and prices this browser session works with: the bundled files, or the user's edits.
+
+Edits live in ``st.session_state`` only (never on disk, never shared with other users) and are validated
+by the engine like the bundled CSV files.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from engine.gpus import Gpu, GpuPrice, gpus_from_rows, load_gpus, load_prices, prices_from_rows
+
+_GPUS, _PRICES = "session_gpus", "session_prices"
+
+
+def session_gpus() -> tuple[Gpu, ...]:
+    """The session's GPUs (edited, else bundled)."""
+    return st.session_state.get(_GPUS) or load_gpus()
+
+
+def session_prices() -> tuple[GpuPrice, ...]:
+    """The session's price rows (edited, else bundled)."""
+    return st.session_state.get(_PRICES) or load_prices()
+
+
+def is_edited() -> bool:
+    """Whether this session uses edited tables."""
+    return _GPUS in st.session_state or _PRICES in st.session_state
+
+
+def apply_edits(gpu_rows: list[dict[str, Any]], price_rows: list[dict[str, Any]]) -> None:
+    """Validate edited rows and use them for this session.
+
+    Raises:
+        CatalogError: the first bad row, named by table and row number (1-based).
+    """
+    gpus = gpus_from_rows(list(enumerate(gpu_rows, start=1)), "edited GPU table")
+    prices = prices_from_rows(list(enumerate(price_rows, start=1)), gpus, "edited price table")
+    st.session_state[_GPUS], st.session_state[_PRICES] = gpus, prices
+
+
+def reset_edits() -> None:
+    """Back to the bundled catalog and prices."""
+    st.session_state.pop(_GPUS, None)
+    st.session_state.pop(_PRICES, None)
