@@ -13,6 +13,7 @@ page = st.navigation(
         st.Page("pages/model.py", title="Model", icon=":material/schema:"),
         st.Page("pages/fit.py", title="GPU fit", icon=":material/grid_on:"),
         st.Page("pages/time_cost.py", title="Time & cost", icon=":material/schedule:"),
+        st.Page("pages/plans.py", title="Plans", icon=":material/bookmarks:"),
         st.Page("pages/gpus.py", title="GPUs & prices", icon=":material/memory:"),
         st.Page("pages/methodology.py", title="Methodology", icon=":material/menu_book:"),
     ]

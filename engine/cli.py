@@ -27,7 +27,11 @@ from engine.gpus import find_gpu
 from engine.lora import resolve_targets
 from engine.memory import PHASES, estimate_memory
 from engine.optimizer import Optimizer
-from engine.parallel import Strategy
+from engine.inference import (
+    InferenceScenario, KvCacheDtype, WeightPrecision, estimate_inference, inference_limits, kv_cache_bytes_per_token,
+    sliding_window_layers,
+)
+from engine.parallel import Offload, Strategy, deepspeed_estimate, plan_parallel
 from engine.precision import PrecisionMode
 from engine.scenario import Attention, Method, QuantType, Scenario
 from engine.seed_rules import seed_quick_rule
@@ -81,7 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_options(est)
     _add_scenario_options(est)
     _add_gpu_options(est)
+    _add_parallel_inference_options(est)
     _add_time_cost_options(est)
+    _add_plan_parser(sub)
     return parser
 
 
@@ -188,13 +194,15 @@ def _add_gpu_options(p: argparse.ArgumentParser) -> None:
                    help="check the fit on this GPU (e.g. 'A100 80GB', 'H100 SXM', 'RTX 4090'); adds gpu, fits, headroom_bytes, min_gpus")
     p.add_argument("--num-gpus", type=int, default=None, metavar="N", help="GPUs of that kind (with --gpu; default 1)")
     p.add_argument("--strategy", choices=[s.value for s in Strategy], default=None,
-                   help="multi-GPU strategy (with --gpu): ddp = every GPU holds everything; zero3 = ZeRO-3/FSDP full shard (default: ddp)")
+                   help="multi-GPU strategy (with --gpu): ddp = every GPU holds everything; zero1/zero2/zero3 = DeepSpeed ZeRO "
+                        "stages; fsdp_full_shard = ZeRO-3, fsdp_shard_grad_op = ZeRO-2 (default: ddp)")
 
 
 def _fit_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]:
     """The fit fields for --gpu (per-GPU bytes); an unknown GPU raises CatalogError naming the closest ones."""
     gpu = find_gpu(args.gpu)
-    fit = check_fit(arch, scenario, gpu, Strategy(args.strategy or "ddp"), args.num_gpus or 1)
+    fit = check_fit(arch, scenario, gpu, Strategy(args.strategy or "ddp"), args.num_gpus or 1,
+                    offload=Offload(getattr(args, "offload", None) or "none"))
     return {
         "gpu": {"name": gpu.name, "usable_memory_bytes": gpu.usable_memory_bytes, "memory_bytes": gpu.memory_bytes},
         "num_gpus": fit.num_gpus,
@@ -205,6 +213,103 @@ def _fit_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace) 
         "min_gpus": fit.min_gpus,
         "gpu_warnings": list(fit.warnings),
     }
+
+
+# --------------------------------------------------------------------------------------------------
+# estimate: many GPUs (ZeRO/FSDP/offload) and serving (--method inference), engine.parallel / engine.inference
+
+INFERENCE = "inference"
+
+
+def _add_parallel_inference_options(p: argparse.ArgumentParser) -> None:
+    method = next(a for a in p._actions if a.dest == "method")
+    method.choices = list(method.choices) + [INFERENCE]
+    method.help = "full fine-tuning, LoRA, QLoRA, or inference (serving memory) (default: %(default)s)"
+    g = p.add_argument_group("many GPUs (with --gpu)")
+    g.add_argument("--offload", choices=[o.value for o in Offload], default=None,
+                   help="move optimizer states (and with zero3/fsdp_full_shard, weights) to CPU memory (default: none)")
+    g.add_argument("--gpus-per-node", type=int, default=None, metavar="N",
+                   help="GPUs per node, for the CPU memory per node of offload (default: min(num GPUs, 8))")
+    s = p.add_argument_group("serving (--method inference; --seq-len is the context per sequence)")
+    s.add_argument("--concurrency", type=int, default=None, metavar="N", help="sequences served at once (default 1)")
+    s.add_argument("--kv-cache-dtype", choices=[k.value for k in KvCacheDtype], default=None, help="KV cache element type (default bf16)")
+    s.add_argument("--weight-precision", choices=[w.value for w in WeightPrecision], default=None,
+                   help="serving precision of the linear weights: bf16, fp16, int8, fp8, int4 (GPTQ/AWQ group 128) (default bf16)")
+
+
+def _gpus_per_node(args: argparse.Namespace) -> int:
+    n = args.num_gpus or 1
+    per = args.gpus_per_node or min(n, 8)
+    if per < 1:
+        raise ScenarioError(f"--gpus-per-node: must be at least 1 (got {per})")
+    return per
+
+
+def _per_gpu_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]:
+    """Per-GPU components/totals (same keys as the one-GPU estimate), CPU memory of offload, DeepSpeed's estimate."""
+    strategy, offload, n = Strategy(args.strategy or "ddp"), Offload(args.offload or "none"), args.num_gpus or 1
+    est = estimate_memory(arch, scenario)
+    plan = plan_parallel(est, arch, scenario, strategy, offload)
+    per_node = _gpus_per_node(args)
+    ds = deepspeed_estimate(arch, strategy, offload, n, per_node)
+    return {
+        "single_gpu_total_bytes": round(est.total_bytes),
+        "components": {k: round(v) for k, v in plan.components_per_gpu(n).items()},
+        "total_bytes": round(plan.per_gpu_bytes(n)),
+        "peak_phase": plan.peak_phase(n),
+        "phase_totals_bytes": {p.phase: round(p.gpu_bytes(n)) for p in plan.phases},
+        "offload": offload.value,
+        "gpus_per_node": per_node,
+        "cpu_bytes": round(plan.cpu_bytes_per_node(n, per_node)),
+        "cpu_bytes_per_gpu": round(plan.cpu_bytes_per_gpu(n)),
+        "gathered_unit": plan.gathered_unit or None,
+        "comm_buckets": plan.bucket_note or None,
+        "deepspeed_estimate": None if ds is None else {
+            "function": ds.function, "gpu_bytes_per_gpu": ds.gpu_bytes_per_gpu, "cpu_bytes_per_node": ds.cpu_bytes_per_node,
+            "note": ds.note,
+        },
+    }
+
+
+def _inference_json(arch: Architecture, origin: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    if args.strategy not in (None, "ddp") or args.offload not in (None, "none"):
+        raise ScenarioError("--method inference serves one replica per GPU: --strategy and --offload do not apply")
+    fields: dict[str, Any] = {"seq_len": args.seq_len}
+    for name in ("concurrency", "kv_cache_dtype", "weight_precision"):
+        if getattr(args, name) is not None:
+            fields[name] = getattr(args, name)
+    isc = InferenceScenario.build(**fields)
+    est = estimate_inference(arch, isc)
+    out: dict[str, Any] = {
+        "source": origin,
+        "scenario": {"method": INFERENCE, **isc.model_dump(mode="json")},
+        "total_parameters": est.total_parameters,
+        "trainable_parameters": 0,
+        "components": {k: round(v) for k, v in est.components.items()},
+        "total_bytes": round(est.total_bytes),
+        "peak_phase": est.peak_phase,
+        "phase_totals_bytes": {ph: round(est.phase_total(ph)) for ph in est.phases},
+        "kv_cache_bytes_per_token": kv_cache_bytes_per_token(arch, isc.kv_cache_dtype),
+        "sliding_window_layers": sliding_window_layers(arch),
+        "formulas": {p.key: p.formula for p in est.parts},
+        "cpu_bytes": 0,
+        "warnings": list(est.warnings),
+        "assumptions": list(est.assumptions),
+        "not_modelled": list(est.not_modelled),
+    }
+    if args.gpu is not None:
+        gpu = find_gpu(args.gpu)
+        fit = check_fit(arch, isc, gpu, Strategy.DDP, args.num_gpus or 1, estimate=est)
+        lim = inference_limits(arch, isc, gpu.usable_memory_bytes)
+        out.update({
+            "gpu": {"name": gpu.name, "usable_memory_bytes": gpu.usable_memory_bytes, "memory_bytes": gpu.memory_bytes},
+            "num_gpus": fit.num_gpus, "strategy": "replicas", "per_gpu_peak_bytes": round(fit.peak_bytes), "fits": fit.fits,
+            "headroom_bytes": round(fit.headroom_bytes), "min_gpus": fit.min_gpus, "gpu_warnings": list(fit.warnings),
+            "max_seq_len": lim.max_seq_len, "max_concurrency": lim.max_concurrency,
+        })
+    elif args.num_gpus is not None:
+        raise ScenarioError("--num-gpus needs --gpu")
+    return out
 
 
 def _add_time_cost_options(p: argparse.ArgumentParser) -> None:
@@ -303,20 +408,33 @@ def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Dataset, ar
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 2 bad input or unreachable source)."""
     args = build_parser().parse_args(argv)
+    if args.command == "plan":
+        return _plan_main(args)
     try:
         arch, config, origin = _load(args)
         if args.command == "params":
             out = _params_json(arch, origin)
             if origin.get("kind") == "hub":
                 out["checkpoint"] = _checkpoint_json(arch, config, args)
+        elif args.method == INFERENCE:
+            if _dataset(args) is not None:
+                raise ScenarioError("time and cost options are for training, not --method inference")
+            out = _inference_json(arch, origin, args)
         else:
+            if any(getattr(args, k) is not None for k in ("concurrency", "kv_cache_dtype", "weight_precision")):
+                raise ScenarioError("--concurrency, --kv-cache-dtype and --weight-precision need --method inference")
             scenario = _scenario(args)
             dataset = _dataset(args)
             out = _estimate_json(arch, origin, scenario)
             if args.gpu is not None:
                 out.update(_fit_json(arch, scenario, args))
+                out.update(_per_gpu_json(arch, scenario, args))
                 if dataset is not None:
+                    if args.offload not in (None, "none"):
+                        raise ScenarioError("time and cost do not model offload (CPU optimizer steps); drop --offload or the dataset size")
                     out.update(_time_cost_json(arch, scenario, dataset, args))
+            elif args.offload is not None or args.gpus_per_node is not None:
+                raise ScenarioError("--offload and --gpus-per-node need --gpu")
             elif args.num_gpus is not None or args.strategy is not None:
                 raise ScenarioError("--num-gpus and --strategy need --gpu")
             elif dataset is not None:
@@ -328,5 +446,96 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
         sys.stdout.flush()
     except BrokenPipeError:  # e.g. piped into `head`: the reader left; silence the flush at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------
+# plan: the scenario (or a plans CSV) as plans CSV rows (engine.plans)
+
+
+def _add_plan_parser(sub: Any) -> None:
+    p = sub.add_parser("plan", help="a plan (the estimate options) or a plans CSV (--input), recomputed, as plans CSV")
+    _add_model_options(p)
+    p._mutually_exclusive_groups[-1].required = False  # --input replaces --model/--config
+    _add_scenario_options(p)
+    _add_gpu_options(p)
+    _add_time_cost_options(p)
+    g = p.add_argument_group("plans CSV")
+    g.add_argument("--input", metavar="CSV", default=None,
+                   help="a plans CSV to re-validate and recompute (instead of --model/--config and the scenario options); "
+                        "bad rows are listed on stderr; the file's app_version and exported_at are kept")
+    g.add_argument("--output", metavar="FILE", default=None, help="write the CSV here (default: stdout)")
+    g.add_argument("--name", default=None, help="the plan's name (default: model and method)")
+
+
+def _plan_resolver(offline: bool):
+    from engine.sources import config_from_catalog
+    from engine.errors import CatalogError
+
+    def resolve(repo_id: str, revision: str | None) -> dict[str, Any]:
+        try:
+            return config_from_catalog(repo_id)[0]
+        except CatalogError:
+            if offline:
+                raise
+            return config_from_hub(repo_id, revision=revision)[0]
+    return resolve
+
+
+def _plan_main(args: argparse.Namespace) -> int:
+    """``python -m engine plan``: CSV on stdout or --output; exit 2 on bad input (or when no row of --input loads)."""
+    from pathlib import Path
+
+    from engine.plans import Plan, evaluate_plan, plans_from_csv, plans_to_csv
+
+    try:
+        if args.input:
+            if args.model or args.config:
+                raise ScenarioError("--input replaces --model/--config")
+            try:
+                data = Path(args.input).read_bytes()
+            except OSError as exc:
+                raise ScenarioError(f"cannot read {args.input}: {exc.strerror}") from None
+            imported = plans_from_csv(data, _plan_resolver(args.offline))
+            for err in imported.errors:
+                print(f"row {err.row}: {err.reason}", file=sys.stderr)
+            if not imported.plans:
+                raise ScenarioError("no plan in the file loaded")
+            out = plans_to_csv(imported.plans, version=imported.app_version, exported_at=imported.exported_at)
+        else:
+            if not (args.model or args.config):
+                raise ScenarioError("give --model or --config (or --input plans.csv)")
+            arch, config, origin = _load(args)
+            scenario = _scenario(args)
+            dataset = _dataset(args)
+            if args.gpu is None or dataset is None:
+                raise ScenarioError("a plan needs --gpu and a dataset size (--dataset-tokens, or --examples and --avg-tokens)")
+            gpu = find_gpu(args.gpu)
+            repo = args.model or origin.get("name") or "config.json"
+            try:
+                plan = Plan(
+                    name=args.name or f"{repo.split('/')[-1]} {scenario.method.value}", model_repo_id=repo,
+                    model_revision=args.revision, **scenario.model_dump(), gpu=gpu.name, num_gpus=args.num_gpus or 1,
+                    strategy=Strategy(args.strategy or "ddp"), dataset_total_tokens=dataset.total_tokens,
+                    dataset_examples=dataset.examples, dataset_avg_tokens=dataset.avg_tokens, epochs=dataset.epochs,
+                    packing=dataset.packing, runs=dataset.runs, mfu=DEFAULT_MFU if args.mfu is None else args.mfu,
+                    scaling_efficiency=args.scaling_efficiency, price_source=args.price_source or CHEAPEST_LISTED,
+                )
+            except ValidationError as exc:
+                from engine.scenario import _explain
+
+                raise ScenarioError(_explain(exc)) from None
+            out = plans_to_csv([(plan, evaluate_plan(plan, config))])
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.output:
+        Path(args.output).write_bytes(out)
+        return 0
+    try:
+        sys.stdout.buffer.write(out) if hasattr(sys.stdout, "buffer") else sys.stdout.write(out.decode("utf-8"))
+        sys.stdout.flush()
+    except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0

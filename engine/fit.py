@@ -28,19 +28,24 @@ from engine.gpus import Gpu
 from engine.lora import resolve_targets
 from engine.memory import MemoryEstimate, Phase, estimate_memory
 from engine.optimizer import Optimizer
-from engine.parallel import MAX_GPUS, ParallelPlan, Strategy, plan_parallel
+from engine.inference import InferenceScenario, estimate_inference
+from engine.parallel import MAX_GPUS, Offload, ParallelPlan, Strategy, plan_parallel
 from engine.precision import PrecisionMode
 from engine.scenario import MAX_MICRO_BATCH, MAX_SEQ_LEN, Method, Scenario
 
 BF16_MODES = (PrecisionMode.BF16, PrecisionMode.AMP_BF16)
 
 
-def precision_advice(gpu: Gpu, scenario: Scenario) -> tuple[str, ...]:
+def precision_advice(gpu: Gpu, scenario: Scenario | InferenceScenario) -> tuple[str, ...]:
     """Plain-words warnings when the scenario's number format does not run on ``gpu``.
 
     bf16 needs Ampere or newer (NVIDIA) / CDNA2 or newer (AMD); T4 (Turing) and V100 (Volta) have none:
     PyTorch then emulates bf16 matmuls slowly or refuses them. Mixed fp16 has the same memory here.
     """
+    if isinstance(scenario, InferenceScenario):
+        if "bf16" in (scenario.weight_precision.value, scenario.kv_cache_dtype.value) and not gpu.bf16:
+            return (f"{gpu.name} has no bf16 support; serve in fp16 instead (same memory).",)
+        return ()
     if scenario.precision in BF16_MODES and not gpu.bf16:
         fix = "mixed fp16 (precision amp_fp16, Trainer fp16=True)"
         return (f"{gpu.name} has no bf16 support; use {fix} instead: same memory, runs on its tensor cores.",)
@@ -62,29 +67,42 @@ class FitResult(BaseModel):
     headroom_bytes: float
     min_gpus: int | None
     warnings: tuple[str, ...] = ()
+    offload: Offload = Offload.NONE
+    components: dict[str, float] = Field(default_factory=dict)
+    cpu_bytes_per_gpu: float = 0.0
 
 
 def check_fit(
     arch: Architecture,
-    scenario: Scenario,
+    scenario: Scenario | InferenceScenario,
     gpu: Gpu,
     strategy: Strategy = Strategy.DDP,
     num_gpus: int = 1,
     estimate: MemoryEstimate | None = None,
+    offload: Offload = Offload.NONE,
 ) -> FitResult:
     """Fit of ``scenario`` on ``num_gpus`` x ``gpu`` with ``strategy``.
 
     ``headroom_bytes`` = usable memory - per-GPU peak (negative: the shortfall); ``min_gpus`` = fewest GPUs
     of this kind that fit with ``strategy`` (None: not even :data:`engine.parallel.MAX_GPUS`; with DDP,
     None whenever one GPU is too small). Pass ``estimate`` to reuse an estimate of the same scenario.
+    An :class:`~engine.inference.InferenceScenario` is served as one replica per GPU (its memory does not
+    divide over GPUs). ``components`` are the per-GPU bytes at the peak; ``cpu_bytes_per_gpu`` the CPU memory
+    of one rank's offloaded states.
 
     Raises:
-        ScenarioError: ``num_gpus`` outside 1..MAX_GPUS, or LoRA targets that match nothing in ``arch``.
+        ScenarioError: ``num_gpus`` outside 1..MAX_GPUS, LoRA targets that match nothing in ``arch``, or an
+            offload the strategy does not offer.
     """
     if not 1 <= num_gpus <= MAX_GPUS:
         raise ScenarioError(f"num_gpus: must be between 1 and {MAX_GPUS} (got {num_gpus})")
-    est = estimate if estimate is not None else estimate_memory(arch, scenario)
-    plan = plan_parallel(est, arch, scenario, strategy)
+    if isinstance(scenario, InferenceScenario):
+        est = estimate if estimate is not None else estimate_inference(arch, scenario)
+        plan = plan_parallel(est, arch, scenario, Strategy.DDP)  # type: ignore[arg-type]
+        strategy, offload = Strategy.DDP, Offload.NONE
+    else:
+        est = estimate if estimate is not None else estimate_memory(arch, scenario)
+        plan = plan_parallel(est, arch, scenario, strategy, offload)
     peak = plan.per_gpu_bytes(num_gpus)
     usable = gpu.usable_memory_bytes
     return FitResult(
@@ -98,6 +116,9 @@ def check_fit(
         headroom_bytes=usable - peak,
         min_gpus=plan.min_gpus(usable),
         warnings=precision_advice(gpu, scenario),
+        offload=offload,
+        components=plan.components_per_gpu(num_gpus),
+        cpu_bytes_per_gpu=plan.cpu_bytes_per_gpu(num_gpus),
     )
 
 
@@ -351,7 +372,8 @@ def _limit(
         return cache[x]
 
     best = largest_true(lambda x: peak_at(x) <= usable, 1, cap)
-    nxt = best + 1 if best is not None and best < cap else None
+    # When even 1 does not fit, "one more" is 1 itself, so the page can show the peak that does not fit.
+    nxt = 1 if best is None else (best + 1 if best < cap else None)
     return SizeLimit(
         field=field, value=best, peak_bytes=peak_at(best) if best else None, next_value=nxt,
         next_peak_bytes=peak_at(nxt) if nxt else None, cap=cap, capped_by=capped_by,
@@ -439,7 +461,7 @@ def largest_fitting_model(plans: Sequence[ModelPlan], gpu: Gpu, num_gpus: int = 
 # The seed chapter's "largest model per GPU" tables
 
 SEED_TABLE_SOURCE = (
-    "../shared/seeds/000_e5ea2c620e992cc5.txt, 'Recomendaciones Prácticas de GPU': 'Entrenamiento en una Sola GPU' "
+    "seed chapter 'Capítulo 2: Requisitos Computacionales', 'Recomendaciones Prácticas de GPU': 'Entrenamiento en una Sola GPU' "
     "and 'Entrenamiento Multi-GPU' tables"
 )
 

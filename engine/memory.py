@@ -33,8 +33,9 @@ from engine.precision import PrecisionSpec, precision_spec
 from engine.quantization import StoredQuantization
 from engine.scenario import Attention, Method, Scenario
 
-Phase = Literal["backward", "optimizer_step"]
+Phase = Literal["backward", "optimizer_step", "inference"]
 PHASES: tuple[Phase, ...] = ("backward", "optimizer_step")
+"""The two phases of a training step; an inference estimate (:mod:`engine.inference`) has the one phase ``inference``."""
 
 NF4_BLOCK = 64
 """bitsandbytes 4-bit quantization block (``Params4bit`` blocksize 64): one absmax per 64 weights."""
@@ -84,6 +85,13 @@ class MemoryEstimate(BaseModel):
     not_modelled: tuple[str, ...]
     warnings: tuple[str, ...] = ()
 
+    @property
+    def phases(self) -> tuple[Phase, ...]:
+        """The phases this estimate models: :data:`PHASES` for training, ``("inference",)`` for serving."""
+        if any("inference" in p.phases for p in self.parts):
+            return ("inference",)
+        return PHASES
+
     def phase_total(self, phase: Phase) -> float:
         """Bytes alive at ``phase``."""
         return sum(p.bytes for p in self.parts if phase in p.phases)
@@ -92,7 +100,7 @@ class MemoryEstimate(BaseModel):
     @property
     def peak_phase(self) -> Phase:
         """The phase whose total is largest (start of backward on ties)."""
-        return max(PHASES, key=self.phase_total)
+        return max(self.phases, key=self.phase_total)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -481,8 +489,8 @@ NOT_MODELLED = (
     "than max_memory_allocated, max_memory_reserved typically +5-20%)",
     "transients in the middle of backward (LM-head weight gradient created while loss gradients are alive, "
     "flash-attention backward workspace)",
-    "multi-GPU here: this page is one GPU; the GPU fit page adds DDP and ZeRO-3 (model states sharded), "
-    "but not ZeRO-1/2, CPU/NVMe offload or DDP gradient buckets",
+    "multi-GPU: this estimate is one GPU; engine.parallel splits it per GPU for DDP, ZeRO-1/2/3, FSDP and CPU "
+    "offload, but not tensor/pipeline/context parallelism, NVMe offload or NCCL's own buffers",
     "fused/chunked cross-entropy (Liger, torchtune) that avoids the vocabulary-sized loss tensors",
     "transformers 5 fused MoE expert tensors (experts are counted as separate linear modules, as in 4.x)",
     "Gemma 2 attention soft-capping under SDPA (transformers may force eager attention)",

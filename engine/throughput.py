@@ -62,6 +62,15 @@ gradients (about 1.5x DDP's traffic, Rajbhandari et al. 2020, sec. 7), hence 0.8
 measurements: within one NVLink node; slower links (PCIe only, across nodes) scale worse."""
 
 
+def default_scaling_efficiency(strategy: Strategy) -> float:
+    """The assumed efficiency of ``strategy``: ZeRO-1/2 and FSDP SHARD_GRAD_OP move the same volume as DDP
+    (reduce-scatter + all-gather = one all-reduce, Rajbhandari et al. 2020 sec. 7), FSDP FULL_SHARD as ZeRO-3."""
+    if strategy in DEFAULT_SCALING_EFFICIENCY:
+        return DEFAULT_SCALING_EFFICIENCY[strategy]
+    full = strategy in (Strategy.ZERO3, Strategy.FSDP_FULL_SHARD)
+    return DEFAULT_SCALING_EFFICIENCY[Strategy.ZERO3 if full else Strategy.DDP]
+
+
 class FlopsPerToken(BaseModel):
     """Training FLOPs per token, split so the UI can show where they go."""
 
@@ -292,14 +301,14 @@ def estimate_throughput(
         raise ScenarioError(f"mfu: must be in (0, 1] (got {mfu})")
     if num_gpus < 1:
         raise ScenarioError(f"num_gpus: must be at least 1 (got {num_gpus})")
-    eff = DEFAULT_SCALING_EFFICIENCY[strategy] if scaling_efficiency is None else scaling_efficiency
+    eff = default_scaling_efficiency(strategy) if scaling_efficiency is None else scaling_efficiency
     if not 0 < eff <= 1:
         raise ScenarioError(f"scaling efficiency: must be in (0, 1] (got {eff})")
     peak = peak_flops_for(gpu, sc.precision)
     if peak.flops is None:
         raise ScenarioError(f"no throughput estimate: {peak.note}")
     est = estimate if estimate is not None else estimate_memory(arch, sc)
-    shards = num_gpus if strategy is Strategy.ZERO3 else 1
+    shards = num_gpus if strategy is not Strategy.DDP else 1  # every ZeRO stage / FSDP shards the optimizer step
     step = step_time(arch, sc, est, peak_flops=peak.flops, bandwidth_bytes_per_s=gpu.memory_bandwidth_gbps * 1e9,
                      mfu=mfu, optimizer_shards=shards)
     applied = eff if num_gpus > 1 else 1.0
@@ -313,7 +322,7 @@ def estimate_throughput(
 # --------------------------------------------------------------------------------------------------
 # The seed rule
 
-SEED_THROUGHPUT_SOURCE = '../shared/seeds/000_e5ea2c620e992cc5.txt, "Ejemplos de Throughput (tokens/segundo)"'
+SEED_THROUGHPUT_SOURCE = 'seed chapter "Capítulo 2: Requisitos Computacionales", "Ejemplos de Throughput (tokens/segundo)"'
 
 # The seed chapter's throughput table: (parameters in billions, GPU, number of GPUs) -> tokens/s.
 SEED_THROUGHPUT: tuple[tuple[float, str, int, float], ...] = (

@@ -1,51 +1,123 @@
-"""Memory page: where the GPU memory of one fine-tuning step goes, across techniques and precisions."""
+"""Memory page: where the GPU memory of one fine-tuning step goes, across techniques and precisions, per GPU
+over many GPUs (DDP, ZeRO, FSDP, offload), and the memory of serving the model (Inference)."""
 
 import pandas as pd
 import streamlit as st
 
 from engine.errors import EngineError
+from engine.inference import estimate_inference, inference_limits, kv_cache_bytes_per_token, sliding_window_layers
 from engine.memory import estimate_memory
+from engine.parallel import STRATEGY_LABELS, deepspeed_estimate, plan_parallel
 from engine.precision import PrecisionMode
 from engine.seed_rules import seed_comparison
 from engine.sweep import sweep_techniques
 from engine.units import fmt_bytes, fmt_count, to_unit
-from ui.charts import memory_stack_figure
+from ui.charts import memory_stack_figure, per_gpu_figure
 from ui.layout import scenario_page
-from ui.scenario_form import display_sidebar
+from ui.scenario_form import display_sidebar, inference_inputs, parallel_sidebar
+
+TRAINING, INFERENCE = "Fine-tuning", "Inference"
 
 model, scenario = scenario_page("GPU memory of a fine-tuning step")
 gpu, unit = display_sidebar()
+par = parallel_sidebar()
+st.session_state.setdefault("mem_workload", TRAINING)
+workload = st.radio("Technique", [TRAINING, INFERENCE], key="mem_workload", horizontal=True,
+                    help="Fine-tuning: the sidebar's training scenario. Inference: serving the model (weights, KV cache).")
+
+
+def inference_view() -> None:
+    """Serving memory: weights at the serving precision, KV cache, activation workspace; what fits."""
+    arch = model.arch
+    isc = inference_inputs(arch.max_position_embeddings)
+    if isc is None:
+        st.stop()
+    est = estimate_inference(arch, isc)
+    for warning in est.warnings:
+        st.warning(warning)
+    per_tok = kv_cache_bytes_per_token(arch, isc.kv_cache_dtype)
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric("Parameters", fmt_count(est.total_parameters), help=f"{est.total_parameters:,} unique parameters")
+    c2.metric("KV cache per token", f"{per_tok / 1024:,.1f} KiB", help=f"{per_tok:,} bytes with every layer caching the token")
+    c3.metric("Peak memory", fmt_bytes(est.total_bytes, unit), help=f"{est.total_bytes:,.0f} bytes")
+    c4.metric("Weights", fmt_bytes(est.components["weights"], unit), help=f"{est.components['weights']:,.0f} bytes")
+    sliding = sliding_window_layers(arch)
+    if sliding:
+        st.caption(f"{sliding} of {arch.num_layers} layers use a sliding window of {arch.sliding_window:,} tokens: "
+                   "their cache stops growing there.")
+    if gpu is not None:
+        headroom = gpu.usable_memory_bytes - est.total_bytes
+        lim = inference_limits(arch, isc, gpu.usable_memory_bytes)
+        (st.success if headroom >= 0 else st.warning)(
+            f"{'Fits on' if headroom >= 0 else 'Does not fit on'} one {gpu.name} "
+            f"({'headroom' if headroom >= 0 else 'short by'} {fmt_bytes(abs(headroom), unit)}). Longest context at "
+            f"{isc.concurrency} sequences: {lim.max_seq_len or 0:,} tokens; most sequences at {isc.seq_len:,} tokens: "
+            f"{lim.max_concurrency or 0:,}."
+        )
+    st.plotly_chart(per_gpu_figure(est.components, 0.0, unit, gpu, title="one replica"), width="stretch", key="inference_chart")
+    st.dataframe(pd.DataFrame([{"component": p.label, unit: round(to_unit(p.bytes, unit), 3), "formula": p.formula,
+                                "source": p.source} for p in est.parts]), hide_index=True, width="stretch")
+    with st.expander("Not yet modelled", expanded=False):
+        for item in est.not_modelled:
+            st.markdown(f"- {item}")
+
+
+if workload == INFERENCE:
+    inference_view()
+    st.stop()
 
 try:
     est = estimate_memory(model.arch, scenario)
     rows = sweep_techniques(model.arch, scenario)
+    plan = plan_parallel(est, model.arch, scenario, par.strategy, par.offload)
 except EngineError as exc:
     st.error(f"Cannot estimate this scenario: {exc}")
     st.stop()
+n = par.num_gpus
+per_gpu = plan.per_gpu_bytes(n)
+peak_phase = plan.peak_phase(n)
+cpu_node = plan.cpu_bytes_per_node(n, par.gpus_per_node)
 
-if model.origin.notice:
-    st.warning(model.origin.notice)
 if model.arch.approximate_from:
     st.warning(f"Approximate architecture: model_type '{model.arch.approximate_from}' is estimated as a Llama-style "
                "decoder with the same sizes.")
 for warning in est.warnings:
     st.warning(warning)
-st.caption(f"**{model.title}** · peak of `torch.cuda.max_memory_allocated()` in a steady-state step on one GPU")
+where = "on one GPU" if not par.is_multi else f"per GPU, {n} GPUs with {STRATEGY_LABELS[par.strategy]}"
+st.caption(f"**{model.title}** · peak of `torch.cuda.max_memory_allocated()` in a steady-state step {where}")
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("Parameters", fmt_count(est.total_parameters), help=f"{est.total_parameters:,} unique parameters (tied weights once)")
 c2.metric("Trainable parameters", fmt_count(est.trainable_parameters),
           help=f"{est.trainable_parameters:,} ({100 * est.trainable_parameters / est.total_parameters:.3g}% of the model)")
-c3.metric("Peak memory", fmt_bytes(est.total_bytes, unit), help=f"{est.total_bytes:,.0f} bytes")
-c4.metric("Peak phase", est.peak_phase.replace("_", " "),
+c3.metric("Peak memory", fmt_bytes(per_gpu, unit), help=f"{per_gpu:,.0f} bytes")
+c4.metric("Peak phase", peak_phase.replace("_", " "),
           help="Start of backward (activations alive) or optimizer step (gradients and step temporaries alive)")
+if cpu_node:
+    st.metric("CPU memory per node (offload)", fmt_bytes(cpu_node, unit),
+              help=f"{cpu_node:,.0f} bytes: the offloaded states of {min(n, par.gpus_per_node)} GPUs of a node")
 if gpu is not None:
-    headroom = gpu.usable_memory_bytes - est.total_bytes
+    headroom = gpu.usable_memory_bytes - per_gpu
     verdict = "fits on" if headroom >= 0 else "does not fit on"
     (st.success if headroom >= 0 else st.warning)(
-        f"Estimated peak {verdict} one {gpu.name} ({fmt_bytes(gpu.usable_memory_bytes, unit)} usable): "
+        f"Estimated peak {verdict} {'one' if not par.is_multi else 'each'} {gpu.name} "
+        f"({fmt_bytes(gpu.usable_memory_bytes, unit)} usable): "
         f"{'headroom' if headroom >= 0 else 'short by'} {fmt_bytes(abs(headroom), unit)} before the CUDA context and allocator reserve."
     )
 st.caption(f"Bytes per parameter: {est.bytes_per_parameter}")
+
+if par.is_multi:
+    st.subheader(f"Per GPU: {n} GPUs, {STRATEGY_LABELS[par.strategy]}")
+    st.plotly_chart(per_gpu_figure(plan.components_per_gpu(n), cpu_node, unit, gpu), width="stretch", key="per_gpu_chart")
+    notes = [f"One GPU would need {fmt_bytes(est.total_bytes, unit)}; activations and loss tensors are per GPU and never divided."]
+    if plan.gathered_unit:
+        notes.append(f"Gathered at once: {plan.gathered_unit}.")
+    if plan.bucket_note:
+        notes.append(f"Buckets: {plan.bucket_note}.")
+    st.caption(" ".join(notes))
+    ds = deepspeed_estimate(model.arch, par.strategy, par.offload, n, par.gpus_per_node)
+    if ds is not None:
+        st.caption(f"DeepSpeed's own estimate (`{ds.function}`): {fmt_bytes(ds.gpu_bytes_per_gpu, unit)} per GPU, "
+                   f"{fmt_bytes(ds.cpu_bytes_per_node, unit)} CPU per node. {ds.note}.")
 
 st.subheader("Across techniques and precisions")
 st.plotly_chart(memory_stack_figure(rows, unit, gpu), width="stretch", key="memory_chart")

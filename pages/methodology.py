@@ -162,6 +162,43 @@ st.caption("Assumed where the sources are silent: " + "; ".join(ASSUMPTIONS) + "
               "savings the row does not record (e.g. torchtune's optimizer step in backward)" if not all(c.fits_in_memory for c in _cmp) else "")
            + ".")
 
+st.subheader("Many GPUs and serving")
+st.markdown(
+    """
+**Per GPU over N data-parallel GPUs** (`engine/parallel.py`, the Memory page's *Many GPUs* controls). From the one-GPU
+estimate, each strategy divides some model states by N (Rajbhandari et al. 2020, *ZeRO*, sec. 5): ZeRO-1 the optimizer
+states (P_os), ZeRO-2 and FSDP `SHARD_GRAD_OP` also the gradients (P_os+g), ZeRO-3 and FSDP `FULL_SHARD` also the
+weights (P_os+g+p); DDP (= FSDP `NO_SHARD`) divides nothing. Activations and loss tensors belong to each GPU's own
+micro batch and are **never divided**. Added per GPU: DDP's reducer buckets (`bucket_cap_mb=25`; together a copy of
+every gradient unless `gradient_as_bucket_view=True`, PyTorch DDP docs); DeepSpeed's reduce bucket
+(`reduce_bucket_size`, default 5e8 elements, DeepSpeed config docs); under ZeRO-3 / FSDP the gathered weights of the unit
+in use plus the next one prefetched (at the start of backward: the LM head and the last decoder layer), and for FSDP one
+unit's unsharded gradient. **Offload** moves optimizer states, step temporaries and gradient partitions (and with
+ZeRO-3 / FSDP full shard the weights) to CPU memory: shown as CPU memory per node = offloaded bytes / N x GPUs per
+node; NVMe (ZeRO-Infinity) is noted, not modelled. LoRA/QLoRA under FSDP/ZeRO-3: the frozen base (16-bit or 4-bit) is
+sharded like any weight and gathered in its stored size; adapters and their states are sharded too. With DeepSpeed and
+mixed precision the model runs in 16 bits and the fp32 master weights live in the (partitioned, offloadable) optimizer;
+FSDP keeps Trainer's fp32 weights and autocast copies.
+
+**DeepSpeed's own estimate** (`estimate_zero2_model_states_mem_needs`, `estimate_zero3_model_states_mem_needs_all_live`)
+is shown beside ours: it counts model states only (18 B per parameter for ZeRO-3 plus 4 x the largest module), for a
+fully trained model, with no activations, loss tensors or buckets.
+
+**Serving** (`engine/inference.py`, the Memory page's *Inference* technique): linear weights at the serving precision
+(bf16/fp16 2 B, int8/FP8 1 B, 4-bit GPTQ/AWQ 0.53 B with group-128 scales; embeddings and LM head 16-bit) + KV cache
+(2 x layers x KV heads x head_dim x dtype bytes per token, Llama 3.1 8B in bf16: 128 KiB; sliding-window layers hold at
+most the window: Mistral 7B v0.1 all layers at 4,096, Gemma 2 every other layer) x concurrent sequences x context + one
+layer's transient activations over a 2,048-token prefill chunk and the last tokens' fp32 logits. The longest context and
+the most sequences that fit a GPU are found by search. One replica per GPU; tensor parallelism is not modelled.
+
+**Against measurements** (`tests/test_parallel.py`): torchtune Llama 3.1 70B LoRA + FSDP on 8 GPUs 27.6 GiB (ours 33.5,
++21%, we count the full fp32 loss tensors torchtune chunks); 70B full FSDP + CPU offload 13.9 GiB (ours 18.2, +31%);
+Llama 2 7B full FSDP on 4 x RTX 4090 22.9 GB (ours 17.2, -25%); Lightning Llama 2 7B / 13B LoRA + FSDP 22.2 / 35.6 GB
+(ours 8.7 / 9.2: far under, unexplained, not tuned); torchtitan Llama 3.1 8B FSDP with selective checkpointing
+82.4 GiB reserved, between our full-checkpointing (50.5) and no-checkpointing (160.7) estimates.
+"""
+)
+
 st.subheader("Not yet modelled")
 for item in NOT_MODELLED:
     st.markdown(f"- {item}")

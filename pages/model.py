@@ -15,6 +15,8 @@ if model is None:
     st.info("Pick a model in the sidebar.")
     st.stop()
 arch = model.arch
+if model.origin.notice:
+    st.warning(model.origin.notice)
 st.caption(f"**{model.title}** · model_type `{arch.model_type}` · config from {model.origin.kind.replace('_', ' ')}")
 
 c1, c2, c3 = st.columns(3)

@@ -42,8 +42,6 @@ except EngineError as exc:
 
 tp, run, price = plan.throughput, plan.run, plan.price
 seed = seed_throughput(arch.active_parameters / 1e9, gpu, num_gpus)
-if model.origin.notice:
-    st.warning(model.origin.notice)
 st.caption(
     f"**{model.title}** · {scenario.method.value}, {precision_spec(scenario.precision).label}, micro batch "
     f"{scenario.micro_batch_size} × {scenario.seq_len:,} tokens × {scenario.gradient_accumulation_steps} accumulation"
@@ -137,6 +135,16 @@ if counts:
                "nodes (over 8 GPUs) or over PCIe only is not modelled, so large counts are optimistic.")
 else:
     st.caption(f"No count of {gpu.name} up to {max(search.counts)} fits with {strategy.value}.")
+curves = (
+    [{"curve": "time_vs_dataset", "plan": plan.label, "dataset_tokens": x, "hours": r.hours, "cost_usd": None}
+     for x, (_, r) in zip(sizes, sweep)]
+    + [{"curve": "cost_vs_dataset", "plan": label, "dataset_tokens": x, "hours": None, "cost_usd": y}
+       for label, (xs, ys) in series.items() for x, y in zip(xs, ys)]
+    + [{"curve": "gpu_count", "plan": p.label, "dataset_tokens": tc.dataset.dataset_tokens, "hours": p.run.hours,
+        "cost_usd": p.cost(basis)} for p in counts]
+)
+st.download_button("Download the curves (CSV)", pd.DataFrame(curves).to_csv(index=False).encode(),
+                   file_name="time_cost_curves.csv", mime="text/csv", key="tc_curves_csv")
 
 st.subheader("Every plan that fits: time against cost")
 st.plotly_chart(plan_scatter_figure(search), width="stretch", key="tc_plans_chart")

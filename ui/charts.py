@@ -16,12 +16,44 @@ from engine.units import Unit, fmt_bytes, to_unit
 COMPONENT_STYLE = {
     "weights": ("Weights", "#1f77b4"),
     "weight_copies": ("Low-precision weight copies", "#aec7e8"),
+    "master_weights": ("fp32 master weights (DeepSpeed)", "#c5b0d5"),
     "gradients": ("Gradients", "#ff7f0e"),
     "optimizer_states": ("Optimizer states", "#2ca02c"),
     "optimizer_temporaries": ("Optimizer step temporaries", "#98df8a"),
     "activations": ("Activations", "#d62728"),
     "logits_loss": ("Logits and loss", "#9467bd"),
+    "gathered_weights": ("Gathered weights (ZeRO-3/FSDP)", "#17becf"),
+    "comm_buckets": ("Communication buckets", "#bcbd22"),
+    "kv_cache": ("KV cache", "#8c564b"),
+    "activation_workspace": ("Activation workspace", "#e377c2"),
 }
+
+
+def per_gpu_figure(components: dict[str, float], cpu_bytes: float, unit: Unit, gpu: Gpu | None,
+                   title: str = "per GPU") -> go.Figure:
+    """One stacked bar of the per-GPU components at the peak and, when states are offloaded, a separate bar of
+    the CPU memory (per node), with the GPU's usable memory as a line."""
+    x = [title] + (["CPU memory (per node)"] if cpu_bytes else [])
+    fig = go.Figure()
+    for key, (label, color) in COMPONENT_STYLE.items():
+        v = components.get(key, 0.0)
+        if v:
+            fig.add_bar(name=label, x=[x[0]], y=[to_unit(v, unit)], marker_color=color,
+                        hovertemplate=f"{label}: %{{y:,.2f}} {unit}<extra></extra>")
+    if cpu_bytes:
+        fig.add_bar(name="Offloaded states (CPU)", x=[x[1]], y=[to_unit(cpu_bytes, unit)], marker_color="#7f7f7f",
+                    hovertemplate=f"CPU: %{{y:,.2f}} {unit}<extra></extra>")
+    total = to_unit(sum(components.values()), unit)
+    fig.add_scatter(x=[x[0]], y=[total], mode="text", text=[f"<b>{total:,.1f} {unit}</b>"], textposition="top center",
+                    showlegend=False, hoverinfo="skip")
+    if gpu is not None:
+        fig.add_hline(y=to_unit(gpu.usable_memory_bytes, unit), line_dash="dash", line_color="black",
+                      annotation_text=f"{gpu.name}: {to_unit(gpu.usable_memory_bytes, unit):,.1f} {unit} usable",
+                      annotation_position="top right", annotation_font_color="black")
+    top = max([total, to_unit(cpu_bytes, unit)] + ([to_unit(gpu.usable_memory_bytes, unit)] if gpu else []) + [1e-9])
+    fig.update_layout(barmode="stack", yaxis_title=f"Memory ({unit})", yaxis_range=[0, top * 1.15], height=420,
+                      legend_title_text="Component", margin=dict(t=30, b=10))
+    return fig
 
 
 def memory_stack_figure(rows: list[SweepRow], unit: Unit, gpu: Gpu | None) -> go.Figure:

@@ -14,7 +14,8 @@ import streamlit as st
 
 from engine.scenario import Scenario
 from ui.model_picker import PickedModel, model_sidebar
-from ui.scenario_form import scenario_sidebar
+from ui.scenario_form import _targets_key, scenario_sidebar
+from ui.share import apply_pending_targets, read_query_params, write_query_params
 
 _SHELL_FLAG = "_shell_drew_sidebar"
 
@@ -30,6 +31,9 @@ _KEPT_KEYS = (
     "tc_size_mode", "tc_examples", "tc_avg_tokens", "tc_total_tokens", "tc_epochs", "tc_packing", "tc_runs", "tc_mfu",
     "tc_gpu", "tc_num_gpus", "tc_strategy", "tc_ddp_eff", "tc_zero3_eff", "tc_price_source", "tc_basis",
     "tc_max_gpus",
+    # Memory page: many GPUs and serving (ui.scenario_form.parallel_sidebar / inference_inputs)
+    "mem_num_gpus", "mem_gpus_per_node", "mem_strategy", "mem_offload", "mem_workload",
+    "inf_weight_precision", "inf_kv_dtype", "inf_concurrency", "inf_seq_len",
 )
 # Not the token field: re-assigning a widget's value sends it back to the browser in the widget message.
 
@@ -44,6 +48,7 @@ def app_shell() -> None:
     """Configure the page, keep scenario inputs and draw the model picker (entrypoint, every run)."""
     st.set_page_config(page_title="Fine-tune fit", layout="wide")
     _keep_scenario_state()
+    read_query_params()  # once per session: a shared link's scenario into the widget state
     model_sidebar()
     st.session_state[_SHELL_FLAG] = True
 
@@ -56,9 +61,13 @@ def scenario_page(title: str) -> tuple[PickedModel, Scenario]:
     if model is None:
         st.info("Pick a model in the sidebar: the bundled catalog works offline.")
         st.stop()
+    if model.origin.notice:
+        st.warning(model.origin.notice)
+    apply_pending_targets(model.arch, _targets_key(model.arch))
     scenario = scenario_sidebar(model.arch)
     if scenario is None:
         st.stop()
+    write_query_params(scenario)  # the URL reproduces this page's scenario
     return model, scenario  # type: ignore[return-value]
 
 

@@ -135,7 +135,8 @@ def model_sidebar() -> PickedModel | None:
             st.session_state["model"] = None
             return None
         if origin.notice:
-            st.warning(origin.notice)
+            # Short here; the pages show the full notice.
+            st.caption(":orange[Hub unreachable: bundled copy shown.]")
         if approximation:
             st.warning(approximation)
         st.caption(f"{picked.arch.model_type} · {picked.arch.total_parameters:,} parameters · from {origin.kind.replace('_', ' ')}")

@@ -14,7 +14,8 @@ from engine.cost import CHEAPEST_LISTED, PLAN_GPU_COUNTS, Dataset, price_source_
 from engine.errors import ScenarioError
 from engine.lora import ALL_LINEAR, default_targets
 from engine.optimizer import Optimizer
-from engine.parallel import STRATEGY_LABELS, Strategy
+from engine.inference import WEIGHT_LABELS, InferenceScenario, KvCacheDtype, WeightPrecision
+from engine.parallel import FULL_SHARD, OFFLOAD_LABELS, STRATEGY_LABELS, Offload, Strategy
 from engine.precision import PrecisionMode, precision_spec
 from engine.scenario import METHOD_LABELS, Attention, Method, QuantType, Scenario
 from engine.throughput import DEFAULT_MFU, DEFAULT_SCALING_EFFICIENCY
@@ -120,6 +121,61 @@ def display_sidebar() -> tuple[Gpu | None, Unit]:
 
 
 # --------------------------------------------------------------------------------------------------
+# Many GPUs (Memory page) and serving inputs
+
+
+@dataclass(frozen=True)
+class ParallelInputs:
+    """GPU count, strategy, offload and GPUs per node of the Memory page's per-GPU view."""
+
+    num_gpus: int
+    strategy: Strategy
+    offload: Offload
+    gpus_per_node: int
+
+    @property
+    def is_multi(self) -> bool:
+        return self.num_gpus > 1 or self.strategy is not Strategy.DDP or self.offload is not Offload.NONE
+
+
+def parallel_sidebar() -> ParallelInputs:
+    """Sidebar section "Many GPUs": number of GPUs, data-parallel strategy, offload, GPUs per node."""
+    for key, value in (("mem_num_gpus", 1), ("mem_strategy", Strategy.DDP), ("mem_offload", Offload.NONE),
+                       ("mem_gpus_per_node", 8)):
+        st.session_state.setdefault(key, value)
+    with st.sidebar:
+        st.header("Many GPUs")
+        c1, c2 = st.columns(2)
+        n = int(c1.number_input("GPUs", min_value=1, max_value=1024, step=1, key="mem_num_gpus",
+                                help="Data-parallel GPUs; each runs the micro batch above (activations are per GPU)."))
+        per_node = int(c2.number_input("GPUs per node", min_value=1, max_value=64, step=1, key="mem_gpus_per_node",
+                                       help="For the CPU memory per node when offloading."))
+        strategy = st.selectbox("Strategy", list(Strategy), format_func=STRATEGY_LABELS.get, key="mem_strategy",
+                                help="Which model states are divided over the GPUs (ZeRO stages; FSDP sharding strategies).")
+        offload = st.selectbox("Offload to CPU", list(Offload), format_func=OFFLOAD_LABELS.get, key="mem_offload",
+                               help="ZeRO-Offload / FSDP CPUOffload: states in CPU memory (weights only with ZeRO-3 / FSDP full shard).")
+    return ParallelInputs(num_gpus=n, strategy=strategy, offload=offload, gpus_per_node=per_node)
+
+
+def inference_inputs(max_context: int | None) -> InferenceScenario | None:
+    """Serving inputs drawn in the page: weight precision, KV cache dtype, concurrent sequences, context."""
+    for key, value in (("inf_weight_precision", WeightPrecision.BF16), ("inf_kv_dtype", KvCacheDtype.BF16),
+                       ("inf_concurrency", 1), ("inf_seq_len", min(8192, max_context or 8192))):
+        st.session_state.setdefault(key, value)
+    c1, c2, c3, c4 = st.columns(4)
+    wp = c1.selectbox("Weight precision", list(WeightPrecision), format_func=WEIGHT_LABELS.get, key="inf_weight_precision")
+    kv = c2.selectbox("KV cache dtype", list(KvCacheDtype), format_func=lambda k: k.value, key="inf_kv_dtype")
+    conc = c3.number_input("Concurrent sequences", min_value=1, max_value=1 << 20, step=1, key="inf_concurrency")
+    seq = c4.number_input("Context per sequence", min_value=1, max_value=1 << 21, step=1024, key="inf_seq_len",
+                          help="Prompt + generated tokens of each sequence.")
+    try:
+        return InferenceScenario.build(weight_precision=wp, kv_cache_dtype=kv, concurrency=int(conc), seq_len=int(seq))
+    except ScenarioError as exc:
+        st.error(f"This serving scenario is not valid: {exc}")
+        return None
+
+
+# --------------------------------------------------------------------------------------------------
 # Time & cost inputs
 
 SIZE_EXAMPLES = "Examples × average tokens"
@@ -215,6 +271,7 @@ def time_cost_sidebar() -> TimeCostInputs | None:
     return TimeCostInputs(
         dataset=dataset, mfu=mfu, gpu=next(g for g in gpus if g.name == gpu_name),
         num_gpus=None if isinstance(count, str) else int(count), strategy=strategy,
-        scaling_efficiency={Strategy.DDP: ddp, Strategy.ZERO3: zero3}, price_source=source, basis=basis,
+        # ZeRO-1/2 and FSDP SHARD_GRAD_OP move DDP's volume; FSDP FULL_SHARD ZeRO-3's (engine.throughput).
+        scaling_efficiency={s: (zero3 if s in FULL_SHARD else ddp) for s in Strategy}, price_source=source, basis=basis,
         max_gpus=int(max_gpus),
     )

@@ -1,0 +1,109 @@
+"""Plans page: save the sidebar's scenario as a named plan, compare plans, export/import them as CSV, and copy
+the Trainer/PEFT/bitsandbytes (and DeepSpeed) settings that match a plan."""
+
+import pandas as pd
+import streamlit as st
+
+from engine.errors import EngineError
+from engine.fit import check_fit
+from engine.memory import estimate_memory
+from engine.plans import Plan, evaluate_plan, plan_record, plans_from_csv, plans_to_csv, training_code
+from engine.units import fmt_bytes
+from ui.catalog_session import session_gpus, session_prices
+from ui.charts import fmt_hours, fmt_usd
+from ui.layout import scenario_page
+from ui.plans import (
+    STAMP_KEY, add_plans, memory_compare_figure, remove_plan, resolve_config, saved_plans, time_cost_compare_figure,
+)
+from ui.scenario_form import time_cost_sidebar
+
+model, scenario = scenario_page("Plans: save, compare, export")
+tc = time_cost_sidebar()
+if tc is None:
+    st.stop()
+unit = st.session_state.get("unit", "GiB")
+
+# --- Save the current scenario ----------------------------------------------------------------------------------------
+st.subheader("Save the current scenario")
+repo_id = model.origin.repo_id
+if not repo_id:
+    st.info("An uploaded config.json has no repo id: pick a catalog model or a Hub repo id to save a plan.")
+else:
+    try:
+        num_gpus = tc.num_gpus or check_fit(model.arch, scenario, tc.gpu, tc.strategy, 1,
+                                            estimate=estimate_memory(model.arch, scenario)).min_gpus or 1
+        d = tc.dataset
+        current = Plan(
+            name=st.session_state.get("plan_name") or f"{repo_id.split('/')[-1]} {scenario.method.value} {num_gpus}x{tc.gpu.name}",
+            model_repo_id=repo_id, model_revision=model.origin.revision,
+            **{k: getattr(scenario, k) for k in (
+                "method", "precision", "optimizer", "micro_batch_size", "seq_len", "gradient_accumulation_steps",
+                "gradient_checkpointing", "attention", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "quant_type",
+                "double_quant", "prepare_kbit_training")},
+            gpu=tc.gpu.name, num_gpus=num_gpus, strategy=tc.strategy, dataset_total_tokens=d.total_tokens,
+            dataset_examples=d.examples, dataset_avg_tokens=d.avg_tokens, epochs=d.epochs, packing=d.packing, runs=d.runs,
+            mfu=tc.mfu, scaling_efficiency=tc.scaling_efficiency[tc.strategy], price_source=tc.price_source,
+        )
+        result = evaluate_plan(current, model.config, gpus=session_gpus(), prices=session_prices())
+    except (EngineError, ValueError) as exc:
+        st.error(f"This scenario cannot be saved as a plan: {exc}")
+        st.stop()
+    c1, c2 = st.columns([3, 1])
+    c1.text_input("Plan name", key="plan_name", placeholder=current.name)
+    st.caption(f"{current.num_gpus} x {current.gpu} ({current.strategy.value}) · peak {fmt_bytes(result.per_gpu_peak_bytes, unit)} "
+               f"per GPU · {'fits' if result.fits else 'does not fit'} · {fmt_hours(result.hours)} · "
+               f"{fmt_usd(result.cost_usd_on_demand)} on demand · {fmt_usd(result.cost_usd_spot)} spot")
+    if c2.button("Save plan", key="plan_save", type="primary"):
+        add_plans([(current, result)])
+        st.success(f"Saved plan '{current.name}'.")
+
+# --- Import ----------------------------------------------------------------------------------------------------------
+with st.expander("Import plans from CSV", expanded=not saved_plans()):
+    upload = st.file_uploader("Plans CSV (as exported here)", type=["csv"], key="plans_import")
+    if upload is not None and st.session_state.get("_plans_import_id") != upload.file_id:
+        st.session_state["_plans_import_id"] = upload.file_id
+        imported = plans_from_csv(upload.getvalue(), resolve_config, gpus=session_gpus(), prices=session_prices())
+        add_plans(list(imported.plans), (imported.app_version, imported.exported_at))
+        st.session_state["_plans_import_report"] = (len(imported.plans), [(e.row, e.reason) for e in imported.errors])
+    report = st.session_state.get("_plans_import_report")
+    if report:
+        st.success(f"Loaded {report[0]} plan(s), each recomputed from its inputs.")
+        if report[1]:
+            st.error("Rows not loaded:\n" + "\n".join(f"- row {row}: {reason}" for row, reason in report[1]))
+
+plans = saved_plans()
+if not plans:
+    st.info("No saved plans yet: set the scenario in the sidebar and save it, or import a CSV.")
+    st.stop()
+
+# --- Compare ---------------------------------------------------------------------------------------------------------
+st.subheader("Compare")
+rows = [plan_record(p, r) for p, r in plans]
+table = pd.DataFrame(rows)[["name", "model_repo_id", "method", "precision", "micro_batch_size", "seq_len", "gpu", "num_gpus",
+                            "strategy", "per_gpu_peak_gb", "fits", "tokens_per_second", "train_hours",
+                            "cost_on_demand_usd", "cost_spot_usd"]]
+st.dataframe(table, hide_index=True, width="stretch", key="plans_table")
+st.plotly_chart(memory_compare_figure(plans, unit), width="stretch", key="plans_memory_chart")
+st.caption("Components at each plan's peak on one GPU (before ZeRO-3 sharding); ◆ = the per-GPU peak of the plan's GPUs and strategy.")
+st.plotly_chart(time_cost_compare_figure(plans), width="stretch", key="plans_time_cost_chart")
+
+# --- Export ----------------------------------------------------------------------------------------------------------
+st.subheader("Export")
+stamp = st.session_state.get(STAMP_KEY) or (None, None)
+st.download_button("Download all plans (CSV)", plans_to_csv(plans, version=stamp[0], exported_at=stamp[1]),
+                   file_name="plans.csv", mime="text/csv", key="plans_csv_all")
+st.caption("One row per plan, every input and output in its own column, with the app version and export time. A file "
+           "imported and not changed re-exports with its own version and time (byte for byte); otherwise the time is now.")
+chosen = st.selectbox("Plan", [p.name for p, _ in plans], key="plans_chosen")
+plan, result = next(x for x in plans if x[0].name == chosen)
+c1, c2 = st.columns(2)
+c1.download_button("Download this plan (CSV)", plans_to_csv([(plan, result)]), file_name=f"plan_{chosen}.csv"[:120],
+                   mime="text/csv", key="plans_csv_one")
+if c2.button("Remove this plan", key="plans_remove"):
+    remove_plan(chosen)
+    st.rerun()
+st.markdown("**Ready-to-run starting point** (TrainingArguments, LoraConfig, BitsAndBytesConfig, DeepSpeed ZeRO-3):")
+try:
+    st.code(training_code(plan, resolve_config(plan.model_repo_id, plan.model_revision)), language="python")
+except EngineError:
+    st.code(training_code(plan), language="python")

@@ -1,0 +1,150 @@
+"""AppTest tests of the Plans page (pages/plans.py) and of sharing a scenario as a URL (ui/share.py), in both modes of
+tests/conftest.py's ``new_app``."""
+
+from __future__ import annotations
+
+import ast
+import csv
+import io
+import json
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from engine.plans import Plan, evaluate_plan, plans_to_csv
+from engine.scenario import Method
+from engine.sources import config_from_catalog
+from hubstub import StubRepo
+
+PAGE = "pages/plans.py"
+QWEN_05B = "Qwen/Qwen2.5-0.5B"
+TOKEN = "hf_PlansPageSecretToken_NeverShare_9"
+
+
+def no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def peak_bytes(at: AppTest) -> int:
+    help_text = next(m.help for m in at.metric if m.label == "Peak memory")
+    return int(help_text.removesuffix(" bytes").replace(",", ""))
+
+
+@pytest.fixture
+def page(new_app) -> AppTest:
+    at = new_app()
+    at.query_params["model"] = QWEN_05B
+    at.switch_page(PAGE).run()
+    no_exception(at)
+    return at
+
+
+def test_plans_page_starts_empty_then_saves_and_compares(page):
+    assert any("No saved plans yet" in i.value for i in page.info)
+    page.text_input(key="plan_name").input("first").run()
+    page.button(key="plan_save").click().run()
+    no_exception(page)
+    page.radio(key="method").set_value(Method.LORA).run()
+    page.text_input(key="plan_name").input("second").run()
+    page.button(key="plan_save").click().run()
+    no_exception(page)
+    plans = page.session_state["saved_plans"]
+    assert [p.name for p, _ in plans] == ["first", "second"]
+    assert [p.method.value for p, _ in plans] == ["full", "lora"]
+    assert len(page.get("plotly_chart")) == 2
+    memory = json.loads(page.get("plotly_chart")[0].proto.spec)
+    assert {t["name"] for t in memory["data"]} >= {"weights", "activations"}
+    assert len(page.get("download_button")) == 2
+    code = page.code[0].value
+    ast.parse(code)
+    assert "TrainingArguments(" in code
+
+
+def exported_file() -> bytes:
+    plans = [Plan(name=n, model_repo_id=QWEN_05B, method=m, gpu="NVIDIA A100 80GB", dataset_total_tokens=1_000_000)
+             for n, m in (("a", "full"), ("b", "qlora"))]
+    return plans_to_csv([(p, evaluate_plan(p)) for p in plans], version="0.1.0", exported_at="2026-01-01T00:00:00Z")
+
+
+def test_import_loads_good_rows_lists_bad_ones_and_round_trips(page):
+    data = exported_file()
+    rows = list(csv.reader(io.StringIO(data.decode())))
+    bad = list(rows[1])
+    bad[0], bad[rows[0].index("gpu")] = "c", "Voodoo 5 6000"
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows([*rows, bad])
+    page.file_uploader(key="plans_import").set_value(("plans.csv", buf.getvalue().encode(), "text/csv")).run()
+    no_exception(page)
+    assert [p.name for p, _ in page.session_state["saved_plans"]] == ["a", "b"]
+    assert any("row 3: unknown GPU 'Voodoo 5 6000'" in e.value for e in page.error)
+    # the file's stamp is kept, so re-exporting the imported plans gives the file back
+    stamp = page.session_state["saved_plans_stamp"]
+    assert plans_to_csv(page.session_state["saved_plans"], version=stamp[0], exported_at=stamp[1]) == data
+
+
+def test_shared_url_reproduces_the_memory_totals(new_app):
+    at = new_app().run()
+    no_exception(at)
+    at.selectbox(key="catalog_repo").set_value(QWEN_05B).run()
+    at.radio(key="method").set_value(Method.QLORA).run()
+    at.number_input(key="micro_batch_size").set_value(4).run()
+    at.number_input(key="lora_r").set_value(64).run()
+    at.toggle(key="gradient_checkpointing").set_value(True).run()
+    next(m for m in at.multiselect if (m.key or "").startswith("lora_targets_")).set_value(
+        ["q_proj", "v_proj", "down_proj"]).run()
+    no_exception(at)
+    peak, params = peak_bytes(at), dict(at.query_params)
+    assert params["model"] == QWEN_05B and params["method"] == "qlora" and params["lora_r"] == "64"
+    assert params["lora_targets"] == "q_proj,v_proj,down_proj"
+
+    fresh = new_app()
+    for k, v in params.items():
+        fresh.query_params[k] = v
+    fresh.run()
+    no_exception(fresh)
+    assert fresh.warning.values == [] or not any("ignored" in w for w in fresh.warning.values)
+    assert fresh.selectbox(key="catalog_repo").value == QWEN_05B
+    assert peak_bytes(fresh) == peak
+    assert dict(fresh.query_params) == params
+
+
+def test_bad_url_values_are_ignored_with_a_warning(new_app):
+    at = new_app()
+    for k, v in {"method": "dora", "micro_batch_size": "-2", "seq_len": "abc", "model": "acme/nope",
+                 "lora_targets": "nonexistent_proj", "precision": "bf16"}.items():
+        at.query_params[k] = v
+    at.run()
+    no_exception(at)
+    text = " ".join(w.value for w in at.warning)
+    for needle in ("method='dora'", "micro_batch_size='-2'", "seq_len='abc'", "model='acme/nope'"):
+        assert needle in text
+    assert at.selectbox(key="precision").value.value == "bf16"  # the good value is kept
+    assert at.number_input(key="micro_batch_size").value == 1
+
+
+def test_token_never_in_url_or_exported_plans(new_app, hub_stub):
+    repo = "acme/gated-qwen"
+    hub_stub.valid_tokens.add(TOKEN)
+    hub_stub.add(repo, StubRepo(config=config_from_catalog(QWEN_05B)[0], gated=True))
+    at = new_app()
+    at.query_params["hub"] = repo
+    at.switch_page(PAGE).run()
+    no_exception(at)
+    at.text_input(key="hf_token_input").input(TOKEN).run()
+    no_exception(at)
+    at.button(key="plan_save").click().run()
+    no_exception(at)
+    plans = at.session_state["saved_plans"]
+    assert plans[0][0].model_repo_id == repo
+    assert TOKEN not in json.dumps(dict(at.query_params))
+    assert dict(at.query_params)["hub"] == repo
+    assert TOKEN.encode() not in plans_to_csv(plans)
+
+
+def test_time_cost_page_offers_the_curves_as_csv(new_app):
+    at = new_app()
+    at.query_params["model"] = QWEN_05B
+    at.switch_page("pages/time_cost.py").run()
+    no_exception(at)
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert "Download the curves (CSV)" in labels and "Download the plans (CSV)" in labels

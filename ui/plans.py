@@ -1,0 +1,75 @@
+"""Saved plans in the session, and the Plotly figures that compare them (Plans page)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+import streamlit as st
+from plotly.subplots import make_subplots
+
+from engine.errors import EngineError
+from engine.plans import COMPONENT_KEYS, Plan, PlanResult
+from engine.sources import config_from_catalog
+from engine.units import Unit, to_unit
+
+PLANS_KEY = "saved_plans"
+STAMP_KEY = "saved_plans_stamp"  # (app_version, exported_at) of an imported file, until the plans change
+
+
+def saved_plans() -> list[tuple[Plan, PlanResult]]:
+    """The session's plans, oldest first."""
+    return st.session_state.setdefault(PLANS_KEY, [])
+
+
+def add_plans(items: list[tuple[Plan, PlanResult]], stamp: tuple[str | None, str | None] | None = None) -> None:
+    """Add plans (a plan with the same name is replaced). ``stamp``: keep an imported file's version and time
+    for re-export while the set of plans is exactly that file's."""
+    plans = saved_plans()
+    fresh = not plans
+    names = {p.name for p, _ in items}
+    plans[:] = [x for x in plans if x[0].name not in names] + list(items)
+    st.session_state[STAMP_KEY] = stamp if (stamp and fresh and all(stamp)) else None
+
+
+def remove_plan(name: str) -> None:
+    plans = saved_plans()
+    plans[:] = [x for x in plans if x[0].name != name]
+    st.session_state[STAMP_KEY] = None
+
+
+def resolve_config(repo_id: str, revision: str | None) -> dict[str, Any]:
+    """Config of a plan's model: the bundled catalog, else the Hub through the picker's loaders (cached, token-aware)."""
+    try:
+        return config_from_catalog(repo_id)[0]
+    except EngineError:
+        from ui.model_picker import _hub_config
+
+        return _hub_config(repo_id, revision)[0]
+
+
+def memory_compare_figure(plans: list[tuple[Plan, PlanResult]], unit: Unit) -> go.Figure:
+    """Stacked bars of each plan's memory components at its peak (one GPU, before sharding)."""
+    fig = go.Figure()
+    names = [p.name for p, _ in plans]
+    extra = [k for _, r in plans for k in r.components_bytes if k not in COMPONENT_KEYS]
+    for key in (*COMPONENT_KEYS, *dict.fromkeys(extra)):
+        values = [round(to_unit(r.components_bytes.get(key, 0.0), unit), 3) for _, r in plans]
+        if any(values):
+            fig.add_bar(name=key.replace("_", " "), x=names, y=values)
+    fig.add_scatter(name=f"per-GPU peak ({unit})", x=names, y=[round(to_unit(r.per_gpu_peak_bytes, unit), 3) for _, r in plans],
+                    mode="markers", marker={"symbol": "diamond", "size": 12, "color": "black"})
+    fig.update_layout(barmode="stack", yaxis_title=unit, height=420, legend={"orientation": "h"},
+                      margin={"t": 30, "b": 10})
+    return fig
+
+
+def time_cost_compare_figure(plans: list[tuple[Plan, PlanResult]]) -> go.Figure:
+    """Hours (left) and cost on demand and spot in USD (right) of each plan."""
+    names = [p.name for p, _ in plans]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Wall time (hours)", "Cost (USD)"))
+    fig.add_bar(name="hours", x=names, y=[r.hours for _, r in plans], row=1, col=1)
+    fig.add_bar(name="on demand", x=names, y=[r.cost_usd_on_demand for _, r in plans], row=1, col=2)
+    fig.add_bar(name="spot", x=names, y=[r.cost_usd_spot for _, r in plans], row=1, col=2)
+    fig.update_layout(barmode="group", height=380, margin={"t": 40, "b": 10}, legend={"orientation": "h"})
+    return fig
