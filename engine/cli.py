@@ -192,7 +192,7 @@ def _estimate_json(arch: Architecture, origin: dict[str, Any], scenario: Scenari
 def _add_gpu_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", metavar="NAME", default=None,
                    help="check the fit on this GPU (e.g. 'A100 80GB', 'H100 SXM', 'RTX 4090'); adds gpu, fits, headroom_bytes, min_gpus")
-    p.add_argument("--num-gpus", type=int, default=None, metavar="N", help="GPUs of that kind (with --gpu; default 1)")
+    p.add_argument("--num-gpus", type=_positive_int, default=None, metavar="N", help="GPUs of that kind (with --gpu; default 1)")
     p.add_argument("--strategy", choices=[s.value for s in Strategy], default=None,
                    help="multi-GPU strategy (with --gpu): ddp = every GPU holds everything; zero1/zero2/zero3 = DeepSpeed ZeRO "
                         "stages; fsdp_full_shard = ZeRO-3, fsdp_shard_grad_op = ZeRO-2 (default: ddp)")
@@ -405,6 +405,30 @@ def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Dataset, ar
     }
 
 
+def _warn_if_not_fitting(out: dict[str, Any], args: argparse.Namespace) -> None:
+    """Say at the top level when the plan does not fit (times and costs are then for reference only)."""
+    if out.get("fits") is not False:
+        return
+    strategy = args.strategy or "ddp"
+    fewest = out.get("min_gpus")
+    advice = (f"the fewest that fit with {strategy} is {fewest}" if fewest
+              else f"no count fits with {strategy}" + ("; try --strategy zero3" if strategy == "ddp" else ""))
+    out.setdefault("warnings", []).append(
+        f"does not fit on {args.num_gpus or 1} x {args.gpu}: {advice}; any time and cost below are for reference only"
+    )
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 2 bad input or unreachable source)."""
     args = build_parser().parse_args(argv)
@@ -433,6 +457,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     if args.offload not in (None, "none"):
                         raise ScenarioError("time and cost do not model offload (CPU optimizer steps); drop --offload or the dataset size")
                     out.update(_time_cost_json(arch, scenario, dataset, args))
+                _warn_if_not_fitting(out, args)
             elif args.offload is not None or args.gpus_per_node is not None:
                 raise ScenarioError("--offload and --gpus-per-node need --gpu")
             elif args.num_gpus is not None or args.strategy is not None:

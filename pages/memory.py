@@ -103,7 +103,7 @@ if gpu is not None:
         f"({fmt_bytes(gpu.usable_memory_bytes, unit)} usable): "
         f"{'headroom' if headroom >= 0 else 'short by'} {fmt_bytes(abs(headroom), unit)} before the CUDA context and allocator reserve."
     )
-st.caption(f"Bytes per parameter: {est.bytes_per_parameter}")
+st.caption(f"Model-state bytes per parameter (not all alive at the peak: see \"at peak\" below): {est.bytes_per_parameter}")
 
 if par.is_multi:
     st.subheader(f"Per GPU: {n} GPUs, {STRATEGY_LABELS[par.strategy]}")
