@@ -29,6 +29,7 @@ from engine.lora import resolve_targets
 from engine.memory import MemoryEstimate, Phase, estimate_memory
 from engine.optimizer import Optimizer
 from engine.inference import InferenceScenario, estimate_inference
+from engine.search import largest_true
 from engine.parallel import MAX_GPUS, Offload, ParallelPlan, Strategy, plan_parallel
 from engine.precision import PrecisionMode
 from engine.scenario import MAX_MICRO_BATCH, MAX_SEQ_LEN, Method, Scenario
@@ -306,31 +307,6 @@ def technique_matrix(
 
 # --------------------------------------------------------------------------------------------------
 # What fits
-
-
-def largest_true(pred: Callable[[int], bool], lo: int, hi: int) -> int | None:
-    """Largest ``x`` in [lo, hi] with ``pred(x)``, for ``pred`` true up to some point and false after
-    (monotone). None when ``pred(lo)`` is false. Doubling from ``lo`` then bisection: O(log hi) calls."""
-    if not pred(lo):
-        return None
-    good, step = lo, 1
-    bad = None
-    while bad is None:  # gallop: lo, lo+1, lo+3, lo+7, ... until false or past hi
-        probe = min(lo + 2 * step - 1, hi)
-        if pred(probe):
-            good = probe
-            if probe == hi:
-                return hi
-            step *= 2
-        else:
-            bad = probe
-    while bad - good > 1:
-        mid = (good + bad) // 2
-        if pred(mid):
-            good = mid
-        else:
-            bad = mid
-    return good
 
 
 class SizeLimit(BaseModel):

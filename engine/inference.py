@@ -33,6 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from engine.search import largest_true
 from engine.architecture import Architecture
 from engine.errors import ScenarioError
 from engine.memory import MemoryComponent, MemoryEstimate
@@ -198,20 +199,6 @@ class InferenceLimits(BaseModel):
     max_concurrency: int | None
 
 
-def _largest(lo: int, hi: int, fits) -> int | None:
-    if not fits(lo):
-        return None
-    if fits(hi):
-        return hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
 def inference_limits(arch: Architecture, isc: InferenceScenario, usable_bytes: float) -> InferenceLimits:
     """Binary searches (the total grows with context and with concurrency): the longest context (up to the
     model's ``max_position_embeddings``) at ``isc.concurrency``, and the most sequences at ``isc.seq_len``."""
@@ -222,6 +209,6 @@ def inference_limits(arch: Architecture, isc: InferenceScenario, usable_bytes: f
 
     return InferenceLimits(
         usable_bytes=usable_bytes,
-        max_seq_len=_largest(1, cap, lambda s: total(seq_len=s) <= usable_bytes),
-        max_concurrency=_largest(1, MAX_CONCURRENCY, lambda c: total(concurrency=c) <= usable_bytes),
+        max_seq_len=largest_true(lambda s: total(seq_len=s) <= usable_bytes, 1, cap),
+        max_concurrency=largest_true(lambda c: total(concurrency=c) <= usable_bytes, 1, MAX_CONCURRENCY),
     )

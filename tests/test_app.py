@@ -29,6 +29,7 @@ from engine.scenario import Attention, Method, Scenario
 from engine.sources import config_from_catalog
 from hubstub import StubRepo
 from reference import param_counts, reference_config, require_reference
+from apptest_support import no_exception
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "streamlit_app.py")
@@ -65,10 +66,6 @@ def peak_bytes(at: AppTest) -> int:
     help_text = metrics(at)["Peak memory"][1]
     assert help_text.endswith(" bytes"), help_text
     return int(help_text.removesuffix(" bytes").replace(",", ""))
-
-
-def no_exception(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
 
 
 def errors(at: AppTest) -> list[str]:

@@ -3,7 +3,6 @@ file runs directly, as on a fresh server's first request) and ``served`` (stream
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from engine.catalog import load_gpus, load_models
 from engine.fit import TECHNIQUES
 from engine.parallel import Strategy
 from engine.scenario import Method
+from apptest_support import charts, metric, no_exception
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "streamlit_app.py")
@@ -26,14 +26,6 @@ def fit_page(new_app) -> AppTest:
     return at
 
 
-def no_exception(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
-
-
-def charts(at: AppTest) -> list[dict]:
-    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-
-
 def heatmap(fig: dict) -> dict:
     (trace,) = fig["data"]
     assert trace["type"] == "heatmap"
@@ -42,10 +34,6 @@ def heatmap(fig: dict) -> dict:
 
 def seed_table(at: AppTest):
     return next(d.value for d in at.dataframe if "GPUs (seed)" in d.value.columns)
-
-
-def metric(at: AppTest, label: str) -> str:
-    return next(m.value for m in at.metric if m.label == label)
 
 
 def test_page_renders_both_heatmaps_the_seed_table_and_what_fits(fit_page):

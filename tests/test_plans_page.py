@@ -15,14 +15,11 @@ from engine.plans import Plan, evaluate_plan, plans_to_csv
 from engine.scenario import Method
 from engine.sources import config_from_catalog
 from hubstub import StubRepo
+from apptest_support import no_exception
 
 PAGE = "pages/plans.py"
 QWEN_05B = "Qwen/Qwen2.5-0.5B"
 TOKEN = "hf_PlansPageSecretToken_NeverShare_9"
-
-
-def no_exception(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
 
 
 def peak_bytes(at: AppTest) -> int:

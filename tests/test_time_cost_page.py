@@ -4,7 +4,6 @@ page)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from engine.calibration import compare_measurements
 from engine.scenario import Method
+from apptest_support import charts, metric, no_exception
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "streamlit_app.py")
@@ -23,18 +23,6 @@ def page(new_app) -> AppTest:
     at = new_app().switch_page(PAGE).run()
     no_exception(at)
     return at
-
-
-def no_exception(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
-
-
-def charts(at: AppTest) -> list[dict]:
-    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-
-
-def metric(at: AppTest, label: str) -> str:
-    return next(m.value for m in at.metric if m.label == label)
 
 
 def number(text: str) -> float:
