@@ -302,7 +302,28 @@ def technique_matrix(
     matrix = fit_matrix(rows, gpus)
     ok = iter(matrix.rows)
     ordered = tuple(errors[i] if i in errors else next(ok) for i in range(len(techniques)))
-    return matrix.model_copy(update={"rows": ordered})
+    return matrix.model_copy(update={"rows": ordered + (_serving_row(arch, base, gpus),)})
+
+
+def _serving_row(arch: Architecture, base: Scenario, gpus: Sequence[Gpu]) -> MatrixRow:
+    """Serving the model in bf16 (KV cache for the scenario's micro batch x sequence length): one replica
+    per GPU, so it fits on one GPU or on none; the fewest GPUs is 1 or None."""
+    label = "Inference · bf16 serving"
+    try:
+        isc = InferenceScenario.build(concurrency=base.micro_batch_size, seq_len=base.seq_len)
+    except ScenarioError as exc:
+        return MatrixRow(label=label, strategy=Strategy.DDP, error=str(exc), parameters=arch.total_parameters)
+    est = estimate_inference(arch, isc)
+    cells = []
+    for gpu in gpus:
+        usable, fits = gpu.usable_memory_bytes, est.total_bytes <= gpu.usable_memory_bytes
+        advice = precision_advice(gpu, isc)
+        cells.append(FitCell(fits=fits, peak_bytes=est.total_bytes, peak_phase=est.peak_phase,
+                             headroom_bytes=usable - est.total_bytes, min_gpus=1 if fits else None,
+                             per_gpu_bytes_at_min=est.total_bytes if fits else None,
+                             warning=advice[0] if advice else None))
+    return MatrixRow(label=label, strategy=Strategy.DDP, estimate=est, parameters=arch.total_parameters,
+                     note=f"{isc.concurrency} sequence(s) x {isc.seq_len:,} tokens of KV cache", cells=tuple(cells))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -159,7 +159,12 @@ def test_model_matrix_estimates_each_model_once_and_agrees_with_check_fit(catalo
 def test_technique_matrix_rows(llama):
     gpus = load_gpus()
     m = technique_matrix(llama, Scenario(), gpus)
-    assert [r.label for r in m.rows] == [t.label for t in TECHNIQUES] and len(TECHNIQUES) == 8
+    assert [r.label for r in m.rows] == [t.label for t in TECHNIQUES] + ["Inference · bf16 serving"] and len(TECHNIQUES) == 8
+    serving = m.rows[-1]
+    # Serving Llama-3.1-8B in bf16 with 2,048 tokens of KV cache (128 KiB/token = 256 MiB): about 15.4 GiB, so one
+    # replica fits a 24 GB card and not a 16 GB T4.
+    assert serving.cells[m.gpus.index("NVIDIA RTX 4090")].fits and not serving.cells[m.gpus.index("NVIDIA T4")].fits
+    m = m.model_copy(update={"rows": m.rows[:-1]})
     peak = {r.label: r.estimate.total_bytes for r in m.rows}
     assert peak["QLoRA · 4-bit base"] < peak["LoRA · bf16 base"] < peak["Full · pure bf16"] < peak["Full · mixed bf16"] < peak["Full · fp32"]
     assert peak["Full · mixed bf16 + 8-bit AdamW"] < peak["Full · mixed bf16"]

@@ -42,7 +42,7 @@ def test_page_renders_both_heatmaps_the_seed_table_and_what_fits(fit_page):
     models_fig, techniques_fig = (heatmap(f) for f in charts(at))
     gpus = load_gpus()
     assert len(models_fig["x"]) == len(gpus) and len(models_fig["y"]) == len(load_models())
-    assert techniques_fig["y"] == [t.label for t in TECHNIQUES]
+    assert techniques_fig["y"] == [t.label for t in TECHNIQUES] + ["Inference · bf16 serving"]
     cell = models_fig["text"][0][0]
     assert cell[0] in "✓✗" and "×" in cell
     assert "fewest GPUs" in models_fig["customdata"][0][0]
