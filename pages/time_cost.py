@@ -64,8 +64,8 @@ if tc.dataset.padding_waste(scenario.seq_len) > 0:
 
 st.subheader("FLOPs model")
 c = st.columns(6)
-c[0].metric("Tokens to process", f"{run.tokens:,.0f}",
-            help=f"{tc.dataset.tokens_per_epoch(scenario.seq_len):,.0f} per epoch × {tc.dataset.epochs:g} epochs × {tc.dataset.runs} runs")
+c[0].metric("Tokens to process", f"{run.tokens / 1e6:,.2f}M",
+            help=f"{run.tokens:,.0f} tokens: {tc.dataset.tokens_per_epoch(scenario.seq_len):,.0f} per epoch × {tc.dataset.epochs:g} epochs × {tc.dataset.runs} runs")
 c[1].metric("Tokens/s", f"{run.tokens_per_second:,.0f}",
             help=f"all {num_gpus} GPUs together: {tp.per_gpu_tokens_per_second:,.0f} per GPU × {num_gpus} × scaling {tp.scaling_efficiency:g}")
 c[2].metric("Wall time", fmt_hours(run.hours), help=f"{run.hours:,.4f} hours")

@@ -39,7 +39,8 @@ def test_page_renders_metrics_all_curves_and_the_comparison(page):
     assert [t.value for t in at.title] == ["Training time and cost"]
     for label in ("Tokens to process", "Tokens/s", "Wall time", "GPU-hours", "Cost on-demand", "Cost spot"):
         assert metric(at, label)
-    assert metric(at, "Tokens to process") == "15,360,000"  # the seed's 10,000 x 512 tokens x 3 epochs
+    assert metric(at, "Tokens to process") == "15.36M"
+    assert next(m.help for m in at.metric if m.label == "Tokens to process").startswith("15,360,000 tokens")  # the seed's 10,000 x 512 tokens x 3 epochs
     figs = charts(at)
     assert len(figs) == 4  # time vs dataset, cost vs dataset, time and cost vs GPUs, plans scatter
     time_fig, cost_fig, count_fig, plans_fig = figs
@@ -83,7 +84,7 @@ def test_sidebar_inputs_drive_the_numbers(page):
     assert number(metric(at, "Tokens/s")) == pytest.approx(2 * tps, rel=0.01)  # compute-bound: twice the MFU
     at.number_input(key="tc_epochs").set_value(6.0).run()
     no_exception(at)
-    assert metric(at, "Tokens to process") == "30,720,000"
+    assert metric(at, "Tokens to process") == "30.72M"
     assert hours(metric(at, "Wall time")) == pytest.approx(time, rel=0.03)  # twice the tokens at twice the speed
 
 
@@ -114,4 +115,4 @@ def test_time_cost_inputs_survive_a_visit_to_another_page(page):
     no_exception(at)
     assert at.number_input(key="tc_epochs").value == 5.0
     assert at.selectbox(key="tc_gpu").value == "NVIDIA H100 80GB"
-    assert metric(at, "Tokens to process") == "25,600,000"
+    assert metric(at, "Tokens to process") == "25.60M"
