@@ -24,6 +24,11 @@ def test_catalog_has_the_popular_models_with_repo_ids():
 EXTRA_TOTALS = {
     # Hub safetensors total of meta-llama/Llama-3.2-3B ("3.21B params"): 3,212,749,824 (tied embeddings).
     "meta-llama/Llama-3.2-3B": 3_212_749_824,
+    # The four below: exact in-memory totals checked in tests/test_architectures_more.py, which names each source.
+    "Qwen/Qwen3-30B-A3B": 30_532_122_624,
+    "google/gemma-3-1b-pt": 999_885_952,
+    "deepseek-ai/DeepSeek-V2-Lite": 15_706_484_224,
+    "microsoft/phi-2": 2_779_683_840,
 }
 
 
