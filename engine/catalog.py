@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from engine.errors import CatalogError
+from engine.errors import CatalogError, explain_validation
 
 
 def data_dir() -> Path:
@@ -119,8 +119,7 @@ def load_throughput_measurements() -> tuple[ThroughputMeasurement, ...]:
         try:
             m = ThroughputMeasurement.model_validate(row)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            raise CatalogError(f"{label}: {'.'.join(map(str, err['loc']))}: {err['msg']} (got {err.get('input')!r})") from None
+            raise CatalogError(f"{label}: {explain_validation(exc)}") from None
         if any(o.id == m.id for o in out):
             raise CatalogError(f"{label}: duplicate id")
         try:

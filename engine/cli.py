@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from engine.architecture import Architecture, architecture_or_approximation
 from engine.checkpoint import explain_difference, fetch_checkpoint_count
 from engine.cost import CHEAPEST_LISTED, Dataset, estimate_plan
-from engine.errors import EngineError, ScenarioError
+from engine.errors import EngineError, ScenarioError, explain_validation
 from engine.fit import check_fit
 from engine.gpus import find_gpu
 from engine.lora import resolve_targets
@@ -353,9 +353,7 @@ def _dataset(args: argparse.Namespace) -> Dataset | None:
     try:
         return Dataset(**fields)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or "dataset"
-        raise ScenarioError(f"{where}: {err['msg'].removeprefix('Value error, ')} (got {err.get('input')!r})") from None
+        raise ScenarioError(explain_validation(exc, "dataset")) from None
 
 
 def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Dataset, args: argparse.Namespace) -> dict[str, Any]:

@@ -4,6 +4,8 @@ Every error the engine raises on bad input derives from :class:`EngineError`, so
 one class and show its message; the message always says what was wrong and what to do instead.
 """
 
+from typing import Any
+
 
 class EngineError(Exception):
     """Base class of every error the engine raises on bad input or an unreachable source."""
@@ -45,3 +47,18 @@ class HubUnavailableError(HubError):
     """The Hub could not be reached (no network, timeout, 5xx). ``reason`` says how, in a few words."""
 
     reason: str = "no answer"
+
+
+def explain_validation(exc: Any, default_where: str = "", *, all_errors: bool = False) -> str:
+    """A pydantic ``ValidationError`` as one line: ``field: what is wrong (got value)``.
+
+    ``default_where`` names the object when the error is not about one field (a model validator); with
+    no name, only the message is given. ``all_errors`` joins every error with "; " (else the first).
+    """
+    errors = exc.errors() if all_errors else exc.errors()[:1]
+    parts = []
+    for err in errors:
+        where = ".".join(str(p) for p in err["loc"]) or default_where
+        message = err["msg"].removeprefix("Value error, ")
+        parts.append(f"{where}: {message} (got {err.get('input')!r})" if where else message)
+    return "; ".join(parts)

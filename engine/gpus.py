@@ -37,7 +37,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from engine.errors import CatalogError
+from engine.errors import CatalogError, explain_validation
 
 GIB = 1024**3
 MIB = 1024**2
@@ -146,13 +146,6 @@ def _rows(path: Path) -> list[tuple[int, dict[str, str]]]:
         raise CatalogError(f"cannot read {path}: {exc.strerror}") from None
 
 
-def _explain(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"])
-    message = err["msg"].removeprefix("Value error, ")
-    return f"{where}: {message} (got {err.get('input')!r})" if where else message
-
-
 @lru_cache(maxsize=8)
 def _load_gpus(path: Path) -> tuple[Gpu, ...]:
     return gpus_from_rows(_rows(path), path.name)
@@ -174,7 +167,7 @@ def gpus_from_rows(rows: Sequence[tuple[int, Mapping[str, Any]]], source: str) -
         try:
             gpu = Gpu.model_validate(row)
         except ValidationError as exc:
-            raise CatalogError(f"{label}: {_explain(exc)}") from None
+            raise CatalogError(f"{label}: {explain_validation(exc)}") from None
         for key in {_key(gpu.name), *(_key(a) for a in gpu.aliases)}:
             if key in seen:
                 raise CatalogError(f"{label}: name or alias {key!r} already names {seen[key]!r}")
@@ -214,7 +207,7 @@ def prices_from_rows(
         try:
             price = GpuPrice.model_validate(row)
         except ValidationError as exc:
-            raise CatalogError(f"{label}: {_explain(exc)}") from None
+            raise CatalogError(f"{label}: {explain_validation(exc)}") from None
         try:
             gpu = _resolve(price.gpu, gpus)
         except CatalogError as exc:

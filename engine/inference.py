@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.search import largest_true
 from engine.architecture import Architecture
-from engine.errors import ScenarioError
+from engine.errors import ScenarioError, explain_validation
 from engine.memory import MemoryComponent, MemoryEstimate
 
 MAX_CONTEXT = 1 << 21
@@ -91,9 +91,7 @@ class InferenceScenario(BaseModel):
         try:
             return cls(**fields)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"]) or "inference"
-            raise ScenarioError(f"{where}: {err['msg'].removeprefix('Value error, ')} (got {err.get('input')!r})") from None
+            raise ScenarioError(explain_validation(exc, "inference")) from None
 
 
 def sliding_window_layers(arch: Architecture) -> int:

@@ -29,14 +29,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from engine.architecture import Architecture, architecture_or_approximation
 from engine.cost import CHEAPEST_LISTED, Dataset, estimate_plan, resolve_price_source
-from engine.errors import EngineError, ScenarioError
+from engine.errors import EngineError, ScenarioError, explain_validation
 from engine.gpus import Gpu, GpuPrice, load_gpus
 from engine.lora import ALL_LINEAR, default_targets
 from engine.memory import estimate_memory
 from engine.optimizer import Optimizer
 from engine.parallel import Strategy
 from engine.precision import PrecisionMode
-from engine.scenario import Attention, Method, QuantType, Scenario, _explain
+from engine.scenario import Attention, Method, QuantType, Scenario
 from engine.sources import config_from_catalog
 from engine.throughput import DEFAULT_MFU
 
@@ -120,7 +120,7 @@ class Plan(BaseModel):
         try:
             self.dataset()
         except ValidationError as exc:
-            raise ValueError("dataset: " + _explain(exc)) from None
+            raise ValueError("dataset: " + explain_validation(exc, all_errors=True)) from None
         return self
 
     def scenario(self) -> Scenario:
@@ -378,7 +378,7 @@ def plans_from_csv(
         try:
             plan = Plan(**_parse_row(values))
         except ValidationError as exc:
-            errors.append(RowError(row=number, reason=_explain(exc)))
+            errors.append(RowError(row=number, reason=explain_validation(exc, all_errors=True)))
             continue
         try:
             result = evaluate_plan(plan, resolver(plan.model_repo_id, plan.model_revision), gpus=gpus, prices=prices)

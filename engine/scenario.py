@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from engine.errors import ScenarioError
+from engine.errors import ScenarioError, explain_validation
 from engine.optimizer import Optimizer
 from engine.precision import PrecisionMode
 
@@ -102,13 +102,4 @@ class Scenario(BaseModel):
         try:
             return cls(**fields)
         except ValidationError as exc:
-            raise ScenarioError(_explain(exc)) from None
-
-
-def _explain(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "scenario"
-        message = err["msg"].removeprefix("Value error, ")
-        parts.append(f"{where}: {message} (got {err.get('input')!r})" if where != "scenario" else message)
-    return "; ".join(parts)
+            raise ScenarioError(explain_validation(exc, all_errors=True)) from None

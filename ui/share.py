@@ -22,22 +22,22 @@ _READ_FLAG = "_query_params_read"
 _PENDING_TARGETS = "_url_lora_targets"
 
 
-def _int(lo: int, hi: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        value = int(text)
+def _ranged(cast: Callable[[str], Any], lo: float, hi: float) -> Callable[[str], Any]:
+    """A parser: ``cast(text)`` checked to lie in [lo, hi] (ValueError otherwise)."""
+    def parse(text: str) -> Any:
+        value = cast(text)
         if not lo <= value <= hi:
             raise ValueError(f"must be between {lo} and {hi}")
         return value
     return parse
+
+
+def _int(lo: int, hi: int) -> Callable[[str], int]:
+    return _ranged(int, lo, hi)
 
 
 def _float(lo: float, hi: float) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        value = float(text)
-        if not lo <= value <= hi:
-            raise ValueError(f"must be between {lo} and {hi}")
-        return value
-    return parse
+    return _ranged(float, lo, hi)
 
 
 def _bool(text: str) -> bool:
