@@ -1,10 +1,12 @@
 """Does a fine-tuning scenario fit on a GPU, how many GPUs does it need, and what is the most that fits.
 
-All comparisons are between the estimated peak of :func:`engine.memory.estimate_memory` (the steady-state
-``torch.cuda.max_memory_allocated()``; split per GPU by :mod:`engine.parallel`) and the GPU's usable
-memory, :attr:`engine.gpus.Gpu.usable_memory_bytes` (the device total nvidia-smi / rocm-smi report). The
-CUDA context and the caching allocator's reserve are not subtracted (see ``engine.memory.NOT_MODELLED``):
-a small positive headroom is not a guarantee.
+A scenario fits when what ``nvidia-smi`` would show at its peak fits the GPU's usable memory,
+:attr:`engine.gpus.Gpu.usable_memory_bytes` (the device total nvidia-smi / rocm-smi report): the tensor peak
+of :func:`engine.memory.estimate_memory` (the steady-state ``torch.cuda.max_memory_allocated()``, split per
+GPU by :mod:`engine.parallel`) plus the caching allocator's reserve and the CUDA context
+(:class:`engine.memory.DeviceMemory`). Equivalently, the tensor peak must stay within
+:func:`engine.memory.tensor_budget` of the device, which is what the searches compare against. Paged
+optimizer states count as resident (a fit that relies on eviction to CPU RAM is not reported as a fit).
 
 - :func:`check_fit`: verdict, headroom (usable minus peak; negative = shortfall) and the fewest GPUs with
   a strategy.
@@ -26,7 +28,7 @@ from engine.architecture import Architecture
 from engine.errors import ScenarioError
 from engine.gpus import Gpu
 from engine.lora import resolve_targets
-from engine.memory import MemoryEstimate, Phase, estimate_memory
+from engine.memory import MemoryEstimate, Phase, device_memory, estimate_memory, tensor_budget
 from engine.optimizer import Optimizer
 from engine.inference import InferenceScenario, estimate_inference
 from engine.search import largest_true
@@ -71,6 +73,7 @@ class FitResult(BaseModel):
     offload: Offload = Offload.NONE
     components: dict[str, float] = Field(default_factory=dict)
     cpu_bytes_per_gpu: float = 0.0
+    device_used_bytes: float = 0.0
 
 
 def check_fit(
@@ -84,7 +87,8 @@ def check_fit(
 ) -> FitResult:
     """Fit of ``scenario`` on ``num_gpus`` x ``gpu`` with ``strategy``.
 
-    ``headroom_bytes`` = usable memory - per-GPU peak (negative: the shortfall); ``min_gpus`` = fewest GPUs
+    ``peak_bytes`` is the per-GPU tensor peak (allocated); ``device_used_bytes`` adds the allocator reserve and the
+    CUDA context; ``headroom_bytes`` = usable memory - device used (negative: the shortfall); ``min_gpus`` = fewest GPUs
     of this kind that fit with ``strategy`` (None: not even :data:`engine.parallel.MAX_GPUS`; with DDP,
     None whenever one GPU is too small). Pass ``estimate`` to reuse an estimate of the same scenario.
     An :class:`~engine.inference.InferenceScenario` is served as one replica per GPU (its memory does not
@@ -106,16 +110,18 @@ def check_fit(
         plan = plan_parallel(est, arch, scenario, strategy, offload)
     peak = plan.per_gpu_bytes(num_gpus)
     usable = gpu.usable_memory_bytes
+    used = device_memory(peak).device_used
     return FitResult(
         gpu=gpu.name,
         usable_memory_bytes=usable,
         strategy=strategy,
         num_gpus=num_gpus,
         peak_bytes=peak,
+        device_used_bytes=used,
         peak_phase=plan.peak_phase(num_gpus),
-        fits=peak <= usable,
-        headroom_bytes=usable - peak,
-        min_gpus=plan.min_gpus(usable),
+        fits=peak <= tensor_budget(usable),
+        headroom_bytes=usable - used,
+        min_gpus=plan.min_gpus(tensor_budget(usable)),
         warnings=precision_advice(gpu, scenario),
         offload=offload,
         components=plan.components_per_gpu(num_gpus),
@@ -190,10 +196,11 @@ def _cells(plan: ParallelPlan, scenario: Scenario, gpus: Sequence[Gpu]) -> tuple
     cells = []
     for gpu in gpus:
         usable = gpu.usable_memory_bytes
-        n = plan.min_gpus(usable)
+        n = plan.min_gpus(tensor_budget(usable))
         advice = precision_advice(gpu, scenario)
         cells.append(FitCell(
-            fits=one <= usable, peak_bytes=one, peak_phase=phase, headroom_bytes=usable - one, min_gpus=n,
+            fits=one <= tensor_budget(usable), peak_bytes=one, peak_phase=phase,
+            headroom_bytes=usable - device_memory(one).device_used, min_gpus=n,
             per_gpu_bytes_at_min=plan.per_gpu_bytes(n) if n else None, warning=advice[0] if advice else None,
         ))
     return tuple(cells)
@@ -316,10 +323,10 @@ def _serving_row(arch: Architecture, base: Scenario, gpus: Sequence[Gpu]) -> Mat
     est = estimate_inference(arch, isc)
     cells = []
     for gpu in gpus:
-        usable, fits = gpu.usable_memory_bytes, est.total_bytes <= gpu.usable_memory_bytes
+        usable, fits = gpu.usable_memory_bytes, est.total_bytes <= tensor_budget(gpu.usable_memory_bytes)
         advice = precision_advice(gpu, isc)
         cells.append(FitCell(fits=fits, peak_bytes=est.total_bytes, peak_phase=est.peak_phase,
-                             headroom_bytes=usable - est.total_bytes, min_gpus=1 if fits else None,
+                             headroom_bytes=usable - est.device_used_bytes, min_gpus=1 if fits else None,
                              per_gpu_bytes_at_min=est.total_bytes if fits else None,
                              warning=advice[0] if advice else None))
     return MatrixRow(label=label, strategy=Strategy.DDP, estimate=est, parameters=arch.total_parameters,
@@ -351,6 +358,7 @@ class WhatFits(BaseModel):
 
     gpu: str
     usable_memory_bytes: int
+    tensor_budget_bytes: float
     strategy: Strategy
     num_gpus: int
     micro_batch: SizeLimit
@@ -396,12 +404,12 @@ def what_fits(
     def peak(sc: Scenario) -> float:
         return plan_parallel(estimate_memory(arch, sc), arch, sc, strategy).per_gpu_bytes(num_gpus)
 
-    usable = gpu.usable_memory_bytes
+    usable = tensor_budget(gpu.usable_memory_bytes)  # the searches compare tensor peaks
     context = arch.max_position_embeddings
     seq_cap, seq_by = (min(context, MAX_SEQ_LEN), "the model's context length") if context else (MAX_SEQ_LEN, "the engine's limit")
     return WhatFits(
-        gpu=gpu.name, usable_memory_bytes=usable, strategy=strategy, num_gpus=num_gpus,
-        micro_batch=_limit(arch, scenario, "micro_batch_size", MAX_MICRO_BATCH, "the engine's limit", peak, usable),
+        gpu=gpu.name, usable_memory_bytes=gpu.usable_memory_bytes, tensor_budget_bytes=usable, strategy=strategy,
+        num_gpus=num_gpus, micro_batch=_limit(arch, scenario, "micro_batch_size", MAX_MICRO_BATCH, "the engine's limit", peak, usable),
         seq_len=_limit(arch, scenario, "seq_len", seq_cap, seq_by, peak, usable),
     )
 
@@ -447,7 +455,7 @@ def model_plans(models: Sequence[tuple[str, Architecture]], scenario: Scenario, 
 def largest_fitting_model(plans: Sequence[ModelPlan], gpu: Gpu, num_gpus: int = 1) -> LargestModel:
     """The model with the most parameters among ``plans`` whose per-GPU peak fits on ``num_gpus`` x ``gpu``."""
     fitting = [(m, m.plan.per_gpu_bytes(num_gpus)) for m in plans]
-    fitting = [(m, peak) for m, peak in fitting if peak <= gpu.usable_memory_bytes]
+    fitting = [(m, peak) for m, peak in fitting if peak <= tensor_budget(gpu.usable_memory_bytes)]
     if not fitting:
         return LargestModel(label=None, parameters=None, peak_bytes=None)
     m, peak = max(fitting, key=lambda mp: mp[0].parameters)

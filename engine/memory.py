@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, computed_field
 
 from engine.architecture import Architecture, LinearLayer, TensorGroup
 from engine.lora import adapter_tensors, resolve_targets
-from engine.optimizer import Optimizer, optimizer_state_bytes, step_temporary_bytes
+from engine.optimizer import Optimizer, is_paged, optimizer_state_bytes, step_temporary_bytes
 from engine.errors import ScenarioError
 from engine.precision import PrecisionSpec, precision_spec
 from engine.quantization import StoredQuantization
@@ -40,6 +40,17 @@ PHASES: tuple[Phase, ...] = ("backward", "optimizer_step")
 NF4_BLOCK = 64
 """bitsandbytes 4-bit quantization block (``Params4bit`` blocksize 64): one absmax per 64 weights."""
 DOUBLE_QUANT_BLOCK = 256
+
+CUDA_CONTEXT_BYTES = 1343 * 2**20
+"""What a process holds on the GPU before its first tensor: the CUDA context, kernels and cuBLAS/cuDNN
+handles. transformers docs, "Model training anatomy" (performance guide): NVML reports 1343 MB (MiB) used
+after creating one tiny tensor on the GPU. Lazy module loading (CUDA >= 11.7) can make it smaller; the
+figure depends on the GPU, the driver and the libraries loaded, hence an explicit input."""
+
+ALLOCATOR_RESERVE_FRACTION = 0.10
+"""PyTorch's caching allocator keeps freed blocks and splits large segments, so ``max_memory_reserved``
+exceeds ``max_memory_allocated``: published runs show +5 to +20% (../shared/reference/README.md, from
+the runs that report both). Modelled as this fraction of the allocated peak."""
 """Double quantization groups 256 absmax values under one fp32 constant (Dettmers et al. 2023, "QLoRA", sec. 3)."""
 
 
@@ -84,6 +95,8 @@ class MemoryEstimate(BaseModel):
     assumptions: tuple[str, ...]
     not_modelled: tuple[str, ...]
     warnings: tuple[str, ...] = ()
+    pageable_bytes: float = 0.0
+    """Paged optimizer states (CUDA unified memory): on the GPU while there is room, outside torch's allocator."""
 
     @property
     def phases(self) -> tuple[Phase, ...]:
@@ -114,6 +127,30 @@ class MemoryEstimate(BaseModel):
         """Bytes of each component at the peak (0 for those not alive then); they sum to ``total_bytes``."""
         return self.components_at(self.peak_phase)
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def peak_allocated_bytes(self) -> float:
+        """``torch.cuda.max_memory_allocated()``: the tensor peak, less paged states (bitsandbytes allocates
+        them with ``cudaMallocManaged``, outside torch's allocator)."""
+        return self.total_bytes - self.pageable_bytes
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def peak_reserved_bytes(self) -> float:
+        """``torch.cuda.max_memory_reserved()``: the allocated peak plus the caching allocator's reserve."""
+        return device_memory(self.peak_allocated_bytes).reserved
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def device_used_bytes(self) -> float:
+        """What ``nvidia-smi`` shows at the peak: reserved + resident paged states + the CUDA context."""
+        return device_memory(self.peak_allocated_bytes, self.pageable_bytes).device_used
+
+    @property
+    def overheads(self) -> tuple[MemoryComponent, ...]:
+        """The non-tensor memory at the peak, as components: allocator reserve and CUDA context."""
+        return device_memory(self.peak_allocated_bytes, self.pageable_bytes).components()
+
     def components_at(self, phase: Phase) -> dict[str, float]:
         """Bytes of each component alive at ``phase`` (0 for the others)."""
         return {p.key: (p.bytes if phase in p.phases else 0.0) for p in self.parts}
@@ -122,6 +159,59 @@ class MemoryEstimate(BaseModel):
     def parts_by_key(self) -> dict[str, MemoryComponent]:
         """The components by key, with their size while alive."""
         return {p.key: p for p in self.parts}
+
+
+class DeviceMemory(BaseModel):
+    """Allocated, reserved and nvidia-smi-visible bytes of one GPU at the peak.
+
+    ``reserved`` = ``allocated`` x (1 + :data:`ALLOCATOR_RESERVE_FRACTION`) (``max_memory_reserved``);
+    ``device_used`` = ``reserved`` + ``pageable`` (paged optimizer states, resident) + the CUDA context.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    allocated: float
+    pageable: float = 0.0
+    reserve_fraction: float = ALLOCATOR_RESERVE_FRACTION
+    context: float = CUDA_CONTEXT_BYTES
+
+    @property
+    def reserve(self) -> float:
+        """Bytes the caching allocator holds beyond the live tensors."""
+        return self.allocated * self.reserve_fraction
+
+    @property
+    def reserved(self) -> float:
+        """``max_memory_reserved()``."""
+        return self.allocated + self.reserve
+
+    @property
+    def device_used(self) -> float:
+        """NVML/nvidia-smi "used"."""
+        return self.reserved + self.pageable + self.context
+
+    def components(self) -> tuple[MemoryComponent, ...]:
+        """The reserve and the context as components (their phase is the peak's, whichever it is)."""
+        return (
+            MemoryComponent(key="allocator_reserve", label="Allocator reserve", bytes=self.reserve, phases=PHASES,
+                            formula=f"{self.reserve_fraction:.0%} of the allocated peak (cached, fragmented blocks)",
+                            source="PyTorch CUDA caching allocator; +5-20% in published runs"),
+            MemoryComponent(key="cuda_context", label="CUDA context", bytes=self.context, phases=PHASES,
+                            formula=f"{self.context / 2**20:,.0f} MiB per process",
+                            source="transformers docs 'Model training anatomy': 1343 MB used by NVML after init"),
+        )
+
+
+def device_memory(allocated_bytes: float, pageable_bytes: float = 0.0) -> DeviceMemory:
+    """:class:`DeviceMemory` for a tensor peak of ``allocated_bytes`` (bytes) with the default reserve
+    fraction and CUDA context."""
+    return DeviceMemory(allocated=allocated_bytes, pageable=pageable_bytes)
+
+
+def tensor_budget(device_bytes: float) -> float:
+    """Largest allocated tensor peak whose device total (reserve and CUDA context added) fits in
+    ``device_bytes``: ``(device_bytes - CUDA_CONTEXT_BYTES) / (1 + ALLOCATOR_RESERVE_FRACTION)``, at least 0."""
+    return max(0.0, (device_bytes - CUDA_CONTEXT_BYTES) / (1 + ALLOCATOR_RESERVE_FRACTION))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -237,7 +327,7 @@ def _gradients(t: _Tensors, sc: Scenario) -> MemoryComponent:
 def _optimizer_parts(t: _Tensors, sc: Scenario) -> list[MemoryComponent]:
     states = optimizer_state_bytes(t.trainable, sc.optimizer)
     temps = step_temporary_bytes(t.trainable, sc.optimizer)
-    paged = " (paged: unified memory, may be evicted to CPU RAM)" if sc.optimizer is Optimizer.PAGED_ADAMW_8BIT else ""
+    paged = " (paged: unified memory, may be evicted to CPU RAM)" if is_paged(sc.optimizer) else ""
     return [
         MemoryComponent(
             key="optimizer_states",
@@ -245,7 +335,7 @@ def _optimizer_parts(t: _Tensors, sc: Scenario) -> list[MemoryComponent]:
             bytes=states,
             phases=PHASES,
             formula=f"{sc.optimizer.value}: state tensors per trainable tensor{paged}",
-            source="engine.optimizer (torch AdamW, bitsandbytes 8-bit, transformers Adafactor)",
+            source="engine.optimizer (torch AdamW/SGD, bitsandbytes 8-bit/paged/Lion, transformers Adafactor)",
         ),
         MemoryComponent(
             key="optimizer_temporaries",
@@ -469,7 +559,10 @@ def _logits(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> MemoryComp
     transformers' ``ForCausalLMLoss`` upcasts logits to fp32; cross-entropy keeps the fp32 log-softmax
     (4 B) and backward creates the nll and log-softmax gradients (4 B each) while it is alive: 12 bytes
     x batch x seq x vocab (traced, tracing-notes.md). Gemma 2 also keeps its tanh soft-capped logits.
+    With a fused linear cross-entropy see :func:`_fused_logits`.
     """
+    if sc.fused_cross_entropy:
+        return _fused_logits(arch, sc, spec)
     per = 12.0 + (spec.compute_bytes if arch.final_logit_softcapping else 0.0)
     return MemoryComponent(
         key="logits_loss",
@@ -481,17 +574,52 @@ def _logits(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> MemoryComp
     )
 
 
+def liger_chunk_tokens(tokens: int, vocab: int, hidden: int) -> int:
+    """Tokens per chunk of Liger Kernel's fused linear cross-entropy (liger-kernel 0.5
+    ``fused_linear_cross_entropy_forward``): ``next_power_of_2(ceil(tokens / ceil(vocab / hidden)))``,
+    so that a chunk's logits are about as large as the hidden states."""
+    inc = -(-vocab // hidden)
+    chunk = -(-tokens // inc)
+    return 1 << max(chunk - 1, 0).bit_length()
+
+
+def _fused_logits(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> MemoryComponent:
+    """Fused linear cross-entropy: the LM head and the loss run chunk by chunk inside the forward, which
+    computes the gradients right away, so the full logits never exist.
+
+    Alive at the start of backward: the gradient with respect to the hidden states (tokens x hidden in
+    the compute dtype), the LM head's weight gradient when it trains (vocab x hidden, in the weight's
+    dtype; created in the forward), and one chunk's logits with their fp32 upcast.
+    """
+    tokens, h, v = sc.tokens_per_micro_batch, arch.hidden_size, arch.vocab_size
+    chunk = liger_chunk_tokens(tokens, v, h)
+    c = spec.compute_bytes
+    head_grad = _lm_head_params(arch) * spec.weight_bytes if sc.method is Method.FULL else 0.0
+    nbytes = tokens * h * c + chunk * v * (c + 4) + head_grad
+    formula = (f"hidden-state gradient (batch x seq x hidden x {c} B) + one chunk of {chunk:,} tokens x vocab x "
+               f"({c} + 4) B")
+    if head_grad:
+        formula += " + the LM head's weight gradient, created in the forward"
+    return MemoryComponent(
+        key="logits_loss",
+        label="Logits and loss (fused)",
+        bytes=nbytes,
+        phases=("backward",),
+        formula=formula,
+        source="Liger Kernel 0.5 LigerFusedLinearCrossEntropyLoss (Hsu et al. 2024, sec. 3.3)",
+    )
+
+
 # --------------------------------------------------------------------------------------------------
 
 
 NOT_MODELLED = (
-    "CUDA context and PyTorch caching-allocator reserve/fragmentation (nvidia-smi shows 0.5-1.3 GiB more "
-    "than max_memory_allocated, max_memory_reserved typically +5-20%)",
+    "the caching allocator's exact fragmentation: reserved memory is modelled as a fixed fraction of the "
+    "allocated peak (ALLOCATOR_RESERVE_FRACTION), real runs vary between +5 and +20%",
     "transients in the middle of backward (LM-head weight gradient created while loss gradients are alive, "
     "flash-attention backward workspace)",
     "multi-GPU: this estimate is one GPU; engine.parallel splits it per GPU for DDP, ZeRO-1/2/3, FSDP and CPU "
     "offload, but not tensor/pipeline/context parallelism, NVMe offload or NCCL's own buffers",
-    "fused/chunked cross-entropy (Liger, torchtune) that avoids the vocabulary-sized loss tensors",
     "transformers 5 fused MoE expert tensors (experts are counted as separate linear modules, as in 4.x)",
     "Gemma 2 attention soft-capping under SDPA (transformers may force eager attention)",
     "optimizer 'step' scalars and bitsandbytes quantization maps (a few KB per tensor)",
@@ -527,7 +655,9 @@ def estimate_memory(arch: Architecture, scenario: Scenario) -> MemoryEstimate:
     ]
     if scenario.method is not Method.FULL:
         assumptions.append("LoRA adapters in fp32 (PEFT autocast_adapter_dtype=True)")
+    pageable = sum(p.bytes for p in parts if p.key == "optimizer_states") if is_paged(scenario.optimizer) else 0.0
     return MemoryEstimate(
+        pageable_bytes=pageable,
         warnings=scenario_warnings(arch, scenario),
         parts=parts,
         total_parameters=arch.total_parameters,

@@ -17,7 +17,18 @@ from a parameter total. Behaviour modelled (and its source):
 - ``adafactor`` - transformers ``Adafactor`` defaults (``beta1=None``): no first moment; the second
   moment of a matrix is factored into a row and a column vector, vectors keep a full one (Shazeer &
   Stern 2018, "Adafactor", sec. 3); states are fp32 (transformers upcasts 16-bit gradients).
+- ``paged_adamw_32bit`` - bitsandbytes ``PagedAdamW32bit``: two fp32 states whatever the parameter dtype
+  (bitsandbytes creates 32-bit state buffers as ``float32``), in paged (unified) memory.
+- ``lion_32bit`` / ``lion_8bit`` - bitsandbytes ``Lion`` (Chen et al. 2023, "Symbolic Discovery of
+  Optimization Algorithms", Algorithm 2): one momentum state only, fp32 or block-wise 8-bit.
 - ``sgd`` - ``torch.optim.SGD`` with momentum 0 (the Trainer's ``sgd``): no state.
+- ``sgd_momentum`` - ``torch.optim.SGD(momentum=0.9)`` (``optim="sgd"``, ``optim_args="momentum=0.9"``): one
+  ``momentum_buffer`` per parameter, a clone of the first gradient (so the parameter's dtype).
+
+Paged optimizers (``paged_*``) allocate their states with ``cudaMallocManaged``: they count on the GPU
+while there is room (what ``nvidia-smi`` shows), but the driver may evict them to CPU RAM under pressure
+instead of failing with out-of-memory; they are not in ``torch.cuda.max_memory_allocated()``'s tensor
+pool (bitsandbytes 0.4x ``GlobalPageManager``). :func:`is_paged` tells them apart.
 """
 
 from __future__ import annotations
@@ -40,8 +51,12 @@ class Optimizer(str, Enum):
     ADAMW_FUSED = "adamw_fused"
     ADAMW_8BIT = "adamw_8bit"
     PAGED_ADAMW_8BIT = "paged_adamw_8bit"
+    PAGED_ADAMW_32BIT = "paged_adamw_32bit"
+    LION_32BIT = "lion_32bit"
+    LION_8BIT = "lion_8bit"
     ADAFACTOR = "adafactor"
     SGD = "sgd"
+    SGD_MOMENTUM = "sgd_momentum"
 
     @property
     def hf_name(self) -> str:
@@ -51,9 +66,37 @@ class Optimizer(str, Enum):
             "adamw_fused": "adamw_torch_fused",
             "adamw_8bit": "adamw_8bit",
             "paged_adamw_8bit": "paged_adamw_8bit",
+            "paged_adamw_32bit": "paged_adamw_32bit",
+            "lion_32bit": "lion_32bit",
+            "lion_8bit": "lion_8bit",
             "adafactor": "adafactor",
             "sgd": "sgd",
+            "sgd_momentum": "sgd",
         }[self.value]
+
+    @property
+    def hf_optim_args(self) -> str | None:
+        """``TrainingArguments(optim_args=...)`` needed beside :attr:`hf_name` (SGD's momentum), or None."""
+        return "momentum=0.9" if self is Optimizer.SGD_MOMENTUM else None
+
+    @property
+    def needs_bitsandbytes(self) -> bool:
+        """Whether the optimizer is a bitsandbytes CUDA kernel (not available without a GPU)."""
+        return self in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT, Optimizer.PAGED_ADAMW_32BIT,
+                        Optimizer.LION_32BIT, Optimizer.LION_8BIT)
+
+
+def is_paged(optimizer: Optimizer) -> bool:
+    """Whether the optimizer keeps its states in paged (CUDA unified) memory."""
+    return optimizer in (Optimizer.PAGED_ADAMW_8BIT, Optimizer.PAGED_ADAMW_32BIT)
+
+
+def _eight_bit_state(n: int) -> float:
+    """Bytes of one bitsandbytes 8-bit state of ``n`` elements: uint8 values plus one fp32 absmax per
+    256-element block; tensors under ``min_8bit_size`` keep an fp32 state."""
+    if n < BNB_MIN_8BIT_SIZE:
+        return n * 4.0
+    return n * 1 + -(-n // BNB_BLOCK_SIZE) * 4
 
 
 def _state_bytes_one(group: TensorGroup, param_bytes: float, optimizer: Optimizer) -> float:
@@ -62,10 +105,15 @@ def _state_bytes_one(group: TensorGroup, param_bytes: float, optimizer: Optimize
     if optimizer in (Optimizer.ADAMW, Optimizer.ADAMW_FUSED):
         return 2 * n * param_bytes
     if optimizer in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT):
-        if n < BNB_MIN_8BIT_SIZE:
-            return 2 * n * 4.0
-        blocks = -(-n // BNB_BLOCK_SIZE)
-        return 2 * (n * 1 + blocks * 4)
+        return 2 * _eight_bit_state(n)
+    if optimizer is Optimizer.PAGED_ADAMW_32BIT:
+        return 2 * n * 4.0
+    if optimizer is Optimizer.LION_32BIT:
+        return n * 4.0
+    if optimizer is Optimizer.LION_8BIT:
+        return _eight_bit_state(n)
+    if optimizer is Optimizer.SGD_MOMENTUM:
+        return n * param_bytes
     if optimizer is Optimizer.ADAFACTOR:
         if len(group.shape) >= 2:
             rows, cols = group.numel // group.shape[-1], group.shape[-1]

@@ -86,6 +86,7 @@ class Plan(BaseModel):
     quant_type: QuantType = QuantType.NF4
     double_quant: bool = True
     prepare_kbit_training: bool = True
+    fused_cross_entropy: bool = False
     gpu: str = Field(min_length=1)
     num_gpus: int = Field(1, ge=1, le=1024)
     strategy: Strategy = Strategy.DDP
@@ -136,7 +137,7 @@ class Plan(BaseModel):
 _SCENARIO_FIELDS = (
     "method", "precision", "optimizer", "micro_batch_size", "seq_len", "gradient_accumulation_steps",
     "gradient_checkpointing", "attention", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "quant_type",
-    "double_quant", "prepare_kbit_training",
+    "double_quant", "prepare_kbit_training", "fused_cross_entropy",
 )
 INPUT_COLUMNS: tuple[str, ...] = tuple(Plan.model_fields)
 
@@ -514,6 +515,10 @@ def training_code(plan: Plan, config: dict[str, Any] | None = None) -> str:
         f"    optim={plan.optimizer.hf_name!r},",
         f"    num_train_epochs={plan.epochs!r},",
     ]
+    if plan.optimizer.hf_optim_args:
+        lines.append(f"    optim_args={plan.optimizer.hf_optim_args!r},")
+    if plan.fused_cross_entropy:
+        lines.append("    use_liger_kernel=True,  # fused linear cross-entropy (pip install liger-kernel)")
     if zero_stage(plan):
         lines.append("    deepspeed=deepspeed_config,")
     elif plan.strategy.value in _FSDP:

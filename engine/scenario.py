@@ -53,6 +53,8 @@ class Scenario(BaseModel):
 
     Sizes are counts (tokens, sequences); ``lora_targets=None`` means the model's attention projections.
     Build it with :meth:`build` to get a :class:`~engine.errors.ScenarioError` instead of pydantic's error.
+    ``fused_cross_entropy``: the LM head and the loss computed in chunks without materialising the logits
+    (Liger Kernel's fused linear cross-entropy, ``TrainingArguments(use_liger_kernel=True)``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
@@ -72,6 +74,7 @@ class Scenario(BaseModel):
     quant_type: QuantType = QuantType.NF4
     double_quant: bool = True
     prepare_kbit_training: bool = True
+    fused_cross_entropy: bool = False
 
     @field_validator("lora_targets", mode="before")
     @classmethod

@@ -6,7 +6,7 @@ import streamlit as st
 
 from engine.errors import EngineError
 from engine.inference import estimate_inference, inference_limits, kv_cache_bytes_per_token, sliding_window_layers
-from engine.memory import estimate_memory
+from engine.memory import device_memory, estimate_memory
 from engine.parallel import STRATEGY_LABELS, deepspeed_estimate, plan_parallel
 from engine.precision import PrecisionMode
 from engine.seed_rules import seed_comparison
@@ -77,6 +77,10 @@ n = par.num_gpus
 per_gpu = plan.per_gpu_bytes(n)
 peak_phase = plan.peak_phase(n)
 cpu_node = plan.cpu_bytes_per_node(n, par.gpus_per_node)
+# Paged optimizer states live outside torch's allocator; per GPU they shard like any other state.
+pageable = est.pageable_bytes * (plan.components_per_gpu(n).get("optimizer_states", 0.0) / est.components["optimizer_states"]
+                                 if est.pageable_bytes and est.components.get("optimizer_states") else 0.0)
+device = device_memory(per_gpu - pageable, pageable)
 
 if model.arch.approximate_from:
     st.warning(f"Approximate architecture: model_type '{model.arch.approximate_from}' is estimated as a Llama-style "
@@ -84,30 +88,46 @@ if model.arch.approximate_from:
 for warning in est.warnings:
     st.warning(warning)
 where = "on one GPU" if not par.is_multi else f"per GPU, {n} GPUs with {STRATEGY_LABELS[par.strategy]}"
-st.caption(f"**{model.title}** · peak of `torch.cuda.max_memory_allocated()` in a steady-state step {where}")
+st.caption(f"**{model.title}** · peak of `torch.cuda.max_memory_allocated()` (live tensors) in a steady-state step "
+           f"{where}; below it, what `max_memory_reserved()` and nvidia-smi would show")
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("Parameters", fmt_count(est.total_parameters), help=f"{est.total_parameters:,} unique parameters (tied weights once)")
 c2.metric("Trainable parameters", fmt_count(est.trainable_parameters),
           help=f"{est.trainable_parameters:,} ({100 * est.trainable_parameters / est.total_parameters:.3g}% of the model)")
-c3.metric("Peak memory", fmt_bytes(per_gpu, unit), help=f"{per_gpu:,.0f} bytes")
+c3.metric("Peak memory", fmt_bytes(device.allocated, unit), help=f"{device.allocated:,.0f} bytes")
 c4.metric("Peak phase", peak_phase.replace("_", " "),
           help="Start of backward (activations alive) or optimizer step (gradients and step temporaries alive)")
+d1, d2, d3, d4 = st.columns(4)
+d1.metric("Reserved", fmt_bytes(device.reserved, unit),
+          help=f"torch.cuda.max_memory_reserved(): allocated + the caching allocator's reserve ({device.reserve_fraction:.0%})")
+d2.metric("nvidia-smi shows", fmt_bytes(device.device_used, unit),
+          help=f"reserved + the CUDA context ({fmt_bytes(device.context, unit)})"
+          + (f" + paged optimizer states ({fmt_bytes(device.pageable, unit)})" if device.pageable else ""))
+if device.pageable:
+    d3.metric("Paged optimizer states", fmt_bytes(device.pageable, unit),
+              help="Unified memory: on the GPU while there is room, evicted to CPU RAM under pressure (slower, not an OOM)")
 if cpu_node:
-    st.metric("CPU memory per node (offload)", fmt_bytes(cpu_node, unit),
+    d4.metric("CPU memory per node (offload)", fmt_bytes(cpu_node, unit),
               help=f"{cpu_node:,.0f} bytes: the offloaded states of {min(n, par.gpus_per_node)} GPUs of a node")
 if gpu is not None:
-    headroom = gpu.usable_memory_bytes - per_gpu
+    headroom = gpu.usable_memory_bytes - device.device_used
     verdict = "fits on" if headroom >= 0 else "does not fit on"
     (st.success if headroom >= 0 else st.warning)(
-        f"Estimated peak {verdict} {'one' if not par.is_multi else 'each'} {gpu.name} "
+        f"What nvidia-smi would show {verdict} {'one' if not par.is_multi else 'each'} {gpu.name} "
         f"({fmt_bytes(gpu.usable_memory_bytes, unit)} usable): "
-        f"{'headroom' if headroom >= 0 else 'short by'} {fmt_bytes(abs(headroom), unit)} before the CUDA context and allocator reserve."
+        f"{'headroom' if headroom >= 0 else 'short by'} {fmt_bytes(abs(headroom), unit)}, the allocator reserve and "
+        "the CUDA context included."
     )
+if scenario.gradient_accumulation_steps > 1:
+    st.info(f"Gradient accumulation ({scenario.gradient_accumulation_steps} steps) does not lower the peak: each micro "
+            "batch's activations are the same, and the gradients stay alive between micro batches (ms-swift's "
+            "benchmarks measure the same peak with and without it). It lets a smaller micro batch keep the effective batch.")
 st.caption(f"Model-state bytes per parameter (not all alive at the peak: see \"at peak\" below): {est.bytes_per_parameter}")
 
 if par.is_multi:
     st.subheader(f"Per GPU: {n} GPUs, {STRATEGY_LABELS[par.strategy]}")
-    st.plotly_chart(per_gpu_figure(plan.components_per_gpu(n), cpu_node, unit, gpu), width="stretch", key="per_gpu_chart")
+    bars = {**plan.components_per_gpu(n), **{p.key: p.bytes for p in device.components()}}
+    st.plotly_chart(per_gpu_figure(bars, cpu_node, unit, gpu), width="stretch", key="per_gpu_chart")
     notes = [f"One GPU would need {fmt_bytes(est.total_bytes, unit)}; activations and loss tensors are per GPU and never divided."]
     if plan.gathered_unit:
         notes.append(f"Gathered at once: {plan.gathered_unit}.")
@@ -125,7 +145,8 @@ for r in rows:
     if r.error:
         st.caption(f"Not shown — {r.label}: {r.error}")
 st.caption("Same batch, sequence, optimizer, checkpointing and LoRA settings in every bar; ◀ marks your choice. "
-           "Each bar shows the components alive at that scenario's peak.")
+           "Each bar shows the tensors alive at that scenario's peak, then the allocator reserve and the CUDA context, so "
+           "its top is what nvidia-smi would show (hover for max_memory_allocated).")
 
 st.subheader("How each component is computed")
 table = pd.DataFrame(
@@ -134,6 +155,11 @@ table = pd.DataFrame(
          "at peak": "yes" if est.peak_phase in p.phases else "no",
          "alive in": ", ".join(ph.replace("_", " ") for ph in p.phases), "formula": p.formula, "source": p.source}
         for p in est.parts
+    ]
+    + [
+        {"component": p.label, unit: round(to_unit(p.bytes, unit), 3), "at peak": "yes (not tensors)",
+         "alive in": "whole run", "formula": p.formula, "source": p.source}
+        for p in est.overheads
     ]
 )
 st.dataframe(table, hide_index=True, width="stretch")

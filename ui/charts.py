@@ -26,6 +26,8 @@ COMPONENT_STYLE = {
     "comm_buckets": ("Communication buckets", "#bcbd22"),
     "kv_cache": ("KV cache", "#8c564b"),
     "activation_workspace": ("Activation workspace", "#e377c2"),
+    "allocator_reserve": ("Allocator reserve (not tensors)", "#c7c7c7"),
+    "cuda_context": ("CUDA context (not tensors)", "#7f7f7f"),
 }
 
 
@@ -62,23 +64,25 @@ def memory_stack_figure(rows: list[SweepRow], unit: Unit, gpu: Gpu | None) -> go
     ok = [r for r in rows if r.estimate is not None]
     x = [r.label.replace(" · ", "<br>") + (" ◀" if r.is_current else "") for r in ok]
     fig = go.Figure()
+    parts = [{**r.estimate.components, **{p.key: p.bytes for p in r.estimate.overheads}} for r in ok]  # type: ignore[union-attr]
     for key, (label, color) in COMPONENT_STYLE.items():
-        values = [to_unit(r.estimate.components.get(key, 0.0), unit) for r in ok]  # type: ignore[union-attr]
+        values = [to_unit(c.get(key, 0.0), unit) for c in parts]
         if any(values):
             fig.add_bar(name=label, x=x, y=values, marker_color=color,
                         hovertemplate=f"{label}: %{{y:,.2f}} {unit}<extra></extra>")
-    totals = [to_unit(r.estimate.total_bytes, unit) for r in ok]  # type: ignore[union-attr]
-    phases = [r.estimate.peak_phase.replace("_", " ") for r in ok]  # type: ignore[union-attr]
+    totals = [to_unit(r.estimate.device_used_bytes, unit) for r in ok]  # type: ignore[union-attr]
+    info = [(r.estimate.peak_phase.replace("_", " "), to_unit(r.estimate.peak_allocated_bytes, unit)) for r in ok]  # type: ignore[union-attr]
     fig.add_scatter(x=x, y=totals, mode="text", text=[f"<b>{t:,.1f} {unit}</b>" for t in totals],
-                    textposition="top center", showlegend=False, customdata=phases,
-                    hovertemplate=f"total %{{y:,.2f}} {unit}, peak at %{{customdata}}<extra></extra>")
+                    textposition="top center", showlegend=False, customdata=info,
+                    hovertemplate=(f"nvidia-smi %{{y:,.2f}} {unit}; tensors (max_memory_allocated) %{{customdata[1]:,.2f}} "
+                                   f"{unit}; peak at %{{customdata[0]}}<extra></extra>"))
     if gpu is not None:
         fig.add_hline(y=to_unit(gpu.usable_memory_bytes, unit), line_dash="dash", line_color="black",
                       annotation_text=f"{gpu.name}: {to_unit(gpu.usable_memory_bytes, unit):,.1f} {unit} usable",
                       annotation_position="top right", annotation_bgcolor="rgba(255,255,255,0.85)",
                       annotation_font_color="black")
     top = max(totals + ([to_unit(gpu.usable_memory_bytes, unit)] if gpu else []) + [1e-9])
-    fig.update_layout(barmode="stack", yaxis_title=f"Peak memory ({unit})", yaxis_range=[0, top * 1.15],
+    fig.update_layout(barmode="stack", yaxis_title=f"Peak memory, as nvidia-smi shows it ({unit})", yaxis_range=[0, top * 1.15],
                       legend_title_text="Component", margin=dict(t=30, b=10), height=480, xaxis_tickangle=0)
     return fig
 

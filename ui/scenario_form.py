@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
 import streamlit as st
 
 from engine.architecture import Architecture
 from engine.catalog import Gpu
 from ui.catalog_session import session_gpus, session_prices
 from engine.cost import CHEAPEST_LISTED, PLAN_GPU_COUNTS, Dataset, price_source_names
-from engine.errors import ScenarioError
+from engine.errors import ScenarioError, explain_validation
 from engine.lora import ALL_LINEAR, default_targets
 from engine.optimizer import Optimizer
 from engine.inference import WEIGHT_LABELS, InferenceScenario, KvCacheDtype, WeightPrecision
@@ -26,8 +28,12 @@ OPTIMIZER_LABELS = {
     Optimizer.ADAMW_FUSED: "AdamW (torch, fused: Trainer default)",
     Optimizer.ADAMW_8BIT: "8-bit AdamW (bitsandbytes)",
     Optimizer.PAGED_ADAMW_8BIT: "Paged 8-bit AdamW (bitsandbytes)",
+    Optimizer.PAGED_ADAMW_32BIT: "Paged 32-bit AdamW (bitsandbytes)",
+    Optimizer.LION_32BIT: "Lion 32-bit (bitsandbytes)",
+    Optimizer.LION_8BIT: "8-bit Lion (bitsandbytes)",
     Optimizer.ADAFACTOR: "Adafactor (transformers)",
     Optimizer.SGD: "SGD (no momentum)",
+    Optimizer.SGD_MOMENTUM: "SGD with momentum 0.9",
 }
 
 
@@ -40,6 +46,7 @@ def _init_defaults(arch: Architecture) -> None:
         "seq_len": d.seq_len, "grad_accum": d.gradient_accumulation_steps, "gradient_checkpointing": d.gradient_checkpointing,
         "attention": d.attention, "lora_r": d.lora_r, "lora_alpha": d.lora_alpha, "lora_dropout": d.lora_dropout,
         "quant_type": d.quant_type, "double_quant": d.double_quant, "prepare_kbit": d.prepare_kbit_training,
+        "fused_ce": d.fused_cross_entropy,
         _targets_key(arch): list(default_targets(arch)),
     }
     for key, value in defaults.items():
@@ -69,6 +76,11 @@ def scenario_sidebar(arch: Architecture) -> Scenario | None:
         accum = st.number_input("Gradient accumulation steps", min_value=1, max_value=1_000_000, step=1, key="grad_accum")
         checkpointing = st.toggle("Gradient checkpointing", key="gradient_checkpointing")
         attention = st.selectbox("Attention implementation", list(Attention), format_func=lambda a: a.value, key="attention")
+        fused_ce = st.toggle(
+            "Fused cross-entropy (Liger)", key="fused_ce",
+            help="TrainingArguments(use_liger_kernel=True): the LM head and the loss run in chunks, so the "
+            "batch x sequence x vocabulary logits and their fp32 gradients are never materialised.",
+        )
         lora: dict = {}
         if method is not Method.FULL:
             st.subheader("LoRA")
@@ -90,7 +102,7 @@ def scenario_sidebar(arch: Architecture) -> Scenario | None:
         return Scenario.build(
             method=method, precision=precision, optimizer=optimizer, micro_batch_size=int(micro_batch),
             seq_len=int(seq_len), gradient_accumulation_steps=int(accum), gradient_checkpointing=checkpointing,
-            attention=attention, **lora,
+            attention=attention, fused_cross_entropy=fused_ce, **lora,
         )
     except ScenarioError as exc:
         st.error(f"This scenario is not valid: {exc}")
@@ -265,8 +277,9 @@ def time_cost_sidebar() -> TimeCostInputs | None:
                                      "the scaling efficiency does not model.")
     try:
         dataset = Dataset(**size, epochs=epochs, runs=runs, packing=packing if mode == SIZE_EXAMPLES else True)
-    except ValueError as exc:
-        st.error(f"This dataset is not valid: {exc}")
+    except ValueError as exc:  # pydantic's ValidationError too: shown as one line, without pydantic's links
+        reason = explain_validation(exc, "dataset", all_errors=True) if isinstance(exc, ValidationError) else str(exc)
+        st.error(f"This dataset is not valid: {reason}. Change it in the sidebar's 'Dataset and run' section.")
         return None
     return TimeCostInputs(
         dataset=dataset, mfu=mfu, gpu=next(g for g in gpus if g.name == gpu_name),

@@ -1,0 +1,109 @@
+"""What the GPU really holds beyond tensors (allocator reserve, CUDA context, paged states), the optimizers
+added for issue #5 (paged 32-bit AdamW, Lion, SGD with momentum) and the fused cross-entropy option.
+
+Each expected value is written out from its source, not taken from the engine.
+"""
+
+import json
+
+import pytest
+
+from engine.architecture import architecture_from_config
+from engine.cli import main
+from engine.fit import check_fit
+from engine.gpus import find_gpu
+from engine.memory import estimate_memory, liger_chunk_tokens, tensor_budget
+from engine.optimizer import Optimizer
+from engine.scenario import Scenario
+from reference import reference_config, require_reference
+
+require_reference()
+
+LLAMA8 = architecture_from_config(reference_config("meta-llama/Llama-3.1-8B"))
+P8 = 8_030_261_248  # unique parameters, ../shared/reference/configs/param_counts.json
+VOCAB, HIDDEN = 128_256, 4_096
+CONTEXT = 1343 * 2**20  # transformers docs "Model training anatomy": 1343 MB used by NVML right after init
+
+
+def full_bf16(optimizer: str, **kw) -> Scenario:
+    return Scenario.build(precision="bf16", optimizer=optimizer, seq_len=1, **kw)
+
+
+def test_allocated_reserved_and_nvidia_smi():
+    e = estimate_memory(LLAMA8, full_bf16("adamw_fused"))
+    # pure bf16 + fused AdamW at the optimizer step: 2 + 2 + 4 B/param
+    assert e.peak_allocated_bytes == e.total_bytes == 8 * P8
+    assert e.peak_reserved_bytes == pytest.approx(8 * P8 * 1.10)  # +10% caching-allocator reserve
+    assert e.device_used_bytes == pytest.approx(8 * P8 * 1.10 + CONTEXT)
+    assert {p.key: p.bytes for p in e.overheads} == pytest.approx({"allocator_reserve": 0.8 * P8, "cuda_context": CONTEXT})
+    # the budget for tensors is the inverse: what is left after the context, shrunk by the reserve
+    assert tensor_budget(80 * 2**30) == pytest.approx((80 * 2**30 - CONTEXT) / 1.1)
+    assert tensor_budget(1.0) == 0.0
+
+
+def test_fit_counts_what_nvidia_smi_shows():
+    # 8 B/param x 8.03B = 64.2 GB of tensors: 72.1 GB with the reserve and context, under the 80 GiB of an
+    # A100 80GB (81,920 MiB, nvidia-smi) but not under a 40 GiB card.
+    sc = full_bf16("adamw_fused")
+    fit = check_fit(LLAMA8, sc, find_gpu("A100 80GB"))
+    assert fit.fits and fit.device_used_bytes == pytest.approx(8 * P8 * 1.1 + CONTEXT)
+    assert fit.headroom_bytes == pytest.approx(81_920 * 2**20 - (8 * P8 * 1.1 + CONTEXT))
+    # A case whose tensors fit but whose nvidia-smi total does not: LoRA on the bf16 base at 800 tokens
+    # (about 24 GB of tensors) on an RTX 4090 (24,564 MiB = 25.76 GB in nvidia-smi).
+    tight = find_gpu("RTX 4090")
+    sc = Scenario.build(method="lora", precision="bf16", seq_len=800)
+    lora = estimate_memory(LLAMA8, sc)
+    assert lora.peak_allocated_bytes < 24_564 * 2**20 < lora.peak_allocated_bytes * 1.1 + CONTEXT
+    assert not check_fit(LLAMA8, sc, tight).fits
+
+
+def test_paged_adamw_32bit_states_are_fp32_and_outside_torchs_allocator():
+    e = estimate_memory(LLAMA8, full_bf16("paged_adamw_32bit"))
+    # bitsandbytes creates 32-bit states as float32 whatever the parameter dtype: 2 x 4 B/param
+    assert e.components_at("optimizer_step")["optimizer_states"] == 8 * P8
+    assert e.pageable_bytes == 8 * P8
+    # max_memory_allocated does not see cudaMallocManaged memory; nvidia-smi does while it is resident
+    assert e.peak_allocated_bytes == e.total_bytes - 8 * P8 == 4 * P8
+    assert e.device_used_bytes == pytest.approx(4 * P8 * 1.1 + 8 * P8 + CONTEXT)
+    assert not estimate_memory(LLAMA8, full_bf16("adamw_8bit")).pageable_bytes
+
+
+def test_lion_and_sgd_momentum_state_sizes():
+    states = {o: estimate_memory(LLAMA8, full_bf16(o)).components_at("optimizer_step")["optimizer_states"]
+              for o in ("lion_32bit", "sgd_momentum", "sgd", "lion_8bit")}
+    assert states["lion_32bit"] == 4 * P8  # one fp32 momentum (Chen et al. 2023, Algorithm 2)
+    assert states["sgd_momentum"] == 2 * P8  # torch SGD momentum_buffer = clone of the bf16 gradient
+    assert states["sgd"] == 0
+    # 8-bit Lion: one uint8 state + an fp32 absmax per 256 elements; tensors under 4,096 elements stay fp32.
+    expected = 0.0
+    for g in LLAMA8.tensors:
+        n = g.numel
+        expected += g.count * (4 * n if n < 4096 else n + -(-n // 256) * 4)
+    assert states["lion_8bit"] == expected
+    assert Optimizer.SGD_MOMENTUM.hf_name == "sgd" and Optimizer.SGD_MOMENTUM.hf_optim_args == "momentum=0.9"
+
+
+def test_fused_cross_entropy_replaces_the_vocabulary_sized_tensors():
+    lora = dict(method="lora", precision="bf16", seq_len=2048)
+    plain = estimate_memory(LLAMA8, Scenario.build(**lora))
+    fused = estimate_memory(LLAMA8, Scenario.build(**lora, fused_cross_entropy=True))
+    assert plain.components_at("backward")["logits_loss"] == 12 * 2048 * VOCAB
+    # Liger: chunk = next_pow2(ceil(2048 / ceil(128256 / 4096))) = next_pow2(64) = 64 tokens
+    assert liger_chunk_tokens(2048, VOCAB, HIDDEN) == 64
+    assert liger_chunk_tokens(3000, VOCAB, HIDDEN) == 128  # ceil(3000 / 32) = 94 -> 128
+    assert fused.components_at("backward")["logits_loss"] == 2048 * HIDDEN * 2 + 64 * VOCAB * (2 + 4)
+    # full fine-tuning: the LM head's gradient is created in the forward (bf16 weights: 2 B)
+    full = estimate_memory(LLAMA8, Scenario.build(precision="bf16", seq_len=2048, fused_cross_entropy=True))
+    assert full.components_at("backward")["logits_loss"] == 2048 * HIDDEN * 2 + 64 * VOCAB * 6 + VOCAB * HIDDEN * 2
+
+
+def test_cli_estimate_reports_the_three_memory_kinds(capsys):
+    assert main(["estimate", "--model", "meta-llama/Llama-3.1-8B", "--offline", "--precision", "bf16", "--seq-len", "1",
+                 "--optimizer", "paged_adamw_8bit"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["peak_phase"] == "optimizer_step"
+    assert out["peak_allocated_bytes"] == out["total_bytes"] - out["pageable_bytes"]
+    assert out["peak_reserved_bytes"] == round(out["peak_allocated_bytes"] * 1.1)
+    assert out["device_used_bytes"] == pytest.approx(out["peak_reserved_bytes"] + out["pageable_bytes"] + CONTEXT, abs=2)
+    assert main(["estimate", "--model", "meta-llama/Llama-3.1-8B", "--offline", "--fused-cross-entropy"]) == 0
+    assert json.loads(capsys.readouterr().out)["scenario"]["fused_cross_entropy"] is True
