@@ -31,7 +31,7 @@ from engine.optimizer import Optimizer, is_paged, optimizer_state_bytes, step_te
 from engine.errors import ScenarioError
 from engine.precision import PrecisionSpec, precision_spec
 from engine.quantization import StoredQuantization
-from engine.scenario import Attention, Method, Scenario
+from engine.scenario import Attention, Method, QuantType, Scenario
 
 Phase = Literal["backward", "optimizer_step", "inference"]
 PHASES: tuple[Phase, ...] = ("backward", "optimizer_step")
@@ -54,13 +54,17 @@ the runs that report both). Modelled as this fraction of the allocated peak."""
 """Double quantization groups 256 absmax values under one fp32 constant (Dettmers et al. 2023, "QLoRA", sec. 3)."""
 
 
-def quantized_bytes_per_param(double_quant: bool) -> float:
-    """Bytes per weight of a bitsandbytes 4-bit (NF4 or FP4) tensor, constants included.
+def quantized_bytes_per_param(double_quant: bool, quant_type: QuantType = QuantType.NF4, in_features: int = 4096) -> float:
+    """Bytes per weight of a bitsandbytes-quantized linear weight, constants included.
 
-    0.5 B packed data, plus one absmax per 64 weights: fp32 (4/64 = 0.0625 B) without double
-    quantization, or int8 (1/64 B) plus one fp32 constant per 256 blocks (4/(64*256) B) with it
+    4-bit (NF4 or FP4): 0.5 B packed data, plus one absmax per 64 weights: fp32 (4/64 = 0.0625 B) without
+    double quantization, or int8 (1/64 B) plus one fp32 constant per 256 blocks (4/(64*256) B) with it
     (QLoRA paper, sec. 3 "Double Quantization": 0.5 -> 0.127 bits per parameter of constants).
+    LLM.int8: 1 B per weight plus one fp32 scale per output row (``Int8Params.SCB``), 4 / ``in_features`` B
+    per weight (Dettmers et al. 2022, "LLM.int8()", sec. 3.1, vector-wise quantization).
     """
+    if quant_type is QuantType.INT8:
+        return 1.0 + 4.0 / in_features
     if double_quant:
         return 0.5 + 1 / NF4_BLOCK + 4 / (NF4_BLOCK * DOUBLE_QUANT_BLOCK)
     return 0.5 + 4 / NF4_BLOCK
@@ -253,9 +257,18 @@ def _split_tensors(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> _Te
         trainable=adapters,
         frozen=[(g, other_bytes) for g in everything if not g.linear],
         quantized=[g for g in everything if g.linear],
-        quantized_bpp=quantized_bytes_per_param(sc.double_quant),
-        quantized_label=f"{sc.quant_type.value.upper()}{' + double quantization' if sc.double_quant else ''}",
+        quantized_bpp=_mean_quantized_bpp([g for g in everything if g.linear], sc),
+        quantized_label=("LLM.int8" if sc.quant_type is QuantType.INT8
+                         else f"{sc.quant_type.value.upper()}{' + double quantization' if sc.double_quant else ''}"),
     )
+
+
+def _mean_quantized_bpp(groups: list[TensorGroup], sc: Scenario) -> float:
+    """Bytes per quantized weight averaged over ``groups`` (LLM.int8's per-row scale depends on the shape)."""
+    params = sum(g.parameters for g in groups)
+    if not params:
+        return quantized_bytes_per_param(sc.double_quant, sc.quant_type)
+    return sum(g.parameters * quantized_bytes_per_param(sc.double_quant, sc.quant_type, g.shape[-1]) for g in groups) / params
 
 
 def _prequantized(

@@ -321,7 +321,7 @@ def plan_parallel(
     full_shard = strategy in FULL_SHARD and not inference
     if full_shard:
         params, unit_desc = gathered_parameters(arch)
-        per = (quantized_bytes_per_param(scenario.double_quant) if scenario.method is Method.QLORA
+        per = (quantized_bytes_per_param(scenario.double_quant, scenario.quant_type) if scenario.method is Method.QLORA
                else precision_spec(scenario.precision).compute_bytes)
         gathered = params * per
     if not inference and trainable:

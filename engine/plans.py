@@ -474,15 +474,18 @@ def training_code(plan: Plan, config: dict[str, Any] | None = None) -> str:
     if plan.method is Method.QLORA:
         compute = "torch.float16" if plan.precision in (PrecisionMode.AMP_FP16, PrecisionMode.FP16) else (
             "torch.float32" if plan.precision is PrecisionMode.FP32 else "torch.bfloat16")
-        lines += [
-            "bnb_config = BitsAndBytesConfig(",
-            "    load_in_4bit=True,",
-            f"    bnb_4bit_quant_type={plan.quant_type.value!r},",
-            f"    bnb_4bit_use_double_quant={plan.double_quant!r},",
-            f"    bnb_4bit_compute_dtype={compute},",
-            ")",
-            "",
-        ]
+        if plan.quant_type is QuantType.INT8:
+            lines += ["bnb_config = BitsAndBytesConfig(load_in_8bit=True)", ""]
+        else:
+            lines += [
+                "bnb_config = BitsAndBytesConfig(",
+                "    load_in_4bit=True,",
+                f"    bnb_4bit_quant_type={plan.quant_type.value!r},",
+                f"    bnb_4bit_use_double_quant={plan.double_quant!r},",
+                f"    bnb_4bit_compute_dtype={compute},",
+                ")",
+                "",
+            ]
         load_kwargs.append("    quantization_config=bnb_config,")
     load_kwargs.append(f"    torch_dtype={dtype},")
     lines += ["model = AutoModelForCausalLM.from_pretrained(", *load_kwargs, ")"]

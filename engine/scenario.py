@@ -39,10 +39,17 @@ class Attention(str, Enum):
 
 
 class QuantType(str, Enum):
-    """bitsandbytes 4-bit data type (``bnb_4bit_quant_type``); both pack two values per byte."""
+    """bitsandbytes quantization of the frozen base: 4-bit NF4/FP4 (``load_in_4bit``, ``bnb_4bit_quant_type``;
+    both pack two values per byte) or LLM.int8 (``load_in_8bit``; Dettmers et al. 2022, "LLM.int8()")."""
 
     NF4 = "nf4"
     FP4 = "fp4"
+    INT8 = "int8"
+
+    @property
+    def bits(self) -> int:
+        """Bits per stored weight."""
+        return 8 if self is QuantType.INT8 else 4
 
 
 METHOD_LABELS = {Method.FULL: "Full fine-tuning", Method.LORA: "LoRA", Method.QLORA: "QLoRA"}

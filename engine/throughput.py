@@ -176,7 +176,7 @@ def step_time(
     if sc.method is Method.QLORA:
         quantized = sum(g.parameters for g in arch.tensors if g.linear)
         uses = (3 if sc.gradient_checkpointing else 2) * sc.gradient_accumulation_steps
-        dequant = uses * quantized * (quantized_bytes_per_param(sc.double_quant) + 2 * 2) / bandwidth_bytes_per_s
+        dequant = uses * quantized * (quantized_bytes_per_param(sc.double_quant, sc.quant_type) + 2 * 2) / bandwidth_bytes_per_s
     optimizer = moved / optimizer_shards / bandwidth_bytes_per_s
     return StepTime(tokens=tokens, compute_s=compute, dequantize_s=dequant, optimizer_s=optimizer)
 

@@ -107,3 +107,16 @@ def test_cli_estimate_reports_the_three_memory_kinds(capsys):
     assert out["device_used_bytes"] == pytest.approx(out["peak_reserved_bytes"] + out["pageable_bytes"] + CONTEXT, abs=2)
     assert main(["estimate", "--model", "meta-llama/Llama-3.1-8B", "--offline", "--fused-cross-entropy"]) == 0
     assert json.loads(capsys.readouterr().out)["scenario"]["fused_cross_entropy"] is True
+
+
+def test_llm_int8_base_weights():
+    # LLM.int8: 1 B per weight + one fp32 scale per output row (bitsandbytes Int8Params.SCB); the rest of
+    # the model is cast to fp32 by prepare_model_for_kbit_training; LoRA adapters (r=16 on q,k,v,o) in fp32.
+    e = estimate_memory(LLAMA8, Scenario.build(method="qlora", quant_type="int8", precision="bf16", seq_len=1))
+    linear = [g for g in LLAMA8.tensors if g.linear]
+    quantized = sum(g.count * (g.numel + g.shape[0] * 4) for g in linear)
+    others = sum(g.parameters for g in LLAMA8.tensors if not g.linear) * 4
+    adapters = 32 * 16 * ((4096 + 4096) * 2 + (4096 + 1024) * 2) * 4
+    assert e.components["weights"] == pytest.approx(quantized + others + adapters)
+    nf4 = estimate_memory(LLAMA8, Scenario.build(method="qlora", precision="bf16", seq_len=1))
+    assert nf4.components["weights"] < e.components["weights"]

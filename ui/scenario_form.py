@@ -91,8 +91,10 @@ def scenario_sidebar(arch: Architecture) -> Scenario | None:
             names = arch.linear_target_names() + [ALL_LINEAR]
             lora["lora_targets"] = tuple(st.multiselect("Target modules", names, key=_targets_key(arch)))
         if method is Method.QLORA:
-            st.subheader("4-bit quantization")
-            lora["quant_type"] = st.selectbox("Quant type", list(QuantType), format_func=lambda q: q.value.upper(), key="quant_type")
+            st.subheader("Quantized base (bitsandbytes)")
+            lora["quant_type"] = st.selectbox(
+                "Quant type", list(QuantType), key="quant_type",
+                format_func=lambda q: "LLM.int8 (8-bit)" if q is QuantType.INT8 else f"{q.value.upper()} (4-bit)")
             lora["double_quant"] = st.toggle("Double quantization", key="double_quant")
             lora["prepare_kbit_training"] = st.toggle(
                 "prepare_model_for_kbit_training", key="prepare_kbit",
