@@ -303,7 +303,7 @@ def _flag(config: dict[str, Any], key: str, default: bool) -> bool:
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
     "bert", "bloom", "cohere", "deepseek_v2", "deepseek_v3", "falcon", "gemma", "gemma2", "gemma3",
     "gemma3_text", "gpt2", "gpt_neox", "gptj", "granite", "idefics3", "llama", "llava", "mistral",
-    "mixtral", "mllama", "olmo", "olmo2", "olmoe", "opt", "phi", "phi3", "phimoe", "qwen2", "qwen2_5_vl",
+    "mixtral", "mllama", "olmo", "olmo2", "olmoe", "opt", "phi", "phi3", "phimoe", "qwen", "qwen2", "qwen2_5_vl",
     "qwen2_moe", "qwen2_vl", "qwen3", "qwen3_moe", "roberta", "stablelm", "starcoder2", "t5",
 )
 """``model_type`` values the engine counts exactly (the keys of ``engine.families.BUILDERS``; a test

@@ -7,6 +7,9 @@ where ``config`` holds the fields of the published ``config.json`` the engine re
 ``data/throughput_measurements.csv``: published measured training tokens/s, one row per (model, method,
 GPU, batch) with its source and locator (:func:`load_throughput_measurements`; compared with the FLOPs
 model by :mod:`engine.calibration`).
+``data/measured_memory.csv``: published measured peaks of training memory, carried over from their sources with the
+settings that express each run in the engine's terms (:func:`load_measured_memory`; compared with the memory
+estimate by :mod:`engine.validation`).
 
 The data folder is found next to the ``engine`` package (a source checkout or editable install), or at
 ``$FINETUNE_FIT_DATA`` when set.
@@ -19,9 +22,9 @@ import json
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from engine.errors import CatalogError, explain_validation
 
@@ -138,3 +141,141 @@ __all__ = [
     "CatalogModel", "Gpu", "GpuPrice", "ThroughputMeasurement", "catalog_model", "closest_gpus", "data_dir", "find_gpu",
     "load_gpus", "load_models", "load_prices", "load_throughput_measurements", "prices_for",
 ]
+
+
+# --------------------------------------------------------------------------------------------------
+# Published measured peaks of training memory (data/measured_memory.csv), for engine.validation.
+
+MEASURED_MEMORY_FILE = "measured_memory.csv"
+
+MemoryKind = Literal["allocated", "reserved", "device_used", "unknown", ""]
+"""What a measured figure counts: ``allocated`` = ``torch.cuda.max_memory_allocated()`` (torchtune's "active"
+too), ``reserved`` = ``max_memory_reserved()``, ``device_used`` = NVML / nvidia-smi "used" (reserved + CUDA
+context), ``unknown`` = the source does not say; empty when the row has no memory figure."""
+
+
+class MeasuredMemory(BaseModel):
+    """One published peak of GPU memory during training, carried over from its source with the settings that
+    express it in the engine's terms.
+
+    ``source``, ``source_locator``, ``model_id``, ``measured_value`` (as printed, in ``unit``) and
+    ``measured_memory_kind`` (the source's own words) are copied verbatim from the published tables.
+    ``catalog_model`` is the bundled config with the same architecture (``catalog_note`` says why when the ids
+    differ), ``framework`` one of hf / torchtune / litgpt / megatron / torchtitan / other. Scenario fields use the
+    names of :class:`engine.scenario.Scenario`; ``strategy`` is ``none`` on one GPU, else an
+    :class:`engine.parallel.Strategy` value (or a parallelism the engine does not model). ``unmodelled`` lists,
+    separated by ``"; "``, the memory-relevant techniques of the run the engine has no switch for (torch.compile,
+    optimizer step in backward, activation offloading, chunked losses other than Liger's, Unsloth, Float8, unknown
+    padded lengths); ``deviations`` the ways a framework implements a technique the engine has differently from
+    the Hugging Face stack (adapter dtype, a classification loss instead of the vocabulary loss), which stay in the
+    comparison and show in its error; ``assumptions`` the settings not stated by the source. ``expressible`` is False when no scenario can
+    describe the row, and ``reason`` says why.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str = Field(pattern=r"^m\d{3}$")
+    source: str = Field(min_length=1)
+    source_locator: str = Field(min_length=1)
+    model_id: str = Field(min_length=1)
+    measured_value: float | None = None
+    measured_memory_kind: str = ""
+    catalog_model: str = ""
+    catalog_note: str = ""
+    framework: Literal["hf", "torchtune", "litgpt", "megatron", "torchtitan", "other"]
+    method: str = ""
+    precision: str = ""
+    optimizer: str = ""
+    micro_batch_size: int | None = Field(None, ge=1)
+    gradient_accumulation_steps: int = Field(1, ge=1)
+    seq_len: int | None = Field(None, ge=1)
+    seq_len_kind: Literal["packed", "fixed", "dynamic", ""] = ""
+    gradient_checkpointing: bool | None = None
+    attention: str = ""
+    lora_r: int | None = Field(None, ge=1)
+    lora_alpha: float | None = Field(None, gt=0)
+    lora_targets: str = ""
+    double_quant: bool | None = None
+    prepare_kbit_training: bool | None = None
+    fused_cross_entropy: bool = False
+    n_gpus: int = Field(1, ge=1)
+    strategy: str = "none"
+    offload: str = "none"
+    memory_kind: MemoryKind = ""
+    unit: Literal["GiB", "GB", ""] = ""
+    confidence: Literal["high", "med", "low"]
+    unmodelled: str = ""
+    deviations: str = ""
+    expressible: bool
+    reason: str = ""
+    assumptions: str = ""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: Any, info: Any) -> Any:
+        # Empty CSV cells mean "not stated" for the optional numbers and switches.
+        if value == "" and info.field_name in _OPTIONAL_NUMBERS:
+            return None
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "MeasuredMemory":
+        if self.expressible and (self.measured_value is None or not self.catalog_model or not self.unit):
+            raise ValueError("an expressible row needs measured_value, unit and catalog_model")
+        if not self.expressible and not self.reason:
+            raise ValueError("a row that is not expressible needs a reason")
+        return self
+
+    @property
+    def measured_bytes(self) -> float | None:
+        """The measured figure in bytes (GiB = 2**30, GB = 1e9), or None when the row has none."""
+        if self.measured_value is None:
+            return None
+        return self.measured_value * (2**30 if self.unit == "GiB" else 1e9)
+
+    @property
+    def unmodelled_features(self) -> tuple[str, ...]:
+        """:attr:`unmodelled` split into its items."""
+        return tuple(x.strip() for x in self.unmodelled.split(";") if x.strip())
+
+
+_OPTIONAL_NUMBERS = {"measured_value", "micro_batch_size", "seq_len", "gradient_checkpointing", "lora_r", "lora_alpha",
+                     "double_quant", "prepare_kbit_training"}
+
+
+@lru_cache(maxsize=1)
+def load_measured_memory() -> tuple[MeasuredMemory, ...]:
+    """Every row of ``data/measured_memory.csv``, in file order (the order of the published reference table).
+
+    Raises:
+        CatalogError: an unreadable file, a bad row (named by its line, header = 1, and its id), a duplicate id,
+            or an expressible row whose ``catalog_model`` is not bundled.
+    """
+    path = data_dir() / MEASURED_MEMORY_FILE
+    try:
+        with path.open(encoding="utf-8", newline="") as fh:
+            reader = csv.DictReader(fh)
+            rows = [(reader.line_num, row) for row in reader]
+    except OSError as exc:
+        raise CatalogError(f"cannot read {path}: {exc.strerror}") from None
+    out: list[MeasuredMemory] = []
+    for line, row in rows:
+        label = f"{MEASURED_MEMORY_FILE} row {line} ({row.get('id')!r})"
+        if None in row or any(v is None for v in row.values()):
+            raise CatalogError(f"{label}: wrong number of fields")
+        try:
+            m = MeasuredMemory.model_validate(row)
+        except ValidationError as exc:
+            raise CatalogError(f"{label}: {explain_validation(exc)}") from None
+        if any(o.id == m.id for o in out):
+            raise CatalogError(f"{label}: duplicate id")
+        if m.expressible:
+            try:
+                catalog_model(m.catalog_model)
+            except CatalogError as exc:
+                raise CatalogError(f"{label}: {exc}") from None
+        out.append(m)
+    return tuple(out)
+
+
+__all__ += ["MeasuredMemory", "load_measured_memory"]

@@ -31,7 +31,7 @@ from engine.optimizer import Optimizer, is_paged, optimizer_state_bytes, step_te
 from engine.errors import ScenarioError
 from engine.precision import PrecisionSpec, precision_spec
 from engine.quantization import StoredQuantization
-from engine.scenario import Attention, Method, QuantType, Scenario
+from engine.scenario import Attention, Framework, Method, QuantType, Scenario
 
 Phase = Literal["backward", "optimizer_step", "inference"]
 PHASES: tuple[Phase, ...] = ("backward", "optimizer_step")
@@ -130,6 +130,17 @@ class MemoryEstimate(BaseModel):
     def components(self) -> dict[str, float]:
         """Bytes of each component at the peak (0 for those not alive then); they sum to ``total_bytes``."""
         return self.components_at(self.peak_phase)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def first_step_peak_bytes(self) -> float:
+        """Peak of the first training step: its backward runs before any optimizer state exists (torch and
+        bitsandbytes create states lazily inside the first ``step()``), so only its optimizer step can reach
+        the steady-state peak. Never above :attr:`total_bytes`."""
+        if self.phases != PHASES:
+            return self.total_bytes
+        states = sum(p.bytes for p in self.parts if p.key == "optimizer_states")
+        return max(self.phase_total("backward") - states, self.phase_total("optimizer_step"))
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -247,7 +258,7 @@ def _split_tensors(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> _Te
         return _prequantized(arch, sc, spec, stored, vision)
     if sc.method is Method.FULL:
         return _Tensors(trainable=[(g, spec.weight_bytes) for g in arch.tensors], frozen=vision, quantized=[])
-    adapters = [(g, 4.0) for g in adapter_tensors(arch, sc.lora_r, sc.lora_targets)]
+    adapters = [(g, _adapter_bytes(sc, spec)) for g in adapter_tensors(arch, sc.lora_r, sc.lora_targets)]
     if sc.method is Method.LORA:
         return _Tensors(trainable=adapters, frozen=[(g, spec.weight_bytes) for g in arch.tensors] + vision, quantized=[])
     # bitsandbytes replaces every nn.Linear but the LM head, the vision tower's included.
@@ -261,6 +272,12 @@ def _split_tensors(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> _Te
         quantized_label=("LLM.int8" if sc.quant_type is QuantType.INT8
                          else f"{sc.quant_type.value.upper()}{' + double quantization' if sc.double_quant else ''}"),
     )
+
+
+def _adapter_bytes(sc: Scenario, spec: PrecisionSpec) -> float:
+    """Bytes per LoRA adapter element: fp32 with PEFT (>= 0.12 ``autocast_adapter_dtype=True``), the weight
+    dtype with LitGPT and torchtune, which create adapters like any other parameter."""
+    return 4.0 if sc.framework is Framework.HF else float(spec.weight_bytes)
 
 
 def _mean_quantized_bpp(groups: list[TensorGroup], sc: Scenario) -> float:
@@ -287,7 +304,7 @@ def _prequantized(
         )
     other_bytes = 4.0 if sc.method is Method.QLORA and sc.prepare_kbit_training else spec.weight_bytes
     return _Tensors(
-        trainable=[(g, 4.0) for g in adapter_tensors(arch, sc.lora_r, sc.lora_targets)],
+        trainable=[(g, _adapter_bytes(sc, spec)) for g in adapter_tensors(arch, sc.lora_r, sc.lora_targets)],
         frozen=[(g, other_bytes) for g in arch.tensors if not g.linear] + vision,
         quantized=[g for g in arch.tensors if g.linear],
         quantized_bpp=stored.bytes_per_param,
@@ -477,7 +494,7 @@ def _attention_scores(arch: Architecture, sc: Scenario, c: int, kernel: str) -> 
     return per_head * arch.num_attention_heads
 
 
-def _mlp(arch: Architecture, c: int) -> float:
+def _mlp(arch: Architecture, c: int, framework: Framework = Framework.HF) -> float:
     """Bytes per token saved inside the MLP after its input projection(s)."""
     i = arch.intermediate_size
     if arch.num_experts:
@@ -494,8 +511,9 @@ def _mlp(arch: Architecture, c: int) -> float:
         # gate output (saved by the activation), activation output and up output (saved by the
         # product), product (saved by down_proj).
         return 4 * c * i
-    if arch.activation == "gelu_new":
+    if arch.activation == "gelu_new" and framework is Framework.HF:
         # transformers' NewGELUActivation is unfused: input, tanh output, two product operands, result.
+        # (LitGPT calls torch's fused F.gelu(approximate="tanh"), which saves its input only.)
         return 5 * c * i
     return 2 * c * i
 
@@ -511,6 +529,8 @@ def _lora_extra(arch: Architecture, sc: Scenario, c: int) -> float:
         # Averaged over blocks: a module present in some blocks only (cross-attention) counts for those.
         share = _token_share(arch, lin) * lin.blocks(arch.num_layers) / arch.num_layers
         copy = c if c != 4 or sc.lora_dropout > 0 else 0
+        if sc.framework is not Framework.HF:  # adapters in the compute dtype: no cast, only dropout's output
+            copy = c if sc.lora_dropout > 0 else 0
         mask = 1 if sc.lora_dropout > 0 else 0
         total += share * ((copy + mask) * lin.in_features + c * sc.lora_r)
     return total
@@ -537,7 +557,7 @@ def _activations(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> tuple
     dropout_masks = 2 * h if arch.hidden_dropout > 0 else 0.0
     per_token = (
         2 * norm + attn_in + mlp_in + extra_norms + qk_norm + dropout_masks
-        + _attention_core(arch, sc, c, kernel) + _mlp(arch, c) + _lora_extra(arch, sc, c)
+        + _attention_core(arch, sc, c, kernel) + _mlp(arch, c, sc.framework) + _lora_extra(arch, sc, c)
     )
     per_token += _attention_scores(arch, sc, c, kernel) * sc.seq_len
     tokens = sc.tokens_per_micro_batch
@@ -576,6 +596,8 @@ def _logits(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> MemoryComp
     """
     if sc.fused_cross_entropy:
         return _fused_logits(arch, sc, spec)
+    if sc.framework is Framework.LITGPT:
+        return _litgpt_logits(arch, sc, spec)
     per = 12.0 + (spec.compute_bytes if arch.final_logit_softcapping else 0.0)
     return MemoryComponent(
         key="logits_loss",
@@ -584,6 +606,21 @@ def _logits(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> MemoryComp
         phases=("backward",),
         formula=f"{per:g} B x batch x seq x vocab ({arch.vocab_size:,}): fp32 log-softmax + its gradients",
         source="transformers ForCausalLMLoss; fake-tensor traces (tracing-notes.md)",
+    )
+
+
+def _litgpt_logits(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> MemoryComponent:
+    """LitGPT (``finetune``, ``lm_head_chunk_size=128``): the logits stay in the compute dtype, the training
+    loop keeps the list of logit chunks alive through backward and ``F.cross_entropy`` saves each chunk's
+    log-softmax: 2 x compute bytes per token and vocabulary entry; backward then works one chunk at a time."""
+    per = 2.0 * spec.compute_bytes
+    return MemoryComponent(
+        key="logits_loss",
+        label="Logits and loss",
+        bytes=per * sc.tokens_per_micro_batch * arch.vocab_size,
+        phases=("backward",),
+        formula=f"{per:g} B x batch x seq x vocab ({arch.vocab_size:,}): 16-bit logits + log-softmax, in chunks of 128 tokens",
+        source="LitGPT chunked_cross_entropy (litgpt/utils.py) and GPT.forward(lm_head_chunk_size=128)",
     )
 
 
@@ -666,8 +703,11 @@ def estimate_memory(arch: Architecture, scenario: Scenario) -> MemoryEstimate:
         "Hugging Face Trainer defaults: zero_grad(set_to_none=True), loss in transformers' ForCausalLMLoss",
         f"attention kernel: {kernel}",
     ]
+    if scenario.framework is not Framework.HF:
+        assumptions[0] = f"{scenario.framework.value} single-device fine-tuning (see engine.scenario.Framework)"
     if scenario.method is not Method.FULL:
-        assumptions.append("LoRA adapters in fp32 (PEFT autocast_adapter_dtype=True)")
+        assumptions.append("LoRA adapters in fp32 (PEFT autocast_adapter_dtype=True)" if scenario.framework is Framework.HF
+                           else "LoRA adapters in the weight dtype")
     pageable = sum(p.bytes for p in parts if p.key == "optimizer_states") if is_paged(scenario.optimizer) else 0.0
     return MemoryEstimate(
         pageable_bytes=pageable,

@@ -52,6 +52,25 @@ class QuantType(str, Enum):
         return 8 if self is QuantType.INT8 else 4
 
 
+class Framework(str, Enum):
+    """Training stack whose tensor dtypes and fused ops the estimate follows.
+
+    - ``hf``: transformers + PEFT + bitsandbytes + Trainer (the default): PEFT keeps LoRA adapters in fp32,
+      ``ForCausalLMLoss`` upcasts the logits to fp32, GPT-2-style MLPs use the unfused ``gelu_new``.
+    - ``litgpt``: LitGPT's ``finetune`` with ``precision=bf16-true``: every parameter, adapters included, in
+      the weight dtype; the LM head and the loss in chunks of 128 tokens on 16-bit logits
+      (``chunked_cross_entropy``); GELU is torch's fused ``F.gelu``.
+    - ``torchtune``: torchtune's single-device recipes: adapters in the weight dtype; otherwise like ``hf``
+      (its chunked loss is the ``fused_cross_entropy`` switch).
+    """
+
+    HF = "hf"
+    LITGPT = "litgpt"
+    TORCHTUNE = "torchtune"
+
+
+FRAMEWORK_LABELS = {Framework.HF: "Hugging Face (Trainer + PEFT)", Framework.LITGPT: "LitGPT", Framework.TORCHTUNE: "torchtune"}
+
 METHOD_LABELS = {Method.FULL: "Full fine-tuning", Method.LORA: "LoRA", Method.QLORA: "QLoRA"}
 
 
@@ -62,6 +81,7 @@ class Scenario(BaseModel):
     Build it with :meth:`build` to get a :class:`~engine.errors.ScenarioError` instead of pydantic's error.
     ``fused_cross_entropy``: the LM head and the loss computed in chunks without materialising the logits
     (Liger Kernel's fused linear cross-entropy, ``TrainingArguments(use_liger_kernel=True)``).
+    ``framework``: see :class:`Framework` (the Hugging Face stack by default).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
@@ -82,6 +102,7 @@ class Scenario(BaseModel):
     double_quant: bool = True
     prepare_kbit_training: bool = True
     fused_cross_entropy: bool = False
+    framework: Framework = Framework.HF
 
     @field_validator("lora_targets", mode="before")
     @classmethod

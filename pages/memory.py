@@ -13,6 +13,7 @@ from engine.seed_rules import seed_comparison
 from engine.sweep import sweep_techniques
 from engine.units import fmt_bytes, fmt_count, to_unit
 from ui.charts import memory_stack_figure, per_gpu_figure
+from ui.checklist import checklist_section
 from ui.layout import scenario_page
 from ui.scenario_form import display_sidebar, inference_inputs, parallel_sidebar
 
@@ -186,3 +187,5 @@ st.caption(
     "activations and vocabulary-sized loss tensors of this architecture, and which tensors are alive at the peak. "
     "See the Methodology page."
 )
+
+checklist_section(model.arch, scenario, unit, gpu, par.strategy)

@@ -39,7 +39,7 @@ else:
             **{k: getattr(scenario, k) for k in (
                 "method", "precision", "optimizer", "micro_batch_size", "seq_len", "gradient_accumulation_steps",
                 "gradient_checkpointing", "attention", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "quant_type",
-                "double_quant", "prepare_kbit_training", "fused_cross_entropy")},
+                "double_quant", "prepare_kbit_training", "fused_cross_entropy", "framework")},
             gpu=tc.gpu.name, num_gpus=num_gpus, strategy=tc.strategy, dataset_total_tokens=d.total_tokens,
             dataset_examples=d.examples, dataset_avg_tokens=d.avg_tokens, epochs=d.epochs, packing=d.packing, runs=d.runs,
             mfu=tc.mfu, scaling_efficiency=tc.scaling_efficiency[tc.strategy], price_source=tc.price_source,

@@ -29,6 +29,15 @@ EXTRA_TOTALS = {
     "google/gemma-3-1b-pt": 999_885_952,
     "deepseek-ai/DeepSeek-V2-Lite": 15_706_484_224,
     "microsoft/phi-2": 2_779_683_840,
+    # Added for the measured-memory validation (data/measured_memory.csv); sources in tests/test_validation.py.
+    "Qwen/Qwen-7B-Chat": 7_721_324_544,
+    "Qwen/Qwen-1_8B-Chat": 1_836_828_672,
+    "Qwen/Qwen-14B-Chat": 14_167_290_880,
+    "01-ai/Yi-34B-Chat": 34_388_917_248,
+    "google-bert/bert-large-uncased": 335_174_458,
+    "microsoft/phi-1_5": 1_418_270_720,
+    "stabilityai/stablelm-base-alpha-3b": 3_637_321_728,
+    "meta-llama/Llama-3.1-405B": 405_853_388_800,
 }
 
 

@@ -120,3 +120,37 @@ def test_llm_int8_base_weights():
     assert e.components["weights"] == pytest.approx(quantized + others + adapters)
     nf4 = estimate_memory(LLAMA8, Scenario.build(method="qlora", precision="bf16", seq_len=1))
     assert nf4.components["weights"] < e.components["weights"]
+
+
+def test_first_step_has_no_optimizer_states_before_its_step():
+    # LoRA at 2,048 tokens peaks at the start of backward; in the first step the (fp32 AdamW) states of the
+    # adapters do not exist yet there: 2 x 4 B x adapter parameters less. Full bf16 at 1 token peaks in the
+    # step, where the first step equals the steady state.
+    lora = estimate_memory(LLAMA8, Scenario.build(method="lora", precision="bf16", seq_len=2048))
+    assert lora.peak_phase == "backward"
+    assert lora.first_step_peak_bytes == lora.total_bytes - 8 * lora.trainable_parameters
+    full = estimate_memory(LLAMA8, full_bf16("adamw_fused"))
+    assert full.peak_phase == "optimizer_step" and full.first_step_peak_bytes == full.total_bytes
+
+
+def test_litgpt_framework_dtypes_and_loss():
+    # LitGPT bf16-true: adapters are bf16 like every parameter (2 B; PEFT: 4 B), the loss keeps 16-bit logits and
+    # their log-softmax (2 x 2 B per token and vocabulary entry; transformers: 12 B in fp32).
+    kw = dict(method="lora", precision="bf16", seq_len=512, optimizer="adamw_fused")
+    hf = estimate_memory(LLAMA8, Scenario.build(**kw))
+    lit = estimate_memory(LLAMA8, Scenario.build(**kw, framework="litgpt"))
+    adapters = hf.trainable_parameters
+    assert lit.trainable_parameters == adapters
+    assert hf.components_at("optimizer_step")["optimizer_states"] == 8 * adapters
+    assert lit.components_at("optimizer_step")["optimizer_states"] == 4 * adapters  # torch AdamW: zeros_like(bf16 param)
+    assert lit.components_at("backward")["logits_loss"] == 4 * 512 * VOCAB
+    assert hf.components_at("backward")["logits_loss"] == 12 * 512 * VOCAB
+    # phi-2 (gelu_new): LitGPT's fused F.gelu saves its input only, transformers' NewGELUActivation five tensors:
+    # 3 x 2 B x intermediate (10,240) per token and layer (32 layers) less.
+    from engine.catalog import catalog_model
+
+    phi2 = architecture_from_config(catalog_model("microsoft/phi-2").config)  # bundled published config.json
+    sc = dict(method="lora", precision="bf16", seq_len=512)
+    diff = (estimate_memory(phi2, Scenario.build(**sc)).components["activations"]
+            - estimate_memory(phi2, Scenario.build(**sc, framework="litgpt")).components["activations"])
+    assert diff == 32 * 512 * 3 * 2 * 10_240

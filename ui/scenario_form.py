@@ -19,7 +19,7 @@ from engine.optimizer import Optimizer
 from engine.inference import WEIGHT_LABELS, InferenceScenario, KvCacheDtype, WeightPrecision
 from engine.parallel import FULL_SHARD, OFFLOAD_LABELS, STRATEGY_LABELS, Offload, Strategy
 from engine.precision import PrecisionMode, precision_spec
-from engine.scenario import METHOD_LABELS, Attention, Method, QuantType, Scenario
+from engine.scenario import FRAMEWORK_LABELS, METHOD_LABELS, Attention, Framework, Method, QuantType, Scenario
 from engine.throughput import DEFAULT_MFU, DEFAULT_SCALING_EFFICIENCY
 from engine.units import Unit
 
@@ -46,7 +46,7 @@ def _init_defaults(arch: Architecture) -> None:
         "seq_len": d.seq_len, "grad_accum": d.gradient_accumulation_steps, "gradient_checkpointing": d.gradient_checkpointing,
         "attention": d.attention, "lora_r": d.lora_r, "lora_alpha": d.lora_alpha, "lora_dropout": d.lora_dropout,
         "quant_type": d.quant_type, "double_quant": d.double_quant, "prepare_kbit": d.prepare_kbit_training,
-        "fused_ce": d.fused_cross_entropy,
+        "fused_ce": d.fused_cross_entropy, "framework": d.framework,
         _targets_key(arch): list(default_targets(arch)),
     }
     for key, value in defaults.items():
@@ -76,6 +76,11 @@ def scenario_sidebar(arch: Architecture) -> Scenario | None:
         accum = st.number_input("Gradient accumulation steps", min_value=1, max_value=1_000_000, step=1, key="grad_accum")
         checkpointing = st.toggle("Gradient checkpointing", key="gradient_checkpointing")
         attention = st.selectbox("Attention implementation", list(Attention), format_func=lambda a: a.value, key="attention")
+        framework = st.selectbox(
+            "Training framework", list(Framework), format_func=FRAMEWORK_LABELS.get, key="framework",
+            help="Which stack runs the step: it decides the adapters' dtype (PEFT keeps them in fp32), the loss "
+            "(LitGPT: chunked, 16-bit logits) and whether GELU is fused. Generated code is for Hugging Face.",
+        )
         fused_ce = st.toggle(
             "Fused cross-entropy (Liger)", key="fused_ce",
             help="TrainingArguments(use_liger_kernel=True): the LM head and the loss run in chunks, so the "
@@ -104,7 +109,7 @@ def scenario_sidebar(arch: Architecture) -> Scenario | None:
         return Scenario.build(
             method=method, precision=precision, optimizer=optimizer, micro_batch_size=int(micro_batch),
             seq_len=int(seq_len), gradient_accumulation_steps=int(accum), gradient_checkpointing=checkpointing,
-            attention=attention, fused_cross_entropy=fused_ce, **lora,
+            attention=attention, fused_cross_entropy=fused_ce, framework=framework, **lora,
         )
     except ScenarioError as exc:
         st.error(f"This scenario is not valid: {exc}")

@@ -16,7 +16,7 @@ from engine.lora import ALL_LINEAR
 from engine.optimizer import Optimizer
 from engine.parallel import Strategy
 from engine.precision import PrecisionMode
-from engine.scenario import MAX_MICRO_BATCH, MAX_SEQ_LEN, Attention, Method, QuantType, Scenario
+from engine.scenario import MAX_MICRO_BATCH, MAX_SEQ_LEN, Attention, Framework, Method, QuantType, Scenario
 
 _READ_FLAG = "_query_params_read"
 _PENDING_TARGETS = "_url_lora_targets"
@@ -70,7 +70,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "micro_batch_size": _int(1, MAX_MICRO_BATCH), "seq_len": _int(1, MAX_SEQ_LEN), "grad_accum": _int(1, 1_000_000),
     "gradient_checkpointing": _bool, "attention": _enum(Attention), "lora_r": _int(1, 65_536),
     "lora_alpha": _float(1.0, 1e9), "lora_dropout": _float(0.0, 0.99), "quant_type": _enum(QuantType),
-    "double_quant": _bool, "prepare_kbit": _bool, "fused_ce": _bool,
+    "double_quant": _bool, "prepare_kbit": _bool, "fused_ce": _bool, "framework": _enum(Framework),
     "tc_gpu": str, "tc_num_gpus": _num_gpus, "tc_strategy": _enum(Strategy), "tc_epochs": _float(0.01, 10_000.0),
     "tc_examples": _int(1, 10**12), "tc_avg_tokens": _float(1.0, 1e7),
 }
