@@ -279,3 +279,55 @@ def load_measured_memory() -> tuple[MeasuredMemory, ...]:
 
 
 __all__ += ["MeasuredMemory", "load_measured_memory"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Traced scenarios (fake-tensor traces of training steps: the analytical engine's tensor-level check)
+
+TRACED_SCENARIOS_FILE = "traced_scenarios.csv"
+"""Written by ``scripts/trace_table.py`` with the optional ``[trace]`` extra (engine.trace)."""
+
+
+class TracedScenario(BaseModel):
+    """One traced training step: the model's config source, the scenario's fields (as text, parsed by
+    :class:`~engine.scenario.Scenario`) and the traced steady-state peak of allocated bytes and its phase."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    config_source: str
+    scenario: dict[str, str]
+    peak_allocated_bytes: int
+    peak_phase: str
+    attention_kernel: str
+    versions: str
+
+
+@lru_cache(maxsize=1)
+def load_traced_scenarios() -> tuple[TracedScenario, ...]:
+    """Every row of ``data/traced_scenarios.csv``.
+
+    Raises:
+        CatalogError: an unreadable file or a row without its peak.
+    """
+    from engine.scenario import Scenario
+
+    path = data_dir() / TRACED_SCENARIOS_FILE
+    try:
+        with path.open(encoding="utf-8", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except OSError as exc:
+        raise CatalogError(f"cannot read {path}: {exc.strerror}") from None
+    out = []
+    for i, row in enumerate(rows, start=2):
+        try:
+            out.append(TracedScenario(
+                model=row["model"], config_source=row["config_source"],
+                scenario={k: row[k] for k in Scenario.model_fields if row.get(k) not in (None, "")},
+                peak_allocated_bytes=int(row["peak_allocated_bytes"]), peak_phase=row["peak_phase"],
+                attention_kernel=row["attention_kernel"],
+                versions=f"torch {row['torch_version']}, transformers {row['transformers_version']}, peft {row['peft_version']}",
+            ))
+        except (KeyError, ValueError, ValidationError) as exc:
+            raise CatalogError(f"{TRACED_SCENARIOS_FILE} row {i}: {exc}") from None
+    return tuple(out)

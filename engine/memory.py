@@ -33,9 +33,19 @@ from engine.precision import PrecisionSpec, precision_spec
 from engine.quantization import StoredQuantization
 from engine.scenario import Attention, Framework, Method, QuantType, Scenario
 
-Phase = Literal["backward", "optimizer_step", "inference"]
-PHASES: tuple[Phase, ...] = ("backward", "optimizer_step")
-"""The two phases of a training step; an inference estimate (:mod:`engine.inference`) has the one phase ``inference``."""
+Phase = Literal["forward", "backward", "recompute", "backward_end", "optimizer_step", "inference"]
+PHASES: tuple[Phase, ...] = ("forward", "backward", "recompute", "backward_end", "optimizer_step")
+"""The moments of a training step at which the peak can sit, in order (fake-tensor traces,
+../shared/reference/tracing-notes.md): the end of the forward (autocast's weight cache and the loss's forward
+tensors alive), the start of backward (every saved activation and the loss gradients), the recompute of a
+checkpointed block (with gradient checkpointing only), the end of backward (every gradient, plus the
+temporaries of a tied embedding's two gradients) and the optimizer step. An inference estimate
+(:mod:`engine.inference`) has the one phase ``inference``."""
+
+
+def step_phases(sc: Scenario) -> tuple[Phase, ...]:
+    """The phases of ``sc``'s training step (``recompute`` only with gradient checkpointing)."""
+    return tuple(p for p in PHASES if p != "recompute" or sc.gradient_checkpointing)
 
 NF4_BLOCK = 64
 """bitsandbytes 4-bit quantization block (``Params4bit`` blocksize 64): one absmax per 64 weights."""
@@ -107,7 +117,8 @@ class MemoryEstimate(BaseModel):
         """The phases this estimate models: :data:`PHASES` for training, ``("inference",)`` for serving."""
         if any("inference" in p.phases for p in self.parts):
             return ("inference",)
-        return PHASES
+        present = {ph for p in self.parts for ph in p.phases}
+        return tuple(ph for ph in PHASES if ph in present)
 
     def phase_total(self, phase: Phase) -> float:
         """Bytes alive at ``phase``."""
@@ -116,8 +127,9 @@ class MemoryEstimate(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def peak_phase(self) -> Phase:
-        """The phase whose total is largest (start of backward on ties)."""
-        return max(self.phases, key=self.phase_total)
+        """The phase whose total is largest; on ties the start of backward, then the optimizer step."""
+        tie = {"backward": 2, "optimizer_step": 1}
+        return max(self.phases, key=lambda ph: (self.phase_total(ph), tie.get(ph, 0)))
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -137,10 +149,10 @@ class MemoryEstimate(BaseModel):
         """Peak of the first training step: its backward runs before any optimizer state exists (torch and
         bitsandbytes create states lazily inside the first ``step()``), so only its optimizer step can reach
         the steady-state peak. Never above :attr:`total_bytes`."""
-        if self.phases != PHASES:
+        if "optimizer_step" not in self.phases:
             return self.total_bytes
         states = sum(p.bytes for p in self.parts if p.key == "optimizer_states")
-        return max(self.phase_total("backward") - states, self.phase_total("optimizer_step"))
+        return max(self.phase_total(ph) - (states if ph != "optimizer_step" else 0.0) for ph in self.phases)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -332,7 +344,7 @@ def _weights(t: _Tensors, sc: Scenario, spec: PrecisionSpec) -> MemoryComponent:
         key="weights",
         label="Weights",
         bytes=trainable + frozen + q_params * q_bpp,
-        phases=PHASES,
+        phases=step_phases(sc),
         formula=formula,
         source="parameter shapes from modeling_<type>.py; QLoRA constants: Dettmers et al. 2023, sec. 3",
     )
@@ -342,14 +354,14 @@ def _gradients(t: _Tensors, sc: Scenario) -> MemoryComponent:
     # Gradients take the dtype of their parameter. With accumulation they persist across micro-batches,
     # so they are alive at the start of the next backward too; otherwise Trainer's zero_grad(set_to_none)
     # frees them before the forward.
-    phases: tuple[Phase, ...] = PHASES if sc.gradient_accumulation_steps > 1 else ("optimizer_step",)
+    phases: tuple[Phase, ...] = step_phases(sc) if sc.gradient_accumulation_steps > 1 else ("backward_end", "optimizer_step")
     return MemoryComponent(
         key="gradients",
         label="Gradients",
         bytes=sum(g.parameters * b for g, b in t.trainable),
         phases=phases,
         formula="trainable parameters x bytes of their dtype"
-        + ("; alive during backward because gradient accumulation keeps them" if len(phases) == 2 else ""),
+        + ("; alive during backward because gradient accumulation keeps them" if len(phases) > 2 else ""),
         source="torch autograd: .grad matches the parameter's dtype",
     )
 
@@ -363,7 +375,7 @@ def _optimizer_parts(t: _Tensors, sc: Scenario) -> list[MemoryComponent]:
             key="optimizer_states",
             label="Optimizer states",
             bytes=states,
-            phases=PHASES,
+            phases=step_phases(sc),
             formula=f"{sc.optimizer.value}: state tensors per trainable tensor{paged}",
             source="engine.optimizer (torch AdamW/SGD, bitsandbytes 8-bit/paged/Lion, transformers Adafactor)",
         ),
@@ -378,42 +390,73 @@ def _optimizer_parts(t: _Tensors, sc: Scenario) -> list[MemoryComponent]:
     ]
 
 
-def _low_precision_copies(arch: Architecture, t: _Tensors, sc: Scenario, spec: PrecisionSpec) -> MemoryComponent:
-    """16-bit copies of weights that exist only while computing.
+def _low_precision_copies(arch: Architecture, t: _Tensors, sc: Scenario, spec: PrecisionSpec) -> tuple[MemoryComponent, float]:
+    """16-bit copies of weights that exist only while computing, and the bytes of one block's copies made again
+    when a checkpointed block is recomputed.
 
-    - Autocast caches the bf16/fp16 cast of every fp32 leaf weight that requires grad until the
-      forward's autocast region exits; autograd keeps them for backward (PyTorch autocast ``cached_cast``).
+    - Autocast caches the bf16/fp16 cast of every fp32 leaf weight that requires grad until the forward's
+      autocast region exits (PyTorch autocast ``cached_cast``); autograd keeps them for backward unless
+      gradient checkpointing discarded the block's saved tensors, in which case they live only to the end of
+      the forward.
     - Frozen fp32 weights are cast per use, not cached, but ``linear`` saves the cast for the input
-      gradient: all blocks' copies without checkpointing, one block's with it.
+      gradient: all blocks' copies without checkpointing, the LM head's only with it.
     - QLoRA dequantizes one 4-bit weight at a time to the compute dtype (bitsandbytes ``matmul_4bit``).
     """
-    nbytes = 0.0
+    nbytes, block = 0.0, 0.0
     notes = []
-    linear_groups = [g for g in arch.tensors if g.linear or g.role == "lm_head"]
+    phases: tuple[Phase, ...] = ("forward", "backward")
+    per_layer = sum(g.parameters for g in arch.tensors if g.linear) / arch.num_layers
     if spec.autocast and sc.method is Method.FULL:
-        nbytes += sum(g.parameters for g in linear_groups) * spec.compute_bytes
-        notes.append("autocast cache: linear weights x 2 B")
+        # The LM head's cast is cached too: its own weight, or the embedding matrix when tied (GPT-2, Llama 3.2 1B).
+        nbytes += (per_layer * arch.num_layers + _lm_head_params(arch)) * spec.compute_bytes
+        notes.append("autocast cache: block linears and the LM head x 2 B")
+        if sc.gradient_checkpointing:
+            phases = ("forward",)  # checkpointed blocks saved none of them; the cache dies with the forward
+            block = per_layer * spec.compute_bytes
+            notes.append("freed after the forward (checkpointing); one block's copies again when it is recomputed")
     elif spec.autocast and sc.method is Method.LORA and not t.quantized:
-        per_layer = sum(g.parameters for g in arch.tensors if g.linear) / arch.num_layers
-        layers = 1 if sc.gradient_checkpointing else arch.num_layers
+        layers = 0 if sc.gradient_checkpointing else arch.num_layers
         nbytes += (per_layer * layers + _lm_head_params(arch)) * spec.compute_bytes
-        notes.append(f"frozen fp32 linears cast for backward: {layers} block(s) + LM head x 2 B")
+        block = per_layer * spec.compute_bytes if sc.gradient_checkpointing else 0.0
+        notes.append(f"frozen fp32 linears cast for backward: {layers or 'no'} block(s) + LM head x 2 B"
+                     + ("; one block's when it is recomputed" if block else ""))
     if t.quantized:
         largest = max(g.numel for g in t.quantized)
         nbytes += largest * spec.compute_bytes
         notes.append("one dequantized weight at a time")
+        phases = step_phases(sc)[:3] if sc.gradient_checkpointing else ("forward", "backward")
         if sc.method is Method.QLORA and sc.prepare_kbit_training and spec.compute_bytes == 2:
             # The LM head stays fp32 after prepare_model_for_kbit_training; autocast casts it for the matmul
             # and linear saves that copy for the input gradient.
             nbytes += _lm_head_params(arch) * spec.compute_bytes
             notes.append("fp32 LM head cast to 16 bits for its matmul")
-    return MemoryComponent(
+    comp = MemoryComponent(
         key="weight_copies",
         label="Low-precision weight copies",
         bytes=nbytes,
-        phases=("backward",),
+        phases=phases,
         formula="; ".join(notes) or "none in this precision mode",
         source="PyTorch autocast cached_cast; bitsandbytes 0.4x matmul_4bit",
+    )
+    return comp, block
+
+
+def _gradient_temporaries(arch: Architecture, t: _Tensors, sc: Scenario) -> MemoryComponent:
+    """End of backward with tied input/output embeddings (full fine-tuning): the embedding's backward makes a
+    dense vocab x hidden gradient that is added to the one the LM head already accumulated, so two more
+    vocab x hidden tensors in the gradient's dtype are alive as the backward ends (traced: 2 x V x h x 4 B for
+    GPT-2, Llama-3.2-1B and Qwen2.5-0.5B in fp32)."""
+    nbytes = 0.0
+    if arch.tie_word_embeddings and sc.method is Method.FULL and t.trainable:
+        grad_bytes = max(b for _, b in t.trainable)
+        nbytes = 2.0 * arch.vocab_size * arch.hidden_size * grad_bytes
+    return MemoryComponent(
+        key="gradient_temporaries",
+        label="Backward temporaries",
+        bytes=nbytes,
+        phases=("backward_end",),
+        formula="tied embedding: 2 x vocab x hidden x gradient bytes (its two gradients being summed)" if nbytes else "none",
+        source="torch autograd gradient accumulation (embedding_dense_backward + LM head); fake-tensor traces",
     )
 
 
@@ -445,16 +488,18 @@ def attention_kernel(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> s
     return "math"
 
 
-def _norm_saved(arch: Architecture, resid: int) -> float:
+def _norm_saved(arch: Architecture, resid: int, frozen: bool = False) -> float:
     """Bytes per token a norm saves for backward, in units of hidden_size elements.
 
     Llama RMSNorm upcasts to fp32 (4 B saved), saves the normalised value in the input dtype for the
     weight product; Gemma's RMSNorm keeps both in fp32 and returns a cast; LayerNorm saves its input.
+    With a frozen norm weight (LoRA, QLoRA) the weight product saves nothing: autograd saves an operand only
+    when the gradient that needs it is required (``MulBackward0`` keeps ``other`` only if ``self`` requires grad).
     """
     if arch.norm == "rmsnorm":
-        return 4 + resid
+        return 4 + (0 if frozen else resid)
     if arch.norm == "gemma_rmsnorm":
-        return 8 + (resid if resid != 4 else 0)
+        return 4 if frozen else 8 + (resid if resid != 4 else 0)
     return resid
 
 
@@ -469,18 +514,20 @@ def _linear_inputs(consumers: int, resid: int, c: int, casts: bool) -> float:
     return resid
 
 
-def _attention_core(arch: Architecture, sc: Scenario, c: int, kernel: str) -> float:
-    """Bytes per token saved by the attention (after the q/k/v projections), excluding s^2 terms."""
+def _attention_core(arch: Architecture, sc: Scenario, c: int, kernel: str, frozen: bool = False) -> float:
+    """Bytes per token saved by the attention (after the q/k/v projections), excluding s^2 terms. A frozen
+    o_proj does not save its input (its weight gradient is not needed)."""
     q, kv = arch.q_out, arch.kv_out
+    o_input = 0 if frozen else q
     if kernel in ("flash", "memory_efficient"):
         # q, k, v and the output kept by the kernel, the contiguous output copy o_proj saves, the
         # fp32 log-sum-exp per head.
-        return c * (q + kv + kv + q + q) + 4 * arch.num_attention_heads
+        return c * (q + kv + kv + q + o_input) + 4 * arch.num_attention_heads
     # eager/math: k and v are repeated to all heads (repeat_kv), the probabilities are kept.
-    return c * (q + q + q + q + q)
+    return c * (q + q + q + q + o_input)
 
 
-def _attention_scores(arch: Architecture, sc: Scenario, c: int, kernel: str) -> float:
+def _attention_scores(arch: Architecture, sc: Scenario, c: int, kernel: str, autocast: bool = False) -> float:
     """Bytes per token x sequence length for the s x s attention probabilities (0 for fused kernels).
 
     Eager: fp32 softmax output (4 B) and its cast to the compute dtype (2 B), per head; plus the dropout
@@ -489,50 +536,65 @@ def _attention_scores(arch: Architecture, sc: Scenario, c: int, kernel: str) -> 
     if kernel in ("flash", "memory_efficient"):
         return 0.0
     per_head = (4 + (c if c != 4 else 0)) if kernel == "eager" else c
+    if kernel == "eager" and arch.model_type == "gpt2" and not autocast:
+        per_head = c  # GPT-2's eager attention takes the softmax in the input dtype (no fp32 upcast)
     if arch.attention_dropout > 0:
         per_head += 1 + c
     return per_head * arch.num_attention_heads
 
 
-def _mlp(arch: Architecture, c: int, framework: Framework = Framework.HF) -> float:
-    """Bytes per token saved inside the MLP after its input projection(s)."""
+def _mlp(arch: Architecture, c: int, framework: Framework = Framework.HF, autocast: bool = False,
+         frozen: bool = False) -> float:
+    """Bytes per token saved inside the MLP after its input projection(s). A frozen output projection
+    (down_proj, c_proj, fc2) does not save its input."""
     i = arch.intermediate_size
+    gated = 3 * c * i if frozen else 4 * c * i
     if arch.num_experts:
         # Each token visits top-k experts: its gathered input, the gated MLP's four tensors, the
         # weighted output; the router keeps fp32 softmax probabilities; shared experts see every token.
         # Dense-MLP blocks (DeepSeek's first layers) are averaged in by their share of the blocks.
         k = arch.experts_per_token
-        moe = k * (c * arch.hidden_size * 2 + 4 * c * i) + (4 + c) * arch.num_experts
-        moe += 4 * c * (arch.shared_expert_intermediate_size or 0)
+        moe = k * (c * arch.hidden_size * 2 + gated) + (4 + c) * arch.num_experts
+        moe += gated / i * (arch.shared_expert_intermediate_size or 0)
         dense_layers = min(arch.dense_mlp_layers or 0, arch.num_layers)
-        dense = 4 * c * (arch.dense_intermediate_size or i)
+        dense = gated / i * (arch.dense_intermediate_size or i)
         return (dense_layers * dense + (arch.num_layers - dense_layers) * moe) / arch.num_layers
+    last = 0 if frozen else c  # the output projection's saved input
     if arch.mlp == "gated":
         # gate output (saved by the activation), activation output and up output (saved by the
         # product), product (saved by down_proj).
-        return 4 * c * i
+        return gated
+    if arch.activation == "gelu_new" and framework is Framework.HF and autocast:
+        # Under autocast pow runs in fp32: its fp32 input copy (4), tanh's fp32 output (4), 0.5 x input (c),
+        # the fp32 (1 + tanh) (4) and the fp32 product cast back to c for the next linear.
+        return (12 + c + last) * i
     if arch.activation == "gelu_new" and framework is Framework.HF:
         # transformers' NewGELUActivation is unfused: input, tanh output, two product operands, result.
         # (LitGPT calls torch's fused F.gelu(approximate="tanh"), which saves its input only.)
-        return 5 * c * i
-    return 2 * c * i
+        return (4 * c + last) * i
+    return (c + last) * i
 
 
-def _lora_extra(arch: Architecture, sc: Scenario, c: int) -> float:
-    """Bytes per token each block's LoRA modules add: PEFT casts the input to the adapter dtype
-    (fp32) and lora_A saves it (cast again to 16 bits under autocast), dropout saves a 1-byte mask, and
-    lora_B saves lora_A's r-wide output."""
+def _lora_extra(arch: Architecture, sc: Scenario, c: int, autocast: bool = False) -> float:
+    """Bytes per token each block's LoRA modules add: the input lora_A saves, dropout's 1-byte mask, and
+    lora_B's r-wide input.
+
+    PEFT keeps adapters in fp32 and casts the input to fp32: lora_A saves that fp32 tensor (4 B) or, under
+    autocast, its 16-bit cast (c); lora_B's input is fp32 (16-bit under autocast). LitGPT and torchtune keep
+    adapters in the compute dtype: c bytes each.
+    """
     if sc.method is Method.FULL:
         return 0.0
+    if sc.framework is Framework.HF:
+        width = c if autocast else 4
+    else:
+        width = c
+    mask = 1 if sc.lora_dropout > 0 else 0
     total = 0.0
     for lin in resolve_targets(arch, sc.lora_targets):
         # Averaged over blocks: a module present in some blocks only (cross-attention) counts for those.
         share = _token_share(arch, lin) * lin.blocks(arch.num_layers) / arch.num_layers
-        copy = c if c != 4 or sc.lora_dropout > 0 else 0
-        if sc.framework is not Framework.HF:  # adapters in the compute dtype: no cast, only dropout's output
-            copy = c if sc.lora_dropout > 0 else 0
-        mask = 1 if sc.lora_dropout > 0 else 0
-        total += share * ((copy + mask) * lin.in_features + c * sc.lora_r)
+        total += share * ((width + mask) * lin.in_features + width * sc.lora_r)
     return total
 
 
@@ -541,7 +603,9 @@ def _token_share(arch: Architecture, lin: LinearLayer) -> float:
     return lin.count * arch.experts_per_token / arch.num_experts if lin.count > 1 else 1.0
 
 
-def _activations(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> tuple[MemoryComponent, str]:
+def _activations(arch: Architecture, sc: Scenario, spec: PrecisionSpec, block_copies: float = 0.0) -> tuple[MemoryComponent, MemoryComponent | None, str]:
+    """Saved activations (alive from the forward to the start of backward) and, with gradient checkpointing,
+    the recomputed block (alive while its backward runs, after the loss gradients are freed), and the kernel."""
     c = spec.compute_bytes
     # The residual stream has the dtype of the embeddings: fp32 for fp32/AMP and for QLoRA after
     # prepare_model_for_kbit_training, 16-bit in pure bf16/fp16.
@@ -549,26 +613,45 @@ def _activations(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> tuple
     casts = spec.autocast or sc.method is Method.QLORA
     kernel = attention_kernel(arch, sc, spec)
     h = arch.hidden_size
-    norm = _norm_saved(arch, resid) * h
-    attn_in = _linear_inputs(1 if arch.mlp == "plain" or arch.model_type == "phi3" else 3, resid, c, casts) * h
-    mlp_in = _linear_inputs(1 if arch.mlp == "plain" or arch.model_type == "phi3" or arch.num_experts else 2, resid, c, casts) * h
+    # LoRA/QLoRA freeze every base weight. A frozen torch linear saves no input, since only its weight gradient
+    # would need it (autograd saves an operand only when the gradient that uses it is required); the adapters
+    # save their own copies (_lora_extra). bitsandbytes' 4-bit matmul (QLoRA) saves its input whenever any
+    # input needs a gradient (MatMul4Bit: ctx.tensors = (A, B)), so QLoRA keeps them. Frozen norm weights
+    # save nothing in either case.
+    frozen = sc.method is Method.LORA
+    norm = _norm_saved(arch, resid, sc.method is not Method.FULL) * h
+    attn_in = 0.0 if frozen else _linear_inputs(1 if arch.mlp == "plain" or arch.model_type == "phi3" else 3, resid, c, casts) * h
+    mlp_in = 0.0 if frozen else _linear_inputs(
+        1 if arch.mlp == "plain" or arch.model_type == "phi3" or arch.num_experts else 2, resid, c, casts) * h
     extra_norms = (arch.norms_per_layer - 2) * norm  # Gemma 2's post-attention/post-MLP norms
-    qk_norm = _norm_saved(arch, c) * (arch.q_out + arch.kv_out) if arch.qk_norm else 0.0  # Qwen3 per-head q/k norms
+    qk_norm = _norm_saved(arch, c, sc.method is not Method.FULL) * (arch.q_out + arch.kv_out) if arch.qk_norm else 0.0  # Qwen3 q/k norms
     dropout_masks = 2 * h if arch.hidden_dropout > 0 else 0.0
     per_token = (
         2 * norm + attn_in + mlp_in + extra_norms + qk_norm + dropout_masks
-        + _attention_core(arch, sc, c, kernel) + _mlp(arch, c, sc.framework) + _lora_extra(arch, sc, c)
+        + _attention_core(arch, sc, c, kernel, frozen) + _mlp(arch, c, sc.framework, spec.autocast, frozen)
+        + _lora_extra(arch, sc, c, spec.autocast)
     )
-    per_token += _attention_scores(arch, sc, c, kernel) * sc.seq_len
+    per_token += _attention_scores(arch, sc, c, kernel, spec.autocast) * sc.seq_len
     tokens = sc.tokens_per_micro_batch
     layer = per_token * tokens
-    head = (norm + _linear_inputs(1, resid, c, casts) * h) * tokens  # final norm + LM head input
+    # final norm + LM head input (the LM head is a torch linear, frozen under LoRA and QLoRA)
+    head = (norm + (0.0 if sc.method is not Method.FULL else _linear_inputs(1, resid, c, casts) * h)) * tokens
+    recompute = None
     if sc.gradient_checkpointing:
-        # Checkpointed blocks keep only their input hidden state; backward recomputes one block at a time.
-        total = arch.num_layers * resid * h * tokens + layer + head
+        # Checkpointed blocks keep only their input hidden state; backward recomputes one block at a time,
+        # once the loss gradients are gone.
+        total = arch.num_layers * resid * h * tokens + head
         formula = (
-            f"{arch.num_layers} layers x {resid} B x seq x batch x hidden (checkpointed inputs) "
-            f"+ one recomputed layer ({per_token / h:.1f} B x seq x batch x hidden) + final norm/LM head input"
+            f"{arch.num_layers} layers x {resid} B x seq x batch x hidden (checkpointed inputs) + final norm/LM head input"
+        )
+        recompute = MemoryComponent(
+            key="recomputed_layer",
+            label="Recomputed block",
+            bytes=layer + block_copies,
+            phases=("recompute",),
+            formula=f"one block's saved tensors again ({per_token / h:.1f} B x seq x batch x hidden)"
+            + (" + its 16-bit weight copies" if block_copies else ""),
+            source="torch.utils.checkpoint (recompute in backward); saved tensors as without checkpointing",
         )
     else:
         total = arch.num_layers * layer + head
@@ -579,11 +662,11 @@ def _activations(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> tuple
         key="activations",
         label="Activations",
         bytes=total,
-        phases=("backward",),
+        phases=("forward", "backward", "recompute") if sc.gradient_checkpointing else ("forward", "backward"),
         formula=formula,
         source="saved tensors of transformers' modules (autograd), cf. Korthikanti et al. 2022 sec. 4.1",
     )
-    return comp, kernel
+    return comp, recompute, kernel
 
 
 def _logits(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> MemoryComponent:
@@ -609,6 +692,23 @@ def _logits(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> MemoryComp
     )
 
 
+def _logits_forward(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> MemoryComponent | None:
+    """The loss's forward with transformers' ``ForCausalLMLoss``: the LM head's logits (compute dtype), their
+    fp32 upcast and the fp32 log-softmax are alive together, (compute bytes + 8) x batch x seq x vocab; the
+    first two are freed when the loss returns. None where the logits are chunked (fused or LitGPT)."""
+    if sc.fused_cross_entropy or sc.framework is Framework.LITGPT:
+        return None
+    per = spec.compute_bytes + 8.0 + (spec.compute_bytes if arch.final_logit_softcapping else 0.0)
+    return MemoryComponent(
+        key="logits_forward",
+        label="Logits and loss (forward)",
+        bytes=per * sc.tokens_per_micro_batch * arch.vocab_size,
+        phases=("forward",),
+        formula=f"{per:g} B x batch x seq x vocab: logits ({spec.compute_bytes} B), their fp32 copy and the log-softmax",
+        source="transformers ForCausalLMLoss (logits.float(), cross_entropy); fake-tensor traces",
+    )
+
+
 def _litgpt_logits(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> MemoryComponent:
     """LitGPT (``finetune``, ``lm_head_chunk_size=128``): the logits stay in the compute dtype, the training
     loop keeps the list of logit chunks alive through backward and ``F.cross_entropy`` saves each chunk's
@@ -618,7 +718,7 @@ def _litgpt_logits(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> Mem
         key="logits_loss",
         label="Logits and loss",
         bytes=per * sc.tokens_per_micro_batch * arch.vocab_size,
-        phases=("backward",),
+        phases=("forward", "backward"),
         formula=f"{per:g} B x batch x seq x vocab ({arch.vocab_size:,}): 16-bit logits + log-softmax, in chunks of 128 tokens",
         source="LitGPT chunked_cross_entropy (litgpt/utils.py) and GPT.forward(lm_head_chunk_size=128)",
     )
@@ -654,7 +754,7 @@ def _fused_logits(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> Memo
         key="logits_loss",
         label="Logits and loss (fused)",
         bytes=nbytes,
-        phases=("backward",),
+        phases=("forward", "backward"),
         formula=formula,
         source="Liger Kernel 0.5 LigerFusedLinearCrossEntropyLoss (Hsu et al. 2024, sec. 3.3)",
     )
@@ -689,14 +789,18 @@ def estimate_memory(arch: Architecture, scenario: Scenario) -> MemoryEstimate:
     """
     spec = precision_spec(scenario.precision)
     tensors = _split_tensors(arch, scenario, spec)
-    activations, kernel = _activations(arch, scenario, spec)
+    copies, block_copies = _low_precision_copies(arch, tensors, scenario, spec)
+    activations, recompute, kernel = _activations(arch, scenario, spec, block_copies)
+    optional = (recompute, _logits_forward(arch, scenario, spec))
     parts = (
         _weights(tensors, scenario, spec),
-        _low_precision_copies(arch, tensors, scenario, spec),
+        copies,
         _gradients(tensors, scenario),
+        _gradient_temporaries(arch, tensors, scenario),
         *_optimizer_parts(tensors, scenario),
         activations,
         _logits(arch, scenario, spec),
+        *(p for p in optional if p is not None),
     )
     trainable = sum(g.parameters for g, _ in tensors.trainable)
     assumptions = [

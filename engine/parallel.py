@@ -219,8 +219,10 @@ class ParallelPlan(BaseModel):
         return max(p.gpu_bytes(num_gpus) for p in self.phases)
 
     def peak_phase(self, num_gpus: int) -> Phase:
-        """The phase holding the per-GPU peak at ``num_gpus`` (the first phase on ties)."""
-        return max(self.phases, key=lambda p: p.gpu_bytes(num_gpus)).phase
+        """The phase holding the per-GPU peak at ``num_gpus``; on ties the start of backward, then the optimizer step
+        (as :attr:`engine.memory.MemoryEstimate.peak_phase`)."""
+        tie = {"backward": 2, "optimizer_step": 1}
+        return max(self.phases, key=lambda p: (p.gpu_bytes(num_gpus), tie.get(p.phase, 0))).phase
 
     def components_per_gpu(self, num_gpus: int) -> dict[str, float]:
         """Bytes by component on each GPU at the peak phase (sum = :meth:`per_gpu_bytes`)."""
@@ -367,7 +369,7 @@ def plan_parallel(
                 multi["comm_buckets"] = bucket
         elif bucket:
             replicated["comm_buckets"] = bucket
-        if full_shard and ph == "backward":
+        if full_shard and ph in ("forward", "backward", "recompute"):
             replicated["gathered_weights"] = gathered
         phases.append(PhaseSplit(phase=ph, sharded_parts=sharded, replicated_parts=replicated,
                                  multi_gpu_parts=multi, offloaded_parts=offloaded))

@@ -41,7 +41,8 @@ from engine.sources import config_from_catalog
 from engine.throughput import DEFAULT_MFU
 
 COMPONENT_KEYS: tuple[str, ...] = (
-    "weights", "weight_copies", "gradients", "optimizer_states", "optimizer_temporaries", "activations", "logits_loss",
+    "weights", "weight_copies", "gradients", "gradient_temporaries", "optimizer_states", "optimizer_temporaries",
+    "activations", "recomputed_layer", "logits_loss", "logits_forward",
 )
 """Memory components of :func:`engine.memory.estimate_memory`, in CSV column order."""
 

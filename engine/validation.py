@@ -306,3 +306,87 @@ __all__ = [
     "TARGET_MEDIAN_ERROR_PCT", "ValidationReport", "is_target_row", "row_scenario", "summarize", "validate_all",
     "validate_row",
 ]
+
+
+# --------------------------------------------------------------------------------------------------
+# Against fake-tensor traces (tensor level)
+
+TRACE_TARGET_MAX_ERROR_PCT = 5.0
+"""Issue #5's target against the traced scenarios: every scenario within 5% of the traced peak."""
+TRACE_TARGET_MEDIAN_ERROR_PCT = 2.0
+"""... and the median within 2%."""
+
+
+class TracedValidation(BaseModel):
+    """Our peak allocated bytes beside a traced one (engine.trace, data/traced_scenarios.csv)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    setting: str
+    traced_bytes: float
+    estimate_bytes: float
+    traced_phase: str
+    estimate_phase: str
+    attention_kernel: str
+
+    @property
+    def error_pct(self) -> float:
+        """(estimate - traced) / traced, in percent."""
+        return 100.0 * (self.estimate_bytes / self.traced_bytes - 1.0)
+
+
+class TracedSummary(BaseModel):
+    """Absolute errors (percent) against the traces: count, median, largest and its row."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rows: int
+    median_abs_error_pct: float
+    max_abs_error_pct: float
+    worst: str
+
+    @property
+    def meets_target(self) -> bool:
+        """Every row within :data:`TRACE_TARGET_MAX_ERROR_PCT`, median within :data:`TRACE_TARGET_MEDIAN_ERROR_PCT`."""
+        return (self.max_abs_error_pct <= TRACE_TARGET_MAX_ERROR_PCT
+                and self.median_abs_error_pct <= TRACE_TARGET_MEDIAN_ERROR_PCT)
+
+
+@lru_cache(maxsize=1)
+def validate_traced() -> tuple[tuple[TracedValidation, ...], TracedSummary]:
+    """Every traced scenario of ``data/traced_scenarios.csv`` estimated with :func:`estimate_memory`.
+
+    The trace counts every CUDA-caching-allocator block (512-byte rounding) of the second training step of the
+    real transformers/PEFT modules on fake tensors; the estimate is compared as ``peak_allocated_bytes``.
+
+    Raises:
+        CatalogError: the table or a bundled config is missing.
+    """
+    from engine.catalog import load_traced_scenarios
+
+    out = []
+    for t in load_traced_scenarios():
+        sc = Scenario.build(**t.scenario)
+        repo = t.config_source.removeprefix("catalog:")
+        arch = architecture_from_config(catalog_model(repo).config)
+        est = estimate_memory(arch, sc)
+        out.append(TracedValidation(
+            model=t.model, setting=_traced_setting(sc), traced_bytes=t.peak_allocated_bytes,
+            estimate_bytes=est.peak_allocated_bytes, traced_phase=t.peak_phase, estimate_phase=est.peak_phase,
+            attention_kernel=t.attention_kernel,
+        ))
+    worst = max(out, key=lambda r: abs(r.error_pct))
+    summary = TracedSummary(rows=len(out), median_abs_error_pct=statistics.median(abs(r.error_pct) for r in out),
+                            max_abs_error_pct=abs(worst.error_pct), worst=f"{worst.model}: {worst.setting}")
+    return tuple(out), summary
+
+
+def _traced_setting(sc: Scenario) -> str:
+    parts = [sc.method.value, sc.precision.value, sc.optimizer.value, f"{sc.micro_batch_size}x{sc.seq_len}",
+             sc.attention.value]
+    if sc.gradient_checkpointing:
+        parts.append("checkpointing")
+    if sc.gradient_accumulation_steps > 1:
+        parts.append(f"GA {sc.gradient_accumulation_steps}")
+    return ", ".join(parts)

@@ -107,9 +107,15 @@ def test_logits_and_loss_are_12_bytes_per_vocab_entry():
 
 def test_gradient_checkpointing_keeps_layer_inputs_only():
     full = est(precision="bf16").parts_by_key["activations"].bytes
-    ckpt = est(precision="bf16", gradient_checkpointing=True).parts_by_key["activations"].bytes
+    e = est(precision="bf16", gradient_checkpointing=True)
     one_layer = (full - _head("bf16")) / 32
-    assert ckpt == pytest.approx(32 * 2 * TOKENS_H + one_layer + _head("bf16"))
+    # Saved through the forward and at the start of backward: each block's input (bf16) and the head's input.
+    assert e.parts_by_key["activations"].bytes == pytest.approx(32 * 2 * TOKENS_H + _head("bf16"))
+    # One block's tensors again while its backward runs, once the loss gradients are freed (traced: the
+    # recompute never coincides with the vocabulary-sized loss tensors).
+    assert e.parts_by_key["recomputed_layer"].bytes == pytest.approx(one_layer)
+    assert e.parts_by_key["recomputed_layer"].phases == ("recompute",)
+    assert "recompute" not in e.parts_by_key["logits_loss"].phases
 
 
 def test_eager_attention_grows_with_seq_squared():

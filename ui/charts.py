@@ -18,10 +18,13 @@ COMPONENT_STYLE = {
     "weight_copies": ("Low-precision weight copies", "#aec7e8"),
     "master_weights": ("fp32 master weights (DeepSpeed)", "#c5b0d5"),
     "gradients": ("Gradients", "#ff7f0e"),
+    "gradient_temporaries": ("Backward temporaries (tied embedding)", "#ffbb78"),
     "optimizer_states": ("Optimizer states", "#2ca02c"),
     "optimizer_temporaries": ("Optimizer step temporaries", "#98df8a"),
     "activations": ("Activations", "#d62728"),
+    "recomputed_layer": ("Recomputed block (checkpointing)", "#ff9896"),
     "logits_loss": ("Logits and loss", "#9467bd"),
+    "logits_forward": ("Logits and loss (forward)", "#c5b0d5"),
     "gathered_weights": ("Gathered weights (ZeRO-3/FSDP)", "#17becf"),
     "comm_buckets": ("Communication buckets", "#bcbd22"),
     "kv_cache": ("KV cache", "#8c564b"),
@@ -31,60 +34,81 @@ COMPONENT_STYLE = {
 }
 
 
+def _usable_line(y: float, text: str, bgcolor: str | None = None) -> tuple[dict, dict]:
+    """A dashed horizontal line across the plot at ``y`` and its label at the top right: the layout shape and
+    annotation ``Figure.add_hline`` would add, built directly (add_hline costs milliseconds per call, on every rerun)."""
+    shape = {"type": "line", "xref": "x domain", "x0": 0, "x1": 1, "yref": "y", "y0": y, "y1": y,
+             "line": {"dash": "dash", "color": "black"}}
+    annotation = {"text": text, "xref": "x domain", "x": 1, "xanchor": "right", "yref": "y", "y": y,
+                  "yanchor": "bottom", "showarrow": False, "font": {"color": "black"}}
+    if bgcolor:
+        annotation["bgcolor"] = bgcolor
+    return shape, annotation
+
+
 def per_gpu_figure(components: dict[str, float], cpu_bytes: float, unit: Unit, gpu: Gpu | None,
                    title: str = "per GPU") -> go.Figure:
     """One stacked bar of the per-GPU components at the peak and, when states are offloaded, a separate bar of
     the CPU memory (per node), with the GPU's usable memory as a line."""
     x = [title] + (["CPU memory (per node)"] if cpu_bytes else [])
-    fig = go.Figure()
+    data: list[dict] = []
     for key, (label, color) in COMPONENT_STYLE.items():
         v = components.get(key, 0.0)
         if v:
-            fig.add_bar(name=label, x=[x[0]], y=[to_unit(v, unit)], marker_color=color,
-                        hovertemplate=f"{label}: %{{y:,.2f}} {unit}<extra></extra>")
+            data.append({"type": "bar", "name": label, "x": [x[0]], "y": [to_unit(v, unit)], "marker": {"color": color},
+                         "hovertemplate": f"{label}: %{{y:,.2f}} {unit}<extra></extra>"})
     if cpu_bytes:
-        fig.add_bar(name="Offloaded states (CPU)", x=[x[1]], y=[to_unit(cpu_bytes, unit)], marker_color="#7f7f7f",
-                    hovertemplate=f"CPU: %{{y:,.2f}} {unit}<extra></extra>")
+        data.append({"type": "bar", "name": "Offloaded states (CPU)", "x": [x[1]], "y": [to_unit(cpu_bytes, unit)],
+                     "marker": {"color": "#7f7f7f"}, "hovertemplate": f"CPU: %{{y:,.2f}} {unit}<extra></extra>"})
     total = to_unit(sum(components.values()), unit)
-    fig.add_scatter(x=[x[0]], y=[total], mode="text", text=[f"<b>{total:,.1f} {unit}</b>"], textposition="top center",
-                    showlegend=False, hoverinfo="skip")
+    data.append({"type": "scatter", "x": [x[0]], "y": [total], "mode": "text", "text": [f"<b>{total:,.1f} {unit}</b>"],
+                 "textposition": "top center", "showlegend": False, "hoverinfo": "skip"})
+    shapes, annotations = [], []
     if gpu is not None:
-        fig.add_hline(y=to_unit(gpu.usable_memory_bytes, unit), line_dash="dash", line_color="black",
-                      annotation_text=f"{gpu.name}: {to_unit(gpu.usable_memory_bytes, unit):,.1f} {unit} usable",
-                      annotation_position="top right", annotation_font_color="black")
+        usable = to_unit(gpu.usable_memory_bytes, unit)
+        shape, annotation = _usable_line(usable, f"{gpu.name}: {usable:,.1f} {unit} usable")
+        shapes.append(shape)
+        annotations.append(annotation)
     top = max([total, to_unit(cpu_bytes, unit)] + ([to_unit(gpu.usable_memory_bytes, unit)] if gpu else []) + [1e-9])
-    fig.update_layout(barmode="stack", yaxis_title=f"Memory ({unit})", yaxis_range=[0, top * 1.15], height=420,
-                      legend_title_text="Component", margin=dict(t=30, b=10))
-    return fig
+    layout = {"barmode": "stack", "yaxis": {"title": {"text": f"Memory ({unit})"}, "range": [0, top * 1.15]},
+              "height": 420, "legend": {"title": {"text": "Component"}}, "margin": {"t": 30, "b": 10},
+              "shapes": shapes, "annotations": annotations}
+    return go.Figure({"data": data, "layout": layout})
 
 
 def memory_stack_figure(rows: list[SweepRow], unit: Unit, gpu: Gpu | None) -> go.Figure:
     """Stacked bars of each row's components at its peak, labelled with the total, with a line at the
-    GPU's usable memory (the device total nvidia-smi reports, :attr:`engine.gpus.Gpu.usable_memory_bytes`)."""
+    GPU's usable memory (the device total nvidia-smi reports, :attr:`engine.gpus.Gpu.usable_memory_bytes`).
+
+    Built as one figure dict (validated once) rather than trace by trace: this chart is redrawn on every rerun of
+    the Memory page."""
     ok = [r for r in rows if r.estimate is not None]
     x = [r.label.replace(" · ", "<br>") + (" ◀" if r.is_current else "") for r in ok]
-    fig = go.Figure()
+    data: list[dict] = []
     parts = [{**r.estimate.components, **{p.key: p.bytes for p in r.estimate.overheads}} for r in ok]  # type: ignore[union-attr]
     for key, (label, color) in COMPONENT_STYLE.items():
         values = [to_unit(c.get(key, 0.0), unit) for c in parts]
         if any(values):
-            fig.add_bar(name=label, x=x, y=values, marker_color=color,
-                        hovertemplate=f"{label}: %{{y:,.2f}} {unit}<extra></extra>")
+            data.append({"type": "bar", "name": label, "x": x, "y": values, "marker": {"color": color},
+                         "hovertemplate": f"{label}: %{{y:,.2f}} {unit}<extra></extra>"})
     totals = [to_unit(r.estimate.device_used_bytes, unit) for r in ok]  # type: ignore[union-attr]
     info = [(r.estimate.peak_phase.replace("_", " "), to_unit(r.estimate.peak_allocated_bytes, unit)) for r in ok]  # type: ignore[union-attr]
-    fig.add_scatter(x=x, y=totals, mode="text", text=[f"<b>{t:,.1f} {unit}</b>" for t in totals],
-                    textposition="top center", showlegend=False, customdata=info,
-                    hovertemplate=(f"nvidia-smi %{{y:,.2f}} {unit}; tensors (max_memory_allocated) %{{customdata[1]:,.2f}} "
-                                   f"{unit}; peak at %{{customdata[0]}}<extra></extra>"))
+    data.append({"type": "scatter", "x": x, "y": totals, "mode": "text", "text": [f"<b>{t:,.1f} {unit}</b>" for t in totals],
+                 "textposition": "top center", "showlegend": False, "customdata": info,
+                 "hovertemplate": (f"nvidia-smi %{{y:,.2f}} {unit}; tensors (max_memory_allocated) %{{customdata[1]:,.2f}} "
+                                   f"{unit}; peak at %{{customdata[0]}}<extra></extra>")})
+    shapes, annotations = [], []
     if gpu is not None:
-        fig.add_hline(y=to_unit(gpu.usable_memory_bytes, unit), line_dash="dash", line_color="black",
-                      annotation_text=f"{gpu.name}: {to_unit(gpu.usable_memory_bytes, unit):,.1f} {unit} usable",
-                      annotation_position="top right", annotation_bgcolor="rgba(255,255,255,0.85)",
-                      annotation_font_color="black")
+        usable = to_unit(gpu.usable_memory_bytes, unit)
+        shape, annotation = _usable_line(usable, f"{gpu.name}: {usable:,.1f} {unit} usable", "rgba(255,255,255,0.85)")
+        shapes.append(shape)
+        annotations.append(annotation)
     top = max(totals + ([to_unit(gpu.usable_memory_bytes, unit)] if gpu else []) + [1e-9])
-    fig.update_layout(barmode="stack", yaxis_title=f"Peak memory, as nvidia-smi shows it ({unit})", yaxis_range=[0, top * 1.15],
-                      legend_title_text="Component", margin=dict(t=30, b=10), height=480, xaxis_tickangle=0)
-    return fig
+    layout = {"barmode": "stack", "yaxis": {"title": {"text": f"Peak memory, as nvidia-smi shows it ({unit})"},
+                                            "range": [0, top * 1.15]},
+              "legend": {"title": {"text": "Component"}}, "margin": {"t": 30, "b": 10}, "height": 480,
+              "xaxis": {"tickangle": 0}, "shapes": shapes, "annotations": annotations}
+    return go.Figure({"data": data, "layout": layout})
 
 
 def parameter_figure(counts: dict[str, int]) -> go.Figure:
@@ -182,53 +206,64 @@ def fmt_usd(usd: float | None) -> str:
     return "no price" if usd is None else f"${usd:,.2f}"
 
 
+def _log_axes_vline(current_size: float, text: str) -> dict:
+    """A dotted vertical line at ``current_size`` on a log x axis and its label at the top left: what
+    ``Figure.add_vline`` adds, built directly (add_vline costs milliseconds per call, on every rerun). plotly.js takes
+    a shape's position on a log axis in data units and an annotation's in log10 units."""
+    shape = {"type": "line", "xref": "x", "x0": current_size, "x1": current_size, "yref": "y domain", "y0": 0, "y1": 1,
+             "line": {"dash": "dot", "color": "gray"}}
+    annotation = {"text": text, "xref": "x", "x": math.log10(current_size) if current_size > 0 else 0.0,
+                  "xanchor": "right", "yref": "y domain", "y": 1, "yanchor": "top", "showarrow": False}
+    return {"shapes": [shape], "annotations": [annotation]}
+
+
 def time_vs_dataset_figure(
     sizes: list[float], hours: list[float], seed_hours: list[float] | None, current_size: float, label: str
 ) -> go.Figure:
     """Wall hours against dataset size (tokens) for one plan: the FLOPs model, and the seed rule if it has a line."""
-    fig = go.Figure()
-    fig.add_scatter(x=sizes, y=hours, mode="lines", name=f"FLOPs model ({label})",
-                    hovertemplate="%{x:,.3s} tokens: %{y:,.3g} h<extra>FLOPs model</extra>")
+    data = [{"type": "scatter", "x": sizes, "y": hours, "mode": "lines", "name": f"FLOPs model ({label})",
+             "hovertemplate": "%{x:,.3s} tokens: %{y:,.3g} h<extra>FLOPs model</extra>"}]
     if seed_hours is not None:
-        fig.add_scatter(x=sizes, y=seed_hours, mode="lines", name="seed rule", line={"dash": "dash"},
-                        hovertemplate="%{x:,.3s} tokens: %{y:,.3g} h<extra>seed rule</extra>")
-    fig.add_vline(x=current_size, line_dash="dot", line_color="gray", annotation_text="your dataset",
-                  annotation_position="top left")
-    fig.update_layout(xaxis_type="log", yaxis_type="log", xaxis_title="dataset size (tokens, one epoch)",
-                      yaxis_title="wall time (hours)", height=380, margin={"t": 30, "b": 10},
-                      legend={"orientation": "h", "y": -0.25})
-    return fig
+        data.append({"type": "scatter", "x": sizes, "y": seed_hours, "mode": "lines", "name": "seed rule",
+                     "line": {"dash": "dash"}, "hovertemplate": "%{x:,.3s} tokens: %{y:,.3g} h<extra>seed rule</extra>"})
+    layout = {"xaxis": {"type": "log", "title": {"text": "dataset size (tokens, one epoch)"}},
+              "yaxis": {"type": "log", "title": {"text": "wall time (hours)"}}, "height": 380,
+              "margin": {"t": 30, "b": 10}, "legend": {"orientation": "h", "y": -0.25},
+              **_log_axes_vline(current_size, "your dataset")}
+    return go.Figure({"data": data, "layout": layout})
 
 
 def cost_vs_dataset_figure(series: dict[str, tuple[list[float], list[float]]], current_size: float, basis: str) -> go.Figure:
     """Cost against dataset size, one line per plan (label -> (sizes, USD))."""
-    fig = go.Figure()
-    for label, (sizes, costs) in series.items():
-        fig.add_scatter(x=sizes, y=costs, mode="lines", name=label,
-                        hovertemplate=f"{label}<br>%{{x:,.3s}} tokens: $%{{y:,.2f}}<extra></extra>")
-    fig.add_vline(x=current_size, line_dash="dot", line_color="gray", annotation_text="your dataset",
-                  annotation_position="top left")
-    fig.update_layout(xaxis_type="log", yaxis_type="log", xaxis_title="dataset size (tokens, one epoch)",
-                      yaxis_title=f"cost, {BASIS_LABEL.get(basis, basis)} (USD)", height=420, margin={"t": 30, "b": 10},
-                      legend={"orientation": "h", "y": -0.25})
-    return fig
+    data = [{"type": "scatter", "x": sizes, "y": costs, "mode": "lines", "name": label,
+             "hovertemplate": f"{label}<br>%{{x:,.3s}} tokens: $%{{y:,.2f}}<extra></extra>"}
+            for label, (sizes, costs) in series.items()]
+    layout = {"xaxis": {"type": "log", "title": {"text": "dataset size (tokens, one epoch)"}},
+              "yaxis": {"type": "log", "title": {"text": f"cost, {BASIS_LABEL.get(basis, basis)} (USD)"}},
+              "height": 420, "margin": {"t": 30, "b": 10}, "legend": {"orientation": "h", "y": -0.25},
+              **_log_axes_vline(current_size, "your dataset")}
+    return go.Figure({"data": data, "layout": layout})
 
 
 def gpu_count_figure(plans: list[PlanEstimate], basis: str, gpu: str) -> go.Figure:
     """Hours (left axis) and cost (right axis) against the number of GPUs, for the counts that fit."""
-    fig = make_subplots(specs=[[{"secondary_y": True}]])
     n = [p.num_gpus for p in plans]
-    fig.add_scatter(x=n, y=[p.run.hours for p in plans], mode="lines+markers", name="wall time (h)",
-                    hovertemplate="%{x} GPUs: %{y:,.3g} h<extra></extra>", secondary_y=False)
+    data = [{"type": "scatter", "x": n, "y": [p.run.hours for p in plans], "mode": "lines+markers",
+             "name": "wall time (h)", "hovertemplate": "%{x} GPUs: %{y:,.3g} h<extra></extra>", "yaxis": "y"}]
     costs = [p.cost(basis) for p in plans]  # type: ignore[arg-type]
     if any(c is not None for c in costs):
-        fig.add_scatter(x=n, y=costs, mode="lines+markers", name=f"cost, {BASIS_LABEL.get(basis, basis)} (USD)",
-                        line={"dash": "dash"}, hovertemplate="%{x} GPUs: $%{y:,.2f}<extra></extra>", secondary_y=True)
-    fig.update_xaxes(type="log", tickvals=n, ticktext=[str(v) for v in n], title_text=f"number of {gpu}")
-    fig.update_yaxes(title_text="wall time (hours)", secondary_y=False, rangemode="tozero")
-    fig.update_yaxes(title_text="cost (USD)", secondary_y=True, rangemode="tozero")
-    fig.update_layout(height=380, margin={"t": 30, "b": 10}, legend={"orientation": "h", "y": -0.25})
-    return fig
+        data.append({"type": "scatter", "x": n, "y": costs, "mode": "lines+markers",
+                     "name": f"cost, {BASIS_LABEL.get(basis, basis)} (USD)", "line": {"dash": "dash"},
+                     "hovertemplate": "%{x} GPUs: $%{y:,.2f}<extra></extra>", "yaxis": "y2"})
+    layout = {
+        "xaxis": {"type": "log", "tickvals": n, "ticktext": [str(v) for v in n], "title": {"text": f"number of {gpu}"},
+                  "domain": [0.0, 0.94]},
+        "yaxis": {"title": {"text": "wall time (hours)"}, "rangemode": "tozero"},
+        "yaxis2": {"title": {"text": "cost (USD)"}, "rangemode": "tozero", "overlaying": "y", "side": "right",
+                   "anchor": "x"},
+        "height": 380, "margin": {"t": 30, "b": 10}, "legend": {"orientation": "h", "y": -0.25},
+    }
+    return go.Figure({"data": data, "layout": layout})
 
 
 def plan_scatter_figure(search: PlanSearch) -> go.Figure:
