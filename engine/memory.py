@@ -441,21 +441,21 @@ def _low_precision_copies(arch: Architecture, t: _Tensors, sc: Scenario, spec: P
     return comp, block
 
 
-def _gradient_temporaries(arch: Architecture, t: _Tensors, sc: Scenario) -> MemoryComponent:
+def _gradient_temporaries(arch: Architecture, t: _Tensors, sc: Scenario, spec: PrecisionSpec) -> MemoryComponent:
     """End of backward with tied input/output embeddings (full fine-tuning): the embedding's backward makes a
-    dense vocab x hidden gradient that is added to the one the LM head already accumulated, so two more
-    vocab x hidden tensors in the gradient's dtype are alive as the backward ends (traced: 2 x V x h x 4 B for
-    GPT-2, Llama-3.2-1B and Qwen2.5-0.5B in fp32)."""
+    dense vocab x hidden gradient that is added to the one the LM head already accumulated, while the LM head's
+    own gradient product is still alive: two vocab x hidden tensors in the compute dtype (traced with in-place
+    accumulation, as on a GPU: 8 B x V x h in fp32, 4 B in mixed and pure bf16, for GPT-2, Llama-3.2-1B and
+    Qwen2.5-0.5B)."""
     nbytes = 0.0
     if arch.tie_word_embeddings and sc.method is Method.FULL and t.trainable:
-        grad_bytes = max(b for _, b in t.trainable)
-        nbytes = 2.0 * arch.vocab_size * arch.hidden_size * grad_bytes
+        nbytes = 2.0 * arch.vocab_size * arch.hidden_size * spec.compute_bytes
     return MemoryComponent(
         key="gradient_temporaries",
         label="Backward temporaries",
         bytes=nbytes,
         phases=("backward_end",),
-        formula="tied embedding: 2 x vocab x hidden x gradient bytes (its two gradients being summed)" if nbytes else "none",
+        formula="tied embedding: 2 x vocab x hidden x compute bytes (its two gradients being summed)" if nbytes else "none",
         source="torch autograd gradient accumulation (embedding_dense_backward + LM head); fake-tensor traces",
     )
 
@@ -796,7 +796,7 @@ def estimate_memory(arch: Architecture, scenario: Scenario) -> MemoryEstimate:
         _weights(tensors, scenario, spec),
         copies,
         _gradients(tensors, scenario),
-        _gradient_temporaries(arch, tensors, scenario),
+        _gradient_temporaries(arch, tensors, scenario, spec),
         *_optimizer_parts(tensors, scenario),
         activations,
         _logits(arch, scenario, spec),
