@@ -43,7 +43,10 @@ from engine.errors import (
     RepoNotFoundError,
 )
 
-__all__ = ["CONFIG_FILENAME", "DEFAULT_ENDPOINT", "MAX_CONFIG_BYTES", "fetch_config", "validate_repo_id"]
+__all__ = [
+    "CONFIG_FILENAME", "DEFAULT_ENDPOINT", "DEFAULT_TIMEOUT_S", "MAX_CONFIG_BYTES", "TIMEOUT_ENV", "fetch_config",
+    "hub_timeout_s", "validate_repo_id",
+]
 
 #: Name of the file read from the repo.
 CONFIG_FILENAME = "config.json"
@@ -52,6 +55,12 @@ CONFIG_FILENAME = "config.json"
 MAX_CONFIG_BYTES = 2 * 1024 * 1024
 #: Endpoint used when ``HF_ENDPOINT`` is unset or empty.
 DEFAULT_ENDPOINT = "https://huggingface.co"
+#: Time budget of one Hub read, in seconds, when ``FINETUNE_FIT_HUB_TIMEOUT`` is not set.
+DEFAULT_TIMEOUT_S = 10.0
+#: Environment variable with the time budget of one Hub read in seconds (e.g. ``5``): what the app and the CLI wait
+#: for a slow or hanging Hub before saying it is unreachable. Read at call time.
+TIMEOUT_ENV = "FINETUNE_FIT_HUB_TIMEOUT"
+_MAX_TIMEOUT_S = 300.0
 
 _PART_MAX_LEN = 96
 # One part of a repo id (owner or name), per the Hub's rules as huggingface_hub.utils.validate_repo_id encodes them:
@@ -120,6 +129,18 @@ def validate_repo_id(repo_id: str) -> str:
     if parts[1].endswith(".git"):
         raise InvalidRepoIdError(f"Repo id {_shown(cleaned)} may not end with '.git'; drop that suffix.")
     return cleaned
+
+
+def hub_timeout_s() -> float:
+    """The time budget of one Hub read: ``FINETUNE_FIT_HUB_TIMEOUT`` seconds as set now, else
+    :data:`DEFAULT_TIMEOUT_S`. A value that is not a number in (0, 300] is ignored (the default is used): a typo in a
+    deployment's environment must not make every read hang or fail at once."""
+    text = (os.environ.get(TIMEOUT_ENV) or "").strip()
+    try:
+        value = float(text)
+    except ValueError:
+        return DEFAULT_TIMEOUT_S
+    return value if math.isfinite(value) and 0 < value <= _MAX_TIMEOUT_S else DEFAULT_TIMEOUT_S
 
 
 def _endpoint() -> str:
@@ -292,7 +313,7 @@ def fetch_config(
     *,
     revision: str | None = None,
     token: str | bool | None = None,
-    timeout_s: float = 10.0,
+    timeout_s: float | None = None,
 ) -> dict[str, Any]:
     """Download and parse ``config.json`` of the Hub model repo ``repo_id``.
 
@@ -310,7 +331,8 @@ def fetch_config(
             huggingface_hub's default: ``HF_TOKEN`` from the environment, else the token saved by ``hf auth login``
             (unless ``HF_HUB_DISABLE_IMPLICIT_TOKEN`` is set). ``False`` sends no token at all (what the UI uses
             for the shared cache of public configs). The token is never put into any message.
-        timeout_s: time budget in seconds (> 0). Each network phase is limited to it and the body download stops
+        timeout_s: time budget in seconds (> 0); ``None`` means :func:`hub_timeout_s` (``FINETUNE_FIT_HUB_TIMEOUT``,
+            default 10 s). Each network phase is limited to it and the body download stops
             once it is spent, so the call gives up after about ``timeout_s`` seconds (at worst about twice that).
             ``HF_HUB_ETAG_TIMEOUT`` / ``HF_HUB_DOWNLOAD_TIMEOUT`` do not apply.
 
@@ -329,6 +351,8 @@ def fetch_config(
         ConfigError: the body is larger than :data:`MAX_CONFIG_BYTES`, not JSON, or not a JSON object.
         ValueError: ``timeout_s`` is not a positive finite number (a programming error, not bad input).
     """
+    if timeout_s is None:
+        timeout_s = hub_timeout_s()
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not math.isfinite(timeout_s) \
             or timeout_s <= 0:
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")

@@ -1,5 +1,7 @@
 """Fit page: which GPUs a fine-tuning scenario fits on, for every catalog model and every technique."""
 
+import json
+
 import pandas as pd
 import streamlit as st
 
@@ -19,11 +21,41 @@ from ui.charts import fit_heatmap
 from ui.layout import scenario_page
 from ui.scenario_form import display_sidebar, keep_choice
 
+# The matrices cost tens of milliseconds per rerun (every catalog model x GPU x technique), so they and their heatmaps are
+# kept for all sessions, keyed by the JSON of their inputs (the engine's results are unchanged; a session's edited GPU
+# table gives another key than the bundled one). A hosted demo with a crowd reruns this page often.
+_CACHE = dict(max_entries=256, ttl=3600, show_spinner=False)
+
+
+@st.cache_resource(max_entries=1, show_spinner=False)
+def _catalog_architectures() -> list:
+    return [(m.name, architecture_from_config(m.config)) for m in load_models()]
+
+
+@st.cache_resource(**_CACHE)
+def _models_fit(_scenario: Scenario, _gpus: tuple, _strategy: Strategy, unit: str, key: tuple):
+    matrix = model_matrix(_catalog_architectures(), _scenario, _gpus, _strategy)
+    return matrix, fit_heatmap(matrix, unit)
+
+
+@st.cache_resource(**_CACHE)
+def _techniques_fit(_arch, _scenario: Scenario, _gpus: tuple, unit: str, key: tuple):
+    matrix = technique_matrix(_arch, _scenario, _gpus)
+    return matrix, fit_heatmap(matrix, unit)
+
+
+@st.cache_resource(**_CACHE)
+def _seed_rows(_full: Scenario, _efficient: Scenario, _gpus: tuple, key: tuple):
+    return seed_largest_model_table(_catalog_architectures(), _full, _efficient, _gpus)
+
+
 model, scenario = scenario_page("Which GPU does it fit on?")
 sidebar_gpu, unit = display_sidebar()
 
 gpus = session_gpus()
-catalog = [(m.name, architecture_from_config(m.config)) for m in load_models()]
+# Exact keys (JSON of the frozen inputs): cheap to hash, unlike the objects themselves.
+gpus_key = json.dumps([g.model_dump(mode="json") for g in gpus])
+model_key = json.dumps(model.config, sort_keys=True, default=str)
 st.session_state.setdefault("fit_strategy", Strategy.ZERO3)
 strategy = st.selectbox("Multi-GPU strategy for the fewest GPUs", list(Strategy), format_func=STRATEGY_LABELS.get, key="fit_strategy",
                         help="DDP: every GPU holds the whole model, so more GPUs never help memory. ZeRO-3 / FSDP full shard: "
@@ -35,8 +67,9 @@ st.caption(
 )
 
 try:
-    models_fit = model_matrix(catalog, scenario, gpus, strategy)
-    techniques_fit = technique_matrix(model.arch, scenario, gpus)
+    models_fit, models_figure = _models_fit(scenario, gpus, strategy, unit, key=(scenario.model_dump_json(), gpus_key, strategy))
+    techniques_fit, techniques_figure = _techniques_fit(model.arch, scenario, gpus, unit,
+                                                        key=(model_key, scenario.model_dump_json(), gpus_key))
 except EngineError as exc:
     st.error(f"Cannot compute the fit: {exc}")
     st.stop()
@@ -52,7 +85,7 @@ st.subheader("Catalog models × GPUs")
 st.caption(f"Your scenario: {precision_spec(scenario.precision).label}, {scenario.method.value}, micro batch "
            f"{scenario.micro_batch_size} × {scenario.seq_len:,} tokens, {scenario.optimizer.value}"
            f"{', gradient checkpointing' if scenario.gradient_checkpointing else ''}; fewest GPUs with {strategy.value}.")
-st.plotly_chart(fit_heatmap(models_fit, unit), width="stretch", key="fit_models_chart")
+st.plotly_chart(models_figure, width="stretch", key="fit_models_chart")
 for row in models_fit.rows:
     if row.error:
         st.caption(f"Not computed — {row.label}: {row.error}")
@@ -61,7 +94,7 @@ _download(models_fit, "fit_models_x_gpus", "fit_models_csv")
 st.subheader(f"Techniques × GPUs for {model.title}")
 st.caption("Same batch, sequence, accumulation, attention and LoRA settings in every row; each row sets what its label says. "
            "The ZeRO-3 row's ×N is the fewest GPUs with sharding; the other rows use DDP.")
-st.plotly_chart(fit_heatmap(techniques_fit, unit), width="stretch", key="fit_techniques_chart")
+st.plotly_chart(techniques_figure, width="stretch", key="fit_techniques_chart")
 for row in techniques_fit.rows:
     if row.error:
         st.caption(f"Not computed — {row.label}: {row.error}")
@@ -130,7 +163,7 @@ seed_eff = s5.selectbox("Efficient method", [Method.LORA, Method.QLORA], format_
 common = dict(micro_batch_size=seed_batch, seq_len=seed_seq, gradient_checkpointing=seed_ckpt, optimizer=Optimizer.ADAMW_FUSED)
 full_sc = Scenario.build(method=Method.FULL, precision=seed_full_precision, **common)
 eff_sc = Scenario.build(method=seed_eff, precision=PrecisionMode.BF16, **common)
-seed_rows = seed_largest_model_table(catalog, full_sc, eff_sc, gpus)
+seed_rows = _seed_rows(full_sc, eff_sc, gpus, key=(full_sc.model_dump_json(), eff_sc.model_dump_json(), gpus_key))
 
 
 def _model(m) -> str:

@@ -84,6 +84,10 @@ class StubRepo:
         redirect: answer ``/resolve/`` with the Hub's ``307`` to ``/api/resolve-cache/...``.
         trickle_s: send a ``GET`` body in 8 pieces with this many seconds between them (headers come at once), to
             exercise a client's overall deadline rather than its per-read timeout.
+        drop: close the connection without any answer (after ``delay_s``), like a crashed Hub behind a load
+            balancer: the client sees the server disconnect.
+        file_delay_s: extra seconds to sleep before answering for the named files only (e.g.
+            ``{"model.safetensors": 3.0}``: a Hub that serves config.json but hangs on the weights' headers).
     """
 
     config: dict[str, Any] | list[Any] | bytes | None = None
@@ -96,6 +100,8 @@ class StubRepo:
     delay_s: float = 0.0
     redirect: bool = False
     trickle_s: float = 0.0
+    drop: bool = False
+    file_delay_s: dict[str, float] = field(default_factory=dict)
 
     def body_of(self, filename: str) -> bytes | None:
         """Bytes of ``filename`` in this repo, or None if it has no such file."""
@@ -190,6 +196,15 @@ class HubStub:
         """Serve (or replace) ``repo_id`` while running."""
         with self._lock:
             self.repos[repo_id] = repo
+
+    def requests_for(self, repo_id: str, filename: str = "config.json") -> list[RecordedRequest]:
+        """Requests so far that asked for ``filename`` of ``repo_id`` (``/resolve/`` and ``/api/resolve-cache/``)."""
+        with self._lock:
+            return [
+                r for r in self.requests
+                if (f"/{repo_id}/resolve/" in r.path or f"/models/{repo_id}/" in r.path)
+                and urlsplit(r.path).path.endswith("/" + filename)
+            ]
 
     def paths(self, method: str | None = None) -> list[str]:
         """Paths requested so far, optionally only those of one HTTP method."""
@@ -303,6 +318,13 @@ def _make_handler(stub: HubStub) -> type[BaseHTTPRequestHandler]:
 
             if repo is not None and repo.delay_s > 0:
                 time.sleep(repo.delay_s)
+            if repo is not None and repo.file_delay_s.get(filename, 0) > 0:
+                time.sleep(repo.file_delay_s[filename])
+            if repo is not None and repo.drop:
+                self.close_connection = True
+                with contextlib.suppress(OSError):
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                return
 
             # The Hub rejects an unknown token before anything else, even for public repos.
             if has_auth and not token_ok:

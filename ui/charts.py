@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from engine.catalog import Gpu
 from engine.cost import PlanEstimate, PlanSearch
@@ -34,7 +33,7 @@ COMPONENT_STYLE = {
 }
 
 
-def _usable_line(y: float, text: str, bgcolor: str | None = None) -> tuple[dict, dict]:
+def usable_line(y: float, text: str, bgcolor: str | None = None) -> tuple[dict, dict]:
     """A dashed horizontal line across the plot at ``y`` and its label at the top right: the layout shape and
     annotation ``Figure.add_hline`` would add, built directly (add_hline costs milliseconds per call, on every rerun)."""
     shape = {"type": "line", "xref": "x domain", "x0": 0, "x1": 1, "yref": "y", "y0": y, "y1": y,
@@ -66,7 +65,7 @@ def per_gpu_figure(components: dict[str, float], cpu_bytes: float, unit: Unit, g
     shapes, annotations = [], []
     if gpu is not None:
         usable = to_unit(gpu.usable_memory_bytes, unit)
-        shape, annotation = _usable_line(usable, f"{gpu.name}: {usable:,.1f} {unit} usable")
+        shape, annotation = usable_line(usable, f"{gpu.name}: {usable:,.1f} {unit} usable")
         shapes.append(shape)
         annotations.append(annotation)
     top = max([total, to_unit(cpu_bytes, unit)] + ([to_unit(gpu.usable_memory_bytes, unit)] if gpu else []) + [1e-9])
@@ -100,7 +99,7 @@ def memory_stack_figure(rows: list[SweepRow], unit: Unit, gpu: Gpu | None) -> go
     shapes, annotations = [], []
     if gpu is not None:
         usable = to_unit(gpu.usable_memory_bytes, unit)
-        shape, annotation = _usable_line(usable, f"{gpu.name}: {usable:,.1f} {unit} usable", "rgba(255,255,255,0.85)")
+        shape, annotation = usable_line(usable, f"{gpu.name}: {usable:,.1f} {unit} usable", "rgba(255,255,255,0.85)")
         shapes.append(shape)
         annotations.append(annotation)
     top = max(totals + ([to_unit(gpu.usable_memory_bytes, unit)] if gpu else []) + [1e-9])

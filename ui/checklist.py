@@ -12,9 +12,11 @@ from engine.architecture import Architecture
 from engine.checklist import ORDER, TECHNIQUE_LABELS, ZERO_STAGES, Checklist, Technique, build_checklist, default_techniques
 from engine.errors import EngineError
 from engine.gpus import Gpu, find_gpu
+from engine.memory import tensor_budget
 from engine.parallel import Strategy
 from engine.scenario import Scenario
 from engine.units import Unit, fmt_bytes, to_unit
+from ui.charts import usable_line
 
 SPEED_GPU = "NVIDIA H100 80GB"
 """GPU the speed column uses when the sidebar shows none."""
@@ -35,9 +37,11 @@ def checklist_figure(checklist: Checklist, unit: Unit, gpu: Gpu | None) -> go.Fi
         hovertemplate="%{x}: %{text}<extra></extra>",
     ))
     if gpu is not None:
-        fig.add_hline(y=to_unit(gpu.usable_memory_bytes, unit), line_dash="dash", line_color="black",
-                      annotation_text=f"{gpu.name}: {to_unit(gpu.usable_memory_bytes, unit):,.1f} {unit} usable",
-                      annotation_position="top right")
+        # The bars are tensor peaks (max_memory_allocated): the line is what the GPU leaves for tensors once the
+        # CUDA context and the allocator's reserve are taken (engine.memory.tensor_budget).
+        room = to_unit(tensor_budget(gpu.usable_memory_bytes), unit)
+        shape, annotation = usable_line(room, f"{gpu.name}: {room:,.1f} {unit} for tensors")
+        fig.update_layout(shapes=[shape], annotations=[annotation])
     fig.update_layout(yaxis_title=f"Peak memory per GPU ({unit})", height=460, showlegend=False, margin=dict(t=30, b=10))
     return fig
 

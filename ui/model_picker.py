@@ -7,7 +7,10 @@ A Hugging Face token comes from a password field (kept in this session only), ``
 
 from __future__ import annotations
 
+import concurrent.futures
+import hashlib
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,12 +18,23 @@ import streamlit as st
 
 from engine.architecture import Architecture, architecture_or_approximation
 from engine.checkpoint import CheckpointCount, fetch_checkpoint_count
-from engine.errors import EngineError, GatedRepoError, HubUnavailableError, RepoNotFoundError
-from engine.hub import fetch_config
+from engine.errors import (
+    ConfigError, EngineError, GatedRepoError, HubUnavailableError, RepoNotFoundError, UnsupportedModelError,
+)
+from engine.hub import fetch_config, hub_timeout_s
 from engine.sources import ConfigOrigin, catalog_choices, catalog_fallback, config_from_catalog, hub_origin, parse_config_bytes
 
 DEFAULT_REPO = "meta-llama/Llama-3.1-8B"
 SOURCES = ("Catalog", "Hub repo id", "Upload config.json")
+#: After the Hub was unreachable for a repo, this session does not ask the Hub again for it for this many seconds:
+#: a hung Hub costs a user one timeout (``FINETUNE_FIT_HUB_TIMEOUT``, 10 s by default), not one per widget change.
+OUTAGE_RETRY_S = 60.0
+_OUTAGES = "_hub_outages"  # session state: (endpoint, repo, revision) -> (monotonic expiry, reason, message)
+_TOKEN_READS = "_hub_token_reads"  # session state: (endpoint, repo, revision, token fingerprint) -> config
+_UPLOAD_HINT = "upload the model's own config.json (the JSON file of a few kB in its Hub repo)"
+# Checkpoint headers are read by huggingface_hub's HfApi, whose HEAD requests wait for its own timeouts and retries
+# (tens of seconds for a hung or failing Hub); the page waits at most the Hub timeout for them.
+_CHECKPOINT_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="hub-checkpoint")
 
 
 @dataclass(frozen=True)
@@ -51,26 +65,64 @@ def _token() -> str | None:
     return secret or os.environ.get("HF_TOKEN") or None
 
 
+def _endpoint_now() -> str:
+    return (os.environ.get("HF_ENDPOINT") or "").strip().rstrip("/")
+
+
 @st.cache_data(ttl=3600, max_entries=256, show_spinner="Reading config.json from the Hub…")
-def _public_config(repo_id: str, revision: str | None) -> dict[str, Any]:
-    # Cached for everyone: only configs readable without any token land here; errors are not cached.
-    return fetch_config(repo_id, revision=revision, token=False)
+def _public_config(repo_id: str, revision: str | None, endpoint: str) -> dict[str, Any]:
+    # Cached for everyone: only configs readable without any token land here (token=False sends none), keyed by repo,
+    # revision and endpoint, never by a token; errors are not cached.
+    return fetch_config(repo_id, revision=revision, token=False, timeout_s=hub_timeout_s())
+
+
+def _fingerprint(token: str) -> str:
+    # Session-local memo key: a digest, so the token itself is not copied into another structure.
+    return hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
+def _recent_outage(key: tuple) -> HubUnavailableError | None:
+    """The Hub failure this session met for ``key`` less than OUTAGE_RETRY_S ago, rebuilt, or None."""
+    outages: dict = st.session_state.setdefault(_OUTAGES, {})
+    seen = outages.get(key)
+    if seen is None:
+        return None
+    expiry, reason, message = seen
+    left = expiry - time.monotonic()
+    if left <= 0:
+        outages.pop(key, None)
+        return None
+    error = HubUnavailableError(f"{message} (This session asks the Hub again in {left:.0f} s.)")
+    error.reason = reason
+    return error
 
 
 def _hub_config(repo_id: str, revision: str | None) -> tuple[dict[str, Any], ConfigOrigin]:
-    """Public configs come from the shared cache; gated/private ones are fetched with the user's token
-    and never cached, so one user's access is never served to another. An unreachable Hub falls back
-    to the bundled copy when there is one."""
+    """Public configs come from the shared cache; gated/private ones are fetched with the user's token and kept only
+    in this session, so one user's access is never served to another. An unreachable Hub falls back to the bundled
+    copy when there is one, and is not asked again by this session for OUTAGE_RETRY_S seconds."""
+    endpoint = _endpoint_now()
+    key = (endpoint, repo_id.strip(), revision)
     try:
+        outage = _recent_outage(key)
+        if outage is not None:
+            raise outage
         try:
-            return _public_config(repo_id, revision), hub_origin(repo_id, revision)
+            return _public_config(repo_id, revision, endpoint), hub_origin(repo_id, revision)
         except (GatedRepoError, RepoNotFoundError):
             token = _token()
             if not token:
                 raise
-            with st.spinner("Reading config.json with your token…"):
-                return fetch_config(repo_id, revision=revision, token=token), hub_origin(repo_id, revision)
+            reads: dict = st.session_state.setdefault(_TOKEN_READS, {})
+            memo_key = (*key, _fingerprint(token))
+            if memo_key not in reads:
+                with st.spinner("Reading config.json with your token…"):
+                    reads[memo_key] = fetch_config(repo_id, revision=revision, token=token, timeout_s=hub_timeout_s())
+            return reads[memo_key], hub_origin(repo_id, revision)
     except HubUnavailableError as exc:
+        outages: dict = st.session_state.setdefault(_OUTAGES, {})
+        if key not in outages:
+            outages[key] = (time.monotonic() + OUTAGE_RETRY_S, exc.reason, str(exc))
         return catalog_fallback(repo_id, exc, revision)
 
 
@@ -108,7 +160,11 @@ def _upload_widget() -> tuple[dict[str, Any], ConfigOrigin] | None:
     if upload is None:
         st.info("Upload a model's config.json (parsed as data; nothing is executed).")
         return None
-    config = parse_config_bytes(upload.getvalue(), upload.name)
+    try:
+        config = parse_config_bytes(upload.getvalue(), upload.name)
+    except ConfigError as exc:
+        message = str(exc)
+        raise ConfigError(message if "upload" in message else f"{message}; {_UPLOAD_HINT}") from None
     return config, ConfigOrigin(kind="file", name=upload.name)
 
 
@@ -128,7 +184,14 @@ def model_sidebar() -> PickedModel | None:
                 st.session_state["model"] = None
                 return None
             config, origin = loaded
-            arch, approximation = architecture_or_approximation(config)
+            try:
+                arch, approximation = architecture_or_approximation(config)
+            except ConfigError as exc:
+                if isinstance(exc, UnsupportedModelError):
+                    raise
+                # Missing, zero, negative or absurd sizes: say what to check as well.
+                raise ConfigError(f"{exc}. The sizes must be those of a transformers config.json: check the file, or "
+                                  "pick the model from the catalog.") from None
             picked = PickedModel(arch=arch, origin=origin, config=config)
         except EngineError as exc:
             st.error(str(exc))
@@ -144,18 +207,49 @@ def model_sidebar() -> PickedModel | None:
     return picked
 
 
+class _NotCached(Exception):
+    """Internal: a checkpoint count that failed for a passing reason (the Hub down or slow), so it is not cached."""
+
+    def __init__(self, count: CheckpointCount) -> None:
+        super().__init__(count.reason)
+        self.count = count
+
+
+def _bounded_count(repo_id: str, revision: str | None, token: str | bool) -> CheckpointCount:
+    """fetch_checkpoint_count, given up after the Hub timeout (the worker thread finishes on its own)."""
+    timeout_s = hub_timeout_s()
+    future = _CHECKPOINT_POOL.submit(fetch_checkpoint_count, repo_id, revision=revision, token=token,
+                                     timeout_s=timeout_s)
+    try:
+        return future.result(timeout=timeout_s)
+    except concurrent.futures.TimeoutError:
+        return CheckpointCount(total=None, reason=f"the Hub did not answer within {timeout_s:g} s; try again later")
+
+
+def _passing_failure(count: CheckpointCount) -> bool:
+    reason = count.reason or ""
+    return count.total is None and any(
+        s in reason for s in ("could not be read", "did not answer", "(HTTP 5", "(HTTP 429", "(HTTP 408"))
+
+
 @st.cache_data(ttl=3600, max_entries=256, show_spinner="Reading safetensors headers from the Hub…")
-def _public_checkpoint_count(repo_id: str, revision: str | None) -> CheckpointCount:
-    return fetch_checkpoint_count(repo_id, revision=revision, token=False)
+def _public_checkpoint_count(repo_id: str, revision: str | None, endpoint: str) -> CheckpointCount:
+    count = _bounded_count(repo_id, revision, token=False)
+    if _passing_failure(count):
+        raise _NotCached(count)
+    return count
 
 
 def checkpoint_count(picked: PickedModel) -> CheckpointCount:
     """The checkpoint's stored parameter count for the picked model's repo (public: shared cache;
-    gated: read with the user's token, uncached)."""
+    gated: read with the user's token, uncached). Waits at most about the Hub timeout."""
     repo_id, revision = picked.origin.repo_id or "", picked.origin.revision
-    count = _public_checkpoint_count(repo_id, revision)
+    try:
+        count = _public_checkpoint_count(repo_id, revision, _endpoint_now())
+    except _NotCached as exc:
+        return exc.count
     token = _token()
     if count.total is None and "gated" in (count.reason or "") and token:
         with st.spinner("Reading safetensors headers with your token…"):
-            count = fetch_checkpoint_count(repo_id, revision=revision, token=token)
+            count = _bounded_count(repo_id, revision, token=token)
     return count
