@@ -33,7 +33,7 @@ from engine.inference import (
 )
 from engine.parallel import Offload, Strategy, deepspeed_estimate, plan_parallel
 from engine.precision import PrecisionMode
-from engine.scenario import Attention, Method, QuantType, Scenario
+from engine.scenario import Attention, Framework, Method, QuantType, Scenario
 from engine.seed_rules import seed_quick_rule
 from engine.sources import config_from_catalog, config_from_file, config_from_hub
 from engine.throughput import DEFAULT_MFU, DEFAULT_SCALING_EFFICIENCY, seed_throughput
@@ -70,9 +70,13 @@ def _add_scenario_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lora-dropout", type=float, default=d.lora_dropout, metavar="P", help="LoRA dropout (default: %(default)s)")
     p.add_argument("--lora-targets", default=None, metavar="NAMES",
                    help="comma-separated target modules, e.g. q_proj,v_proj, or all-linear (default: the attention projections)")
-    p.add_argument("--quant-type", choices=[q.value for q in QuantType], default=d.quant_type.value, help="QLoRA 4-bit type (default: %(default)s)")
+    p.add_argument("--quant-type", choices=[q.value for q in QuantType], default=d.quant_type.value, help="QLoRA base quantization: 4-bit nf4/fp4 or 8-bit int8 (LLM.int8) (default: %(default)s)")
     p.add_argument("--no-double-quant", action="store_true", help="QLoRA without double quantization")
     p.add_argument("--no-prepare-kbit", action="store_true", help="QLoRA without prepare_model_for_kbit_training (no fp32 upcast)")
+    p.add_argument("--framework", choices=[f.value for f in Framework], default=d.framework.value,
+                   help="training stack: hf = transformers + PEFT + Trainer; litgpt; torchtune (default: %(default)s)")
+    p.add_argument("--fused-cross-entropy", action="store_true",
+                   help="chunked LM head + loss (Liger Kernel, TrainingArguments(use_liger_kernel=True)): no vocabulary-sized logits")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_parallel_inference_options(est)
     _add_time_cost_options(est)
     _add_plan_parser(sub)
+    _add_trace_parser(sub)
     return parser
 
 
@@ -135,6 +140,7 @@ def _params_json(arch: Architecture, origin: dict[str, Any]) -> dict[str, Any]:
 _SCENARIO_FIELDS = (
     "method", "precision", "optimizer", "micro_batch_size", "seq_len", "gradient_accumulation_steps",
     "gradient_checkpointing", "attention", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "quant_type",
+    "fused_cross_entropy", "framework",
 )
 
 
@@ -173,6 +179,13 @@ def _estimate_json(arch: Architecture, origin: dict[str, Any], scenario: Scenari
         "components": {k: round(v) for k, v in est.components.items()},
         "total_bytes": round(est.total_bytes),
         "peak_phase": est.peak_phase,
+        # What torch.cuda.max_memory_allocated / max_memory_reserved and nvidia-smi would report at the peak.
+        "peak_allocated_bytes": round(est.peak_allocated_bytes),
+        "peak_reserved_bytes": round(est.peak_reserved_bytes),
+        "device_used_bytes": round(est.device_used_bytes),
+        "overheads": {p.key: round(p.bytes) for p in est.overheads},
+        "pageable_bytes": round(est.pageable_bytes),
+        "first_step_peak_bytes": round(est.first_step_peak_bytes),
         "phase_totals_bytes": {ph: round(est.phase_total(ph)) for ph in PHASES},
         "attention_kernel": est.attention_kernel,
         "bytes_per_parameter": est.bytes_per_parameter,
@@ -432,6 +445,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "plan":
         return _plan_main(args)
+    if args.command == "trace":
+        return _trace_main(args)
     try:
         arch, config, origin = _load(args)
         if args.command == "params":
@@ -546,9 +561,7 @@ def _plan_main(args: argparse.Namespace) -> int:
                     scaling_efficiency=args.scaling_efficiency, price_source=args.price_source or CHEAPEST_LISTED,
                 )
             except ValidationError as exc:
-                from engine.scenario import _explain
-
-                raise ScenarioError(_explain(exc)) from None
+                raise ScenarioError(explain_validation(exc, all_errors=True)) from None
             out = plans_to_csv([(plan, evaluate_plan(plan, config))])
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -558,6 +571,38 @@ def _plan_main(args: argparse.Namespace) -> int:
         return 0
     try:
         sys.stdout.buffer.write(out) if hasattr(sys.stdout, "buffer") else sys.stdout.write(out.decode("utf-8"))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------
+# trace: an exact fake-tensor trace of two training steps (engine.trace, the optional [trace] extra)
+
+
+def _add_trace_parser(sub: Any) -> None:
+    p = sub.add_parser("trace", help="trace two training steps on fake tensors (needs the [trace] extra): measured peak (JSON, bytes)")
+    _add_model_options(p)
+    _add_scenario_options(p)
+    p.add_argument("--timeout", type=_positive_int, default=300, metavar="S", help="stop the trace after S seconds (default: %(default)s)")
+
+
+def _trace_main(args: argparse.Namespace) -> int:
+    """``python -m engine trace``: the trace as JSON, steady-state peak as ``peak_allocated_bytes``; exit 2 on bad
+    input, a scenario that cannot be traced, a missing extra or a failed trace."""
+    from engine.trace import trace_training_step
+
+    try:
+        _, config, origin = _load(args)
+        scenario = _scenario(args)
+        result = trace_training_step(config, scenario, timeout_s=args.timeout)
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out = {"source": origin, "scenario": scenario.model_dump(mode="json"), **result.model_dump(mode="json")}
+    try:
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
         sys.stdout.flush()
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -62,3 +62,23 @@ def explain_validation(exc: Any, default_where: str = "", *, all_errors: bool = 
         message = err["msg"].removeprefix("Value error, ")
         parts.append(f"{where}: {message} (got {err.get('input')!r})" if where else message)
     return "; ".join(parts)
+
+
+class TraceError(EngineError):
+    """Base class of the errors of the fake-tensor tracer (:mod:`engine.trace`)."""
+
+
+class TraceUnavailableError(TraceError):
+    """The optional ``[trace]`` extra (torch, transformers, peft) is not installed, or its extension cannot be built."""
+
+
+class NotTraceableError(TraceError):
+    """The scenario needs CUDA kernels that fake tensors cannot run (bitsandbytes 4-bit weights or 8-bit/paged optimizers)."""
+
+
+class TraceModelTypeError(TraceError, UnsupportedModelError):
+    """The config's ``model_type`` is not a causal-LM architecture of the installed transformers."""
+
+
+class TraceFailedError(TraceError):
+    """The trace ran but failed (an error inside torch/transformers/peft) or ran past its time limit."""

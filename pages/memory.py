@@ -16,6 +16,7 @@ from ui.charts import memory_stack_figure, per_gpu_figure
 from ui.checklist import checklist_section
 from ui.layout import scenario_page
 from ui.scenario_form import display_sidebar, inference_inputs, parallel_sidebar
+from ui.trace_panel import trace_panel
 
 TRAINING, INFERENCE = "Fine-tuning", "Inference"
 
@@ -171,6 +172,12 @@ with left.expander("Not yet modelled", expanded=True):
 with right.expander("Assumptions", expanded=True):
     for a in est.assumptions:
         st.markdown(f"- {a}")
+if est.first_step_peak_bytes < est.total_bytes:
+    st.caption(f"First training step: {fmt_bytes(est.first_step_peak_bytes, unit)} at most on one GPU (the optimizer "
+               "states are created inside its optimizer step); the figures above are the steady state, from the second step.")
+
+st.subheader("Verify by tracing")
+trace_panel(model.config, scenario, est, unit)
 
 st.subheader("The seeds' simple rules beside this estimate")
 seed_rows = seed_comparison(est.total_parameters, scenario.micro_batch_size, scenario.seq_len,
