@@ -1,4 +1,6 @@
-"""Command line: ``python -m engine params|estimate ...`` printing JSON, for scripts and CI.
+"""Command line: ``python -m engine params|estimate|plan|trace ...`` printing JSON (``plan``: CSV), for scripts and CI.
+
+``trace`` runs the optional fake-tensor tracer (:mod:`engine.trace`, the ``[trace]`` extra).
 
 ``estimate --gpu NAME`` adds the memory fit; with a dataset size as well (``--dataset-tokens`` or ``--examples``
 and ``--avg-tokens``) it adds the training time and cost (:mod:`engine.throughput`, :mod:`engine.cost`).
