@@ -38,6 +38,29 @@ def data_dir() -> Path:
     return folder
 
 
+def _csv_rows(filename: str) -> list[tuple[str, dict[str, str]]]:
+    """(label, row) for each row of ``data/<filename>``; the label names the file, the line (header = 1) and the
+    row's id, for error messages.
+
+    Raises:
+        CatalogError: an unreadable file or a row with the wrong number of fields.
+    """
+    path = data_dir() / filename
+    try:
+        with path.open(encoding="utf-8", newline="") as fh:
+            reader = csv.DictReader(fh)
+            rows = [(reader.line_num, row) for row in reader]
+    except OSError as exc:
+        raise CatalogError(f"cannot read {path}: {exc.strerror}") from None
+    out = []
+    for line, row in rows:
+        label = f"{filename} row {line} ({row.get('id')!r})"
+        if None in row or any(v is None for v in row.values()):
+            raise CatalogError(f"{label}: wrong number of fields")
+        out.append((label, row))
+    return out
+
+
 class CatalogModel(BaseModel):
     """A bundled model: its Hub repo id, a display name and its config dict."""
 
@@ -107,18 +130,8 @@ def load_throughput_measurements() -> tuple[ThroughputMeasurement, ...]:
         CatalogError: an unreadable file, a bad row (named by its line, header = 1, and its id), a duplicate
             id, a model that is not bundled or a GPU the catalog does not know.
     """
-    path = data_dir() / MEASUREMENTS_FILE
-    try:
-        with path.open(encoding="utf-8", newline="") as fh:
-            reader = csv.DictReader(fh)
-            rows = [(reader.line_num, row) for row in reader]
-    except OSError as exc:
-        raise CatalogError(f"cannot read {path}: {exc.strerror}") from None
     out: list[ThroughputMeasurement] = []
-    for line, row in rows:
-        label = f"{MEASUREMENTS_FILE} row {line} ({row.get('id')!r})"
-        if None in row or any(v is None for v in row.values()):
-            raise CatalogError(f"{label}: wrong number of fields")
+    for label, row in _csv_rows(MEASUREMENTS_FILE):
         try:
             m = ThroughputMeasurement.model_validate(row)
         except ValidationError as exc:
@@ -251,18 +264,8 @@ def load_measured_memory() -> tuple[MeasuredMemory, ...]:
         CatalogError: an unreadable file, a bad row (named by its line, header = 1, and its id), a duplicate id,
             or an expressible row whose ``catalog_model`` is not bundled.
     """
-    path = data_dir() / MEASURED_MEMORY_FILE
-    try:
-        with path.open(encoding="utf-8", newline="") as fh:
-            reader = csv.DictReader(fh)
-            rows = [(reader.line_num, row) for row in reader]
-    except OSError as exc:
-        raise CatalogError(f"cannot read {path}: {exc.strerror}") from None
     out: list[MeasuredMemory] = []
-    for line, row in rows:
-        label = f"{MEASURED_MEMORY_FILE} row {line} ({row.get('id')!r})"
-        if None in row or any(v is None for v in row.values()):
-            raise CatalogError(f"{label}: wrong number of fields")
+    for label, row in _csv_rows(MEASURED_MEMORY_FILE):
         try:
             m = MeasuredMemory.model_validate(row)
         except ValidationError as exc:

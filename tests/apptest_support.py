@@ -20,3 +20,30 @@ def charts(at: AppTest) -> list[dict]:
 def metric(at: AppTest, label: str) -> str:
     """The value of the st.metric with ``label``."""
     return next(m.value for m in at.metric if m.label == label)
+
+
+def rendered_text(at: AppTest) -> str:
+    """Everything the app sent to the browser: every element's protobuf and repr, recursively from the root."""
+    parts: list[str] = []
+
+    def walk(node) -> None:
+        proto = getattr(node, "proto", None)
+        if proto is not None:
+            parts.append(str(proto))
+        parts.append(repr(node))
+        for child in getattr(node, "children", {}).values():
+            walk(child)
+
+    walk(at.main.root)
+    return "\n".join(parts)
+
+
+def hub(at: AppTest, repo_id: str, token: str | None = None) -> AppTest:
+    if at.radio(key="model_source").value != "Hub repo id":
+        at.radio(key="model_source").set_value("Hub repo id").run()
+        no_exception(at)
+    if token is not None:
+        at.text_input(key="hf_token_input").input(token)
+    at.text_input(key="hub_repo_id").input(repo_id).run()
+    no_exception(at)
+    return at

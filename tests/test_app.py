@@ -29,7 +29,7 @@ from engine.scenario import Attention, Method, Scenario
 from engine.sources import config_from_catalog
 from hubstub import StubRepo
 from reference import param_counts, reference_config, require_reference
-from apptest_support import no_exception
+from apptest_support import hub, no_exception, rendered_text
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "streamlit_app.py")
@@ -74,22 +74,6 @@ def errors(at: AppTest) -> list[str]:
 
 def sidebar_captions(at: AppTest) -> list[str]:
     return [c.value for c in at.sidebar.caption]
-
-
-def rendered_text(at: AppTest) -> str:
-    """Everything the app sent to the browser: every element's protobuf and repr, recursively from the root."""
-    parts: list[str] = []
-
-    def walk(node) -> None:
-        proto = getattr(node, "proto", None)
-        if proto is not None:
-            parts.append(str(proto))
-        parts.append(repr(node))
-        for child in getattr(node, "children", {}).values():
-            walk(child)
-
-    walk(at.main.root)
-    return "\n".join(parts)
 
 
 def default_form_scenario(**overrides) -> Scenario:
@@ -298,17 +282,6 @@ def test_bad_upload_then_good_upload_recovers(app):
 
 
 # --- Hub repo id -----------------------------------------------------------------------------------------------------
-
-
-def hub(at: AppTest, repo_id: str, token: str | None = None) -> AppTest:
-    if at.radio(key="model_source").value != "Hub repo id":
-        at.radio(key="model_source").set_value("Hub repo id").run()
-        no_exception(at)
-    if token is not None:
-        at.text_input(key="hf_token_input").input(token)
-    at.text_input(key="hub_repo_id").input(repo_id).run()
-    no_exception(at)
-    return at
 
 
 def resolve_requests(stub) -> list:

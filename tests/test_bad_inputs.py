@@ -38,7 +38,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from apptest_support import no_exception
+from apptest_support import hub, no_exception
 from engine.architecture import architecture_from_config
 from engine.errors import (
     CatalogError,
@@ -211,17 +211,6 @@ def errors(at: AppTest) -> list[str]:
 
 def warnings(at: AppTest) -> list[str]:
     return [w.value for w in at.warning]
-
-
-def hub(at: AppTest, repo_id: str, token: str | None = None) -> AppTest:
-    if at.radio(key="model_source").value != "Hub repo id":
-        at.radio(key="model_source").set_value("Hub repo id").run()
-        no_exception(at)
-    if token is not None:
-        at.text_input(key="hf_token_input").input(token)
-    at.text_input(key="hub_repo_id").input(repo_id).run()
-    no_exception(at)
-    return at
 
 
 def upload(at: AppTest, data: bytes) -> AppTest:

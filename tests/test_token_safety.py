@@ -19,7 +19,7 @@ import streamlit.testing.v1.app_test as app_test_module
 from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import AppTest
 
-from apptest_support import no_exception
+from apptest_support import hub, no_exception, rendered_text as sent_to_browser
 from engine.sources import config_from_catalog
 from hubstub import StubRepo
 
@@ -89,33 +89,6 @@ def all_logs():
             logger.setLevel(level)
         for other, level in quieted:
             other.setLevel(level)
-
-
-def sent_to_browser(at: AppTest) -> str:
-    """Every element's protobuf, main area and sidebar, recursively."""
-    parts: list[str] = []
-
-    def walk(node) -> None:
-        proto = getattr(node, "proto", None)
-        if proto is not None:
-            parts.append(str(proto))
-        parts.append(repr(node))
-        for child in getattr(node, "children", {}).values():
-            walk(child)
-
-    walk(at._tree)
-    return "\n".join(parts)
-
-
-def hub(at: AppTest, repo_id: str, token: str | None = None) -> AppTest:
-    if at.radio(key="model_source").value != "Hub repo id":
-        at.radio(key="model_source").set_value("Hub repo id").run()
-        no_exception(at)
-    if token is not None:
-        at.text_input(key="hf_token_input").input(token)
-    at.text_input(key="hub_repo_id").input(repo_id).run()
-    no_exception(at)
-    return at
 
 
 def parameters_help(at: AppTest) -> str:
