@@ -3,7 +3,8 @@
 Source of the checklist: the seed chapters (../shared/seeds/, "Capítulo 3: Entrenamiento eficiente en memoria", the
 closing list): mixed precision, gradient checkpointing, gradient accumulation, 8-bit or paged optimizers, DeepSpeed,
 QLoRA, shorter sequences, smaller batches. :func:`build_checklist` starts from the **naive** run, full fine-tuning in
-fp32 with torch AdamW (foreach step) at your micro batch and sequence length on one GPU, and applies the ticked
+fp32 with your AdamW (fused, the Trainer default, unless you chose torch's foreach AdamW) at your micro batch and
+sequence length on one GPU, and applies the ticked
 techniques one at a time in that order (:data:`ORDER`, the seeds' order: the cheap switches first, then the ones that
 change the hardware, the technique or the data). Each step gives the scenario after it, the peak it reaches, the
 saving against the step before, and the training speed (:mod:`engine.throughput`) so that a technique that trades
@@ -28,6 +29,10 @@ What each step changes (the rest is kept from the step before):
 - shorter sequences: a shorter sequence length (half of yours unless given);
 - smaller batches: a smaller micro batch (half of yours unless given), with more accumulation steps keeping the
   effective batch (micro batch x accumulation steps x GPUs).
+
+When the ticks are exactly the techniques your scenario uses (:func:`default_techniques`), a last step, "your other
+settings", moves to your exact scenario (another optimizer such as Lion or SGD, the framework, a fused loss, your
+GPUs and strategy), so that the final bar is the estimate of your configuration.
 """
 
 from __future__ import annotations
@@ -116,6 +121,8 @@ class Checklist(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     steps: tuple[ChecklistStep, ...]
+    target: Scenario | None = None
+    """Your scenario (the one the checklist was built for)."""
 
     @property
     def naive(self) -> ChecklistStep:
@@ -140,11 +147,17 @@ class Checklist(BaseModel):
         return now / before - 1.0
 
 
+def _text(value: object) -> str:
+    return str(value.value) if isinstance(value, Enum) else str(value)
+
+
 def naive_scenario(scenario: Scenario) -> Scenario:
-    """Full fine-tuning in fp32 with torch AdamW (foreach step), no checkpointing or accumulation, at ``scenario``'s
-    micro batch and sequence length (flash-attention, which needs 16 bits, becomes SDPA)."""
+    """Full fine-tuning in fp32 with AdamW (``scenario``'s foreach AdamW if it uses it, else the Trainer's default
+    fused AdamW), no checkpointing or accumulation, at ``scenario``'s micro batch and sequence length
+    (flash-attention, which needs 16 bits, becomes SDPA)."""
     attention = Attention.SDPA if scenario.attention is Attention.FLASH_ATTENTION_2 else scenario.attention
-    return Scenario.build(method=Method.FULL, precision=PrecisionMode.FP32, optimizer=Optimizer.ADAMW,
+    optimizer = Optimizer.ADAMW if scenario.optimizer is Optimizer.ADAMW else Optimizer.ADAMW_FUSED
+    return Scenario.build(method=Method.FULL, precision=PrecisionMode.FP32, optimizer=optimizer,
                           micro_batch_size=scenario.micro_batch_size, seq_len=scenario.seq_len, attention=attention)
 
 
@@ -222,6 +235,8 @@ def build_checklist(
     shorter_seq_len: int | None = None,
     smaller_micro_batch: int | None = None,
     mfu: float = DEFAULT_MFU,
+    user_strategy: Strategy = Strategy.DDP,
+    user_gpus: int = 1,
 ) -> Checklist:
     """The naive run and one step per technique of ``techniques``, in :data:`ORDER` (see the module docstring).
 
@@ -234,6 +249,7 @@ def build_checklist(
         shorter_seq_len: sequence length of the "shorter sequences" step (default: half of ``scenario.seq_len``).
         smaller_micro_batch: micro batch of the "smaller batches" step (default: half of the micro batch, at least 1).
         mfu: model FLOPs utilisation for the speed (:mod:`engine.throughput`).
+        user_strategy, user_gpus: your own multi-GPU setting (the Memory page's), for the "your other settings" step.
     Returns:
         A :class:`Checklist` whose savings sum to the naive peak minus the final peak.
     Raises:
@@ -283,7 +299,17 @@ def build_checklist(
             fields, label, change, tradeoff = _apply(t, sc, scenario, seq_len, micro)
             sc = Scenario.build(**{**sc.model_dump(), **fields})
         steps.append(step(t, label, change, tradeoff, sc, n, strategy, steps[-1].peak_bytes))
-    return Checklist(steps=tuple(steps))
+    if frozenset(techniques) == default_techniques(scenario, user_strategy):
+        user_n, user_st = (user_gpus, user_strategy) if user_gpus > 1 else (1, Strategy.DDP)
+        changed = [f"{k} {_text(getattr(sc, k))} -> {_text(getattr(scenario, k))}"
+                   for k in Scenario.model_fields if getattr(sc, k) != getattr(scenario, k)]
+        if (user_n, user_st) != (n, strategy):
+            changed.append(f"{user_n} GPU(s), {user_st.value}")
+        if changed:
+            steps.append(step(None, "Your other settings", "; ".join(changed),
+                              "the rest of your scenario, so that the last bar is your configuration",
+                              scenario, user_n, user_st, steps[-1].peak_bytes))
+    return Checklist(steps=tuple(steps), target=scenario)
 
 
 __all__ = [

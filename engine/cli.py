@@ -33,7 +33,7 @@ from engine.inference import (
     InferenceScenario, KvCacheDtype, WeightPrecision, estimate_inference, inference_limits, kv_cache_bytes_per_token,
     sliding_window_layers,
 )
-from engine.parallel import Offload, Strategy, deepspeed_estimate, plan_parallel
+from engine.parallel import Offload, Strategy, deepspeed_estimate, device_memory_per_gpu, plan_parallel
 from engine.precision import PrecisionMode
 from engine.scenario import Attention, Framework, Method, QuantType, Scenario
 from engine.seed_rules import seed_quick_rule
@@ -267,10 +267,16 @@ def _per_gpu_json(arch: Architecture, scenario: Scenario, args: argparse.Namespa
     plan = plan_parallel(est, arch, scenario, strategy, offload)
     per_node = _gpus_per_node(args)
     ds = deepspeed_estimate(arch, strategy, offload, n, per_node)
+    device = device_memory_per_gpu(est, plan, n)
     return {
         "single_gpu_total_bytes": round(est.total_bytes),
         "components": {k: round(v) for k, v in plan.components_per_gpu(n).items()},
         "total_bytes": round(plan.per_gpu_bytes(n)),
+        "peak_allocated_bytes": round(device.allocated),
+        "peak_reserved_bytes": round(device.reserved),
+        "device_used_bytes": round(device.device_used),
+        "overheads": {p.key: round(p.bytes) for p in device.components()},
+        "pageable_bytes": round(device.pageable),
         "peak_phase": plan.peak_phase(n),
         "phase_totals_bytes": {p.phase: round(p.gpu_bytes(n)) for p in plan.phases},
         "offload": offload.value,

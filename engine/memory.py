@@ -336,12 +336,14 @@ def _weights(t: _Tensors, sc: Scenario, spec: PrecisionSpec) -> MemoryComponent:
                 else f"{spec.weight_bytes} B")
         formula = (
             f"block linears {q_params / 1e9:.3f}B x {q_bpp:.4f} B ({t.quantized_label}) + embeddings/norms/LM head "
-            f"({kept}) + adapters x 4 B"
+            f"({kept}) + adapters x {_adapter_bytes(sc, spec):g} B"
         )
     elif sc.method is Method.FULL:
         formula = f"all parameters x {spec.weight_bytes} B ({spec.weight_dtype} weights)"
     else:
-        formula = f"frozen base x {spec.weight_bytes} B ({spec.weight_dtype}) + adapters x 4 B (fp32)"
+        adapter = _adapter_bytes(sc, spec)
+        formula = (f"frozen base x {spec.weight_bytes} B ({spec.weight_dtype}) + adapters x {adapter:g} B "
+                   f"({'fp32' if adapter == 4 else spec.weight_dtype})")
     return MemoryComponent(
         key="weights",
         label="Weights",

@@ -73,7 +73,7 @@ from pydantic import BaseModel, ConfigDict
 
 from engine.architecture import Architecture
 from engine.errors import ScenarioError
-from engine.memory import MemoryEstimate, Phase, quantized_bytes_per_param
+from engine.memory import DeviceMemory, MemoryEstimate, Phase, device_memory, quantized_bytes_per_param
 from engine.precision import precision_spec
 from engine.scenario import Method, Scenario
 
@@ -256,6 +256,15 @@ class ParallelPlan(BaseModel):
             else:
                 lo = mid
         return hi
+
+
+def device_memory_per_gpu(est: MemoryEstimate, plan: "ParallelPlan", num_gpus: int) -> DeviceMemory:
+    """Allocated, reserved and nvidia-smi bytes of one GPU of ``plan`` at ``num_gpus`` (see
+    :class:`engine.memory.DeviceMemory`). Paged optimizer states (all of a paged optimizer's states) are outside
+    torch's allocator: their per-GPU share is counted as pageable, not allocated."""
+    per_gpu = plan.per_gpu_bytes(num_gpus)
+    pageable = plan.components_per_gpu(num_gpus).get("optimizer_states", 0.0) if est.pageable_bytes else 0.0
+    return device_memory(per_gpu - pageable, pageable)
 
 
 def decoder_layer_parameters(arch: Architecture) -> int:

@@ -6,8 +6,8 @@ import streamlit as st
 
 from engine.errors import EngineError
 from engine.inference import estimate_inference, inference_limits, kv_cache_bytes_per_token, sliding_window_layers
-from engine.memory import device_memory, estimate_memory
-from engine.parallel import STRATEGY_LABELS, deepspeed_estimate, plan_parallel
+from engine.memory import estimate_memory, tensor_budget
+from engine.parallel import STRATEGY_LABELS, deepspeed_estimate, device_memory_per_gpu, plan_parallel
 from engine.precision import PrecisionMode
 from engine.seed_rules import seed_comparison
 from engine.sweep import sweep_techniques
@@ -48,8 +48,9 @@ def inference_view() -> None:
         st.caption(f"{sliding} of {arch.num_layers} layers use a sliding window of {arch.sliding_window:,} tokens: "
                    "their cache stops growing there.")
     if gpu is not None:
-        headroom = gpu.usable_memory_bytes - est.total_bytes
-        lim = inference_limits(arch, isc, gpu.usable_memory_bytes)
+        # Same rule as training: what nvidia-smi would show (allocator reserve and CUDA context) against the GPU.
+        headroom = gpu.usable_memory_bytes - est.device_used_bytes
+        lim = inference_limits(arch, isc, tensor_budget(gpu.usable_memory_bytes))
         (st.success if headroom >= 0 else st.warning)(
             f"{'Fits on' if headroom >= 0 else 'Does not fit on'} one {gpu.name} "
             f"({'headroom' if headroom >= 0 else 'short by'} {fmt_bytes(abs(headroom), unit)}). Longest context at "
@@ -79,10 +80,7 @@ n = par.num_gpus
 per_gpu = plan.per_gpu_bytes(n)
 peak_phase = plan.peak_phase(n)
 cpu_node = plan.cpu_bytes_per_node(n, par.gpus_per_node)
-# Paged optimizer states live outside torch's allocator; per GPU they shard like any other state.
-pageable = est.pageable_bytes * (plan.components_per_gpu(n).get("optimizer_states", 0.0) / est.components["optimizer_states"]
-                                 if est.pageable_bytes and est.components.get("optimizer_states") else 0.0)
-device = device_memory(per_gpu - pageable, pageable)
+device = device_memory_per_gpu(est, plan, n)  # allocated, reserved and nvidia-smi bytes of one GPU
 
 if model.arch.approximate_from:
     st.warning(f"Approximate architecture: model_type '{model.arch.approximate_from}' is estimated as a Llama-style "
@@ -113,13 +111,19 @@ if cpu_node:
               help=f"{cpu_node:,.0f} bytes: the offloaded states of {min(n, par.gpus_per_node)} GPUs of a node")
 if gpu is not None:
     headroom = gpu.usable_memory_bytes - device.device_used
-    verdict = "fits on" if headroom >= 0 else "does not fit on"
-    (st.success if headroom >= 0 else st.warning)(
-        f"What nvidia-smi would show {verdict} {'one' if not par.is_multi else 'each'} {gpu.name} "
-        f"({fmt_bytes(gpu.usable_memory_bytes, unit)} usable): "
-        f"{'headroom' if headroom >= 0 else 'short by'} {fmt_bytes(abs(headroom), unit)}, the allocator reserve and "
-        "the CUDA context included."
-    )
+    paged_headroom = headroom + device.pageable  # the driver can move paged states to CPU RAM instead of failing
+    which = "one" if not par.is_multi else "each"
+    if headroom >= 0 or paged_headroom < 0:
+        (st.success if headroom >= 0 else st.warning)(
+            f"What nvidia-smi would show {'fits on' if headroom >= 0 else 'does not fit on'} {which} {gpu.name} "
+            f"({fmt_bytes(gpu.usable_memory_bytes, unit)} usable): "
+            f"{'headroom' if headroom >= 0 else 'short by'} {fmt_bytes(abs(headroom), unit)}, the allocator reserve and "
+            "the CUDA context included."
+        )
+    else:
+        st.info(f"Fits on {which} {gpu.name} only with paging: without the paged optimizer states it leaves "
+                f"{fmt_bytes(paged_headroom, unit)}, so the driver keeps part of the {fmt_bytes(device.pageable, unit)} of "
+                "paged states in CPU RAM and moves them in at each step (slower, not an out-of-memory error).")
 if scenario.gradient_accumulation_steps > 1:
     st.info(f"Gradient accumulation ({scenario.gradient_accumulation_steps} steps) does not lower the peak: each micro "
             "batch's activations are the same, and the gradients stay alive between micro batches (ms-swift's "
@@ -195,4 +199,4 @@ st.caption(
     "See the Methodology page."
 )
 
-checklist_section(model.arch, scenario, unit, gpu, par.strategy)
+checklist_section(model.arch, scenario, unit, gpu, par.strategy, par.num_gpus)

@@ -67,7 +67,8 @@ with st.expander("Import plans from CSV", expanded=not saved_plans()):
         st.session_state["_plans_import_report"] = (len(imported.plans), [(e.row, e.reason) for e in imported.errors])
     report = st.session_state.get("_plans_import_report")
     if report:
-        st.success(f"Loaded {report[0]} plan(s), each recomputed from its inputs.")
+        if report[0]:
+            st.success(f"Loaded {report[0]} plan(s), each recomputed from its inputs.")
         if report[1]:
             st.error("Rows not loaded:\n" + "\n".join(f"- row {row}: {reason}" for row, reason in report[1]))
 

@@ -25,6 +25,7 @@ if tc is None:
     st.stop()
 
 arch, gpu, strategy, basis = model.arch, tc.gpu, tc.strategy, tc.basis
+unit = st.session_state.get("unit", "GiB")  # the byte unit chosen on the memory pages (GB = 1e9, GiB = 2^30)
 efficiency = tc.scaling_efficiency[strategy]
 try:
     est = estimate_memory(arch, scenario)
@@ -53,9 +54,10 @@ if tc.num_gpus is None and fewest is None:
     st.warning(f"{model.title} does not fit on any number of {gpu.name} with {strategy.value} in this scenario; the numbers "
                "below are for one GPU, for reference. The plans further down only list what fits.")
 elif not plan.fits:
-    st.warning(f"This scenario does not fit on {plan.label} with {strategy.value}: {fmt_bytes(plan.per_gpu_peak_bytes, 'GB')} "
-               f"per GPU against {fmt_bytes(plan.per_gpu_peak_bytes - plan.headroom_bytes, 'GB')} usable. Time and cost are "
-               f"for reference only{f'; the fewest {gpu.name} that fit: {fewest}' if fewest else ''}.")
+    st.warning(f"This scenario does not fit on {plan.label} with {strategy.value}: {fmt_bytes(plan.per_gpu_peak_bytes, unit)} "
+               f"of tensors per GPU, {fmt_bytes(gpu.usable_memory_bytes - plan.headroom_bytes, unit)} as nvidia-smi would show "
+               f"it (allocator reserve and CUDA context added), against {fmt_bytes(gpu.usable_memory_bytes, unit)} per GPU. "
+               f"Time and cost are for reference only{f'; the fewest {gpu.name} that fit: {fewest}' if fewest else ''}.")
 for note in plan.notes:
     st.warning(note)
 if tc.dataset.padding_waste(scenario.seq_len) > 0:

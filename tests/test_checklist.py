@@ -34,13 +34,16 @@ QLORA = Scenario.build(method=Method.QLORA, precision=PrecisionMode.BF16, optimi
 
 def test_naive_step_is_fp32_full_adamw_at_the_users_batch():
     c = build_checklist(LLAMA_8B, QLORA, set(Technique), H100)
-    naive = Scenario.build(method=Method.FULL, precision=PrecisionMode.FP32, optimizer=Optimizer.ADAMW,
+    # The naive run uses the Trainer's default fused AdamW (the user's paged 8-bit optimizer is a checklist step).
+    naive = Scenario.build(method=Method.FULL, precision=PrecisionMode.FP32, optimizer=Optimizer.ADAMW_FUSED,
                            micro_batch_size=4, seq_len=2048)
     assert c.naive.scenario == naive == naive_scenario(QLORA)
     assert c.naive.peak_bytes == estimate_memory(LLAMA_8B, naive).total_bytes
-    # fp32 weights + gradients + AdamW states + foreach temporaries: 20 B x 8,030,261,248 parameters at the step,
-    # below the backward peak with 4 x 2048 tokens of fp32 activations and 12 B x tokens x 128,256 of loss tensors.
-    assert c.naive.peak_bytes > 20 * 8_030_261_248
+    # fp32 weights + gradients + AdamW states: 16 B x 8,030,261,248 parameters at the step, below the backward peak
+    # with 4 x 2048 tokens of fp32 activations and 12 B x tokens x 128,256 of loss tensors.
+    assert c.naive.peak_bytes > 16 * 8_030_261_248
+    # foreach AdamW stays the naive optimizer of a user who chose it
+    assert naive_scenario(Scenario.build(optimizer=Optimizer.ADAMW)).optimizer is Optimizer.ADAMW
     assert [s.technique for s in c.steps[1:]] == list(ORDER)
 
 
@@ -63,10 +66,10 @@ def test_savings_add_up_and_the_final_step_is_the_scenario_built_from_the_ticks(
 
 
 def test_gradient_accumulation_saves_nothing_at_the_same_micro_batch():
-    # Full fine-tuning, mixed bf16, checkpointing: the peak is at the optimizer step (weights, gradients, states),
-    # where one more accumulated micro batch changes nothing.
+    # Full fine-tuning, mixed bf16, checkpointing, foreach AdamW: the peak is at the optimizer step (weights,
+    # gradients, states, the step's temporaries: 20 B/param), where one more accumulated micro batch changes nothing.
     sc = Scenario.build(method=Method.FULL, precision=PrecisionMode.AMP_BF16, micro_batch_size=2, seq_len=2048,
-                        gradient_checkpointing=True, gradient_accumulation_steps=4)
+                        gradient_checkpointing=True, gradient_accumulation_steps=4, optimizer=Optimizer.ADAMW)
     c = build_checklist(LLAMA_8B, sc, {Technique.MIXED_PRECISION, Technique.GRADIENT_CHECKPOINTING,
                                        Technique.GRADIENT_ACCUMULATION}, H100)
     ga = c.steps[-1]
@@ -162,11 +165,44 @@ def test_memory_page_draws_the_checklist_waterfall(new_app):
     # Default scenario: Llama 3.1 8B, full fine-tuning, mixed bf16: the naive bar, the mixed-precision step, the total.
     assert fig["x"] == ["Naive: full fine-tuning, fp32, AdamW", "Mixed precision (amp_bf16)", "Your configuration"]
     naive = estimate_memory(LLAMA_8B, Scenario.build(method=Method.FULL, precision=PrecisionMode.FP32,
-                                                     optimizer=Optimizer.ADAMW, micro_batch_size=1, seq_len=2048))
+                                                     optimizer=Optimizer.ADAMW_FUSED, micro_batch_size=1, seq_len=2048))
     assert fig["y"][0] == pytest.approx(naive.total_bytes / 2**30)  # GiB, the app's default unit
     at.checkbox(key="chk_gradient_checkpointing").check().run()
     no_exception(at)
     fig = _waterfall(at)["data"][0]
+    # The ticks no longer rebuild the sidebar's scenario (no checkpointing there): the last bar says so.
     assert fig["x"][2] == "Gradient checkpointing" and fig["measure"] == ["absolute", "relative", "relative", "total"]
+    assert fig["x"][-1] == "With the ticked techniques"
     at.radio(key="unit").set_value("GB").run()
     assert _waterfall(at)["data"][0]["y"][0] == pytest.approx(naive.total_bytes / 1e9)
+
+
+def test_the_last_bar_is_the_users_configuration_when_the_ticks_rebuild_it():
+    # Reviewer's case: Lion, LitGPT LoRA and a fused loss are not checklist items; a last "your other settings" step
+    # moves to the exact scenario, so the final bar equals the estimate of the configuration.
+    for sc in (Scenario.build(optimizer=Optimizer.LION_32BIT), Scenario.build(method=Method.LORA, framework="litgpt"),
+               Scenario.build(method=Method.LORA, fused_cross_entropy=True), Scenario.build(precision=PrecisionMode.BF16)):
+        c = build_checklist(LLAMA_8B, sc, default_techniques(sc), H100)
+        assert c.final.scenario == sc and c.final.peak_bytes == estimate_memory(LLAMA_8B, sc).total_bytes, sc
+    # With ZeRO-3 on 4 GPUs as the user's own setting, the DeepSpeed step reproduces it per GPU.
+    sc = Scenario.build()
+    c = build_checklist(LLAMA_8B, sc, default_techniques(sc, Strategy.ZERO3), H100, zero_strategy=Strategy.ZERO3,
+                        num_gpus=4, user_strategy=Strategy.ZERO3, user_gpus=4)
+    est = estimate_memory(LLAMA_8B, sc)
+    assert c.final.peak_bytes == plan_parallel(est, LLAMA_8B, sc, Strategy.ZERO3).per_gpu_bytes(4)
+
+
+def test_the_boxes_follow_the_sidebar(new_app):
+    # Reviewer's case: ticks set for one scenario must not survive a change of the sidebar's method/checkpointing.
+    at = new_app().run()
+    no_exception(at)
+    assert not at.checkbox(key="chk_qlora").value and not at.checkbox(key="chk_gradient_checkpointing").value
+    at.radio(key="method").set_value(Method.LORA).run()
+    at.toggle(key="gradient_checkpointing").set_value(True).run()
+    no_exception(at)
+    assert at.checkbox(key="chk_qlora").value and at.checkbox(key="chk_gradient_checkpointing").value
+    assert _waterfall(at)["data"][0]["x"][-1] == "Your configuration"
+    at.radio(key="method").set_value(Method.FULL).run()
+    at.toggle(key="gradient_checkpointing").set_value(False).run()
+    no_exception(at)
+    assert not at.checkbox(key="chk_qlora").value and not at.checkbox(key="chk_gradient_checkpointing").value

@@ -155,3 +155,14 @@ def test_litgpt_framework_dtypes_and_loss():
             - estimate_memory(phi2, Scenario.build(**sc, framework="litgpt")).components["activations"])
     # and PEFT's fp32 adapters save fp32 copies (4 B, LitGPT 2 B) of the input (2,560) and of lora_A's output (r)
     assert diff == 32 * 512 * (3 * 2 * 10_240 + 2 * 2 * (2560 + 16))
+
+
+def test_cli_memory_kinds_are_per_gpu_with_a_strategy(capsys):
+    # Reviewer's case: with --strategy the three memory kinds must describe one GPU of the plan, like total_bytes.
+    assert main(["estimate", "--model", "meta-llama/Llama-3.1-8B", "--offline", "--gpu", "A100 80GB", "--num-gpus", "4",
+                 "--strategy", "zero3"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["peak_allocated_bytes"] == out["total_bytes"] < out["single_gpu_total_bytes"]
+    assert out["peak_reserved_bytes"] == round(out["total_bytes"] * 1.1)
+    assert out["device_used_bytes"] == pytest.approx(out["total_bytes"] * 1.1 + CONTEXT, abs=2)
+    assert out["headroom_bytes"] == pytest.approx(81_920 * 2**20 - out["device_used_bytes"], abs=2)

@@ -25,7 +25,9 @@ SPEED_GPU = "NVIDIA H100 80GB"
 def checklist_figure(checklist: Checklist, unit: Unit, gpu: Gpu | None) -> go.Figure:
     """A Plotly waterfall: the naive peak, one bar per step down by its saving, and the final peak, in ``unit``."""
     steps = checklist.steps
-    x = [steps[0].label] + [s.label for s in steps[1:]] + ["Your configuration"]
+    # The last bar is your configuration only when the ticks rebuild it (then "Your other settings" is the last step).
+    mine = steps[-1].label == "Your other settings" or len(steps) > 1 and steps[-1].scenario == checklist.target
+    x = [steps[0].label] + [s.label for s in steps[1:]] + ["Your configuration" if mine else "With the ticked techniques"]
     y = [to_unit(steps[0].peak_bytes, unit)] + [-to_unit(s.saving_bytes, unit) for s in steps[1:]] + [0.0]
     text = [f"{to_unit(steps[0].peak_bytes, unit):,.1f} {unit}"]
     text += [f"{-to_unit(s.saving_bytes, unit):+,.1f} {unit}" for s in steps[1:]]
@@ -62,24 +64,32 @@ def checklist_table(checklist: Checklist, unit: Unit) -> pd.DataFrame:
 
 
 def checklist_section(arch: Architecture, scenario: Scenario, unit: Unit, gpu: Gpu | None,
-                      strategy: Strategy = Strategy.DDP) -> None:
+                      strategy: Strategy = Strategy.DDP, num_gpus: int = 1) -> None:
     """The "seeds' checklist" section: checkboxes (ticked where your scenario already uses the technique), the
     DeepSpeed / shorter-sequence / smaller-batch values, the waterfall and the table."""
     st.subheader("The seeds' checklist: from the naive run to yours")
     st.caption("Start: full fine-tuning in fp32 with AdamW at your micro batch and sequence length on one GPU. Each ticked "
                "technique is applied in the seeds' order; the boxes start ticked where your scenario already uses it.")
-    ticked_by_default = default_techniques(scenario, strategy)
+    ticked_by_default = default_techniques(scenario, strategy if num_gpus > 1 else Strategy.DDP)
+    # The boxes follow the sidebar: when the scenario's own techniques change, they are ticked afresh.
+    signature = (tuple(sorted(t.value for t in ticked_by_default)), strategy.value, num_gpus)
+    if st.session_state.get("chk_signature") != signature:
+        st.session_state["chk_signature"] = signature
+        for t in ORDER:
+            st.session_state[f"chk_{t.value}"] = t in ticked_by_default
+        if strategy in ZERO_STAGES and num_gpus > 1:
+            st.session_state["chk_zero"], st.session_state["chk_gpus"] = strategy, num_gpus
     cols = st.columns(4)
     chosen = set()
     for i, t in enumerate(ORDER):
-        key = f"chk_{t.value}"
-        st.session_state.setdefault(key, t in ticked_by_default)
-        if cols[i % 4].checkbox(TECHNIQUE_LABELS[t], key=key):
+        if cols[i % 4].checkbox(TECHNIQUE_LABELS[t], key=f"chk_{t.value}"):
             chosen.add(t)
     c1, c2, c3, c4 = st.columns(4)
+    st.session_state.setdefault("chk_zero", Strategy.ZERO2)
+    st.session_state.setdefault("chk_gpus", 2)
     stage = c1.selectbox("ZeRO stage", list(ZERO_STAGES), format_func=lambda s: s.value.replace("zero", "ZeRO-"),
                          key="chk_zero", disabled=Technique.DEEPSPEED not in chosen)
-    n = int(c2.number_input("GPUs (DeepSpeed)", min_value=2, max_value=1024, value=2, step=1, key="chk_gpus",
+    n = int(c2.number_input("GPUs (DeepSpeed)", min_value=2, max_value=1024, step=1, key="chk_gpus",
                             disabled=Technique.DEEPSPEED not in chosen))
     shorter = int(c3.number_input("Shorter sequence", min_value=1, max_value=max(1, scenario.seq_len - 1),
                                   value=max(1, scenario.seq_len // 2), step=128, key="chk_seq",
@@ -95,7 +105,8 @@ def checklist_section(arch: Architecture, scenario: Scenario, unit: Unit, gpu: G
         chosen.discard(Technique.SHORTER_SEQUENCES)
     try:
         checklist = build_checklist(arch, scenario, frozenset(chosen), speed_gpu, zero_strategy=stage, num_gpus=n,
-                                    shorter_seq_len=shorter, smaller_micro_batch=smaller)
+                                    shorter_seq_len=shorter, smaller_micro_batch=smaller,
+                                    user_strategy=strategy, user_gpus=num_gpus)
     except EngineError as exc:
         st.error(f"Cannot build the checklist: {exc}")
         return

@@ -25,7 +25,10 @@ _PENDING_TARGETS = "_url_lora_targets"
 def _ranged(cast: Callable[[str], Any], lo: float, hi: float) -> Callable[[str], Any]:
     """A parser: ``cast(text)`` checked to lie in [lo, hi] (ValueError otherwise)."""
     def parse(text: str) -> Any:
-        value = cast(text)
+        try:
+            value = cast(text)
+        except ValueError:
+            raise ValueError(f"must be a{'n integer' if cast is int else ' number'} between {lo} and {hi}") from None
         if not lo <= value <= hi:
             raise ValueError(f"must be between {lo} and {hi}")
         return value

@@ -125,10 +125,11 @@ def trace_training_step(config: dict[str, Any], scenario: Scenario, timeout_s: f
         TraceModelTypeError: transformers does not know the config's ``model_type``.
         TraceFailedError: the trace failed or took longer than ``timeout_s`` seconds.
     """
+    # What can never be traced is said first: installing the extra would not help.
+    check_traceable(scenario, config)
     ok, reason = tracer_available()
     if not ok:
         raise TraceUnavailableError(reason)
-    check_traceable(scenario, config)
     t0 = time.perf_counter()
     reply = _run_worker(_request(config, scenario), timeout_s)
     return result_from_reply(reply, wall_seconds=time.perf_counter() - t0)
