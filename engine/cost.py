@@ -290,11 +290,15 @@ def estimate_plan(
 ) -> PlanEstimate:
     """Fit (:func:`engine.fit.check_fit`), tokens/s (:func:`engine.throughput.estimate_throughput`), hours and
     cost of one plan, whether it fits or not (``fits`` says; :func:`search_plans` offers only those that fit).
+    One GPU trains without sharding: ``strategy`` applies from 2 GPUs on (ZeRO/FSDP on one GPU would only add
+    their buffers and DeepSpeed's fp32 master copy).
 
     Raises:
         ScenarioError: invalid MFU, efficiency or GPU count, or no catalog peak for the compute dtype.
         CatalogError: unknown price source.
     """
+    if num_gpus == 1:
+        strategy = Strategy.DDP
     est = estimate if estimate is not None else estimate_memory(arch, sc)
     fit = check_fit(arch, sc, gpu, strategy, num_gpus, estimate=est)
     tp = estimate_throughput(arch, sc, gpu, mfu=mfu, num_gpus=num_gpus, strategy=strategy,

@@ -108,22 +108,28 @@ chosen = c1.selectbox("GPU", names, key="fit_gpu")
 gpu = next(g for g in gpus if g.name == chosen)
 st.session_state.setdefault("fit_num_gpus", 1)
 num_gpus = int(c2.number_input("GPUs", min_value=1, max_value=MAX_GPUS, step=1, key="fit_num_gpus"))
+# One GPU trains without sharding (DDP on one GPU is plain training): ZeRO/FSDP on one GPU only add their buffers.
+fit_strategy = strategy if num_gpus > 1 else Strategy.DDP
 try:
-    fit = check_fit(model.arch, scenario, gpu, strategy, num_gpus)
-    limits = what_fits(model.arch, scenario, gpu, strategy, num_gpus)
+    fit = check_fit(model.arch, scenario, gpu, fit_strategy, num_gpus)
+    limits = what_fits(model.arch, scenario, gpu, fit_strategy, num_gpus)
+    fewest = check_fit(model.arch, scenario, gpu, strategy, 1).min_gpus
 except EngineError as exc:
     st.error(f"Cannot compute the fit: {exc}")
     st.stop()
 for warning in fit.warnings:
     st.warning(warning)
-m1, m2, m3, m4 = st.columns(4)
-m1.metric("Per-GPU peak", fmt_bytes(fit.peak_bytes, unit), help=f"{fit.peak_bytes:,.0f} bytes, {fit.peak_phase.replace('_', ' ')}")
-m2.metric("Headroom" if fit.fits else "Shortfall", fmt_bytes(abs(fit.headroom_bytes), unit),
-          help=f"usable {fmt_bytes(fit.usable_memory_bytes, unit)} minus the per-GPU peak")
+m1, m2, m3, m4, m5 = st.columns(5)
+m1.metric("Per-GPU peak", fmt_bytes(fit.peak_bytes, unit),
+          help=f"{fit.peak_bytes:,.0f} bytes of tensors (max_memory_allocated), {fit.peak_phase.replace('_', ' ')}")
+m2.metric("nvidia-smi would show", fmt_bytes(fit.device_used_bytes, unit),
+          help="the per-GPU peak + the caching allocator's reserve + the CUDA context")
+m3.metric("Headroom" if fit.fits else "Shortfall", fmt_bytes(abs(fit.headroom_bytes), unit),
+          help=f"usable {fmt_bytes(fit.usable_memory_bytes, unit)} minus what nvidia-smi would show")
 mb, sl = limits.micro_batch, limits.seq_len
-m3.metric("Largest micro batch", "none" if mb.value is None else f"{mb.value:,}",
+m4.metric("Largest micro batch", "none" if mb.value is None else f"{mb.value:,}",
           help=f"at sequence length {scenario.seq_len:,}; searched up to {mb.cap:,} ({mb.capped_by})")
-m4.metric("Longest sequence", "none" if sl.value is None else f"{sl.value:,}",
+m5.metric("Longest sequence", "none" if sl.value is None else f"{sl.value:,}",
           help=f"at micro batch {scenario.micro_batch_size}; searched up to {sl.cap:,} ({sl.capped_by})")
 lines = []
 for lim, what in ((mb, "micro batch"), (sl, "sequence length")):
@@ -135,8 +141,9 @@ for lim, what in ((mb, "micro batch"), (sl, "sequence length")):
         lines.append(f"- {what.capitalize()} {lim.value:,} needs {fmt_bytes(lim.peak_bytes or 0, unit)} per GPU; "
                      f"{lim.next_value:,} would need {fmt_bytes(lim.next_peak_bytes or 0, unit)}.")
 st.markdown("\n".join(lines))
-st.caption(f"{num_gpus} × {gpu.name}, {STRATEGY_LABELS[strategy]}; usable {fmt_bytes(gpu.usable_memory_bytes, unit)} per GPU "
-           f"({gpu.usable_source}). Fewest GPUs for this scenario: {fit.min_gpus if fit.min_gpus else 'none up to 1,024'}.")
+st.caption(f"{num_gpus} × {gpu.name}, {STRATEGY_LABELS[fit_strategy] if num_gpus > 1 else 'one GPU, no sharding'}; usable "
+           f"{fmt_bytes(gpu.usable_memory_bytes, unit)} per GPU ({gpu.usable_source}). Fewest GPUs for this scenario with "
+           f"{STRATEGY_LABELS[strategy]}: {fewest if fewest else 'none up to 1,024'}.")
 prices = sorted((p for p in session_prices() if p.gpu == gpu.name), key=lambda p: p.on_demand_usd_per_hour)
 if prices:
     with st.expander(f"Prices of one {gpu.name} GPU-hour", expanded=False):

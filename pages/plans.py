@@ -9,6 +9,7 @@ from engine.fit import check_fit
 from engine.memory import estimate_memory
 from engine.plans import Plan, evaluate_plan, plan_record, plans_from_csv, plans_to_csv, training_code
 from engine.units import fmt_bytes
+from engine.parallel import Strategy
 from ui.catalog_session import session_gpus, session_prices
 from ui.charts import fmt_hours, fmt_usd
 from ui.layout import scenario_page
@@ -40,7 +41,9 @@ else:
                 "method", "precision", "optimizer", "micro_batch_size", "seq_len", "gradient_accumulation_steps",
                 "gradient_checkpointing", "attention", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "quant_type",
                 "double_quant", "prepare_kbit_training", "fused_cross_entropy", "framework")},
-            gpu=tc.gpu.name, num_gpus=num_gpus, strategy=tc.strategy, dataset_total_tokens=d.total_tokens,
+            # one GPU trains without sharding (no DeepSpeed config for a single GPU)
+            gpu=tc.gpu.name, num_gpus=num_gpus, strategy=tc.strategy if num_gpus > 1 else Strategy.DDP,
+            dataset_total_tokens=d.total_tokens,
             dataset_examples=d.examples, dataset_avg_tokens=d.avg_tokens, epochs=d.epochs, packing=d.packing, runs=d.runs,
             mfu=tc.mfu, scaling_efficiency=tc.scaling_efficiency[tc.strategy], price_source=tc.price_source,
         )
