@@ -348,3 +348,16 @@ def test_hub_malformed_repo_id(app, hub_stub, bad_id):
     errs = errors(app)
     assert len(errs) == 1 and "owner/name" in errs[0]
     assert resolve_requests(hub_stub) == []  # rejected before any request
+
+
+def test_a_link_carries_the_many_gpu_settings_and_flags_unknown_keys(new_app):
+    # Review finding: the Memory page's GPUs, strategy, offload and GPU line were not in the URL, and a misspelled
+    # key was dropped silently.
+    at = new_app()
+    for k, v in {"mem_num_gpus": "4", "mem_strategy": "zero3", "gpu": "NVIDIA H100 80GB", "num_gpus": "0"}.items():
+        at.query_params[k] = v
+    at.run()
+    no_exception(at)
+    assert at.session_state["mem_num_gpus"] == 4 and at.session_state["mem_strategy"].value == "zero3"
+    assert at.session_state["gpu"] == "NVIDIA H100 80GB"
+    assert any("num_gpus: not a setting of this app" in w.value for w in at.warning)

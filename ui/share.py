@@ -14,7 +14,7 @@ import streamlit as st
 
 from engine.lora import ALL_LINEAR
 from engine.optimizer import Optimizer
-from engine.parallel import Strategy
+from engine.parallel import Offload, Strategy
 from engine.precision import PrecisionMode
 from engine.scenario import MAX_MICRO_BATCH, MAX_SEQ_LEN, Attention, Framework, Method, QuantType, Scenario
 
@@ -52,6 +52,14 @@ def _bool(text: str) -> bool:
     raise ValueError("must be true or false")
 
 
+def _enum_values(values: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in values:
+            raise ValueError("must be one of " + ", ".join(values))
+        return text
+    return parse
+
+
 def _enum(kind: type) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         try:
@@ -76,6 +84,9 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "double_quant": _bool, "prepare_kbit": _bool, "fused_ce": _bool, "framework": _enum(Framework),
     "tc_gpu": str, "tc_num_gpus": _num_gpus, "tc_strategy": _enum(Strategy), "tc_epochs": _float(0.01, 10_000.0),
     "tc_examples": _int(1, 10**12), "tc_avg_tokens": _float(1.0, 1e7),
+    # Memory page: many GPUs and the GPU line
+    "mem_num_gpus": _int(1, 1024), "mem_gpus_per_node": _int(1, 64), "mem_strategy": _enum(Strategy),
+    "mem_offload": _enum(Offload), "gpu": str, "unit": _enum_values(("GB", "GiB")),
 }
 
 
@@ -122,6 +133,8 @@ def read_query_params() -> None:
             bad.append(f"{key}={params[key]!r}: {exc}")
     if "lora_targets" in params:
         st.session_state[_PENDING_TARGETS] = [t for t in params["lora_targets"].split(",") if t]
+    known = {*PARSERS, "model", "hub", "rev", "lora_targets"}
+    bad += [f"{key}: not a setting of this app" for key in params if key not in known]
     if bad:
         st.warning("Some settings in the link were ignored: " + "; ".join(bad))
 
