@@ -686,14 +686,16 @@ def _logits(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> MemoryComp
     if sc.framework is Framework.LITGPT:
         return _litgpt_logits(arch, sc, spec)
     per = 12.0 + (spec.compute_bytes if arch.final_logit_softcapping else 0.0)
-    return MemoryComponent(
-        key="logits_loss",
-        label="Logits and loss",
-        bytes=per * sc.tokens_per_micro_batch * arch.vocab_size,
-        phases=("backward",),
-        formula=f"{per:g} B x batch x seq x vocab ({arch.vocab_size:,}): fp32 log-softmax + its gradients",
-        source="transformers ForCausalLMLoss; fake-tensor traces (tracing-notes.md)",
-    )
+    return _per_logit("logits_loss", "Logits and loss", per, arch, sc, ("backward",),
+                      f"{per:g} B x batch x seq x vocab ({arch.vocab_size:,}): fp32 log-softmax + its gradients",
+                      "transformers ForCausalLMLoss; fake-tensor traces (tracing-notes.md)")
+
+
+def _per_logit(key: str, label: str, per: float, arch: Architecture, sc: Scenario, phases: tuple[Phase, ...],
+               formula: str, source: str) -> MemoryComponent:
+    """A component of ``per`` bytes for each logit (batch x seq x vocab)."""
+    return MemoryComponent(key=key, label=label, bytes=per * sc.tokens_per_micro_batch * arch.vocab_size,
+                           phases=phases, formula=formula, source=source)
 
 
 def _logits_forward(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> MemoryComponent | None:
@@ -703,14 +705,9 @@ def _logits_forward(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> Me
     if sc.fused_cross_entropy or sc.framework is Framework.LITGPT:
         return None
     per = spec.compute_bytes + 8.0 + (spec.compute_bytes if arch.final_logit_softcapping else 0.0)
-    return MemoryComponent(
-        key="logits_forward",
-        label="Logits and loss (forward)",
-        bytes=per * sc.tokens_per_micro_batch * arch.vocab_size,
-        phases=("forward",),
-        formula=f"{per:g} B x batch x seq x vocab: logits ({spec.compute_bytes} B), their fp32 copy and the log-softmax",
-        source="transformers ForCausalLMLoss (logits.float(), cross_entropy); fake-tensor traces",
-    )
+    return _per_logit("logits_forward", "Logits and loss (forward)", per, arch, sc, ("forward",),
+                      f"{per:g} B x batch x seq x vocab: logits ({spec.compute_bytes} B), their fp32 copy and the log-softmax",
+                      "transformers ForCausalLMLoss (logits.float(), cross_entropy); fake-tensor traces")
 
 
 def _litgpt_logits(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> MemoryComponent:
@@ -718,14 +715,9 @@ def _litgpt_logits(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> Mem
     loop keeps the list of logit chunks alive through backward and ``F.cross_entropy`` saves each chunk's
     log-softmax: 2 x compute bytes per token and vocabulary entry; backward then works one chunk at a time."""
     per = 2.0 * spec.compute_bytes
-    return MemoryComponent(
-        key="logits_loss",
-        label="Logits and loss",
-        bytes=per * sc.tokens_per_micro_batch * arch.vocab_size,
-        phases=("forward", "backward"),
-        formula=f"{per:g} B x batch x seq x vocab ({arch.vocab_size:,}): 16-bit logits + log-softmax, in chunks of 128 tokens",
-        source="LitGPT chunked_cross_entropy (litgpt/utils.py) and GPT.forward(lm_head_chunk_size=128)",
-    )
+    return _per_logit("logits_loss", "Logits and loss", per, arch, sc, ("forward", "backward"),
+                      f"{per:g} B x batch x seq x vocab ({arch.vocab_size:,}): 16-bit logits + log-softmax, in chunks of 128 tokens",
+                      "LitGPT chunked_cross_entropy (litgpt/utils.py) and GPT.forward(lm_head_chunk_size=128)")
 
 
 def liger_chunk_tokens(tokens: int, vocab: int, hidden: int) -> int:
