@@ -128,7 +128,9 @@ def _cell_text(headroom: float, fits: bool, min_gpus: int | None, unit: Unit, wa
     value = to_unit(headroom, unit)
     sign = "+" if headroom >= 0 else "−"
     n = "–" if min_gpus is None else ("1" if min_gpus == 1 else f"{min_gpus}")
-    return f"{'✓' if fits else '✗'} {sign}{abs(value):,.1f}{' ⚠' if warning else ''}<br>×{n}"
+    # Short enough for ~28 GPU columns: no decimal from 10 on (the hover has the exact figure).
+    size = f"{abs(value):,.0f}" if abs(value) >= 10 else f"{abs(value):.1f}"
+    return f"{'✓' if fits else '✗'}{sign}{size}{'⚠' if warning else ''}<br>×{n}"
 
 
 def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "") -> go.Figure:
@@ -172,7 +174,7 @@ def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "") -> go.Figure:
     span = max(finite + [1.0])
     cap = min(span, 80.0)  # beyond +-80 GB the colour saturates, so small margins stay visible
     fig = go.Figure(go.Heatmap(
-        x=x, y=y, z=z, text=text, texttemplate="%{text}", textfont={"size": 10},
+        x=x, y=y, z=z, text=text, texttemplate="%{text}", textfont={"size": 9},
         customdata=hover, hovertemplate="%{customdata}<extra></extra>",
         colorscale=[[0.0, "#b2182b"], [0.45, "#f4a582"], [0.5, "#f7f7f7"], [0.55, "#a6dba0"], [1.0, "#1b7837"]],
         zmid=0, zmin=-cap, zmax=cap, xgap=1, ygap=1,
