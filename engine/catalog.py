@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from engine.errors import CatalogError, explain_validation
+from engine.errors import CatalogError, validated_row
 
 
 def data_dir() -> Path:
@@ -132,10 +132,7 @@ def load_throughput_measurements() -> tuple[ThroughputMeasurement, ...]:
     """
     out: list[ThroughputMeasurement] = []
     for label, row in _csv_rows(MEASUREMENTS_FILE):
-        try:
-            m = ThroughputMeasurement.model_validate(row)
-        except ValidationError as exc:
-            raise CatalogError(f"{label}: {explain_validation(exc)}") from None
+        m = validated_row(ThroughputMeasurement, row, label)
         if any(o.id == m.id for o in out):
             raise CatalogError(f"{label}: duplicate id")
         try:
@@ -266,10 +263,7 @@ def load_measured_memory() -> tuple[MeasuredMemory, ...]:
     """
     out: list[MeasuredMemory] = []
     for label, row in _csv_rows(MEASURED_MEMORY_FILE):
-        try:
-            m = MeasuredMemory.model_validate(row)
-        except ValidationError as exc:
-            raise CatalogError(f"{label}: {explain_validation(exc)}") from None
+        m = validated_row(MeasuredMemory, row, label)
         if any(o.id == m.id for o in out):
             raise CatalogError(f"{label}: duplicate id")
         if m.expressible:

@@ -64,6 +64,17 @@ def explain_validation(exc: Any, default_where: str = "", *, all_errors: bool = 
     return "; ".join(parts)
 
 
+
+def validated_row(model: Any, row: dict[str, Any], label: str) -> Any:
+    """``model.model_validate(row)`` for a row of a bundled or edited table; a bad row raises
+    :class:`CatalogError` named by ``label`` (file, line, row) with the one-line reason."""
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(row)
+    except ValidationError as exc:
+        raise CatalogError(f"{label}: {explain_validation(exc)}") from None
+
 class TraceError(EngineError):
     """Base class of the errors of the fake-tensor tracer (:mod:`engine.trace`)."""
 

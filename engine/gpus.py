@@ -37,7 +37,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from engine.errors import CatalogError, explain_validation
+from engine.errors import CatalogError, validated_row
 
 GIB = 1024**3
 MIB = 1024**2
@@ -164,10 +164,7 @@ def gpus_from_rows(rows: Sequence[tuple[int, Mapping[str, Any]]], source: str) -
     seen: dict[str, str] = {}
     for line, row in rows:
         label = f"{source} row {line} ({row.get('name')!r})"
-        try:
-            gpu = Gpu.model_validate(row)
-        except ValidationError as exc:
-            raise CatalogError(f"{label}: {explain_validation(exc)}") from None
+        gpu = validated_row(Gpu, row, label)
         for key in {_key(gpu.name), *(_key(a) for a in gpu.aliases)}:
             if key in seen:
                 raise CatalogError(f"{label}: name or alias {key!r} already names {seen[key]!r}")
@@ -204,10 +201,7 @@ def prices_from_rows(
     prices = []
     for line, row in rows:
         label = f"{source} row {line} ({row.get('gpu')!r}, {row.get('source_name')!r})"
-        try:
-            price = GpuPrice.model_validate(row)
-        except ValidationError as exc:
-            raise CatalogError(f"{label}: {explain_validation(exc)}") from None
+        price = validated_row(GpuPrice, row, label)
         try:
             gpu = _resolve(price.gpu, gpus)
         except CatalogError as exc:

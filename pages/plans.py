@@ -37,10 +37,7 @@ else:
         current = Plan(
             name=st.session_state.get("plan_name") or f"{repo_id.split('/')[-1]} {scenario.method.value} {num_gpus}x{tc.gpu.name}",
             model_repo_id=repo_id, model_revision=model.origin.revision,
-            **{k: getattr(scenario, k) for k in (
-                "method", "precision", "optimizer", "micro_batch_size", "seq_len", "gradient_accumulation_steps",
-                "gradient_checkpointing", "attention", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "quant_type",
-                "double_quant", "prepare_kbit_training", "fused_cross_entropy", "framework")},
+            **scenario.model_dump(),  # every scenario field is a plan input of the same name
             # one GPU trains without sharding (no DeepSpeed config for a single GPU)
             gpu=tc.gpu.name, num_gpus=num_gpus, strategy=tc.strategy if num_gpus > 1 else Strategy.DDP,
             dataset_total_tokens=d.total_tokens,
