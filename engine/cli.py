@@ -277,6 +277,7 @@ def _per_gpu_json(arch: Architecture, scenario: Scenario, args: argparse.Namespa
         "device_used_bytes": round(device.device_used),
         "overheads": {p.key: round(p.bytes) for p in device.components()},
         "pageable_bytes": round(device.pageable),
+        "first_step_peak_bytes": round(plan.first_step_per_gpu_bytes(n)),
         "peak_phase": plan.peak_phase(n),
         "phase_totals_bytes": {p.phase: round(p.gpu_bytes(n)) for p in plan.phases},
         "offload": offload.value,

@@ -218,6 +218,12 @@ class ParallelPlan(BaseModel):
         """Peak bytes on each of ``num_gpus`` GPUs: the largest phase's total."""
         return max(p.gpu_bytes(num_gpus) for p in self.phases)
 
+    def first_step_per_gpu_bytes(self, num_gpus: int) -> float:
+        """Peak bytes on each GPU in the first step, whose phases before the optimizer step have no optimizer
+        states yet (as :attr:`engine.memory.MemoryEstimate.first_step_peak_bytes`, per GPU)."""
+        return max(p.gpu_bytes(num_gpus) - (p.gpu_parts(num_gpus).get("optimizer_states", 0.0)
+                                            if p.phase != "optimizer_step" else 0.0) for p in self.phases)
+
     def peak_phase(self, num_gpus: int) -> Phase:
         """The phase holding the per-GPU peak at ``num_gpus``; on ties the start of backward, then the optimizer step
         (as :attr:`engine.memory.MemoryEstimate.peak_phase`)."""

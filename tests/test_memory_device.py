@@ -166,3 +166,17 @@ def test_cli_memory_kinds_are_per_gpu_with_a_strategy(capsys):
     assert out["peak_reserved_bytes"] == round(out["total_bytes"] * 1.1)
     assert out["device_used_bytes"] == pytest.approx(out["total_bytes"] * 1.1 + CONTEXT, abs=2)
     assert out["headroom_bytes"] == pytest.approx(81_920 * 2**20 - out["device_used_bytes"], abs=2)
+
+
+def test_cli_first_step_peak_is_per_gpu_with_a_strategy(capsys):
+    # README check finding: with --strategy the first step's peak must describe one GPU too, never above its peak.
+    for n in ("1", "4", "8"):
+        assert main(["estimate", "--model", "meta-llama/Llama-3.1-8B", "--offline", "--gpu", "A100 80GB", "--num-gpus", n,
+                     "--strategy", "zero3"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["first_step_peak_bytes"] <= out["total_bytes"], n
+    # ZeRO-3 on 8 GPUs: each GPU holds 1/8 of the states in every phase; before the first optimizer step they do not exist.
+    states, totals = out["components"]["optimizer_states"], out["phase_totals_bytes"]
+    expected = max(t - (states if ph != "optimizer_step" else 0) for ph, t in totals.items())
+    assert states > 0 and out["first_step_peak_bytes"] == pytest.approx(expected, abs=2)
+    assert out["first_step_peak_bytes"] < out["total_bytes"]
