@@ -17,11 +17,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from timing import median_ms  # noqa: E402
 
-from engine.architecture import architecture_from_config  # noqa: E402
-from engine.catalog import load_models  # noqa: E402
-from engine.memory import estimate_memory  # noqa: E402
-from engine.scenario import Scenario  # noqa: E402
-from engine.sweep import sweep_techniques  # noqa: E402
+from engine.model.build import architecture_from_config  # noqa: E402
+from engine.model.catalog import load_models  # noqa: E402
+from engine.memory.estimate import estimate_memory  # noqa: E402
+from engine.scenario.training import Scenario  # noqa: E402
+from engine.memory.sweep import sweep_techniques  # noqa: E402
 
 
 def main() -> int:

@@ -1,7 +1,7 @@
 """Fit engine and fit page speed (run by hand: ``python benchmarks/bench_fit.py``; not part of the test suite).
 
 Targets, so the GPU fit page stays interactive when a widget changes:
-- the full matrix, every catalog model x every GPU x the 8 techniques of engine.fit.TECHNIQUES: < 100 ms;
+- the full matrix, every catalog model x every GPU x the 8 techniques of engine.plan.fit.TECHNIQUES: < 100 ms;
 - the what-fits search (largest micro batch and longest sequence) for one model on one GPU: reported;
 - a rerun of pages/fit.py (AppTest, the whole script with both heatmaps, what fits and the seed table): < 300 ms.
 Prints the figures (median of repeats) and exits non-zero when a target is missed.
@@ -20,11 +20,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from timing import median_ms  # noqa: E402
-from engine.architecture import architecture_from_config  # noqa: E402
-from engine.catalog import find_gpu, load_gpus, load_models  # noqa: E402
-from engine.fit import TECHNIQUES, model_matrix, technique_matrix, what_fits  # noqa: E402
-from engine.parallel import Strategy  # noqa: E402
-from engine.scenario import Method, Scenario  # noqa: E402
+from engine.model.build import architecture_from_config  # noqa: E402
+from engine.hardware.gpus import find_gpu, load_gpus  # noqa: E402
+from engine.model.catalog import load_models  # noqa: E402
+from engine.plan.fit import TECHNIQUES, model_matrix, technique_matrix, what_fits  # noqa: E402
+from engine.memory.parallel import Strategy  # noqa: E402
+from engine.scenario.training import Method, Scenario  # noqa: E402
 
 
 def page_rerun_ms(repeat: int = 7) -> float:

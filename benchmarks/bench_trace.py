@@ -36,8 +36,8 @@ CASES = {
 
 def one(name: str) -> None:
     """Trace one case in this process's child worker; print its figures as JSON."""
-    from engine.catalog import catalog_model
-    from engine.scenario import Scenario
+    from engine.model.catalog import catalog_model
+    from engine.scenario.training import Scenario
     from engine.trace import trace_training_step
 
     repo, fields, _, _ = CASES[name]

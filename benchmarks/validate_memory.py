@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.validation import TARGET_MAX_ERROR_PCT, ErrorSummary, validate_all  # noqa: E402
+from engine.validation.memory import TARGET_MAX_ERROR_PCT, ErrorSummary, validate_all  # noqa: E402
 
 
 def _summary(s: ErrorSummary) -> str:

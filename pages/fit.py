@@ -5,17 +5,17 @@ import json
 import pandas as pd
 import streamlit as st
 
-from engine.architecture import architecture_from_config
-from engine.catalog import load_models
+from engine.model.build import architecture_from_config
+from engine.model.catalog import load_models
 from ui.catalog_session import session_gpus, session_prices
 from engine.errors import EngineError
-from engine.fit import (
+from engine.plan.fit import (
     SEED_TABLE_SOURCE, check_fit, model_matrix, seed_largest_model_table, technique_matrix, what_fits,
 )
-from engine.optimizer import Optimizer
-from engine.parallel import MAX_GPUS, STRATEGY_LABELS, Strategy
-from engine.precision import PrecisionMode, precision_spec
-from engine.scenario import Method, Scenario
+from engine.scenario.optimizer import Optimizer
+from engine.memory.parallel import MAX_GPUS, STRATEGY_LABELS, Strategy
+from engine.scenario.precision import PrecisionMode, precision_spec
+from engine.scenario.training import Method, Scenario
 from engine.units import fmt_bytes, fmt_count, to_unit
 from ui.charts import fit_heatmap
 from ui.layout import scenario_page

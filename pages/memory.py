@@ -5,12 +5,13 @@ import pandas as pd
 import streamlit as st
 
 from engine.errors import EngineError
-from engine.inference import estimate_inference, inference_limits, kv_cache_bytes_per_token, sliding_window_layers
-from engine.memory import estimate_memory, tensor_budget
-from engine.parallel import STRATEGY_LABELS, deepspeed_estimate, device_memory_per_gpu, plan_parallel
-from engine.precision import PrecisionMode
-from engine.seed_rules import seed_comparison
-from engine.sweep import sweep_techniques
+from engine.memory.inference import estimate_inference, inference_limits, kv_cache_bytes_per_token, sliding_window_layers
+from engine.memory.estimate import estimate_memory
+from engine.memory.device import tensor_budget
+from engine.memory.parallel import STRATEGY_LABELS, deepspeed_estimate, device_memory_per_gpu, plan_parallel
+from engine.scenario.precision import PrecisionMode
+from engine.memory.seed_rules import seed_comparison
+from engine.memory.sweep import sweep_techniques
 from engine.units import fmt_bytes, fmt_count, to_unit
 from ui.charts import memory_stack_figure, per_gpu_figure
 from ui.checklist import checklist_section

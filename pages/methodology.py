@@ -3,13 +3,15 @@
 import pandas as pd
 import streamlit as st
 
-from engine.calibration import ASSUMPTIONS, compare_measurements, default_mfu_from_measurements
-from engine.memory import ALLOCATOR_RESERVE_FRACTION, CUDA_CONTEXT_BYTES, NOT_MODELLED, quantized_bytes_per_param
-from engine.precision import DTYPE_BYTES
-from engine.seed_rules import seed_quick_rule
-from engine.throughput import DEFAULT_MFU, DEFAULT_SCALING_EFFICIENCY, SEED_THROUGHPUT
+from engine.validation.throughput import ASSUMPTIONS, compare_measurements, default_mfu_from_measurements
+from engine.memory.device import ALLOCATOR_RESERVE_FRACTION, CUDA_CONTEXT_BYTES
+from engine.memory.estimate import NOT_MODELLED
+from engine.memory.weights import quantized_bytes_per_param
+from engine.scenario.precision import DTYPE_BYTES
+from engine.memory.seed_rules import seed_quick_rule
+from engine.time.throughput import DEFAULT_MFU, DEFAULT_SCALING_EFFICIENCY, SEED_THROUGHPUT
 from engine.errors import EngineError
-from engine.validation import TARGET_MAX_ERROR_PCT, TRACE_TARGET_MAX_ERROR_PCT, validate_all, validate_traced
+from engine.validation.memory import TARGET_MAX_ERROR_PCT, TRACE_TARGET_MAX_ERROR_PCT, validate_all, validate_traced
 from ui.layout import page_setup
 
 page_setup()
@@ -194,7 +196,7 @@ st.caption("Assumed where the sources are silent: " + "; ".join(ASSUMPTIONS) + "
 st.subheader("Many GPUs and serving")
 st.markdown(
     """
-**Per GPU over N data-parallel GPUs** (`engine/parallel.py`, the Memory page's *Many GPUs* controls). From the one-GPU
+**Per GPU over N data-parallel GPUs** (`engine/memory/parallel.py`, the Memory page's *Many GPUs* controls). From the one-GPU
 estimate, each strategy divides some model states by N (Rajbhandari et al. 2020, *ZeRO*, sec. 5): ZeRO-1 the optimizer
 states (P_os), ZeRO-2 and FSDP `SHARD_GRAD_OP` also the gradients (P_os+g), ZeRO-3 and FSDP `FULL_SHARD` also the
 weights (P_os+g+p); DDP (= FSDP `NO_SHARD`) divides nothing. Activations and loss tensors belong to each GPU's own
@@ -213,7 +215,7 @@ FSDP keeps Trainer's fp32 weights and autocast copies.
 is shown beside ours: it counts model states only (18 B per parameter for ZeRO-3 plus 4 x the largest module), for a
 fully trained model, with no activations, loss tensors or buckets.
 
-**Serving** (`engine/inference.py`, the Memory page's *Inference* technique): linear weights at the serving precision
+**Serving** (`engine/memory/inference.py`, the Memory page's *Inference* technique): linear weights at the serving precision
 (bf16/fp16 2 B, int8/FP8 1 B, 4-bit GPTQ/AWQ 0.53 B with group-128 scales; embeddings and LM head 16-bit) + KV cache
 (2 x layers x KV heads x head_dim x dtype bytes per token, Llama 3.1 8B in bf16: 128 KiB; sliding-window layers hold at
 most the window: Mistral 7B v0.1 all layers at 4,096, Gemma 2 every other layer) x concurrent sequences x context + one

@@ -5,7 +5,7 @@ import streamlit as st
 
 from engine.units import fmt_count
 from ui.charts import parameter_figure
-from engine.checkpoint import explain_difference
+from engine.model.checkpoint import explain_difference
 from ui.layout import page_setup
 from ui.model_picker import checkpoint_count
 

@@ -5,11 +5,11 @@ import pandas as pd
 import streamlit as st
 
 from engine.errors import EngineError
-from engine.fit import check_fit
-from engine.memory import estimate_memory
-from engine.plans import Plan, evaluate_plan, plan_record, plans_from_csv, plans_to_csv, training_code
+from engine.plan.fit import check_fit
+from engine.memory.estimate import estimate_memory
+from engine.plan.plans import Plan, evaluate_plan, plan_record, plans_from_csv, plans_to_csv, training_code
 from engine.units import fmt_bytes
-from engine.parallel import Strategy
+from engine.memory.parallel import Strategy
 from ui.catalog_session import session_gpus, session_prices
 from ui.charts import fmt_hours, fmt_usd
 from ui.layout import scenario_page

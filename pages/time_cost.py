@@ -3,14 +3,14 @@
 import pandas as pd
 import streamlit as st
 
-from engine.calibration import ASSUMPTIONS, compare_measurements
-from engine.cost import PLAN_GPU_COUNTS, dataset_sweep, estimate_plan, run_cost, search_plans
+from engine.validation.throughput import ASSUMPTIONS, compare_measurements
+from engine.plan.cost import PLAN_GPU_COUNTS, dataset_sweep, estimate_plan, run_cost, search_plans
 from engine.errors import EngineError
-from engine.fit import check_fit
-from engine.memory import estimate_memory
-from engine.parallel import STRATEGY_LABELS
-from engine.precision import precision_spec
-from engine.throughput import DEFAULT_MFU, SEED_THROUGHPUT, SEED_THROUGHPUT_SOURCE, seed_throughput
+from engine.plan.fit import check_fit
+from engine.memory.estimate import estimate_memory
+from engine.memory.parallel import STRATEGY_LABELS
+from engine.scenario.precision import precision_spec
+from engine.time.throughput import DEFAULT_MFU, SEED_THROUGHPUT, SEED_THROUGHPUT_SOURCE, seed_throughput
 from engine.units import fmt_bytes
 from ui.charts import (
     BASIS_LABEL, cost_vs_dataset_figure, fmt_hours, fmt_usd, gpu_count_figure, plan_scatter_figure, time_vs_dataset_figure,

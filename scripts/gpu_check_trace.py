@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (torch.version.cuda and torch.cuda.is_available()):
         print("error: needs a CUDA build of torch and a GPU", file=sys.stderr)
         return 2
-    from engine.catalog import catalog_model
-    from engine.scenario import Scenario
+    from engine.model.catalog import catalog_model
+    from engine.scenario.training import Scenario
     from engine.trace import trace_training_step
 
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__}")

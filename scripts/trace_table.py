@@ -27,8 +27,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.catalog import catalog_model  # noqa: E402
-from engine.scenario import Scenario  # noqa: E402
+from engine.model.catalog import catalog_model  # noqa: E402
+from engine.scenario.training import Scenario  # noqa: E402
 from engine.trace import _request, check_traceable, worker_command  # noqa: E402
 from engine.trace.result import CATEGORIES, PHASES  # noqa: E402
 

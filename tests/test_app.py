@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.architecture import architecture_from_config
-from engine.memory import estimate_memory
-from engine.optimizer import Optimizer
-from engine.precision import PrecisionMode
-from engine.scenario import Attention, Method, Scenario
-from engine.sources import config_from_catalog
+from engine.model.build import architecture_from_config
+from engine.memory.estimate import estimate_memory
+from engine.scenario.optimizer import Optimizer
+from engine.scenario.precision import PrecisionMode
+from engine.scenario.training import Attention, Method, Scenario
+from engine.model.sources import config_from_catalog
 from hubstub import StubRepo
 from reference import param_counts, reference_config, require_reference
 from apptest_support import hub, no_exception, rendered_text

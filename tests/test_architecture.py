@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine.architecture import SUPPORTED_MODEL_TYPES, architecture_from_config
+from engine.model.build import SUPPORTED_MODEL_TYPES, architecture_from_config
 from engine.errors import ConfigError, UnsupportedModelError
 from reference import param_counts, reference_config, require_reference
 

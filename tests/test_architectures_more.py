@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from engine.architecture import SUPPORTED_MODEL_TYPES, Architecture, architecture_from_config
+from engine.model.build import SUPPORTED_MODEL_TYPES, architecture_from_config
+from engine.model.architecture import Architecture
 from engine.errors import ConfigError, UnsupportedModelError
-from engine.lora import default_targets
-from engine.memory import estimate_memory
-from engine.scenario import Scenario
+from engine.scenario.lora import default_targets
+from engine.memory.estimate import estimate_memory
+from engine.scenario.training import Scenario
 
 FIXTURES = Path(__file__).parent / "fixtures" / "configs"
 ROOT = Path(__file__).resolve().parents[1]
@@ -431,7 +432,7 @@ def test_cli_params_prints_exact_total(repo_id):
 
 
 def test_supported_types_match_builders():
-    from engine.families import BUILDERS
+    from engine.model.families import BUILDERS
 
     assert set(SUPPORTED_MODEL_TYPES) == set(BUILDERS)
     assert {fixture(r)["model_type"] for r in TOTALS} <= set(SUPPORTED_MODEL_TYPES)

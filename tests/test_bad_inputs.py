@@ -39,7 +39,7 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from apptest_support import hub, no_exception
-from engine.architecture import architecture_from_config
+from engine.model.build import architecture_from_config
 from engine.errors import (
     CatalogError,
     ConfigError,
@@ -51,13 +51,13 @@ from engine.errors import (
     ScenarioError,
     UnsupportedModelError,
 )
-from engine.fit import check_fit
-from engine.gpus import find_gpu, load_gpus, load_prices, prices_from_rows
-from engine.hub import MAX_CONFIG_BYTES, TIMEOUT_ENV, fetch_config, hub_timeout_s
-from engine.memory import estimate_memory
-from engine.parallel import Strategy
-from engine.scenario import Method, Scenario
-from engine.sources import config_from_catalog, parse_config_bytes
+from engine.plan.fit import check_fit
+from engine.hardware.gpus import find_gpu, load_gpus, load_prices, prices_from_rows
+from engine.model.hub import MAX_CONFIG_BYTES, TIMEOUT_ENV, fetch_config, hub_timeout_s
+from engine.memory.estimate import estimate_memory
+from engine.memory.parallel import Strategy
+from engine.scenario.training import Method, Scenario
+from engine.model.sources import config_from_catalog, parse_config_bytes
 from hubstub import StubRepo, refused_endpoint
 
 FIXTURES = Path(__file__).parent / "fixtures" / "configs"

@@ -2,11 +2,12 @@
 
 import pytest
 
-from engine.architecture import architecture_from_config
-from engine.catalog import find_gpu, load_gpus, load_models
+from engine.model.build import architecture_from_config
+from engine.hardware.gpus import find_gpu, load_gpus
+from engine.model.catalog import load_models
 from engine.errors import CatalogError
-from engine.hub import MAX_CONFIG_BYTES
-from engine.sources import parse_config_bytes
+from engine.model.hub import MAX_CONFIG_BYTES
+from engine.model.sources import parse_config_bytes
 from engine.errors import ConfigError
 from reference import AVAILABLE, MISSING_REASON, param_counts, reference_config
 

@@ -1,4 +1,4 @@
-"""The seeds' checklist as a what-if (engine/checklist.py, ui/checklist.py on the Memory page).
+"""The seeds' checklist as a what-if (engine/plan/checklist.py, ui/checklist.py on the Memory page).
 
 Real values: the naive step is the engine's estimate of fp32 full fine-tuning with AdamW; the steps' savings add up to
 naive - final; gradient accumulation saves nothing at the same micro batch. Sanity check against torchtune's
@@ -14,16 +14,18 @@ import json
 import pytest
 
 from apptest_support import no_exception
-from engine.architecture import architecture_from_config
-from engine.catalog import catalog_model, find_gpu, load_measured_memory
-from engine.checklist import ORDER, Technique, build_checklist, default_techniques, naive_scenario
+from engine.model.build import architecture_from_config
+from engine.model.catalog import catalog_model
+from engine.hardware.gpus import find_gpu
+from engine.validation.measurements import load_measured_memory
+from engine.plan.checklist import ORDER, Technique, build_checklist, default_techniques, naive_scenario
 from engine.errors import ScenarioError
-from engine.memory import estimate_memory
-from engine.optimizer import Optimizer
-from engine.parallel import Strategy, plan_parallel
-from engine.precision import PrecisionMode
-from engine.scenario import Method, Scenario
-from engine.validation import row_scenario
+from engine.memory.estimate import estimate_memory
+from engine.scenario.optimizer import Optimizer
+from engine.memory.parallel import Strategy, plan_parallel
+from engine.scenario.precision import PrecisionMode
+from engine.scenario.training import Method, Scenario
+from engine.validation.memory import row_scenario
 
 LLAMA_8B = architecture_from_config(catalog_model("meta-llama/Llama-3.1-8B").config)
 LLAMA_3B = architecture_from_config(catalog_model("meta-llama/Llama-3.2-3B").config)
@@ -58,7 +60,7 @@ def test_savings_add_up_and_the_final_step_is_the_scenario_built_from_the_ticks(
     assert (final.seq_len, final.micro_batch_size, final.gradient_accumulation_steps) == (1024, 2, 8)
     # Smaller batches keep the effective batch: 4 x 4 accumulation -> 2 x 8, on 2 GPUs.
     assert c.steps[-2].effective_batch == c.final.effective_batch == 4 * 4 * 2
-    # After the DeepSpeed step every peak is per GPU from engine.parallel.
+    # After the DeepSpeed step every peak is per GPU from engine.memory.parallel.
     est = estimate_memory(LLAMA_8B, final)
     assert c.final.peak_bytes == plan_parallel(est, LLAMA_8B, final, Strategy.ZERO2).per_gpu_bytes(2)
     # The mixed-precision step is the largest saving of an 8B model: fp32 -> pure bf16 halves the model states.

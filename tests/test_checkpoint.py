@@ -7,8 +7,8 @@ count) and ``unique_parameters`` (in memory), with the notes that explain the tw
 import json
 import struct
 
-from engine.architecture import architecture_from_config
-from engine.checkpoint import explain_difference, fetch_checkpoint_count
+from engine.model.build import architecture_from_config
+from engine.model.checkpoint import explain_difference, fetch_checkpoint_count
 from hubstub import StubRepo
 from reference import param_counts, reference_config, require_reference
 

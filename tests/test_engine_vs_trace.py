@@ -8,8 +8,8 @@ Target (issue #5): every scenario within 5% of the traced peak allocated bytes, 
 
 from collections import Counter
 
-from engine.catalog import load_traced_scenarios
-from engine.validation import TRACE_TARGET_MAX_ERROR_PCT, TRACE_TARGET_MEDIAN_ERROR_PCT, validate_traced
+from engine.validation.measurements import load_traced_scenarios
+from engine.validation.memory import TRACE_TARGET_MAX_ERROR_PCT, TRACE_TARGET_MEDIAN_ERROR_PCT, validate_traced
 
 
 def test_the_table_covers_what_the_issue_asks():

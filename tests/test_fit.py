@@ -1,4 +1,4 @@
-"""Fit engine (engine/fit.py) and the minimal multi-GPU model (engine/parallel.py)."""
+"""Fit engine (engine/plan/fit.py) and the minimal multi-GPU model (engine/memory/parallel.py)."""
 
 from __future__ import annotations
 
@@ -6,21 +6,22 @@ import random
 
 import pytest
 
-import engine.fit as fit_module
-from engine.architecture import Architecture, architecture_from_config
-from engine.catalog import load_models
+import engine.plan.fit as fit_module
+from engine.model.architecture import Architecture
+from engine.model.build import architecture_from_config
+from engine.model.catalog import load_models
 from engine.errors import ScenarioError
-from engine.fit import (
+from engine.plan.fit import (
     SEED_LARGEST_MODEL, TECHNIQUES, check_fit, compare_with_seed, largest_true, model_matrix, precision_advice,
     seed_largest_model_table, seed_size_range, technique_matrix, what_fits,
 )
-from engine.gpus import find_gpu, load_gpus
-from engine.memory import estimate_memory
-from engine.optimizer import Optimizer
-from engine.parallel import MAX_GPUS, Strategy, decoder_layer_parameters, largest_gathered_unit, plan_parallel
-from engine.precision import PrecisionMode
-from engine.scenario import Method, Scenario
-from engine.sources import config_from_catalog
+from engine.hardware.gpus import find_gpu, load_gpus
+from engine.memory.estimate import estimate_memory
+from engine.scenario.optimizer import Optimizer
+from engine.memory.parallel import MAX_GPUS, Strategy, decoder_layer_parameters, largest_gathered_unit, plan_parallel
+from engine.scenario.precision import PrecisionMode
+from engine.scenario.training import Method, Scenario
+from engine.model.sources import config_from_catalog
 
 LLAMA_8B = "meta-llama/Llama-3.1-8B"
 P_LLAMA_8B = 8_030_261_248  # unique parameters of Llama 3.1 8B (../shared/reference/configs/param_counts.json)
@@ -33,7 +34,7 @@ CONTEXT = 1343 * 2**20  # CUDA context: 1343 MB (MiB) used after init (transform
 
 def device_used(peak: float) -> float:
     """What nvidia-smi would show: the tensor peak + a 10% allocator reserve + the CUDA context
-    (engine.memory.ALLOCATOR_RESERVE_FRACTION, CUDA_CONTEXT_BYTES), written out independently."""
+    (engine.memory.device.ALLOCATOR_RESERVE_FRACTION, CUDA_CONTEXT_BYTES), written out independently."""
     return peak * 1.1 + CONTEXT
 
 
@@ -53,7 +54,7 @@ def catalog() -> list[tuple[str, Architecture]]:
 
 def pure_bf16_step(**kw) -> Scenario:
     """Pure bf16 full fine-tuning with fused AdamW and a 1-token sequence: the optimizer step is the peak
-    and holds weights 2 + gradients 2 + AdamW states 2 x 2 = 8 bytes per parameter (engine.optimizer)."""
+    and holds weights 2 + gradients 2 + AdamW states 2 x 2 = 8 bytes per parameter (engine.scenario.optimizer)."""
     return Scenario.build(method=Method.FULL, precision=PrecisionMode.BF16, optimizer=Optimizer.ADAMW_FUSED,
                           micro_batch_size=1, seq_len=1, **kw)
 

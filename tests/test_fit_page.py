@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.catalog import load_gpus, load_models
-from engine.fit import TECHNIQUES
-from engine.parallel import Strategy
-from engine.scenario import Method
+from engine.hardware.gpus import load_gpus
+from engine.model.catalog import load_models
+from engine.plan.fit import TECHNIQUES
+from engine.memory.parallel import Strategy
+from engine.scenario.training import Method
 from apptest_support import charts, metric, no_exception
 
 ROOT = Path(__file__).resolve().parents[1]

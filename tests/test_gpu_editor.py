@@ -3,7 +3,7 @@
 import pytest
 
 from engine.errors import CatalogError
-from engine.gpus import gpus_from_rows, load_gpus, load_prices, prices_from_rows
+from engine.hardware.gpus import gpus_from_rows, load_gpus, load_prices, prices_from_rows
 
 
 def _rows(items):

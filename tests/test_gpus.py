@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.catalog import Gpu as CatalogGpu
-from engine.catalog import find_gpu as catalog_find_gpu
+from engine.hardware.gpus import Gpu as CatalogGpu
+from engine.hardware.gpus import find_gpu as catalog_find_gpu
 from engine.errors import CatalogError
-from engine.gpus import GPUS_FILE, PRICES_FILE, Gpu, closest_gpus, find_gpu, load_gpus, load_prices, prices_for
+from engine.hardware.gpus import GPUS_FILE, PRICES_FILE, Gpu, closest_gpus, find_gpu, load_gpus, load_prices, prices_for
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MIB = 2**20

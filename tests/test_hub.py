@@ -1,4 +1,4 @@
-"""Tests of engine.hub against a local HTTP stub of the Hub (tests/hubstub.py); no network beyond 127.0.0.1."""
+"""Tests of engine.model.hub against a local HTTP stub of the Hub (tests/hubstub.py); no network beyond 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from engine.errors import (
     InvalidRepoIdError,
     RepoNotFoundError,
 )
-from engine.hub import MAX_CONFIG_BYTES, fetch_config, validate_repo_id
+from engine.model.hub import MAX_CONFIG_BYTES, fetch_config, validate_repo_id
 from hubstub import StubRepo, refused_endpoint
 from reference import config_path
 
@@ -431,7 +431,7 @@ def test_bad_timeout_is_a_programming_error(timeout_s):
 def test_fallback_notice_says_what_happened(hub_stub, llama_config):
     # A 503 for a bundled repo: the bundled copy is shown, and the notice says so (and that the revision was
     # not checked) instead of asking the user to pick the catalog.
-    from engine.sources import config_from_hub
+    from engine.model.sources import config_from_hub
 
     hub_stub.add(LLAMA, StubRepo(config=llama_config, status=503))
     config, origin = config_from_hub(LLAMA, revision="v2", timeout_s=5)

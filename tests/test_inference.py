@@ -1,4 +1,4 @@
-"""Serving memory (engine/inference.py): KV cache hand checks, sliding windows, weights, limits, fit, CLI."""
+"""Serving memory (engine/memory/inference.py): KV cache hand checks, sliding windows, weights, limits, fit, CLI."""
 
 from __future__ import annotations
 
@@ -6,15 +6,16 @@ import json
 
 import pytest
 
-from engine.architecture import Architecture, architecture_from_config
+from engine.model.architecture import Architecture
+from engine.model.build import architecture_from_config
 from engine.cli import main
-from engine.fit import check_fit
-from engine.gpus import find_gpu
-from engine.inference import (
+from engine.plan.fit import check_fit
+from engine.hardware.gpus import find_gpu
+from engine.memory.inference import (
     InferenceScenario, KvCacheDtype, WeightPrecision, estimate_inference, inference_limits, kv_cache_bytes,
     kv_cache_bytes_per_token, sliding_window_layers,
 )
-from engine.sources import config_from_catalog
+from engine.model.sources import config_from_catalog
 
 
 def arch_of(repo_id: str) -> Architecture:

@@ -5,12 +5,13 @@ Trace figures come from ../shared/reference/tracing-notes.md ("What the traces s
 
 import pytest
 
-from engine.architecture import architecture_from_config
+from engine.model.build import architecture_from_config
 from engine.errors import ConfigError, ScenarioError
-from engine.memory import estimate_memory, quantized_bytes_per_param
-from engine.optimizer import Optimizer, optimizer_state_bytes
-from engine.architecture import TensorGroup
-from engine.scenario import Scenario
+from engine.memory.estimate import estimate_memory
+from engine.memory.weights import quantized_bytes_per_param
+from engine.scenario.optimizer import Optimizer, optimizer_state_bytes
+from engine.model.architecture import TensorGroup
+from engine.scenario.training import Scenario
 from reference import reference_config, require_reference
 
 require_reference()
@@ -203,7 +204,7 @@ def test_warnings_for_settings_a_real_run_would_regret():
 
 def test_gpt2_default_lora_target_is_c_attn_only():
     # PEFT's default for gpt2 is ["c_attn"]; "c_proj" would also select the MLP's c_proj.
-    from engine.lora import default_targets
+    from engine.scenario.lora import default_targets
 
     gpt2 = architecture_from_config(reference_config("openai-community/gpt2"))
     assert default_targets(gpt2) == ("c_attn",)
@@ -247,7 +248,7 @@ def test_prequantized_checkpoint_keeps_its_stored_format():
 
 
 def test_unsupported_model_type_gets_an_approximate_architecture():
-    from engine.architecture import approximate_architecture
+    from engine.model.build import approximate_architecture
 
     cfg = {**reference_config("meta-llama/Llama-3.1-8B"), "model_type": "exaone_like"}
     arch = approximate_architecture(cfg)

@@ -8,13 +8,15 @@ import json
 
 import pytest
 
-from engine.architecture import architecture_from_config
+from engine.model.build import architecture_from_config
 from engine.cli import main
-from engine.fit import check_fit
-from engine.gpus import find_gpu
-from engine.memory import estimate_memory, liger_chunk_tokens, tensor_budget
-from engine.optimizer import Optimizer
-from engine.scenario import Scenario
+from engine.plan.fit import check_fit
+from engine.hardware.gpus import find_gpu
+from engine.memory.estimate import estimate_memory
+from engine.memory.logits import liger_chunk_tokens
+from engine.memory.device import tensor_budget
+from engine.scenario.optimizer import Optimizer
+from engine.scenario.training import Scenario
 from reference import reference_config, require_reference
 
 require_reference()
@@ -147,7 +149,7 @@ def test_litgpt_framework_dtypes_and_loss():
     assert hf.components_at("backward")["logits_loss"] == 12 * 512 * VOCAB
     # phi-2 (gelu_new): LitGPT's fused F.gelu saves its input only, transformers' NewGELUActivation five tensors:
     # 3 x 2 B x intermediate (10,240) per token and layer (32 layers) less.
-    from engine.catalog import catalog_model
+    from engine.model.catalog import catalog_model
 
     phi2 = architecture_from_config(catalog_model("microsoft/phi-2").config)  # bundled published config.json
     sc = dict(method="lora", precision="bf16", seq_len=512, lora_targets="q_proj,v_proj", lora_r=16)

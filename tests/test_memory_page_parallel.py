@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from engine.architecture import architecture_from_config
-from engine.inference import InferenceScenario, estimate_inference
-from engine.memory import estimate_memory
-from engine.parallel import Offload, Strategy, plan_parallel
-from engine.precision import PrecisionMode
-from engine.scenario import Attention, Method, Scenario
-from engine.optimizer import Optimizer
-from engine.sources import config_from_catalog
+from engine.model.build import architecture_from_config
+from engine.memory.inference import InferenceScenario, estimate_inference
+from engine.memory.estimate import estimate_memory
+from engine.memory.parallel import Offload, Strategy, plan_parallel
+from engine.scenario.precision import PrecisionMode
+from engine.scenario.training import Attention, Method, Scenario
+from engine.scenario.optimizer import Optimizer
+from engine.model.sources import config_from_catalog
 
 LLAMA_8B = "meta-llama/Llama-3.1-8B"
 

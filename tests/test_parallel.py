@@ -1,4 +1,4 @@
-"""Many GPUs (engine/parallel.py): DDP, ZeRO-1/2/3, FSDP, offload, DeepSpeed's own estimator, measured rows."""
+"""Many GPUs (engine/memory/parallel.py): DDP, ZeRO-1/2/3, FSDP, offload, DeepSpeed's own estimator, measured rows."""
 
 from __future__ import annotations
 
@@ -7,18 +7,20 @@ import json
 
 import pytest
 
-from engine.architecture import Architecture, architecture_from_config
+from engine.model.architecture import Architecture
+from engine.model.build import architecture_from_config
 from engine.cli import main
 from engine.errors import ScenarioError
-from engine.fit import check_fit
-from engine.gpus import find_gpu
-from engine.memory import estimate_memory, quantized_bytes_per_param
-from engine.parallel import (
+from engine.plan.fit import check_fit
+from engine.hardware.gpus import find_gpu
+from engine.memory.estimate import estimate_memory
+from engine.memory.weights import quantized_bytes_per_param
+from engine.memory.parallel import (
     DEEPSPEED_BUCKET_ELEMENTS, Offload, Strategy, decoder_layer_parameters, deepspeed_estimate,
     deepspeed_zero2_model_states, deepspeed_zero3_model_states, largest_gathered_unit, plan_parallel,
 )
-from engine.scenario import Scenario
-from engine.sources import config_from_catalog
+from engine.scenario.training import Scenario
+from engine.model.sources import config_from_catalog
 from reference import REFERENCE, require_reference
 
 P_LLAMA_8B = 8_030_261_248

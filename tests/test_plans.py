@@ -1,4 +1,4 @@
-"""Plans (engine/plans.py): evaluation, CSV export/import round trip, bad rows, generated training code, CLI."""
+"""Plans (engine/plan/plans.py): evaluation, CSV export/import round trip, bad rows, generated training code, CLI."""
 
 from __future__ import annotations
 
@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 
 from engine.cli import main
-from engine.cost import estimate_plan
-from engine.architecture import architecture_from_config
-from engine.gpus import find_gpu
-from engine.memory import estimate_memory
-from engine.optimizer import Optimizer
-from engine.parallel import Strategy
-from engine.plans import (
+from engine.plan.cost import estimate_plan
+from engine.model.build import architecture_from_config
+from engine.hardware.gpus import find_gpu
+from engine.memory.estimate import estimate_memory
+from engine.scenario.optimizer import Optimizer
+from engine.memory.parallel import Strategy
+from engine.plan.plans import (
     CSV_COLUMNS, Plan, evaluate_plan, plans_from_csv, plans_to_csv, training_code, zero3_config,
 )
-from engine.sources import config_from_catalog
+from engine.model.sources import config_from_catalog
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA_8B = "meta-llama/Llama-3.1-8B"

@@ -11,9 +11,9 @@ import json
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.plans import Plan, evaluate_plan, plans_to_csv
-from engine.scenario import Method
-from engine.sources import config_from_catalog
+from engine.plan.plans import Plan, evaluate_plan, plans_to_csv
+from engine.scenario.training import Method
+from engine.model.sources import config_from_catalog
 from hubstub import StubRepo
 from apptest_support import no_exception
 

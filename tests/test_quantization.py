@@ -3,7 +3,7 @@
 import pytest
 
 from engine.errors import ConfigError
-from engine.quantization import stored_quantization
+from engine.model.quantization import stored_quantization
 
 
 def test_gptq_and_awq_4bit_group_128():

@@ -6,8 +6,8 @@ sections "Ejemplo: Modelo de 7B Parámetros" and "Estimar Antes de Entrenar".
 
 import pytest
 
-from engine.precision import DTYPE_BYTES
-from engine.seed_rules import seed_comparison, seed_estimate_memory, seed_multiplier_range, seed_quick_rule
+from engine.scenario.precision import DTYPE_BYTES
+from engine.memory.seed_rules import seed_comparison, seed_estimate_memory, seed_multiplier_range, seed_quick_rule
 
 
 def test_precision_table():

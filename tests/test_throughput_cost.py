@@ -5,12 +5,12 @@ Seed: ../shared/seeds/000_e5ea2c620e992cc5.txt, "Ejemplo de Cálculo de Tiempo" 
 
 import pytest
 
-from engine.architecture import architecture_from_config
-from engine.cost import Dataset, run_cost
+from engine.model.build import architecture_from_config
+from engine.plan.cost import Dataset, run_cost
 from engine.errors import ScenarioError
-from engine.memory import estimate_memory
-from engine.scenario import Scenario
-from engine.throughput import flops_per_token, implied_mfu, matmul_parameters, seed_training_hours, step_time
+from engine.memory.estimate import estimate_memory
+from engine.scenario.training import Scenario
+from engine.time.throughput import flops_per_token, implied_mfu, matmul_parameters, seed_training_hours, step_time
 from reference import reference_config, require_reference
 
 require_reference()

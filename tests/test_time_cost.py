@@ -17,20 +17,21 @@ from pathlib import Path
 
 import pytest
 
-from engine.architecture import architecture_from_config
-from engine.calibration import compare_measurements, default_mfu_from_measurements, measurement_scenario
-from engine.catalog import catalog_model, load_throughput_measurements
-from engine.cost import (
+from engine.model.build import architecture_from_config
+from engine.validation.throughput import compare_measurements, default_mfu_from_measurements, measurement_scenario
+from engine.model.catalog import catalog_model
+from engine.validation.measurements import load_throughput_measurements
+from engine.plan.cost import (
     CHEAPEST_LISTED, PLAN_GPU_COUNTS, Dataset, dataset_sweep, estimate_plan, pareto_front, price_source_names, quote_price,
     run_cost, search_plans,
 )
 from engine.errors import CatalogError, ScenarioError
-from engine.fit import check_fit
-from engine.gpus import GpuPrice, find_gpu, load_gpus
-from engine.memory import estimate_memory
-from engine.parallel import Strategy
-from engine.scenario import Scenario
-from engine.throughput import (
+from engine.plan.fit import check_fit
+from engine.hardware.gpus import GpuPrice, find_gpu, load_gpus
+from engine.memory.estimate import estimate_memory
+from engine.memory.parallel import Strategy
+from engine.scenario.training import Scenario
+from engine.time.throughput import (
     DEFAULT_MFU, DEFAULT_SCALING_EFFICIENCY, estimate_throughput, flops_per_token, implied_mfu, implied_utilization,
     matmul_parameters, peak_flops_for, seed_throughput, seed_tokens_per_second, seed_training_hours, step_time,
 )
@@ -225,7 +226,7 @@ def test_plan_search_lists_exactly_the_plans_that_fit(strategy):
     listed = {(p.gpu, p.num_gpus) for p in search.plans}
     for gpu in load_gpus():
         for n in PLAN_GPU_COUNTS:
-            # one GPU trains without sharding (engine.cost.estimate_plan): its fit is plain single-GPU training
+            # one GPU trains without sharding (engine.plan.cost.estimate_plan): its fit is plain single-GPU training
             fits = check_fit(LLAMA8, sc, gpu, strategy if n > 1 else Strategy.DDP, n, estimate=est).fits
             assert ((gpu.name, n) in listed) == fits, (gpu.name, n)
     assert search.plans and search.fastest == min(search.plans, key=lambda p: p.run.hours)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.calibration import compare_measurements
-from engine.scenario import Method
+from engine.validation.throughput import compare_measurements
+from engine.scenario.training import Method
 from apptest_support import charts, metric, no_exception
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import AppTest
 
 from apptest_support import hub, no_exception, rendered_text as sent_to_browser
-from engine.sources import config_from_catalog
+from engine.model.sources import config_from_catalog
 from hubstub import StubRepo
 
 TOKEN = "hf_TokenSafetyFake_NeverShowMe_7Q3x"

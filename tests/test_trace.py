@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from engine.errors import EngineError, NotTraceableError, TraceError, TraceFailedError, TraceModelTypeError
-from engine.scenario import Scenario
+from engine.scenario.training import Scenario
 from engine.trace import _request, check_traceable, result_from_reply, tracer_available, worker_command
 from engine.trace.compare import compare, difference_pct
 from engine.trace.kernels import EAGER, FLASH, MATH, MEMORY_EFFICIENT, choose_kernel
@@ -177,7 +177,7 @@ def test_breakdowns_sum_to_the_peaks(replies):
 def test_lora_trains_only_the_adapters(replies):
     res = _result(replies, "lora_qwen2_bf16")
     cfg = _config("tiny_qwen2")
-    # Default targets = every attention projection (engine.lora.default_targets): q, k, v, o of each layer,
+    # Default targets = every attention projection (engine.scenario.lora.default_targets): q, k, v, o of each layer,
     # r=16: r * (in + out) per module.
     h, kv = cfg["hidden_size"], cfg["num_key_value_heads"] * cfg["hidden_size"] // cfg["num_attention_heads"]
     per_layer = 16 * ((h + h) + (h + kv) + (h + kv) + (h + h))
@@ -296,8 +296,8 @@ def test_engine_trace_package_does_not_import_torch():
 
 
 def test_compare_maps_every_component(replies):
-    from engine.architecture import architecture_from_config
-    from engine.memory import estimate_memory
+    from engine.model.build import architecture_from_config
+    from engine.memory.estimate import estimate_memory
 
     cfg = _config("tiny_llama")
     scenario = Scenario.build(precision="amp_bf16", micro_batch_size=4, seq_len=128)
@@ -357,9 +357,9 @@ def _panel_app(config_path: str, fields: dict, available: bool) -> None:
 
     import engine.trace
     import ui.trace_panel as panel
-    from engine.architecture import architecture_from_config
-    from engine.memory import estimate_memory
-    from engine.scenario import Scenario as _Scenario
+    from engine.model.build import architecture_from_config
+    from engine.memory.estimate import estimate_memory
+    from engine.scenario.training import Scenario as _Scenario
 
     # The module stays imported between app runs of one pytest process: set the function both ways.
     panel.tracer_available = engine.trace.tracer_available if available else (

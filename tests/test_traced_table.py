@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.catalog import catalog_model
-from engine.scenario import Scenario
+from engine.model.catalog import catalog_model
+from engine.scenario.training import Scenario
 from engine.trace.result import CATEGORIES, PHASES
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,14 +13,15 @@ import csv
 
 import pytest
 
-from engine.architecture import architecture_from_config
-from engine.catalog import catalog_model, load_measured_memory
-from engine.memory import estimate_memory
-from engine.scenario import Method
-from engine.precision import PrecisionMode
-from engine.optimizer import Optimizer
-from engine.seed_rules import GIB, seed_estimate_memory
-from engine.validation import (
+from engine.model.build import architecture_from_config
+from engine.model.catalog import catalog_model
+from engine.validation.measurements import load_measured_memory
+from engine.memory.estimate import estimate_memory
+from engine.scenario.training import Method
+from engine.scenario.precision import PrecisionMode
+from engine.scenario.optimizer import Optimizer
+from engine.memory.seed_rules import GIB, seed_estimate_memory
+from engine.validation.memory import (
     MODELLED_FRAMEWORKS,
     TARGET_MAX_ERROR_PCT,
     TARGET_MEDIAN_ERROR_PCT,
@@ -127,7 +128,7 @@ def test_a_row_is_its_scenario_and_the_same_memory_kind():
 
 
 def test_multi_gpu_rows_use_the_per_gpu_plan():
-    from engine.parallel import Offload, Strategy, plan_parallel
+    from engine.memory.parallel import Offload, Strategy, plan_parallel
 
     m = ROWS["m007"]  # torchtune Llama 3.1 70B LoRA, FSDP over 8 GPUs, 27.6 GiB per GPU
     arch = architecture_from_config(catalog_model(m.catalog_model).config)

@@ -10,7 +10,7 @@ from typing import Any
 
 import streamlit as st
 
-from engine.gpus import Gpu, GpuPrice, gpus_from_rows, load_gpus, load_prices, prices_from_rows
+from engine.hardware.gpus import Gpu, GpuPrice, gpus_from_rows, load_gpus, load_prices, prices_from_rows
 
 _GPUS, _PRICES = "session_gpus", "session_prices"
 

@@ -6,10 +6,10 @@ import math
 
 import plotly.graph_objects as go
 
-from engine.catalog import Gpu
-from engine.cost import PlanEstimate, PlanSearch
-from engine.fit import FitMatrix
-from engine.sweep import SweepRow
+from engine.hardware.gpus import Gpu
+from engine.plan.cost import PlanEstimate, PlanSearch
+from engine.plan.fit import FitMatrix
+from engine.memory.sweep import SweepRow
 from engine.units import Unit, fmt_bytes, to_unit
 
 COMPONENT_STYLE = {
@@ -77,7 +77,7 @@ def per_gpu_figure(components: dict[str, float], cpu_bytes: float, unit: Unit, g
 
 def memory_stack_figure(rows: list[SweepRow], unit: Unit, gpu: Gpu | None) -> go.Figure:
     """Stacked bars of each row's components at its peak, labelled with the total, with a line at the
-    GPU's usable memory (the device total nvidia-smi reports, :attr:`engine.gpus.Gpu.usable_memory_bytes`).
+    GPU's usable memory (the device total nvidia-smi reports, :attr:`engine.hardware.gpus.Gpu.usable_memory_bytes`).
 
     Built as one figure dict (validated once) rather than trace by trace: this chart is redrawn on every rerun of
     the Memory page."""

@@ -1,6 +1,6 @@
 """The seeds' optimisation checklist on the Memory page: one checkbox per technique, a waterfall from the naive run's
 peak to the final one, and a table of each step's saving and its effect on speed. The numbers come from
-:mod:`engine.checklist`; this module only draws them."""
+:mod:`engine.plan.checklist`; this module only draws them."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from engine.architecture import Architecture
-from engine.checklist import ORDER, TECHNIQUE_LABELS, ZERO_STAGES, Checklist, Technique, build_checklist, default_techniques
+from engine.model.architecture import Architecture
+from engine.plan.checklist import ORDER, TECHNIQUE_LABELS, ZERO_STAGES, Checklist, Technique, build_checklist, default_techniques
 from engine.errors import EngineError
-from engine.gpus import Gpu, find_gpu
-from engine.memory import tensor_budget
-from engine.parallel import Strategy
-from engine.scenario import Scenario
+from engine.hardware.gpus import Gpu, find_gpu
+from engine.memory.device import tensor_budget
+from engine.memory.parallel import Strategy
+from engine.scenario.training import Scenario
 from engine.units import Unit, fmt_bytes, to_unit
 from ui.charts import usable_line
 
@@ -40,7 +40,7 @@ def checklist_figure(checklist: Checklist, unit: Unit, gpu: Gpu | None) -> go.Fi
     ))
     if gpu is not None:
         # The bars are tensor peaks (max_memory_allocated): the line is what the GPU leaves for tensors once the
-        # CUDA context and the allocator's reserve are taken (engine.memory.tensor_budget).
+        # CUDA context and the allocator's reserve are taken (engine.memory.device.tensor_budget).
         room = to_unit(tensor_budget(gpu.usable_memory_bytes), unit)
         shape, annotation = usable_line(room, f"{gpu.name}: {room:,.1f} {unit} for tensors")
         fig.update_layout(shapes=[shape], annotations=[annotation])

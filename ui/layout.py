@@ -14,7 +14,7 @@ import gc
 
 import streamlit as st
 
-from engine.scenario import Scenario
+from engine.scenario.training import Scenario
 from ui.model_picker import PickedModel, model_sidebar
 from ui.scenario_form import _targets_key, scenario_sidebar
 from ui.share import apply_pending_targets, read_query_params, write_query_params

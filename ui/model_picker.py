@@ -16,13 +16,14 @@ from typing import Any
 
 import streamlit as st
 
-from engine.architecture import Architecture, architecture_or_approximation
-from engine.checkpoint import CheckpointCount, fetch_checkpoint_count
+from engine.model.architecture import Architecture
+from engine.model.build import architecture_or_approximation
+from engine.model.checkpoint import CheckpointCount, fetch_checkpoint_count
 from engine.errors import (
     ConfigError, EngineError, GatedRepoError, HubUnavailableError, RepoNotFoundError, UnsupportedModelError,
 )
-from engine.hub import fetch_config, hub_timeout_s
-from engine.sources import ConfigOrigin, catalog_choices, catalog_fallback, config_from_catalog, hub_origin, parse_config_bytes
+from engine.model.hub import fetch_config, hub_timeout_s
+from engine.model.sources import ConfigOrigin, catalog_choices, catalog_fallback, config_from_catalog, hub_origin, parse_config_bytes
 
 DEFAULT_REPO = "meta-llama/Llama-3.1-8B"
 SOURCES = ("Catalog", "Hub repo id", "Upload config.json")

@@ -9,8 +9,8 @@ import streamlit as st
 from plotly.subplots import make_subplots
 
 from engine.errors import EngineError
-from engine.plans import COMPONENT_KEYS, Plan, PlanResult
-from engine.sources import config_from_catalog
+from engine.plan.plans import COMPONENT_KEYS, Plan, PlanResult
+from engine.model.sources import config_from_catalog
 from engine.units import Unit, to_unit
 
 PLANS_KEY = "saved_plans"

@@ -1,4 +1,4 @@
-"""Sidebar inputs of a training scenario, returning a validated :class:`engine.scenario.Scenario`, and the
+"""Sidebar inputs of a training scenario, returning a validated :class:`engine.scenario.training.Scenario`, and the
 Time & cost page's inputs (dataset, MFU, GPU plan, price source: :func:`time_cost_sidebar`)."""
 
 from __future__ import annotations
@@ -9,18 +9,18 @@ from pydantic import ValidationError
 
 import streamlit as st
 
-from engine.architecture import Architecture
-from engine.catalog import Gpu
+from engine.model.architecture import Architecture
+from engine.hardware.gpus import Gpu
 from ui.catalog_session import session_gpus, session_prices
-from engine.cost import CHEAPEST_LISTED, PLAN_GPU_COUNTS, Dataset, price_source_names
+from engine.plan.cost import CHEAPEST_LISTED, PLAN_GPU_COUNTS, Dataset, price_source_names
 from engine.errors import ScenarioError, explain_validation
-from engine.lora import ALL_LINEAR, default_targets
-from engine.optimizer import Optimizer
-from engine.inference import WEIGHT_LABELS, InferenceScenario, KvCacheDtype, WeightPrecision
-from engine.parallel import FULL_SHARD, OFFLOAD_LABELS, STRATEGY_LABELS, Offload, Strategy
-from engine.precision import PrecisionMode, precision_spec
-from engine.scenario import FRAMEWORK_LABELS, METHOD_LABELS, Attention, Framework, Method, QuantType, Scenario
-from engine.throughput import DEFAULT_MFU, DEFAULT_SCALING_EFFICIENCY
+from engine.scenario.lora import ALL_LINEAR, default_targets
+from engine.scenario.optimizer import Optimizer
+from engine.memory.inference import WEIGHT_LABELS, InferenceScenario, KvCacheDtype, WeightPrecision
+from engine.memory.parallel import FULL_SHARD, OFFLOAD_LABELS, STRATEGY_LABELS, Offload, Strategy
+from engine.scenario.precision import PrecisionMode, precision_spec
+from engine.scenario.training import FRAMEWORK_LABELS, METHOD_LABELS, Attention, Framework, Method, QuantType, Scenario
+from engine.time.throughput import DEFAULT_MFU, DEFAULT_SCALING_EFFICIENCY
 from engine.units import Unit
 
 OPTIMIZER_LABELS = {
@@ -291,7 +291,7 @@ def time_cost_sidebar() -> TimeCostInputs | None:
     return TimeCostInputs(
         dataset=dataset, mfu=mfu, gpu=next(g for g in gpus if g.name == gpu_name),
         num_gpus=None if isinstance(count, str) else int(count), strategy=strategy,
-        # ZeRO-1/2 and FSDP SHARD_GRAD_OP move DDP's volume; FSDP FULL_SHARD ZeRO-3's (engine.throughput).
+        # ZeRO-1/2 and FSDP SHARD_GRAD_OP move DDP's volume; FSDP FULL_SHARD ZeRO-3's (engine.time.throughput).
         scaling_efficiency={s: (zero3 if s in FULL_SHARD else ddp) for s in Strategy}, price_source=source, basis=basis,
         max_gpus=int(max_gpus),
     )

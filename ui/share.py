@@ -12,11 +12,11 @@ from typing import Any, Callable
 
 import streamlit as st
 
-from engine.lora import ALL_LINEAR
-from engine.optimizer import Optimizer
-from engine.parallel import Offload, Strategy
-from engine.precision import PrecisionMode
-from engine.scenario import MAX_MICRO_BATCH, MAX_SEQ_LEN, Attention, Framework, Method, QuantType, Scenario
+from engine.scenario.lora import ALL_LINEAR
+from engine.scenario.optimizer import Optimizer
+from engine.memory.parallel import Offload, Strategy
+from engine.scenario.precision import PrecisionMode
+from engine.scenario.training import MAX_MICRO_BATCH, MAX_SEQ_LEN, Attention, Framework, Method, QuantType, Scenario
 
 _READ_FLAG = "_query_params_read"
 _PENDING_TARGETS = "_url_lora_targets"
@@ -108,7 +108,7 @@ def read_query_params() -> None:
     params = st.query_params
     bad: list[str] = []
     if "model" in params:
-        from engine.sources import catalog_choices
+        from engine.model.sources import catalog_choices
 
         repo = params["model"]
         if repo in dict(catalog_choices()):

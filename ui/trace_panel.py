@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from engine.errors import NotTraceableError, TraceError, TraceUnavailableError
-from engine.scenario import Scenario
+from engine.scenario.training import Scenario
 from engine.trace import INSTALL_HINT, check_traceable, trace_training_step, tracer_available
 from engine.trace.compare import Comparison, compare
 from engine.trace.result import TraceResult
@@ -83,7 +83,7 @@ def _show(result: TraceResult, estimate: Any, unit: Unit) -> None:
 
 def trace_panel(config: dict[str, Any], scenario: Scenario, estimate: Any, unit: Unit = "GB") -> None:
     """Draw "Verify by tracing" for ``scenario`` on the model of ``config`` beside ``estimate``
-    (an :class:`engine.memory.MemoryEstimate` of the same scenario on one GPU)."""
+    (an :class:`engine.memory.result.MemoryEstimate` of the same scenario on one GPU)."""
     st.subheader("Verify by tracing")
     ok, reason = tracer_available()
     if not ok:

@@ -1,7 +1,7 @@
 """Measure, don't guess: an exact fake-tensor trace of a Hugging Face training step.
 
 Optional (``pip install -e ".[trace]"``: torch, transformers, peft). Given a model config and a
-:class:`~engine.scenario.Scenario`, the real transformers model is built under PyTorch's FakeTensorMode
+:class:`~engine.scenario.training.Scenario`, the real transformers model is built under PyTorch's FakeTensorMode
 on a fake ``cuda`` device (no weights, no GPU) and two training steps run as ``Trainer`` runs them;
 every tensor storage allocation and free is counted (rounded to the CUDA allocator's 512-byte blocks),
 giving the peak of ``torch.cuda.max_memory_allocated()`` with a breakdown by category and phase
@@ -33,8 +33,8 @@ from engine.errors import (
     EngineError,
     NotTraceableError, TraceError, TraceFailedError, TraceModelTypeError, TraceUnavailableError,
 )
-from engine.optimizer import Optimizer
-from engine.scenario import Method, Scenario
+from engine.scenario.optimizer import Optimizer
+from engine.scenario.training import Method, Scenario
 from engine.trace.result import CATEGORIES, PHASES, StepPeak, TraceResult
 
 __all__ = [
@@ -100,11 +100,11 @@ def check_traceable(scenario: Scenario, config: dict[str, Any] | None = None) ->
 
 def _request(config: dict[str, Any], scenario: Scenario) -> dict[str, Any]:
     """The worker's input. LoRA's default targets are resolved by the engine (every attention projection,
-    :func:`engine.lora.default_targets`), not left to PEFT's per-model default (often q_proj, v_proj only)."""
+    :func:`engine.scenario.lora.default_targets`), not left to PEFT's per-model default (often q_proj, v_proj only)."""
     spec = scenario.model_dump(mode="json")
     if scenario.method is Method.LORA and scenario.lora_targets is None:
-        from engine.architecture import architecture_or_approximation
-        from engine.lora import default_targets
+        from engine.model.build import architecture_or_approximation
+        from engine.scenario.lora import default_targets
 
         try:
             spec["lora_targets"] = list(default_targets(architecture_or_approximation(config)[0]))

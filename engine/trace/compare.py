@@ -1,6 +1,6 @@
 """The engine's estimate beside a trace, component by component (torch-free).
 
-The engine (:func:`engine.memory.estimate_memory`) and the trace label memory differently, so the
+The engine (:func:`engine.memory.estimate.estimate_memory`) and the trace label memory differently, so the
 comparison maps both onto common rows, each side taken at its own peak:
 
 ==========================  ==========================================  ==============================
@@ -100,7 +100,7 @@ def _row(key: str, label: str, estimate: float, traced: int) -> ComparisonRow:
 
 
 def compare(estimate: Any, trace: TraceResult) -> Comparison:
-    """Compare an :class:`engine.memory.MemoryEstimate` of a training scenario with its trace.
+    """Compare an :class:`engine.memory.result.MemoryEstimate` of a training scenario with its trace.
 
     ``estimate`` is duck-typed (``components``, ``peak_phase``, ``peak_allocated_bytes``, ``phase_total``)
     so this module imports neither torch nor the engine's memory model.

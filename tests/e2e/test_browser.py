@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.sources import config_from_catalog
+from engine.model.sources import config_from_catalog
 from hubstub import HubStub, StubRepo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,12 +112,12 @@ def _metric_value(page, label: str) -> str:
 def expected_fit_peak() -> int:
     """Llama 3.1 8B on an A100 80GB in the fit page's models x GPUs matrix, for the default scenario at micro batch 8
     (the engine computes it here independently of the server)."""
-    from engine.architecture import architecture_from_config
-    from engine.catalog import load_models
-    from engine.fit import model_matrix
-    from engine.gpus import load_gpus
-    from engine.parallel import Strategy
-    from engine.scenario import Scenario
+    from engine.model.build import architecture_from_config
+    from engine.model.catalog import load_models
+    from engine.plan.fit import model_matrix
+    from engine.hardware.gpus import load_gpus
+    from engine.memory.parallel import Strategy
+    from engine.scenario.training import Scenario
 
     catalog = [(m.name, architecture_from_config(m.config)) for m in load_models()]
     matrix = model_matrix(catalog, Scenario.build(micro_batch_size=8), load_gpus(), Strategy.ZERO3)

@@ -1,0 +1,38 @@
+"""Command line: ``python -m engine params|estimate|plan|trace ...`` printing JSON (``plan``: CSV), for scripts and CI.
+
+One module per verb (``params``, ``estimate``, ``plan``, ``trace``), each with ``add_parser(sub)`` and
+``run(args) -> int``; :mod:`engine.cli.options` holds the options and helpers they share. ``trace`` runs the
+optional fake-tensor tracer (:mod:`engine.trace`, the ``[trace]`` extra).
+
+``estimate --gpu NAME`` adds the memory fit; with a dataset size as well (``--dataset-tokens`` or ``--examples``
+and ``--avg-tokens``) it adds the training time and cost (:mod:`engine.time.throughput`, :mod:`engine.plan.cost`).
+
+A thin layer over the engine, in the manner of accelerate's ``estimate-memory``: parse options, call the
+engine, print JSON. Bad input exits with status 2 and one line on stderr; a token is read from
+``HF_TOKEN`` by huggingface_hub and never printed. This is the top of the flow: it may import every package.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Sequence
+
+from engine.cli import estimate, params, plan, trace
+from engine.cli.options import Parser
+
+VERBS = {"params": params, "estimate": estimate, "plan": plan, "trace": trace}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of ``python -m engine``."""
+    parser = Parser(prog="python -m engine", description="Fine-tuning GPU memory estimates from a Hugging Face config.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for verb in VERBS.values():
+        verb.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 ok, 2 bad input or unreachable source)."""
+    args = build_parser().parse_args(argv)
+    return VERBS[args.command].run(args)

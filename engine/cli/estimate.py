@@ -1,0 +1,258 @@
+"""``python -m engine estimate``: peak training memory by component (JSON, bytes); with ``--gpu`` the fit and the
+per-GPU split of a multi-GPU strategy; with a dataset size the training time and cost; ``--method inference``
+gives serving memory instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from engine.cli.options import (
+    INFERENCE, add_gpu_options, add_model_options, add_parallel_inference_options, add_scenario_options,
+    add_time_cost_options, dataset_from_args, emit_json, fail, gpus_per_node, load_model, scenario_from_args,
+)
+from engine.errors import EngineError, ScenarioError
+from engine.hardware.gpus import find_gpu
+from engine.memory.components import PHASES
+from engine.memory.estimate import estimate_memory
+from engine.memory.inference import InferenceScenario, estimate_inference, inference_limits, kv_cache_bytes_per_token, sliding_window_layers
+from engine.memory.parallel import Offload, Strategy, deepspeed_estimate, device_memory_per_gpu, plan_parallel
+from engine.memory.seed_rules import seed_quick_rule
+from engine.model.architecture import Architecture
+from engine.plan.cost import CHEAPEST_LISTED, Dataset, estimate_plan
+from engine.plan.fit import check_fit
+from engine.scenario.lora import resolve_targets
+from engine.scenario.precision import PrecisionMode
+from engine.scenario.training import Method, Scenario
+from engine.time.throughput import DEFAULT_MFU, seed_throughput
+
+
+def add_parser(sub: Any) -> None:
+    est = sub.add_parser("estimate", help="peak training memory by component (JSON, bytes)")
+    add_model_options(est)
+    add_scenario_options(est)
+    add_gpu_options(est)
+    add_parallel_inference_options(est)
+    add_time_cost_options(est)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the estimate as JSON; exit 2 on bad input or an unreachable source."""
+    try:
+        arch, _, origin = load_model(args)
+        if args.method == INFERENCE:
+            if dataset_from_args(args) is not None:
+                raise ScenarioError("time and cost options are for training, not --method inference")
+            out = _inference_json(arch, origin, args)
+        else:
+            if any(getattr(args, k) is not None for k in ("concurrency", "kv_cache_dtype", "weight_precision")):
+                raise ScenarioError("--concurrency, --kv-cache-dtype and --weight-precision need --method inference")
+            scenario = scenario_from_args(args)
+            dataset = dataset_from_args(args)
+            out = _estimate_json(arch, origin, scenario)
+            if args.gpu is not None:
+                out.update(_fit_json(arch, scenario, args))
+                out.update(_per_gpu_json(arch, scenario, args))
+                if dataset is not None:
+                    if args.offload not in (None, "none"):
+                        raise ScenarioError("time and cost do not model offload (CPU optimizer steps); drop --offload or the dataset size")
+                    out.update(_time_cost_json(arch, scenario, dataset, args))
+                _warn_if_not_fitting(out, args)
+            elif args.offload is not None or args.gpus_per_node is not None:
+                raise ScenarioError("--offload and --gpus-per-node need --gpu")
+            elif args.num_gpus is not None or args.strategy is not None:
+                raise ScenarioError("--num-gpus and --strategy need --gpu")
+            elif dataset is not None:
+                raise ScenarioError("a dataset size needs --gpu to estimate time and cost")
+    except EngineError as exc:
+        return fail(exc)
+    return emit_json(out)
+
+
+def _estimate_json(arch: Architecture, origin: dict[str, Any], scenario: Scenario) -> dict[str, Any]:
+    est = estimate_memory(arch, scenario)
+    # The seed's full fine-tuning rule (model states only), for comparison whatever the method.
+    seed_precision = "fp32" if scenario.precision is PrecisionMode.FP32 else "bf16"
+    seed = seed_quick_rule(arch.total_parameters, seed_precision)
+    return {
+        "source": origin,
+        "scenario": scenario.model_dump(mode="json"),
+        "total_parameters": est.total_parameters,
+        "trainable_parameters": est.trainable_parameters,
+        "components": {k: round(v) for k, v in est.components.items()},
+        "total_bytes": round(est.total_bytes),
+        "peak_phase": est.peak_phase,
+        # What torch.cuda.max_memory_allocated / max_memory_reserved and nvidia-smi would report at the peak.
+        "peak_allocated_bytes": round(est.peak_allocated_bytes),
+        "peak_reserved_bytes": round(est.peak_reserved_bytes),
+        "device_used_bytes": round(est.device_used_bytes),
+        "overheads": {p.key: round(p.bytes) for p in est.overheads},
+        "pageable_bytes": round(est.pageable_bytes),
+        "first_step_peak_bytes": round(est.first_step_peak_bytes),
+        "phase_totals_bytes": {ph: round(est.phase_total(ph)) for ph in PHASES},
+        "attention_kernel": est.attention_kernel,
+        "bytes_per_parameter": est.bytes_per_parameter,
+        "formulas": {p.key: p.formula for p in est.parts},
+        "seed_full_finetune_rule": {
+            "rule": "fp32: 4+4+8 B/param" if seed_precision == "fp32" else "bf16 mixed: 2+2+8 B/param",
+            "total_bytes": round(seed.total_bytes),
+        },
+        "lora_targets_resolved": [lin.module for lin in resolve_targets(arch, scenario.lora_targets)]
+        if scenario.method is not Method.FULL else None,
+        "warnings": list(est.warnings),
+        "assumptions": list(est.assumptions),
+        "not_modelled": list(est.not_modelled),
+    }
+
+
+def _fit_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]:
+    """The fit fields for --gpu (per-GPU bytes); an unknown GPU raises CatalogError naming the closest ones."""
+    gpu = find_gpu(args.gpu)
+    fit = check_fit(arch, scenario, gpu, Strategy(args.strategy or "ddp"), args.num_gpus or 1,
+                    offload=Offload(getattr(args, "offload", None) or "none"))
+    return {
+        "gpu": {"name": gpu.name, "usable_memory_bytes": gpu.usable_memory_bytes, "memory_bytes": gpu.memory_bytes},
+        "num_gpus": fit.num_gpus,
+        "strategy": fit.strategy.value,
+        "per_gpu_peak_bytes": round(fit.peak_bytes),
+        "fits": fit.fits,
+        "headroom_bytes": round(fit.headroom_bytes),
+        "min_gpus": fit.min_gpus,
+        "gpu_warnings": list(fit.warnings),
+    }
+
+
+def _per_gpu_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]:
+    """Per-GPU components/totals (same keys as the one-GPU estimate), CPU memory of offload, DeepSpeed's estimate."""
+    strategy, offload, n = Strategy(args.strategy or "ddp"), Offload(args.offload or "none"), args.num_gpus or 1
+    est = estimate_memory(arch, scenario)
+    plan = plan_parallel(est, arch, scenario, strategy, offload)
+    per_node = gpus_per_node(args)
+    ds = deepspeed_estimate(arch, strategy, offload, n, per_node)
+    device = device_memory_per_gpu(est, plan, n)
+    return {
+        "single_gpu_total_bytes": round(est.total_bytes),
+        "components": {k: round(v) for k, v in plan.components_per_gpu(n).items()},
+        "total_bytes": round(plan.per_gpu_bytes(n)),
+        "peak_allocated_bytes": round(device.allocated),
+        "peak_reserved_bytes": round(device.reserved),
+        "device_used_bytes": round(device.device_used),
+        "overheads": {p.key: round(p.bytes) for p in device.components()},
+        "pageable_bytes": round(device.pageable),
+        "first_step_peak_bytes": round(plan.first_step_per_gpu_bytes(n)),
+        "peak_phase": plan.peak_phase(n),
+        "phase_totals_bytes": {p.phase: round(p.gpu_bytes(n)) for p in plan.phases},
+        "offload": offload.value,
+        "gpus_per_node": per_node,
+        "cpu_bytes": round(plan.cpu_bytes_per_node(n, per_node)),
+        "cpu_bytes_per_gpu": round(plan.cpu_bytes_per_gpu(n)),
+        "gathered_unit": plan.gathered_unit or None,
+        "comm_buckets": plan.bucket_note or None,
+        "deepspeed_estimate": None if ds is None else {
+            "function": ds.function, "gpu_bytes_per_gpu": ds.gpu_bytes_per_gpu, "cpu_bytes_per_node": ds.cpu_bytes_per_node,
+            "note": ds.note,
+        },
+    }
+
+
+def _inference_json(arch: Architecture, origin: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    if args.strategy not in (None, "ddp") or args.offload not in (None, "none"):
+        raise ScenarioError("--method inference serves one replica per GPU: --strategy and --offload do not apply")
+    fields: dict[str, Any] = {"seq_len": args.seq_len}
+    for name in ("concurrency", "kv_cache_dtype", "weight_precision"):
+        if getattr(args, name) is not None:
+            fields[name] = getattr(args, name)
+    isc = InferenceScenario.build(**fields)
+    est = estimate_inference(arch, isc)
+    out: dict[str, Any] = {
+        "source": origin,
+        "scenario": {"method": INFERENCE, **isc.model_dump(mode="json")},
+        "total_parameters": est.total_parameters,
+        "trainable_parameters": 0,
+        "components": {k: round(v) for k, v in est.components.items()},
+        "total_bytes": round(est.total_bytes),
+        "peak_phase": est.peak_phase,
+        "phase_totals_bytes": {ph: round(est.phase_total(ph)) for ph in est.phases},
+        "kv_cache_bytes_per_token": kv_cache_bytes_per_token(arch, isc.kv_cache_dtype),
+        "sliding_window_layers": sliding_window_layers(arch),
+        "formulas": {p.key: p.formula for p in est.parts},
+        "cpu_bytes": 0,
+        "warnings": list(est.warnings),
+        "assumptions": list(est.assumptions),
+        "not_modelled": list(est.not_modelled),
+    }
+    if args.gpu is not None:
+        gpu = find_gpu(args.gpu)
+        fit = check_fit(arch, isc, gpu, Strategy.DDP, args.num_gpus or 1, estimate=est)
+        lim = inference_limits(arch, isc, gpu.usable_memory_bytes)
+        out.update({
+            "gpu": {"name": gpu.name, "usable_memory_bytes": gpu.usable_memory_bytes, "memory_bytes": gpu.memory_bytes},
+            "num_gpus": fit.num_gpus, "strategy": "replicas", "per_gpu_peak_bytes": round(fit.peak_bytes), "fits": fit.fits,
+            "headroom_bytes": round(fit.headroom_bytes), "min_gpus": fit.min_gpus, "gpu_warnings": list(fit.warnings),
+            "max_seq_len": lim.max_seq_len, "max_concurrency": lim.max_concurrency,
+        })
+    elif args.num_gpus is not None:
+        raise ScenarioError("--num-gpus needs --gpu")
+    return out
+
+
+def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Dataset, args: argparse.Namespace) -> dict[str, Any]:
+    """tokens_per_second (all GPUs), hours, gpu_hours and costs, with the details in ``time_cost``."""
+    gpu = find_gpu(args.gpu)
+    strategy = Strategy(args.strategy or "ddp")
+    plan = estimate_plan(
+        arch, scenario, dataset, gpu, args.num_gpus or 1, strategy,
+        mfu=DEFAULT_MFU if args.mfu is None else args.mfu, scaling_efficiency=args.scaling_efficiency,
+        price_source=args.price_source or CHEAPEST_LISTED,
+    )
+    tp, run, price = plan.throughput, plan.run, plan.price
+    seed = seed_throughput(arch.active_parameters / 1e9, gpu, plan.num_gpus)
+    return {
+        "tokens_per_second": tp.tokens_per_second,
+        "hours": run.hours,
+        "gpu_hours": run.gpu_hours,
+        "cost_usd_on_demand": run.cost_usd_on_demand,
+        "cost_usd_spot": run.cost_usd_spot,
+        "cost_reason": price.reason,
+        "time_cost": {
+            "tokens": run.tokens,
+            "tokens_per_epoch": dataset.tokens_per_epoch(scenario.seq_len),
+            "padding_waste": dataset.padding_waste(scenario.seq_len),
+            "epochs": dataset.epochs,
+            "runs": dataset.runs,
+            "mfu": tp.mfu,
+            "scaling_efficiency": tp.scaling_efficiency,
+            "peak_flops": tp.peak.flops,
+            "peak_dtype": tp.peak.dtype,
+            "flops_per_token": tp.flops.total,
+            "per_gpu_tokens_per_second": tp.per_gpu_tokens_per_second,
+            "step_seconds": {"compute": tp.step.compute_s, "dequantize": tp.step.dequantize_s, "optimizer": tp.step.optimizer_s},
+            "price_source": price.source,
+            "on_demand_usd_per_gpu_hour": price.on_demand_usd_per_hour,
+            "on_demand_source": price.on_demand_source,
+            "spot_usd_per_gpu_hour": price.spot_usd_per_hour,
+            "spot_source": price.spot_source,
+            "fits": plan.fits,
+            "seed_rule": None if seed is None else {
+                "tokens_per_second": seed.tokens_per_second,
+                "hours": dataset.tokens_per_epoch(scenario.seq_len) * dataset.epochs * dataset.runs / seed.tokens_per_second / 3600,
+                "rule": seed.rule,
+            },
+            "notes": list(plan.notes) + ([] if plan.fits else ["this plan does not fit in memory: time and cost for reference only"]),
+        },
+    }
+
+
+def _warn_if_not_fitting(out: dict[str, Any], args: argparse.Namespace) -> None:
+    """Say at the top level when the plan does not fit (times and costs are then for reference only)."""
+    if out.get("fits") is not False:
+        return
+    strategy = args.strategy or "ddp"
+    fewest = out.get("min_gpus")
+    advice = (f"the fewest that fit with {strategy} is {fewest}" if fewest
+              else f"no count fits with {strategy}" + ("; try --strategy zero3" if strategy == "ddp" else ""))
+    out.setdefault("warnings", []).append(
+        f"does not fit on {args.num_gpus or 1} x {args.gpu}: {advice}; any time and cost below are for reference only"
+    )
+

@@ -1,0 +1,215 @@
+"""Options and helpers shared by the verbs of ``python -m engine``: the model source, the scenario, the GPU,
+many GPUs and serving, time and cost; loading the model; writing JSON or CSV.
+
+Bad input is reported as one line on stderr with exit status 2 (:class:`Parser`, :func:`fail`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from engine.errors import ScenarioError, explain_validation
+from engine.memory.inference import KvCacheDtype, WeightPrecision
+from engine.memory.parallel import Offload, Strategy
+from engine.model.architecture import Architecture
+from engine.model.build import architecture_or_approximation
+from engine.model.sources import config_from_catalog, config_from_file, config_from_hub
+from engine.plan.cost import CHEAPEST_LISTED, Dataset
+from engine.scenario.optimizer import Optimizer
+from engine.scenario.precision import PrecisionMode
+from engine.scenario.training import Attention, Framework, Method, QuantType, Scenario
+from engine.time.throughput import DEFAULT_MFU, DEFAULT_SCALING_EFFICIENCY
+
+INFERENCE = "inference"
+"""The ``--method`` value of a serving estimate (not a training method)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports errors as one line on stderr and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"error: {message}\n")
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return value
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--config", metavar="PATH", help="path to a model's config.json")
+    src.add_argument("--model", metavar="REPO_ID", help="Hugging Face Hub repo id (config.json is read from the Hub; HF_TOKEN unlocks gated repos)")
+    p.add_argument("--revision", default=None, help="branch, tag or commit of --model (default: main)")
+    p.add_argument("--offline", action="store_true", help="with --model: use the bundled catalog copy, no network")
+
+
+def add_scenario_options(p: argparse.ArgumentParser) -> None:
+    d = Scenario()  # the engine's defaults, so the CLI and the app start from the same scenario
+    p.add_argument("--method", choices=[m.value for m in Method], default=d.method.value, help=f"full fine-tuning, LoRA or QLoRA (default: {d.method.value})")
+    p.add_argument("--precision", choices=[m.value for m in PrecisionMode], default=d.precision.value,
+                   help="fp32; amp_bf16/amp_fp16 = mixed precision with fp32 weights; bf16/fp16 = pure 16-bit weights (default: %(default)s)")
+    p.add_argument("--optimizer", choices=[o.value for o in Optimizer], default=d.optimizer.value, help="optimizer (default: %(default)s; adamw is torch foreach)")
+    p.add_argument("--micro-batch-size", type=int, default=d.micro_batch_size, metavar="N", help="sequences per forward pass per GPU (default: %(default)s)")
+    p.add_argument("--seq-len", type=int, default=d.seq_len, metavar="N", help="tokens per sequence (default: %(default)s)")
+    p.add_argument("--gradient-accumulation-steps", type=int, default=d.gradient_accumulation_steps, metavar="N", help="micro batches per optimizer step (default: %(default)s)")
+    p.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in backward")
+    p.add_argument("--attention", choices=[a.value for a in Attention], default=d.attention.value, help="attn_implementation (default: %(default)s)")
+    p.add_argument("--lora-r", type=int, default=d.lora_r, metavar="N", help="LoRA rank (default: %(default)s)")
+    p.add_argument("--lora-alpha", type=float, default=d.lora_alpha, metavar="A", help="LoRA alpha (default: %(default)s; no effect on memory)")
+    p.add_argument("--lora-dropout", type=float, default=d.lora_dropout, metavar="P", help="LoRA dropout (default: %(default)s)")
+    p.add_argument("--lora-targets", default=None, metavar="NAMES",
+                   help="comma-separated target modules, e.g. q_proj,v_proj, or all-linear (default: the attention projections)")
+    p.add_argument("--quant-type", choices=[q.value for q in QuantType], default=d.quant_type.value, help="QLoRA base quantization: 4-bit nf4/fp4 or 8-bit int8 (LLM.int8) (default: %(default)s)")
+    p.add_argument("--no-double-quant", action="store_true", help="QLoRA without double quantization")
+    p.add_argument("--no-prepare-kbit", action="store_true", help="QLoRA without prepare_model_for_kbit_training (no fp32 upcast)")
+    p.add_argument("--framework", choices=[f.value for f in Framework], default=d.framework.value,
+                   help="training stack: hf = transformers + PEFT + Trainer; litgpt; torchtune (default: %(default)s)")
+    p.add_argument("--fused-cross-entropy", action="store_true",
+                   help="chunked LM head + loss (Liger Kernel, TrainingArguments(use_liger_kernel=True)): no vocabulary-sized logits")
+
+
+SCENARIO_FIELDS = (
+    "method", "precision", "optimizer", "micro_batch_size", "seq_len", "gradient_accumulation_steps",
+    "gradient_checkpointing", "attention", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "quant_type",
+    "fused_cross_entropy", "framework",
+)
+
+
+def scenario_from_args(args: argparse.Namespace) -> Scenario:
+    return Scenario.build(
+        **{name: getattr(args, name) for name in SCENARIO_FIELDS},
+        double_quant=not args.no_double_quant,
+        prepare_kbit_training=not args.no_prepare_kbit,
+    )
+
+
+def add_gpu_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gpu", metavar="NAME", default=None,
+                   help="check the fit on this GPU (e.g. 'A100 80GB', 'H100 SXM', 'RTX 4090'); adds gpu, fits, headroom_bytes, min_gpus")
+    p.add_argument("--num-gpus", type=positive_int, default=None, metavar="N", help="GPUs of that kind (with --gpu; default 1)")
+    p.add_argument("--strategy", choices=[s.value for s in Strategy], default=None,
+                   help="multi-GPU strategy (with --gpu): ddp = every GPU holds everything; zero1/zero2/zero3 = DeepSpeed ZeRO "
+                        "stages; fsdp_full_shard = ZeRO-3, fsdp_shard_grad_op = ZeRO-2 (default: ddp)")
+
+
+def add_parallel_inference_options(p: argparse.ArgumentParser) -> None:
+    method = next(a for a in p._actions if a.dest == "method")
+    method.choices = list(method.choices) + [INFERENCE]
+    method.help = "full fine-tuning, LoRA, QLoRA, or inference (serving memory) (default: %(default)s)"
+    g = p.add_argument_group("many GPUs (with --gpu)")
+    g.add_argument("--offload", choices=[o.value for o in Offload], default=None,
+                   help="move optimizer states (and with zero3/fsdp_full_shard, weights) to CPU memory (default: none)")
+    g.add_argument("--gpus-per-node", type=int, default=None, metavar="N",
+                   help="GPUs per node, for the CPU memory per node of offload (default: min(num GPUs, 8))")
+    s = p.add_argument_group("serving (--method inference; --seq-len is the context per sequence)")
+    s.add_argument("--concurrency", type=int, default=None, metavar="N", help="sequences served at once (default 1)")
+    s.add_argument("--kv-cache-dtype", choices=[k.value for k in KvCacheDtype], default=None, help="KV cache element type (default bf16)")
+    s.add_argument("--weight-precision", choices=[w.value for w in WeightPrecision], default=None,
+                   help="serving precision of the linear weights: bf16, fp16, int8, fp8, int4 (GPTQ/AWQ group 128) (default bf16)")
+
+
+def gpus_per_node(args: argparse.Namespace) -> int:
+    n = args.num_gpus or 1
+    per = args.gpus_per_node or min(n, 8)
+    if per < 1:
+        raise ScenarioError(f"--gpus-per-node: must be at least 1 (got {per})")
+    return per
+
+
+def add_time_cost_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("time and cost (with --gpu and a dataset size)")
+    g.add_argument("--dataset-tokens", type=int, default=None, metavar="N", help="tokens in one epoch of the dataset")
+    g.add_argument("--examples", type=int, default=None, metavar="N", help="examples in the dataset (with --avg-tokens)")
+    g.add_argument("--avg-tokens", type=float, default=None, metavar="T", help="average tokens per example (with --examples)")
+    g.add_argument("--epochs", type=float, default=None, metavar="E", help="passes over the dataset (default 1)")
+    g.add_argument("--no-packing", action="store_true",
+                   help="pad every example to --seq-len (with --examples): the padding is processed too")
+    g.add_argument("--runs", type=int, default=None, metavar="N", help="experimental runs to pay for (default 1)")
+    g.add_argument("--mfu", type=float, default=None, metavar="X",
+                   help=f"fraction of the GPU's dense peak achieved on the executed FLOPs (default {DEFAULT_MFU}: median of "
+                        "published Hugging Face-stack measurements, see the Methodology page)")
+    g.add_argument("--scaling-efficiency", type=float, default=None, metavar="X",
+                   help="fraction of linear speed-up kept on more than one GPU (default: " + ", ".join(
+                       f"{k.value} {v}" for k, v in DEFAULT_SCALING_EFFICIENCY.items()) + ")")
+    g.add_argument("--price-source", default=None, metavar="NAME",
+                   help=f"a source of data/gpu_prices.csv, e.g. 'RunPod Community Cloud', or 'cheapest' (default: {CHEAPEST_LISTED})")
+
+
+TIME_COST_OPTIONS = ("dataset_tokens", "examples", "avg_tokens", "epochs", "runs", "mfu", "scaling_efficiency", "price_source")
+
+
+def dataset_from_args(args: argparse.Namespace) -> Dataset | None:
+    """The dataset of the time/cost options, None when no size is given; ScenarioError on a bad combination."""
+    if args.dataset_tokens is None and args.examples is None and args.avg_tokens is None:
+        if any(getattr(args, k) is not None for k in TIME_COST_OPTIONS) or args.no_packing:
+            raise ScenarioError("time and cost options need a dataset size: --dataset-tokens N, or --examples N --avg-tokens T")
+        return None
+    if args.dataset_tokens is not None and (args.examples is not None or args.avg_tokens is not None):
+        raise ScenarioError("give the dataset as --dataset-tokens, or as --examples and --avg-tokens, not both")
+    if args.dataset_tokens is None and (args.examples is None or args.avg_tokens is None):
+        raise ScenarioError("--examples and --avg-tokens go together")
+    fields: dict[str, Any] = {"total_tokens": args.dataset_tokens, "examples": args.examples, "avg_tokens": args.avg_tokens,
+                              "packing": not args.no_packing}
+    if args.epochs is not None:
+        fields["epochs"] = args.epochs
+    if args.runs is not None:
+        fields["runs"] = args.runs
+    try:
+        return Dataset(**fields)
+    except ValidationError as exc:
+        raise ScenarioError(explain_validation(exc, "dataset")) from None
+
+
+def load_model(args: argparse.Namespace) -> tuple[Architecture, dict[str, Any], dict[str, Any]]:
+    """The architecture, the config dict and where it came from."""
+    if args.config:
+        config, origin = config_from_file(args.config)
+    elif args.offline:
+        config, origin = config_from_catalog(args.model)
+    else:
+        config, origin = config_from_hub(args.model, revision=args.revision)
+        if origin.notice:
+            print(f"notice: {origin.notice}", file=sys.stderr)
+    arch, approximation = architecture_or_approximation(config)
+    if approximation:
+        print(f"notice: {approximation}", file=sys.stderr)
+    return arch, config, origin.model_dump(exclude_none=True)
+
+
+
+def emit_json(out: Any) -> int:
+    """Print ``out`` as indented JSON on stdout; a reader that left (``| head``) is not an error. Returns 0."""
+    return emit_bytes((json.dumps(out, indent=2) + "\n").encode("utf-8"))
+
+
+def emit_bytes(data: bytes, path: str | None = None) -> int:
+    """Write ``data`` to ``path`` or stdout; a closed pipe on stdout is silenced. Returns 0."""
+    if path:
+        Path(path).write_bytes(data)
+        return 0
+    try:
+        sys.stdout.buffer.write(data) if hasattr(sys.stdout, "buffer") else sys.stdout.write(data.decode("utf-8"))
+        sys.stdout.flush()
+    except BrokenPipeError:  # e.g. piped into `head`: the reader left; silence the flush at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def fail(exc: Exception) -> int:
+    """The one-line error on stderr and exit status 2."""
+    print(f"error: {exc}", file=sys.stderr)
+    return 2

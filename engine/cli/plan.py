@@ -1,0 +1,92 @@
+"""``python -m engine plan``: a plan (the estimate options) or a plans CSV (``--input``), recomputed, as plans CSV
+(:mod:`engine.plan.plans`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from engine.cli.options import (
+    add_gpu_options, add_model_options, add_scenario_options, add_time_cost_options, dataset_from_args, emit_bytes,
+    fail, load_model, scenario_from_args,
+)
+from engine.errors import CatalogError, EngineError, ScenarioError, explain_validation
+from engine.hardware.gpus import find_gpu
+from engine.memory.parallel import Strategy
+from engine.model.sources import config_from_catalog, config_from_hub
+from engine.plan.cost import CHEAPEST_LISTED
+from engine.plan.plans import Plan, evaluate_plan, plans_from_csv, plans_to_csv
+from engine.time.throughput import DEFAULT_MFU
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("plan", help="a plan (the estimate options) or a plans CSV (--input), recomputed, as plans CSV")
+    add_model_options(p)
+    p._mutually_exclusive_groups[-1].required = False  # --input replaces --model/--config
+    add_scenario_options(p)
+    add_gpu_options(p)
+    add_time_cost_options(p)
+    g = p.add_argument_group("plans CSV")
+    g.add_argument("--input", metavar="CSV", default=None,
+                   help="a plans CSV to re-validate and recompute (instead of --model/--config and the scenario options); "
+                        "bad rows are listed on stderr; the file's app_version and exported_at are kept")
+    g.add_argument("--output", metavar="FILE", default=None, help="write the CSV here (default: stdout)")
+    g.add_argument("--name", default=None, help="the plan's name (default: model and method)")
+
+
+def _plan_resolver(offline: bool):
+    def resolve(repo_id: str, revision: str | None) -> dict[str, Any]:
+        try:
+            return config_from_catalog(repo_id)[0]
+        except CatalogError:
+            if offline:
+                raise
+            return config_from_hub(repo_id, revision=revision)[0]
+    return resolve
+
+
+def run(args: argparse.Namespace) -> int:
+    """``python -m engine plan``: CSV on stdout or --output; exit 2 on bad input (or when no row of --input loads)."""
+    try:
+        if args.input:
+            if args.model or args.config:
+                raise ScenarioError("--input replaces --model/--config")
+            try:
+                data = Path(args.input).read_bytes()
+            except OSError as exc:
+                raise ScenarioError(f"cannot read {args.input}: {exc.strerror}") from None
+            imported = plans_from_csv(data, _plan_resolver(args.offline))
+            for err in imported.errors:
+                print(f"row {err.row}: {err.reason}", file=sys.stderr)
+            if not imported.plans:
+                raise ScenarioError("no plan in the file loaded")
+            out = plans_to_csv(imported.plans, version=imported.app_version, exported_at=imported.exported_at)
+        else:
+            if not (args.model or args.config):
+                raise ScenarioError("give --model or --config (or --input plans.csv)")
+            arch, config, origin = load_model(args)
+            scenario = scenario_from_args(args)
+            dataset = dataset_from_args(args)
+            if args.gpu is None or dataset is None:
+                raise ScenarioError("a plan needs --gpu and a dataset size (--dataset-tokens, or --examples and --avg-tokens)")
+            gpu = find_gpu(args.gpu)
+            repo = args.model or origin.get("name") or "config.json"
+            try:
+                plan = Plan(
+                    name=args.name or f"{repo.split('/')[-1]} {scenario.method.value}", model_repo_id=repo,
+                    model_revision=args.revision, **scenario.model_dump(), gpu=gpu.name, num_gpus=args.num_gpus or 1,
+                    strategy=Strategy(args.strategy or "ddp"), dataset_total_tokens=dataset.total_tokens,
+                    dataset_examples=dataset.examples, dataset_avg_tokens=dataset.avg_tokens, epochs=dataset.epochs,
+                    packing=dataset.packing, runs=dataset.runs, mfu=DEFAULT_MFU if args.mfu is None else args.mfu,
+                    scaling_efficiency=args.scaling_efficiency, price_source=args.price_source or CHEAPEST_LISTED,
+                )
+            except ValidationError as exc:
+                raise ScenarioError(explain_validation(exc, all_errors=True)) from None
+            out = plans_to_csv([(plan, evaluate_plan(plan, config))])
+    except EngineError as exc:
+        return fail(exc)
+    return emit_bytes(out, args.output)

@@ -1,0 +1,254 @@
+"""The GPU catalog (``data/gpus.csv``) and GPU prices (``data/gpu_prices.csv``), validated on load.
+
+``gpus.csv`` has one row per GPU a framework sees as one device (an MI250X package is two such devices,
+so its row is one GCD). Per row:
+
+- ``memory_gib``: advertised capacity (binary GiB for these parts); ``usable_mib``: what the software
+  stack reports as the device's total: ``nvidia-smi``'s "Total" on Linux with the default ECC setting
+  (ECC on GDDR6 datacenter parts keeps 1/16 of the memory, hence T4 15360 MiB out of 16 GiB), or
+  ``rocm-smi``'s VRAM total on AMD. ``usable_source`` says, per row, where the number comes from or
+  the rule that derived it. PyTorch can report up to ~2% less than nvidia-smi (the driver's reserve;
+  e.g. T4 15102 MiB, A100 40GB 40441-40654 MiB depending on the driver), and the CUDA context and the
+  caching allocator take more on top: neither is subtracted here (see ``engine.memory.estimate.NOT_MODELLED``).
+- dense tensor TFLOP/s in bf16, fp16, fp8 and non-tensor fp32 (empty = not supported or not published).
+  Datasheets print sparse figures with an asterisk; those are halved. GeForce cards run fp16/bf16 with
+  fp32 accumulation (what training uses) at half their fp16-accumulate rate: that figure is kept.
+- memory bandwidth (GB/s), bf16/fp8 support, PCIe generation, GPU-to-GPU link bandwidth (NVLink or
+  Infinity Fabric, GB/s; 0 = none), the datasheet URL and notes.
+
+``gpu_prices.csv`` keeps several price sources side by side: ``gpu, source_name, on_demand_usd_per_hour,
+spot_usd_per_hour, date, url, note``. Every row carries its date and source; an empty spot price means
+the source lists none.
+
+Names resolve forgivingly (:func:`find_gpu`): case, spaces, dashes, underscores, a vendor or brand prefix
+(NVIDIA, AMD, GeForce, Tesla, Instinct) and a "GB" after a number do not matter, and aliases such as
+"A100-80GB", "H100 SXM" or "RTX 4090" name their GPU. This module has no Streamlit import.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal, Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from engine.errors import CatalogError, validated_row
+from engine.files import csv_rows, data_file
+
+GIB = 1024**3
+MIB = 1024**2
+
+GPUS_FILE = "gpus.csv"
+PRICES_FILE = "gpu_prices.csv"
+
+_OPTIONAL_NUMBERS = ("bf16_tflops", "fp16_tflops", "fp32_tflops", "fp8_tflops", "spot_usd_per_hour")
+
+
+class Gpu(BaseModel):
+    """One GPU (as one device) with its memory, throughput, links and sources. See the module docstring."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str = Field(min_length=1)
+    vendor: Literal["NVIDIA", "AMD"]
+    segment: Literal["consumer", "workstation", "datacenter", "cloud"]
+    aliases: tuple[str, ...] = ()
+    memory_gib: float = Field(gt=0)
+    usable_mib: int = Field(gt=0)
+    usable_source: str = Field(min_length=1)
+    bf16_tflops: float | None = Field(default=None, gt=0)
+    fp16_tflops: float | None = Field(default=None, gt=0)
+    fp32_tflops: float | None = Field(default=None, gt=0)
+    fp8_tflops: float | None = Field(default=None, gt=0)
+    memory_bandwidth_gbps: float = Field(gt=0)
+    bf16: bool
+    fp8: bool
+    pcie_gen: int = Field(ge=1, le=7)
+    gpu_link_gbps: float = Field(ge=0)
+    interconnect: str = ""
+    datasheet_url: str = Field(pattern=r"^https://")
+    notes: str = ""
+
+    @field_validator("aliases", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return tuple(a.strip() for a in value.split(";") if a.strip()) if isinstance(value, str) else value
+
+    @field_validator(*_OPTIONAL_NUMBERS[:4], mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Gpu":
+        if self.usable_mib > self.memory_gib * 1024:
+            raise ValueError(f"usable_mib {self.usable_mib} exceeds the capacity ({self.memory_gib:g} GiB = {self.memory_gib * 1024:.0f} MiB)")
+        if self.bf16 != (self.bf16_tflops is not None):
+            raise ValueError("bf16 flag and bf16_tflops disagree (bf16_tflops must be empty exactly when bf16 is false)")
+        if self.fp8 != (self.fp8_tflops is not None):
+            raise ValueError("fp8 flag and fp8_tflops disagree (fp8_tflops must be empty exactly when fp8 is false)")
+        return self
+
+    @property
+    def memory_bytes(self) -> int:
+        """Advertised memory in bytes."""
+        return int(self.memory_gib * GIB)
+
+    @property
+    def usable_memory_bytes(self) -> int:
+        """The device total the software stack reports (``usable_mib``), in bytes: what fits are checked against."""
+        return self.usable_mib * MIB
+
+
+class GpuPrice(BaseModel):
+    """Price of one GPU-hour from one source on one date. ``gpu`` is the catalog name."""
+
+    model_config = ConfigDict(frozen=True)
+
+    gpu: str = Field(min_length=1)
+    source_name: str = Field(min_length=1)
+    on_demand_usd_per_hour: float = Field(gt=0)
+    spot_usd_per_hour: float | None = Field(default=None, gt=0)
+    date: dt.date
+    url: str = Field(min_length=1)
+    note: str = ""
+
+    @field_validator("spot_usd_per_hour", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+
+@lru_cache(maxsize=8)
+def _load_gpus(path: Path) -> tuple[Gpu, ...]:
+    return gpus_from_rows(csv_rows(path), path.name)
+
+
+def gpus_from_rows(rows: Sequence[tuple[int, Mapping[str, Any]]], source: str) -> tuple[Gpu, ...]:
+    """Validate GPU rows (fields as the columns of ``data/gpus.csv``) given as (row number, row) pairs.
+
+    Used for the bundled file and for a table a user edited in the app.
+
+    Raises:
+        CatalogError: a bad row, named by ``source``, its number, its name and the field at fault; two
+            rows claiming the same name or alias; no rows.
+    """
+    gpus: list[Gpu] = []
+    seen: dict[str, str] = {}
+    for line, row in rows:
+        label = f"{source} row {line} ({row.get('name')!r})"
+        gpu = validated_row(Gpu, row, label)
+        for key in {_key(gpu.name), *(_key(a) for a in gpu.aliases)}:
+            if key in seen:
+                raise CatalogError(f"{label}: name or alias {key!r} already names {seen[key]!r}")
+            seen[key] = gpu.name
+        gpus.append(gpu)
+    if not gpus:
+        raise CatalogError(f"{source} lists no GPU")
+    return tuple(gpus)
+
+
+def load_gpus(path: str | Path | None = None) -> tuple[Gpu, ...]:
+    """Every GPU of ``data/gpus.csv`` (or of ``path``), in file order.
+
+    Raises:
+        CatalogError: a bad row, named by its line number (header = 1), its name and the field at fault;
+            or two rows claiming the same name or alias.
+    """
+    return _load_gpus(Path(path) if path is not None else data_file(GPUS_FILE))
+
+
+@lru_cache(maxsize=8)
+def _load_prices(path: Path, gpus_path: Path) -> tuple[GpuPrice, ...]:
+    return prices_from_rows(csv_rows(path), _load_gpus(gpus_path), path.name)
+
+
+def prices_from_rows(
+    rows: Sequence[tuple[int, Mapping[str, Any]]], gpus: tuple[Gpu, ...], source: str
+) -> tuple[GpuPrice, ...]:
+    """Validate price rows (columns of ``data/gpu_prices.csv``) against ``gpus``, GPU names resolved.
+
+    Raises:
+        CatalogError: a bad row (missing date or source, non-positive price, unknown GPU), named by its number.
+    """
+    prices = []
+    for line, row in rows:
+        label = f"{source} row {line} ({row.get('gpu')!r}, {row.get('source_name')!r})"
+        price = validated_row(GpuPrice, row, label)
+        try:
+            gpu = _resolve(price.gpu, gpus)
+        except CatalogError as exc:
+            raise CatalogError(f"{label}: {exc}") from None
+        prices.append(price.model_copy(update={"gpu": gpu.name}))
+    return tuple(prices)
+
+
+def load_prices(path: str | Path | None = None, gpus_path: str | Path | None = None) -> tuple[GpuPrice, ...]:
+    """Every price row of ``data/gpu_prices.csv`` (or ``path``), GPU names resolved to catalog names.
+
+    Raises:
+        CatalogError: a bad row (missing date or source, non-positive price, unknown GPU), named by its line.
+    """
+    return _load_prices(
+        Path(path) if path is not None else data_file(PRICES_FILE),
+        Path(gpus_path) if gpus_path is not None else data_file(GPUS_FILE),
+    )
+
+
+def prices_for(gpu: Gpu | str) -> list[GpuPrice]:
+    """Price rows of one GPU (any accepted name), cheapest on-demand first."""
+    name = gpu.name if isinstance(gpu, Gpu) else find_gpu(gpu).name
+    return sorted((p for p in load_prices() if p.gpu == name), key=lambda p: p.on_demand_usd_per_hour)
+
+
+# --------------------------------------------------------------------------------------------------
+# Name resolution
+
+_BRANDS = re.compile(r"\b(nvidia|amd|geforce|tesla|instinct|quadro|radeon)\b")
+
+
+def _key(name: str) -> str:
+    """Canonical form of a GPU name: lower case, no brand words, "80GB" -> "80", letters and digits only."""
+    text = _BRANDS.sub(" ", name.lower())
+    text = re.sub(r"(\d)\s*gb\b", r"\1", text)
+    return re.sub(r"[^a-z0-9]", "", text)
+
+
+def _resolve(name: str, gpus: tuple[Gpu, ...]) -> Gpu:
+    wanted = _key(name)
+    if wanted:
+        for gpu in gpus:
+            if wanted == _key(gpu.name) or wanted in (_key(a) for a in gpu.aliases):
+                return gpu
+    close = closest_gpus(name, gpus)
+    raise CatalogError(f"unknown GPU '{name}'; closest: {', '.join(close)}")
+
+
+def closest_gpus(name: str, gpus: tuple[Gpu, ...] | None = None, n: int = 3) -> list[str]:
+    """Catalog names closest to ``name``: names containing it first, then by spelling similarity."""
+    gpus = gpus if gpus is not None else load_gpus()
+    wanted = _key(name)
+    keys: dict[str, str] = {}
+    for gpu in gpus:
+        for k in (_key(gpu.name), *(_key(a) for a in gpu.aliases)):
+            keys.setdefault(k, gpu.name)
+    out: list[str] = []
+    if wanted:
+        out += [keys[k] for k in keys if wanted in k]
+        out += [keys[k] for k in difflib.get_close_matches(wanted, list(keys), n=2 * n, cutoff=0.3)]
+    out = list(dict.fromkeys(out))[:n]
+    return out or [g.name for g in gpus[:n]]
+
+
+def find_gpu(name: str) -> Gpu:
+    """Resolve a GPU name forgivingly (see the module docstring).
+
+    Raises:
+        CatalogError: no match; the message lists the closest names.
+    """
+    return _resolve(name, load_gpus())
+

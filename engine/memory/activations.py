@@ -1,0 +1,216 @@
+"""Saved activations of the decoder blocks, by module, and the attention kernel a GPU would choose.
+
+Derived from the tensors PyTorch autograd saves for the ops of transformers' modelling code (see
+:mod:`engine.memory.estimate` for the validation against traces).
+"""
+
+from __future__ import annotations
+
+from engine.memory.components import MemoryComponent
+from engine.model.architecture import Architecture, LinearLayer
+from engine.scenario.lora import resolve_targets
+from engine.scenario.precision import PrecisionSpec
+from engine.scenario.training import Attention, Framework, Method, Scenario
+
+
+# --------------------------------------------------------------------------------------------------
+# Activations
+
+
+def attention_kernel(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> str:
+    """The attention kernel a GPU would run: ``flash``, ``memory_efficient``, ``math`` or ``eager``.
+
+    PyTorch 2.x SDPA dispatch: flash needs fp16/bf16 and head_dim <= 256 (grouped-query allowed);
+    memory-efficient takes fp32 but not ``enable_gqa``, which transformers passes for GQA models when no
+    mask is needed; otherwise the math kernel, which materialises the s x s scores like eager attention.
+    """
+    if sc.attention is Attention.EAGER:
+        return "eager"
+    if sc.attention is Attention.FLASH_ATTENTION_2:
+        return "flash"
+    if spec.compute_bytes == 2 and arch.head_dim <= 256:
+        return "flash"
+    if arch.num_key_value_heads == arch.num_attention_heads:
+        return "memory_efficient"
+    return "math"
+
+
+def _norm_saved(arch: Architecture, resid: int, frozen: bool = False) -> float:
+    """Bytes per token a norm saves for backward, in units of hidden_size elements.
+
+    Llama RMSNorm upcasts to fp32 (4 B saved), saves the normalised value in the input dtype for the
+    weight product; Gemma's RMSNorm keeps both in fp32 and returns a cast; LayerNorm saves its input.
+    With a frozen norm weight (LoRA, QLoRA) the weight product saves nothing: autograd saves an operand only
+    when the gradient that needs it is required (``MulBackward0`` keeps ``other`` only if ``self`` requires grad).
+    """
+    if arch.norm == "rmsnorm":
+        return 4 + (0 if frozen else resid)
+    if arch.norm == "gemma_rmsnorm":
+        return 4 if frozen else 8 + (resid if resid != 4 else 0)
+    return resid
+
+
+def _linear_inputs(consumers: int, resid: int, c: int, casts: bool) -> float:
+    """Bytes per token (x hidden) of the input saved by the linears reading a norm's output.
+
+    Without casting one tensor serves all consumers; autocast (or bitsandbytes' cast to the compute
+    dtype) makes one 16-bit copy per consumer.
+    """
+    if casts and resid != c:
+        return consumers * c
+    return resid
+
+
+def _attention_core(arch: Architecture, sc: Scenario, c: int, kernel: str, frozen: bool = False) -> float:
+    """Bytes per token saved by the attention (after the q/k/v projections), excluding s^2 terms. A frozen
+    o_proj does not save its input (its weight gradient is not needed)."""
+    q, kv = arch.q_out, arch.kv_out
+    o_input = 0 if frozen else q
+    if kernel in ("flash", "memory_efficient"):
+        # q, k, v and the output kept by the kernel, the contiguous output copy o_proj saves, the
+        # fp32 log-sum-exp per head.
+        return c * (q + kv + kv + q + o_input) + 4 * arch.num_attention_heads
+    # eager/math: k and v are repeated to all heads (repeat_kv), the probabilities are kept.
+    return c * (q + q + q + q + o_input)
+
+
+def _attention_scores(arch: Architecture, sc: Scenario, c: int, kernel: str, autocast: bool = False) -> float:
+    """Bytes per token x sequence length for the s x s attention probabilities (0 for fused kernels).
+
+    Eager: fp32 softmax output (4 B) and its cast to the compute dtype (2 B), per head; plus the dropout
+    mask and output when attention dropout > 0. Math kernel: probabilities in the compute dtype.
+    """
+    if kernel in ("flash", "memory_efficient"):
+        return 0.0
+    per_head = (4 + (c if c != 4 else 0)) if kernel == "eager" else c
+    if kernel == "eager" and arch.model_type == "gpt2" and not autocast:
+        per_head = c  # GPT-2's eager attention takes the softmax in the input dtype (no fp32 upcast)
+    if arch.attention_dropout > 0:
+        per_head += 1 + c
+    return per_head * arch.num_attention_heads
+
+
+def _mlp(arch: Architecture, c: int, framework: Framework = Framework.HF, autocast: bool = False,
+         frozen: bool = False) -> float:
+    """Bytes per token saved inside the MLP after its input projection(s). A frozen output projection
+    (down_proj, c_proj, fc2) does not save its input."""
+    i = arch.intermediate_size
+    gated = 3 * c * i if frozen else 4 * c * i
+    if arch.num_experts:
+        # Each token visits top-k experts: its gathered input, the gated MLP's four tensors, the
+        # weighted output; the router keeps fp32 softmax probabilities; shared experts see every token.
+        # Dense-MLP blocks (DeepSeek's first layers) are averaged in by their share of the blocks.
+        k = arch.experts_per_token
+        moe = k * (c * arch.hidden_size * 2 + gated) + (4 + c) * arch.num_experts
+        moe += gated / i * (arch.shared_expert_intermediate_size or 0)
+        dense_layers = min(arch.dense_mlp_layers or 0, arch.num_layers)
+        dense = gated / i * (arch.dense_intermediate_size or i)
+        return (dense_layers * dense + (arch.num_layers - dense_layers) * moe) / arch.num_layers
+    last = 0 if frozen else c  # the output projection's saved input
+    if arch.mlp == "gated":
+        # gate output (saved by the activation), activation output and up output (saved by the
+        # product), product (saved by down_proj).
+        return gated
+    if arch.activation == "gelu_new" and framework is Framework.HF and autocast:
+        # Under autocast pow runs in fp32: its fp32 input copy (4), tanh's fp32 output (4), 0.5 x input (c),
+        # the fp32 (1 + tanh) (4) and the fp32 product cast back to c for the next linear.
+        return (12 + c + last) * i
+    if arch.activation == "gelu_new" and framework is Framework.HF:
+        # transformers' NewGELUActivation is unfused: input, tanh output, two product operands, result.
+        # (LitGPT calls torch's fused F.gelu(approximate="tanh"), which saves its input only.)
+        return (4 * c + last) * i
+    return (c + last) * i
+
+
+def _lora_extra(arch: Architecture, sc: Scenario, c: int, autocast: bool = False) -> float:
+    """Bytes per token each block's LoRA modules add: the input lora_A saves, dropout's 1-byte mask, and
+    lora_B's r-wide input.
+
+    PEFT keeps adapters in fp32 and casts the input to fp32: lora_A saves that fp32 tensor (4 B) or, under
+    autocast, its 16-bit cast (c); lora_B's input is fp32 (16-bit under autocast). LitGPT and torchtune keep
+    adapters in the compute dtype: c bytes each.
+    """
+    if sc.method is Method.FULL:
+        return 0.0
+    if sc.framework is Framework.HF:
+        width = c if autocast else 4
+    else:
+        width = c
+    mask = 1 if sc.lora_dropout > 0 else 0
+    total = 0.0
+    for lin in resolve_targets(arch, sc.lora_targets):
+        # Averaged over blocks: a module present in some blocks only (cross-attention) counts for those.
+        share = _token_share(arch, lin) * lin.blocks(arch.num_layers) / arch.num_layers
+        total += share * ((width + mask) * lin.in_features + width * sc.lora_r)
+    return total
+
+
+def _token_share(arch: Architecture, lin: LinearLayer) -> float:
+    """Expert modules see top-k/E of the tokens each (count x share = top-k)."""
+    return lin.count * arch.experts_per_token / arch.num_experts if lin.count > 1 else 1.0
+
+
+def activations_components(arch: Architecture, sc: Scenario, spec: PrecisionSpec, block_copies: float = 0.0) -> tuple[MemoryComponent, MemoryComponent | None, str]:
+    """Saved activations (alive from the forward to the start of backward) and, with gradient checkpointing,
+    the recomputed block (alive while its backward runs, after the loss gradients are freed), and the kernel."""
+    c = spec.compute_bytes
+    # The residual stream has the dtype of the embeddings: fp32 for fp32/AMP and for QLoRA after
+    # prepare_model_for_kbit_training, 16-bit in pure bf16/fp16.
+    resid = 4 if (spec.weight_bytes == 4 or (sc.method is Method.QLORA and sc.prepare_kbit_training)) else spec.weight_bytes
+    casts = spec.autocast or sc.method is Method.QLORA
+    kernel = attention_kernel(arch, sc, spec)
+    h = arch.hidden_size
+    # LoRA/QLoRA freeze every base weight. A frozen torch linear saves no input, since only its weight gradient
+    # would need it (autograd saves an operand only when the gradient that uses it is required); the adapters
+    # save their own copies (_lora_extra). bitsandbytes' 4-bit matmul (QLoRA) saves its input whenever any
+    # input needs a gradient (MatMul4Bit: ctx.tensors = (A, B)), so QLoRA keeps them. Frozen norm weights
+    # save nothing in either case.
+    frozen = sc.method is Method.LORA
+    norm = _norm_saved(arch, resid, sc.method is not Method.FULL) * h
+    attn_in = 0.0 if frozen else _linear_inputs(1 if arch.mlp == "plain" or arch.model_type == "phi3" else 3, resid, c, casts) * h
+    mlp_in = 0.0 if frozen else _linear_inputs(
+        1 if arch.mlp == "plain" or arch.model_type == "phi3" or arch.num_experts else 2, resid, c, casts) * h
+    extra_norms = (arch.norms_per_layer - 2) * norm  # Gemma 2's post-attention/post-MLP norms
+    qk_norm = _norm_saved(arch, c, sc.method is not Method.FULL) * (arch.q_out + arch.kv_out) if arch.qk_norm else 0.0  # Qwen3 q/k norms
+    dropout_masks = 2 * h if arch.hidden_dropout > 0 else 0.0
+    per_token = (
+        2 * norm + attn_in + mlp_in + extra_norms + qk_norm + dropout_masks
+        + _attention_core(arch, sc, c, kernel, frozen) + _mlp(arch, c, sc.framework, spec.autocast, frozen)
+        + _lora_extra(arch, sc, c, spec.autocast)
+    )
+    per_token += _attention_scores(arch, sc, c, kernel, spec.autocast) * sc.seq_len
+    tokens = sc.tokens_per_micro_batch
+    layer = per_token * tokens
+    # final norm + LM head input (the LM head is a torch linear, frozen under LoRA and QLoRA)
+    head = (norm + (0.0 if sc.method is not Method.FULL else _linear_inputs(1, resid, c, casts) * h)) * tokens
+    recompute = None
+    if sc.gradient_checkpointing:
+        # Checkpointed blocks keep only their input hidden state; backward recomputes one block at a time,
+        # once the loss gradients are gone.
+        total = arch.num_layers * resid * h * tokens + head
+        formula = (
+            f"{arch.num_layers} layers x {resid} B x seq x batch x hidden (checkpointed inputs) + final norm/LM head input"
+        )
+        recompute = MemoryComponent(
+            key="recomputed_layer",
+            label="Recomputed block",
+            bytes=layer + block_copies,
+            phases=("recompute",),
+            formula=f"one block's saved tensors again ({per_token / h:.1f} B x seq x batch x hidden)"
+            + (" + its 16-bit weight copies" if block_copies else ""),
+            source="torch.utils.checkpoint (recompute in backward); saved tensors as without checkpointing",
+        )
+    else:
+        total = arch.num_layers * layer + head
+        formula = f"{arch.num_layers} layers x {per_token / h:.1f} B x seq x batch x hidden + final norm/LM head input"
+    if kernel in ("eager", "math"):
+        formula += f"; includes s x s attention probabilities ({kernel} kernel)"
+    comp = MemoryComponent(
+        key="activations",
+        label="Activations",
+        bytes=total,
+        phases=("forward", "backward", "recompute") if sc.gradient_checkpointing else ("forward", "backward"),
+        formula=formula,
+        source="saved tensors of transformers' modules (autograd), cf. Korthikanti et al. 2022 sec. 4.1",
+    )
+    return comp, recompute, kernel

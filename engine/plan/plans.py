@@ -1,0 +1,538 @@
+"""Plans: a named, saved scenario (model, training settings, GPUs, dataset, prices) and its results.
+
+:class:`Plan` holds the inputs only; :func:`evaluate_plan` recomputes every output (:class:`PlanResult`) from
+them through the engine (:func:`engine.memory.estimate.estimate_memory`, :func:`engine.plan.cost.estimate_plan`), so a plan read
+back from a CSV file is never trusted for its numbers. The model's config comes from the bundled catalog by repo id,
+or is passed in as a dict (a Hub repo the caller resolved): this module reads no network.
+
+CSV (:func:`plans_to_csv`, :func:`plans_from_csv`): one row per plan, every input and output in its own column, units
+in the output column names (``_bytes``, ``_gb``, ``_hours``, ``_usd``), plus ``app_version`` and ``exported_at``.
+Import re-validates each row with pydantic and recomputes it; rows that do not validate are returned with their row
+number and reason, the rest load. Round trip: export -> import -> export with the file's own ``app_version`` and
+``exported_at`` (returned by the import as :attr:`PlanImport.app_version` / :attr:`PlanImport.exported_at`) gives the
+same bytes; a new export stamps the current version and time. No token is ever a field of a plan.
+
+:func:`training_code` renders the ``TrainingArguments`` / ``BitsAndBytesConfig`` / ``LoraConfig`` (and a DeepSpeed
+ZeRO-3 config for the zero3 strategy) matching a plan, as Python source to copy.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from engine.model.architecture import Architecture
+from engine.model.build import architecture_or_approximation
+from engine.plan.cost import CHEAPEST_LISTED, Dataset, estimate_plan, resolve_price_source
+from engine.errors import EngineError, ScenarioError, explain_validation
+from engine.hardware.gpus import Gpu, GpuPrice, load_gpus
+from engine.scenario.lora import ALL_LINEAR, default_targets
+from engine.memory.estimate import estimate_memory
+from engine.scenario.optimizer import Optimizer
+from engine.memory.parallel import Strategy
+from engine.scenario.precision import PrecisionMode
+from engine.scenario.training import Attention, Framework, Method, QuantType, Scenario
+from engine.model.sources import config_from_catalog
+from engine.time.throughput import DEFAULT_MFU
+
+COMPONENT_KEYS: tuple[str, ...] = (
+    "weights", "weight_copies", "gradients", "gradient_temporaries", "optimizer_states", "optimizer_temporaries",
+    "activations", "recomputed_layer", "logits_loss", "logits_forward",
+)
+"""Memory components of :func:`engine.memory.estimate.estimate_memory`, in CSV column order."""
+
+
+def app_version() -> str:
+    """The package version (installed metadata, else ``pyproject.toml``, else 0.1.0)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("finetune-fit")
+    except metadata.PackageNotFoundError:
+        pass
+    try:
+        import tomllib
+
+        data = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text(encoding="utf-8"))
+        return str(data["project"]["version"])
+    except (OSError, KeyError, ValueError):
+        return "0.1.0"
+
+
+class Plan(BaseModel):
+    """The inputs of one saved plan. Field names are the CSV's input columns."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200)
+    model_repo_id: str = Field(min_length=1, max_length=200)
+    model_revision: str | None = None
+    method: Method = Method.FULL
+    precision: PrecisionMode = PrecisionMode.AMP_BF16
+    optimizer: Optimizer = Optimizer.ADAMW_FUSED
+    micro_batch_size: int = 1
+    seq_len: int = 2048
+    gradient_accumulation_steps: int = 1
+    gradient_checkpointing: bool = False
+    attention: Attention = Attention.SDPA
+    lora_r: int = 16
+    lora_alpha: float = 32.0
+    lora_dropout: float = 0.05
+    lora_targets: tuple[str, ...] | None = None
+    quant_type: QuantType = QuantType.NF4
+    double_quant: bool = True
+    prepare_kbit_training: bool = True
+    fused_cross_entropy: bool = False
+    framework: Framework = Framework.HF
+    gpu: str = Field(min_length=1)
+    num_gpus: int = Field(1, ge=1, le=1024)
+    strategy: Strategy = Strategy.DDP
+    dataset_total_tokens: int | None = None
+    dataset_examples: int | None = None
+    dataset_avg_tokens: float | None = None
+    epochs: float = 1.0
+    packing: bool = True
+    runs: int = 1
+    mfu: float = Field(DEFAULT_MFU, gt=0, le=1)
+    scaling_efficiency: float | None = Field(None, gt=0, le=1)
+    price_source: str = CHEAPEST_LISTED
+
+    @field_validator("lora_targets", mode="before")
+    @classmethod
+    def _split_targets(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [t.strip() for t in value.split(",") if t.strip()] or None
+        return tuple(value) if value is not None else None
+
+    @field_validator("model_revision", mode="before")
+    @classmethod
+    def _empty_revision(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @model_validator(mode="after")
+    def _valid_parts(self) -> "Plan":
+        try:
+            self.scenario()
+        except ScenarioError as exc:
+            raise ValueError(str(exc)) from None
+        try:
+            self.dataset()
+        except ValidationError as exc:
+            raise ValueError("dataset: " + explain_validation(exc, all_errors=True)) from None
+        return self
+
+    def scenario(self) -> Scenario:
+        """The training scenario of this plan (ScenarioError when invalid)."""
+        return Scenario.build(**{k: getattr(self, k) for k in _SCENARIO_FIELDS})
+
+    def dataset(self) -> Dataset:
+        """The dataset of this plan (pydantic ValidationError when invalid)."""
+        return Dataset(total_tokens=self.dataset_total_tokens, examples=self.dataset_examples,
+                       avg_tokens=self.dataset_avg_tokens, epochs=self.epochs, packing=self.packing, runs=self.runs)
+
+
+_SCENARIO_FIELDS = (
+    "method", "precision", "optimizer", "micro_batch_size", "seq_len", "gradient_accumulation_steps",
+    "gradient_checkpointing", "attention", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "quant_type",
+    "double_quant", "prepare_kbit_training", "fused_cross_entropy", "framework",
+)
+INPUT_COLUMNS: tuple[str, ...] = tuple(Plan.model_fields)
+
+
+class PlanResult(BaseModel):
+    """Everything :func:`evaluate_plan` computes for a plan. Bytes are per step on one GPU unless named per GPU."""
+
+    model_config = ConfigDict(frozen=True)
+
+    total_parameters: int
+    trainable_parameters: int
+    components_bytes: dict[str, float]
+    total_bytes: float
+    peak_phase: str
+    per_gpu_peak_bytes: float
+    usable_memory_bytes: float
+    headroom_bytes: float
+    fits: bool
+    min_gpus: int | None
+    tokens_per_second: float
+    hours: float
+    gpu_hours: float
+    cost_usd_on_demand: float | None
+    cost_usd_spot: float | None
+    price_source: str
+    notes: tuple[str, ...] = ()
+
+
+def evaluate_plan(
+    plan: Plan,
+    config: dict[str, Any] | None = None,
+    *,
+    gpus: Sequence[Gpu] | None = None,
+    prices: Sequence[GpuPrice] | None = None,
+) -> PlanResult:
+    """Recompute a plan's memory, fit, tokens/s, hours and cost from its inputs.
+
+    ``config``: the model's config dict; None reads the bundled catalog copy of ``plan.model_repo_id``.
+    ``gpus``/``prices``: the GPU and price tables (default: the bundled ones).
+
+    Raises:
+        CatalogError: model not bundled (and no config given), unknown GPU or price source.
+        ScenarioError / ConfigError: the plan does not apply to the model (e.g. LoRA targets it lacks).
+    """
+    if config is None:
+        config, _ = config_from_catalog(plan.model_repo_id)
+    arch, _approx = architecture_or_approximation(config)
+    gpu = _find_gpu(plan.gpu, gpus)
+    sc = plan.scenario()
+    source = resolve_price_source(plan.price_source, prices)
+    est = estimate_memory(arch, sc)
+    pe = estimate_plan(arch, sc, plan.dataset(), gpu, plan.num_gpus, plan.strategy, mfu=plan.mfu,
+                       scaling_efficiency=plan.scaling_efficiency, price_source=source, prices=prices, estimate=est)
+    comps = est.components
+    return PlanResult(
+        total_parameters=est.total_parameters, trainable_parameters=est.trainable_parameters,
+        components_bytes={k: float(comps.get(k, 0.0)) for k in COMPONENT_KEYS} | {k: v for k, v in comps.items() if k not in COMPONENT_KEYS},
+        total_bytes=est.total_bytes, peak_phase=est.peak_phase, per_gpu_peak_bytes=pe.per_gpu_peak_bytes,
+        usable_memory_bytes=float(gpu.usable_memory_bytes), headroom_bytes=pe.headroom_bytes, fits=pe.fits,
+        min_gpus=pe.min_gpus, tokens_per_second=pe.run.tokens_per_second, hours=pe.run.hours, gpu_hours=pe.run.gpu_hours,
+        cost_usd_on_demand=pe.run.cost_usd_on_demand, cost_usd_spot=pe.run.cost_usd_spot, price_source=source,
+        notes=tuple(n for n in (*est.warnings, *pe.notes, pe.price.reason) if n),
+    )
+
+
+def _find_gpu(name: str, gpus: Sequence[Gpu] | None) -> Gpu:
+    """The GPU named exactly ``name`` in ``gpus`` (default: the catalog), else the catalog's forgiving lookup."""
+    from engine.errors import CatalogError
+    from engine.hardware.gpus import find_gpu
+
+    table = load_gpus() if gpus is None else gpus
+    for g in table:
+        if g.name == name:
+            return g
+    try:
+        found = find_gpu(name)
+    except CatalogError:
+        raise CatalogError(f"unknown GPU '{name}'") from None
+    for g in table:
+        if g.name == found.name:
+            return g
+    raise CatalogError(f"unknown GPU '{name}'")
+
+
+# --------------------------------------------------------------------------------------------------
+# CSV
+
+OUTPUT_COLUMNS: tuple[str, ...] = (
+    "total_parameters", "trainable_parameters",
+    *(f"mem_{k}_bytes" for k in COMPONENT_KEYS), "mem_other_bytes",
+    "total_bytes", "total_gb", "peak_phase", "per_gpu_peak_bytes", "per_gpu_peak_gb", "usable_memory_bytes",
+    "headroom_bytes", "fits", "min_gpus", "tokens_per_second", "train_hours", "gpu_hours", "cost_on_demand_usd",
+    "cost_spot_usd", "notes",
+)
+STAMP_COLUMNS: tuple[str, ...] = ("app_version", "exported_at")
+CSV_COLUMNS: tuple[str, ...] = INPUT_COLUMNS + OUTPUT_COLUMNS + STAMP_COLUMNS
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if hasattr(value, "value") and not isinstance(value, (int, float, str)):
+        return str(value.value)
+    if isinstance(value, str) and hasattr(value, "value"):  # str enums
+        return str(value.value)
+    if isinstance(value, tuple):
+        return ",".join(value)
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else ""
+    return str(value)
+
+
+def plan_record(plan: Plan, result: PlanResult) -> dict[str, Any]:
+    """One flat row: inputs, then outputs with units in their names."""
+    row: dict[str, Any] = {k: getattr(plan, k) for k in INPUT_COLUMNS}
+    row.update({
+        "total_parameters": result.total_parameters, "trainable_parameters": result.trainable_parameters,
+        **{f"mem_{k}_bytes": round(result.components_bytes.get(k, 0.0)) for k in COMPONENT_KEYS},
+        "mem_other_bytes": round(sum(v for k, v in result.components_bytes.items() if k not in COMPONENT_KEYS)),
+        "total_bytes": round(result.total_bytes), "total_gb": round(result.total_bytes / 1e9, 3),
+        "peak_phase": result.peak_phase, "per_gpu_peak_bytes": round(result.per_gpu_peak_bytes),
+        "per_gpu_peak_gb": round(result.per_gpu_peak_bytes / 1e9, 3), "usable_memory_bytes": round(result.usable_memory_bytes),
+        "headroom_bytes": round(result.headroom_bytes), "fits": result.fits, "min_gpus": result.min_gpus,
+        "tokens_per_second": result.tokens_per_second, "train_hours": result.hours, "gpu_hours": result.gpu_hours,
+        "cost_on_demand_usd": result.cost_usd_on_demand, "cost_spot_usd": result.cost_usd_spot,
+        "notes": "; ".join(result.notes),
+    })
+    return row
+
+
+def export_time() -> str:
+    """Now, UTC, to the second, ISO 8601 (``2026-11-29T20:15:00Z``)."""
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def plans_to_csv(
+    plans: Sequence[tuple[Plan, PlanResult]], *, version: str | None = None, exported_at: str | None = None
+) -> bytes:
+    """The CSV (UTF-8, ``\\n`` line ends) of ``plans``: a header of :data:`CSV_COLUMNS`, one row per plan.
+
+    ``version``/``exported_at`` default to this app's version and now; pass an imported file's own to re-export it
+    byte for byte.
+    """
+    stamp = {"app_version": version or app_version(), "exported_at": exported_at or export_time()}
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for plan, result in plans:
+        row = {**plan_record(plan, result), **stamp}
+        writer.writerow([_cell(row[c]) for c in CSV_COLUMNS])
+    return buf.getvalue().encode("utf-8")
+
+
+class RowError(BaseModel):
+    """A CSV row that did not load: its row number (1 = the first row after the header) and why."""
+
+    model_config = ConfigDict(frozen=True)
+
+    row: int
+    reason: str
+
+
+class PlanImport(BaseModel):
+    """What :func:`plans_from_csv` read: the plans that loaded (recomputed), the rows that did not, and the file's
+    stamp (version and export time of its first loaded row)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    plans: tuple[tuple[Plan, PlanResult], ...] = ()
+    errors: tuple[RowError, ...] = ()
+    app_version: str | None = None
+    exported_at: str | None = None
+
+
+ConfigResolver = Callable[[str, str | None], dict[str, Any]]
+
+
+def _parse_row(values: dict[str, str]) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for name in INPUT_COLUMNS:
+        if name not in values:
+            continue
+        text = values[name].strip()
+        if text == "":
+            if Plan.model_fields[name].is_required():
+                fields[name] = text  # let pydantic say it is too short
+            elif Plan.model_fields[name].default is None:
+                fields[name] = None
+            continue
+        fields[name] = text
+    return fields
+
+
+def plans_from_csv(
+    data: bytes,
+    resolve_config: ConfigResolver | None = None,
+    *,
+    gpus: Sequence[Gpu] | None = None,
+    prices: Sequence[GpuPrice] | None = None,
+) -> PlanImport:
+    """Read plans from CSV bytes: each row is validated as a :class:`Plan` and recomputed by :func:`evaluate_plan`.
+
+    ``resolve_config(repo_id, revision)`` gives the config of a model (default: the bundled catalog). Output columns
+    of the file are ignored (recomputed); unknown columns too. A row that is not UTF-8, has the wrong number of cells,
+    lacks a required column, or does not validate or evaluate, is listed in ``errors`` with why.
+    """
+    lines = data.splitlines()
+    if not lines:
+        return PlanImport(errors=(RowError(row=0, reason="the file is empty"),))
+    try:
+        header_text = lines[0].decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return PlanImport(errors=(RowError(row=0, reason="the header is not UTF-8 text"),))
+    header = [h.strip() for h in next(csv.reader([header_text]))]
+    missing = [c for c in INPUT_COLUMNS if Plan.model_fields[c].is_required() and c not in header]
+    loaded: list[tuple[Plan, PlanResult]] = []
+    errors: list[RowError] = []
+    stamp: tuple[str | None, str | None] = (None, None)
+    resolver = resolve_config or (lambda repo, rev: config_from_catalog(repo)[0])
+    for number, raw in enumerate(lines[1:], start=1):
+        if not raw.strip():
+            continue
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            errors.append(RowError(row=number, reason=f"not UTF-8 text (byte {exc.start})"))
+            continue
+        cells = next(csv.reader([text]))
+        if missing:
+            errors.append(RowError(row=number, reason="missing column" + ("s " if len(missing) > 1 else " ")
+                                   + ", ".join(repr(m) for m in missing)))
+            continue
+        if len(cells) != len(header):
+            errors.append(RowError(row=number, reason=f"{len(cells)} cells for {len(header)} columns"))
+            continue
+        values = dict(zip(header, cells))
+        try:
+            plan = Plan(**_parse_row(values))
+        except ValidationError as exc:
+            errors.append(RowError(row=number, reason=explain_validation(exc, all_errors=True)))
+            continue
+        try:
+            result = evaluate_plan(plan, resolver(plan.model_repo_id, plan.model_revision), gpus=gpus, prices=prices)
+        except EngineError as exc:
+            errors.append(RowError(row=number, reason=str(exc)))
+            continue
+        if not loaded:
+            stamp = (values.get("app_version") or None, values.get("exported_at") or None)
+        loaded.append((plan, result))
+    return PlanImport(plans=tuple(loaded), errors=tuple(errors), app_version=stamp[0], exported_at=stamp[1])
+
+
+# --------------------------------------------------------------------------------------------------
+# Ready-to-run code
+
+def _bf16_fp16(precision: PrecisionMode) -> tuple[bool, bool]:
+    """TrainingArguments (bf16, fp16) for a precision mode. Pure fp16 weights cannot use the fp16 GradScaler
+    (it refuses fp16 gradients), so pure fp16 runs with both False."""
+    return {
+        PrecisionMode.FP32: (False, False), PrecisionMode.AMP_BF16: (True, False), PrecisionMode.AMP_FP16: (False, True),
+        PrecisionMode.BF16: (True, False), PrecisionMode.FP16: (False, False),
+    }[precision]
+
+
+def _targets(plan: Plan, arch: Architecture | None) -> list[str] | str:
+    if plan.lora_targets is not None:
+        return ALL_LINEAR if plan.lora_targets == (ALL_LINEAR,) else list(plan.lora_targets)
+    if arch is not None:
+        return list(default_targets(arch))
+    return ["q_proj", "k_proj", "v_proj", "o_proj"]
+
+
+_ZERO_STAGES = {"zero1": 1, "zero2": 2, "zero3": 3}
+_FSDP = {"fsdp_full_shard": "full_shard auto_wrap", "fsdp_shard_grad_op": "shard_grad_op auto_wrap"}
+
+
+def zero_stage(plan: Plan) -> int | None:
+    """The DeepSpeed ZeRO stage of the plan's strategy (None: not a ZeRO strategy)."""
+    return _ZERO_STAGES.get(plan.strategy.value)
+
+
+def zero3_config(plan: Plan) -> dict[str, Any]:
+    """A DeepSpeed ZeRO config for the plan, stage 3 for zero3 (1/2 for zero1/zero2): ``"auto"`` values are filled in
+    by the Trainer."""
+    bf16, fp16 = _bf16_fp16(plan.precision)
+    stage = zero_stage(plan) or 3
+    zero: dict[str, Any] = {"stage": stage, "overlap_comm": True, "contiguous_gradients": True, "reduce_bucket_size": "auto"}
+    if stage == 3:
+        zero.update({"stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto",
+                     "stage3_gather_16bit_weights_on_model_save": True})
+    return {
+        "zero_optimization": zero,
+        "bf16": {"enabled": "auto" if bf16 else False},
+        "fp16": {"enabled": "auto" if fp16 else False},
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto",
+        "gradient_clipping": "auto",
+    }
+
+
+def training_code(plan: Plan, config: dict[str, Any] | None = None) -> str:
+    """Python source with the ``BitsAndBytesConfig`` (QLoRA), ``LoraConfig`` (LoRA/QLoRA), DeepSpeed ZeRO-3 dict
+    (zero3 strategy) and ``TrainingArguments`` matching ``plan``: a starting point to copy, not a full script.
+
+    ``config`` (optional) resolves the default LoRA targets of the model; without it, the catalog copy is tried.
+    """
+    arch = None
+    if plan.lora_targets is None and plan.method is not Method.FULL:
+        try:
+            arch = architecture_or_approximation(config if config is not None else config_from_catalog(plan.model_repo_id)[0])[0]
+        except EngineError:
+            arch = None
+    bf16, fp16 = _bf16_fp16(plan.precision)
+    dtype = {PrecisionMode.BF16: "torch.bfloat16", PrecisionMode.FP16: "torch.float16"}.get(plan.precision, "torch.float32")
+    lines = [
+        f"# Plan {plan.name!r}: {plan.model_repo_id}, {plan.method.value}, {plan.precision.value}, "
+        f"{plan.num_gpus} x {plan.gpu} ({plan.strategy.value})",
+        "# Generated by finetune-fit as a starting point; check it against your transformers/peft versions.",
+        *([f"# The plan's memory follows {plan.framework.value}; this code is the Hugging Face equivalent "
+           "(PEFT keeps adapters in fp32, so its memory differs a little)."] if plan.framework is not Framework.HF else []),
+        "import torch",
+        "from transformers import AutoModelForCausalLM, TrainingArguments",
+    ]
+    if plan.method is Method.QLORA:
+        lines.append("from transformers import BitsAndBytesConfig")
+    if plan.method is not Method.FULL:
+        lines.append("from peft import LoraConfig, get_peft_model" + (", prepare_model_for_kbit_training"
+                                                                     if plan.method is Method.QLORA and plan.prepare_kbit_training else ""))
+    lines.append("")
+    load_kwargs = [f"    {plan.model_repo_id!r},"]
+    if plan.model_revision:
+        load_kwargs.append(f"    revision={plan.model_revision!r},")
+    load_kwargs.append(f"    attn_implementation={plan.attention.value!r},")
+    if plan.method is Method.QLORA:
+        compute = "torch.float16" if plan.precision in (PrecisionMode.AMP_FP16, PrecisionMode.FP16) else (
+            "torch.float32" if plan.precision is PrecisionMode.FP32 else "torch.bfloat16")
+        if plan.quant_type is QuantType.INT8:
+            lines += ["bnb_config = BitsAndBytesConfig(load_in_8bit=True)", ""]
+        else:
+            lines += [
+                "bnb_config = BitsAndBytesConfig(",
+                "    load_in_4bit=True,",
+                f"    bnb_4bit_quant_type={plan.quant_type.value!r},",
+                f"    bnb_4bit_use_double_quant={plan.double_quant!r},",
+                f"    bnb_4bit_compute_dtype={compute},",
+                ")",
+                "",
+            ]
+        load_kwargs.append("    quantization_config=bnb_config,")
+    load_kwargs.append(f"    torch_dtype={dtype},")
+    lines += ["model = AutoModelForCausalLM.from_pretrained(", *load_kwargs, ")"]
+    if plan.method is Method.QLORA and plan.prepare_kbit_training:
+        lines.append(f"model = prepare_model_for_kbit_training(model, use_gradient_checkpointing={plan.gradient_checkpointing!r})")
+    if plan.method is not Method.FULL:
+        lines += [
+            "",
+            "lora_config = LoraConfig(",
+            f"    r={plan.lora_r!r},",
+            f"    lora_alpha={plan.lora_alpha!r},",
+            f"    lora_dropout={plan.lora_dropout!r},",
+            f"    target_modules={_targets(plan, arch)!r},",
+            "    bias='none',",
+            "    task_type='CAUSAL_LM',",
+            ")",
+            "model = get_peft_model(model, lora_config)",
+        ]
+    if zero_stage(plan):
+        lines += ["", f"deepspeed_config = {zero3_config(plan)!r}"]
+    lines += [
+        "",
+        "training_args = TrainingArguments(",
+        "    output_dir='out',",
+        f"    per_device_train_batch_size={plan.micro_batch_size!r},",
+        f"    gradient_accumulation_steps={plan.gradient_accumulation_steps!r},",
+        f"    gradient_checkpointing={plan.gradient_checkpointing!r},",
+        f"    bf16={bf16!r},",
+        f"    fp16={fp16!r},",
+        f"    optim={plan.optimizer.hf_name!r},",
+        f"    num_train_epochs={plan.epochs!r},",
+    ]
+    if plan.optimizer.hf_optim_args:
+        lines.append(f"    optim_args={plan.optimizer.hf_optim_args!r},")
+    if plan.fused_cross_entropy:
+        lines.append("    use_liger_kernel=True,  # fused linear cross-entropy (pip install liger-kernel)")
+    if zero_stage(plan):
+        lines.append("    deepspeed=deepspeed_config,")
+    elif plan.strategy.value in _FSDP:
+        lines.append(f"    fsdp={_FSDP[plan.strategy.value]!r},")
+    lines += [")", f"# max sequence length: {plan.seq_len} tokens (set it in your tokenizer / data collator or SFTConfig)."]
+    if plan.num_gpus > 1:
+        lines.append(f"# Launch on {plan.num_gpus} GPUs, e.g. `torchrun --nproc_per_node {plan.num_gpus} train.py`"
+                     + (" (or `deepspeed`)." if zero_stage(plan) else f" ({plan.strategy.value})."))
+    return "\n".join(lines) + "\n"

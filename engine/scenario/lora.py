@@ -1,0 +1,66 @@
+"""LoRA adapters: which linear layers a ``target_modules`` list selects, and the adapter tensors.
+
+PEFT (``peft.LoraConfig``, 0.1x) adds to each targeted ``nn.Linear(in, out)`` two matrices,
+``lora_A`` (r x in) and ``lora_B`` (out x r), without bias by default (Hu et al. 2021, "LoRA", sec. 4.1):
+``r * (in + out)`` trainable parameters per module. ``target_modules`` names match a module when they
+equal the last component of its path; ``"all-linear"`` selects every linear layer of the decoder
+blocks (PEFT excludes the output layer, ``lm_head``).
+"""
+
+from __future__ import annotations
+
+from engine.model.architecture import Architecture, LinearLayer, TensorGroup
+from engine.errors import ScenarioError
+
+ALL_LINEAR = "all-linear"
+
+
+def _is_attention(lin: LinearLayer) -> bool:
+    return lin.role == "attention"
+
+
+def default_targets(arch: Architecture) -> tuple[str, ...]:
+    """The attention projections of ``arch`` (q, k, v, o or their fused forms), the seeds' choice.
+
+    A name that would also select MLP modules under PEFT's suffix rule is left out: GPT-2's ``c_proj``
+    names both the attention output and the MLP output, so its default is ``c_attn`` alone (PEFT's own
+    default for gpt2).
+    """
+    names = dict.fromkeys(lin.target_name for lin in arch.layer_linears if _is_attention(lin))
+    return tuple(n for n in names if all(_is_attention(lin) for lin in arch.layer_linears if lin.matches(n)))
+
+
+def resolve_targets(arch: Architecture, targets: tuple[str, ...] | None) -> list[LinearLayer]:
+    """Linear layers of one block that ``targets`` selects.
+
+    Raises:
+        ScenarioError: no targets, or a target that matches no linear layer of this architecture (the
+            message lists the names that exist).
+    """
+    if targets is None:
+        targets = default_targets(arch)
+    if not targets:
+        raise ScenarioError("LoRA needs at least one target module")
+    if ALL_LINEAR in targets:
+        return list(arch.layer_linears)
+    unknown = [t for t in targets if not any(lin.matches(t) for lin in arch.layer_linears)]
+    if unknown:
+        raise ScenarioError(
+            f"LoRA target(s) {', '.join(unknown)} match no linear layer of this {arch.model_type} model; "
+            f"available: {', '.join(arch.linear_target_names())} (or {ALL_LINEAR})"
+        )
+    return [lin for lin in arch.layer_linears if any(lin.matches(t) for t in targets)]
+
+
+def adapter_tensors(arch: Architecture, r: int, targets: tuple[str, ...] | None) -> list[TensorGroup]:
+    """The ``lora_A`` and ``lora_B`` tensor groups for rank ``r`` over every block.
+
+    Shapes: A is (r, in_features), B is (out_features, r); ``count`` = layers x modules per layer.
+    """
+    groups = []
+    for lin in resolve_targets(arch, targets):
+        n = lin.blocks(arch.num_layers) * lin.count
+        role = "attention" if _is_attention(lin) else "mlp"
+        groups.append(TensorGroup(name=lin.module + ".lora_A", shape=(r, lin.in_features), count=n, role=role))
+        groups.append(TensorGroup(name=lin.module + ".lora_B", shape=(lin.out_features, r), count=n, role=role))
+    return groups

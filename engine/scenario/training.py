@@ -1,0 +1,136 @@
+"""A training scenario: what the user would put in ``TrainingArguments``, ``LoraConfig`` and
+``BitsAndBytesConfig``, validated.
+
+Field names follow the Hugging Face terms (micro batch size = ``per_device_train_batch_size``,
+gradient accumulation steps, sequence length, LoRA rank/alpha/dropout/target modules, NF4, double
+quantization, ``attn_implementation``).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from engine.errors import ScenarioError, explain_validation
+from engine.scenario.optimizer import Optimizer
+from engine.scenario.precision import PrecisionMode
+
+MAX_SEQ_LEN = 1 << 21
+"""Longest sequence length accepted (2,097,152 tokens): beyond any published context window."""
+MAX_MICRO_BATCH = 65_536
+
+
+class Method(str, Enum):
+    """Fine-tuning technique."""
+
+    FULL = "full"
+    LORA = "lora"
+    QLORA = "qlora"
+
+
+class Attention(str, Enum):
+    """``attn_implementation`` passed to ``from_pretrained``."""
+
+    EAGER = "eager"
+    SDPA = "sdpa"
+    FLASH_ATTENTION_2 = "flash_attention_2"
+
+
+class QuantType(str, Enum):
+    """bitsandbytes quantization of the frozen base: 4-bit NF4/FP4 (``load_in_4bit``, ``bnb_4bit_quant_type``;
+    both pack two values per byte) or LLM.int8 (``load_in_8bit``; Dettmers et al. 2022, "LLM.int8()")."""
+
+    NF4 = "nf4"
+    FP4 = "fp4"
+    INT8 = "int8"
+
+    @property
+    def bits(self) -> int:
+        """Bits per stored weight."""
+        return 8 if self is QuantType.INT8 else 4
+
+
+class Framework(str, Enum):
+    """Training stack whose tensor dtypes and fused ops the estimate follows.
+
+    - ``hf``: transformers + PEFT + bitsandbytes + Trainer (the default): PEFT keeps LoRA adapters in fp32,
+      ``ForCausalLMLoss`` upcasts the logits to fp32, GPT-2-style MLPs use the unfused ``gelu_new``.
+    - ``litgpt``: LitGPT's ``finetune`` with ``precision=bf16-true``: every parameter, adapters included, in
+      the weight dtype; the LM head and the loss in chunks of 128 tokens on 16-bit logits
+      (``chunked_cross_entropy``); GELU is torch's fused ``F.gelu``.
+    - ``torchtune``: torchtune's single-device recipes: adapters in the weight dtype; otherwise like ``hf``
+      (its chunked loss is the ``fused_cross_entropy`` switch).
+    """
+
+    HF = "hf"
+    LITGPT = "litgpt"
+    TORCHTUNE = "torchtune"
+
+
+FRAMEWORK_LABELS = {Framework.HF: "Hugging Face (Trainer + PEFT)", Framework.LITGPT: "LitGPT", Framework.TORCHTUNE: "torchtune"}
+
+METHOD_LABELS = {Method.FULL: "Full fine-tuning", Method.LORA: "LoRA", Method.QLORA: "QLoRA"}
+
+
+class Scenario(BaseModel):
+    """One fine-tuning run on one GPU.
+
+    Sizes are counts (tokens, sequences); ``lora_targets=None`` means the model's attention projections.
+    Build it with :meth:`build` to get a :class:`~engine.errors.ScenarioError` instead of pydantic's error.
+    ``fused_cross_entropy``: the LM head and the loss computed in chunks without materialising the logits
+    (Liger Kernel's fused linear cross-entropy, ``TrainingArguments(use_liger_kernel=True)``).
+    ``framework``: see :class:`Framework` (the Hugging Face stack by default).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+
+    method: Method = Method.FULL
+    precision: PrecisionMode = PrecisionMode.AMP_BF16
+    optimizer: Optimizer = Optimizer.ADAMW_FUSED
+    micro_batch_size: int = Field(1, ge=1, le=MAX_MICRO_BATCH)
+    seq_len: int = Field(2048, ge=1, le=MAX_SEQ_LEN)
+    gradient_accumulation_steps: int = Field(1, ge=1, le=1_000_000)
+    gradient_checkpointing: bool = False
+    attention: Attention = Attention.SDPA
+    lora_r: int = Field(16, ge=1, le=65_536)
+    lora_alpha: float = Field(32.0, gt=0)
+    lora_dropout: float = Field(0.05, ge=0.0, lt=1.0)
+    lora_targets: tuple[str, ...] | None = None
+    quant_type: QuantType = QuantType.NF4
+    double_quant: bool = True
+    prepare_kbit_training: bool = True
+    fused_cross_entropy: bool = False
+    framework: Framework = Framework.HF
+
+    @field_validator("lora_targets", mode="before")
+    @classmethod
+    def _split_targets(cls, value: Any) -> Any:
+        # Accept "q_proj,v_proj" as well as a list, as users type it on the command line.
+        if isinstance(value, str):
+            value = [t.strip() for t in value.split(",") if t.strip()]
+        return tuple(value) if value is not None else None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Scenario":
+        if self.attention is Attention.FLASH_ATTENTION_2 and self.precision is PrecisionMode.FP32:
+            raise ValueError("flash_attention_2 runs only in fp16/bf16; choose a 16-bit or mixed precision, or sdpa/eager")
+        return self
+
+    @property
+    def tokens_per_micro_batch(self) -> int:
+        """Tokens in one forward pass: micro batch size x sequence length."""
+        return self.micro_batch_size * self.seq_len
+
+    @classmethod
+    def build(cls, **fields: Any) -> "Scenario":
+        """Validate ``fields`` into a Scenario.
+
+        Raises:
+            ScenarioError: one line per invalid field, e.g. ``micro_batch_size: must be >= 1 (got 0)``.
+        """
+        try:
+            return cls(**fields)
+        except ValidationError as exc:
+            raise ScenarioError(explain_validation(exc, all_errors=True)) from None
