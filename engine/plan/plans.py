@@ -30,14 +30,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from engine.model.architecture import Architecture
 from engine.model.build import architecture_or_approximation
 from engine.plan.cost import CHEAPEST_LISTED, Dataset, estimate_plan, resolve_price_source
-from engine.errors import EngineError, ScenarioError, explain_validation
+from engine.errors import EngineError, explain_validation
 from engine.hardware.gpus import Gpu, GpuPrice, load_gpus
 from engine.scenario.lora import ALL_LINEAR, default_targets
 from engine.memory.estimate import estimate_memory
-from engine.scenario.optimizer import Optimizer
 from engine.memory.parallel import Strategy
 from engine.scenario.precision import PrecisionMode
-from engine.scenario.training import Attention, Framework, Method, QuantType, Scenario
+from engine.scenario.training import Framework, Method, QuantType, Scenario
 from engine.model.sources import config_from_catalog
 from engine.time.throughput import DEFAULT_MFU
 
@@ -65,31 +64,14 @@ def app_version() -> str:
         return "0.1.0"
 
 
-class Plan(BaseModel):
-    """The inputs of one saved plan. Field names are the CSV's input columns."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class Plan(Scenario):
+    """The inputs of one saved plan: a training :class:`~engine.scenario.training.Scenario` (every field and
+    validator inherited, so a new scenario field is a plan field at once) plus the plan's name, model, GPUs,
+    dataset and pricing. Field names are the CSV's input columns (:data:`INPUT_COLUMNS`)."""
 
     name: str = Field(min_length=1, max_length=200)
     model_repo_id: str = Field(min_length=1, max_length=200)
     model_revision: str | None = None
-    method: Method = Method.FULL
-    precision: PrecisionMode = PrecisionMode.AMP_BF16
-    optimizer: Optimizer = Optimizer.ADAMW_FUSED
-    micro_batch_size: int = 1
-    seq_len: int = 2048
-    gradient_accumulation_steps: int = 1
-    gradient_checkpointing: bool = False
-    attention: Attention = Attention.SDPA
-    lora_r: int = 16
-    lora_alpha: float = 32.0
-    lora_dropout: float = 0.05
-    lora_targets: tuple[str, ...] | None = None
-    quant_type: QuantType = QuantType.NF4
-    double_quant: bool = True
-    prepare_kbit_training: bool = True
-    fused_cross_entropy: bool = False
-    framework: Framework = Framework.HF
     gpu: str = Field(min_length=1)
     num_gpus: int = Field(1, ge=1, le=1024)
     strategy: Strategy = Strategy.DDP
@@ -103,24 +85,13 @@ class Plan(BaseModel):
     scaling_efficiency: float | None = Field(None, gt=0, le=1)
     price_source: str = CHEAPEST_LISTED
 
-    @field_validator("lora_targets", mode="before")
-    @classmethod
-    def _split_targets(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = [t.strip() for t in value.split(",") if t.strip()] or None
-        return tuple(value) if value is not None else None
-
     @field_validator("model_revision", mode="before")
     @classmethod
     def _empty_revision(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
 
     @model_validator(mode="after")
-    def _valid_parts(self) -> "Plan":
-        try:
-            self.scenario()
-        except ScenarioError as exc:
-            raise ValueError(str(exc)) from None
+    def _valid_dataset(self) -> "Plan":
         try:
             self.dataset()
         except ValidationError as exc:
@@ -128,8 +99,8 @@ class Plan(BaseModel):
         return self
 
     def scenario(self) -> Scenario:
-        """The training scenario of this plan (ScenarioError when invalid)."""
-        return Scenario.build(**{k: getattr(self, k) for k in _SCENARIO_FIELDS})
+        """The training scenario of this plan, as a plain :class:`Scenario`."""
+        return Scenario(**{k: getattr(self, k) for k in Scenario.model_fields})
 
     def dataset(self) -> Dataset:
         """The dataset of this plan (pydantic ValidationError when invalid)."""
@@ -137,12 +108,13 @@ class Plan(BaseModel):
                        avg_tokens=self.dataset_avg_tokens, epochs=self.epochs, packing=self.packing, runs=self.runs)
 
 
-_SCENARIO_FIELDS = (
-    "method", "precision", "optimizer", "micro_batch_size", "seq_len", "gradient_accumulation_steps",
-    "gradient_checkpointing", "attention", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "quant_type",
-    "double_quant", "prepare_kbit_training", "fused_cross_entropy", "framework",
+_IDENTITY_FIELDS = ("name", "model_repo_id", "model_revision")
+
+
+INPUT_COLUMNS: tuple[str, ...] = (
+    *_IDENTITY_FIELDS, *Scenario.model_fields, *(f for f in Plan.model_fields if f not in Scenario.model_fields and f not in _IDENTITY_FIELDS)
 )
-INPUT_COLUMNS: tuple[str, ...] = tuple(Plan.model_fields)
+"""The CSV's input columns: the plan's identity, the scenario's fields, then GPUs, dataset and pricing."""
 
 
 class PlanResult(BaseModel):

@@ -31,7 +31,7 @@ from hubstub import StubRepo
 from reference import param_counts, reference_config, require_reference
 from apptest_support import hub, no_exception, rendered_text
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "streamlit_app.py")
 require_reference()
 PARAM_COUNTS: dict[str, dict] = param_counts()

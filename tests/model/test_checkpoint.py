@@ -104,7 +104,7 @@ def test_cli_params_model_prints_the_checkpoint_count(hub_stub):
     body = safetensors_header(tensors_of(rid, {"lm_head.weight": ("BF16", [151_936, 1_024])}))
     hub_stub.add(rid, StubRepo(config=reference_config(rid), files={"model.safetensors": body}))
     result = subprocess.run([sys.executable, "-m", "engine", "params", "--model", rid], capture_output=True, text=True,
-                            cwd=Path(__file__).resolve().parents[1], env=os.environ.copy(), timeout=60)
+                            cwd=Path(__file__).resolve().parents[2], env=os.environ.copy(), timeout=60)
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["total_parameters"] == COUNTS[rid]["unique_parameters"]
@@ -122,7 +122,7 @@ def test_model_page_shows_both_counts_for_a_hub_model(hub_stub):
     rid = "Qwen/Qwen3-0.6B"
     body = safetensors_header(tensors_of(rid, {"lm_head.weight": ("BF16", [151_936, 1_024])}))
     hub_stub.add(rid, StubRepo(config=reference_config(rid), files={"model.safetensors": body}))
-    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "streamlit_app.py"), default_timeout=30).run()
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "streamlit_app.py"), default_timeout=30).run()
     at.radio(key="model_source").set_value("Hub repo id").run()
     at.text_input(key="hub_repo_id").set_value(rid).run()
     at.switch_page("pages/model.py").run()

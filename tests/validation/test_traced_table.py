@@ -15,7 +15,7 @@ from engine.model.catalog import catalog_model
 from engine.scenario.training import Scenario
 from engine.trace.result import CATEGORIES, PHASES
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TABLE = ROOT / "data" / "traced_scenarios.csv"
 MODELS = {"gpt2", "llama", "qwen", "mistral"}
 INT_FIELDS = ("micro_batch_size", "seq_len", "gradient_accumulation_steps", "lora_r")

@@ -60,7 +60,7 @@ from engine.scenario.training import Method, Scenario
 from engine.model.sources import config_from_catalog, parse_config_bytes
 from hubstub import StubRepo, refused_endpoint
 
-FIXTURES = Path(__file__).parent / "fixtures" / "configs"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "configs"
 DEEPSEEK_V3 = json.loads((FIXTURES / "deepseek-ai__DeepSeek-V3.json").read_text())
 DEEPSEEK_V3_PARAMS = 671_026_404_352  # tests/test_architectures_more.py TOTALS (technical report: 671B total)
 LLAMA_1B = config_from_catalog("meta-llama/Llama-3.2-1B")[0]  # bundled copy of the published config.json

@@ -15,7 +15,7 @@ from engine.memory.parallel import Strategy
 from engine.scenario.training import Method
 from apptest_support import charts, metric, no_exception
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "streamlit_app.py")
 PAGE = "pages/fit.py"
 

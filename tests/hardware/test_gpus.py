@@ -13,7 +13,7 @@ from engine.hardware.gpus import find_gpu as catalog_find_gpu
 from engine.errors import CatalogError
 from engine.hardware.gpus import GPUS_FILE, PRICES_FILE, Gpu, closest_gpus, find_gpu, load_gpus, load_prices, prices_for
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 MIB = 2**20
 
 

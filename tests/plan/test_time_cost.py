@@ -36,7 +36,7 @@ from engine.time.throughput import (
     matmul_parameters, peak_flops_for, seed_throughput, seed_tokens_per_second, seed_training_hours, step_time,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SEED_SOURCE = "seed chapter (approx.)"
 
 

@@ -23,8 +23,8 @@ from engine.scenario.lora import default_targets
 from engine.memory.estimate import estimate_memory
 from engine.scenario.training import Scenario
 
-FIXTURES = Path(__file__).parent / "fixtures" / "configs"
-ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "configs"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def fixture(repo_id: str) -> dict:

@@ -23,7 +23,7 @@ from engine.plan.plans import (
 )
 from engine.model.sources import config_from_catalog
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LLAMA_8B = "meta-llama/Llama-3.1-8B"
 QWEN_05B = "Qwen/Qwen2.5-0.5B"
 STAMP = "2026-01-02T03:04:05Z"

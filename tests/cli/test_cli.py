@@ -20,7 +20,7 @@ from hubstub import StubRepo, refused_endpoint
 from reference import config_path, param_counts, require_reference
 
 require_reference()
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PARAM_COUNTS: dict[str, dict] = param_counts()
 LLAMA_8B = "meta-llama/Llama-3.1-8B"
 LLAMA_8B_PARAMS = 8_030_261_248  # param_counts.json, meta-llama/Llama-3.1-8B unique_parameters

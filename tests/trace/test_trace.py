@@ -25,7 +25,7 @@ from engine.trace.compare import compare, difference_pct
 from engine.trace.kernels import EAGER, FLASH, MATH, MEMORY_EFFICIENT, choose_kernel
 from engine.trace.result import CATEGORIES, PHASES, TraceResult
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "trace"
 BLOCK = 512
 

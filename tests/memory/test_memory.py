@@ -225,7 +225,7 @@ def test_vision_tower_is_frozen_weight_memory():
     from pathlib import Path
     import json
 
-    cfg = json.loads((Path(__file__).parent / "fixtures" / "configs" / "llava-hf__llava-1.5-7b-hf.json").read_text())
+    cfg = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "configs" / "llava-hf__llava-1.5-7b-hf.json").read_text())
     arch = architecture_from_config(cfg)
     assert arch.vision_parameters > 300_000_000
     full = estimate_memory(arch, Scenario.build(precision="bf16"))

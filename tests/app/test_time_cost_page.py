@@ -13,7 +13,7 @@ from engine.validation.throughput import compare_measurements
 from engine.scenario.training import Method
 from apptest_support import charts, metric, no_exception
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "streamlit_app.py")
 PAGE = "pages/time_cost.py"
 
