@@ -13,10 +13,6 @@ from engine.scenario.precision import PrecisionSpec
 from engine.scenario.training import Attention, Framework, Method, Scenario
 
 
-# --------------------------------------------------------------------------------------------------
-# Activations
-
-
 def attention_kernel(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> str:
     """The attention kernel a GPU would run: ``flash``, ``memory_efficient``, ``math`` or ``eager``.
 

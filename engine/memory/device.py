@@ -21,7 +21,6 @@ ALLOCATOR_RESERVE_FRACTION = 0.10
 """PyTorch's caching allocator keeps freed blocks and splits large segments, so ``max_memory_reserved``
 exceeds ``max_memory_allocated``: published runs show +5 to +20% (../shared/reference/README.md, from
 the runs that report both). Modelled as this fraction of the allocated peak."""
-"""Double quantization groups 256 absmax values under one fp32 constant (Dettmers et al. 2023, "QLoRA", sec. 3)."""
 
 
 class DeviceMemory(BaseModel):

@@ -37,9 +37,6 @@ from engine.scenario.precision import precision_spec
 from engine.scenario.training import Framework, Method, Scenario
 
 
-# --------------------------------------------------------------------------------------------------
-
-
 NOT_MODELLED = (
     "the caching allocator's exact fragmentation: reserved memory is modelled as a fixed fraction of the "
     "allocated peak (ALLOCATOR_RESERVE_FRACTION), real runs vary between +5 and +20%",

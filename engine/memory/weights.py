@@ -18,6 +18,7 @@ from engine.scenario.training import Framework, Method, QuantType, Scenario
 NF4_BLOCK = 64
 """bitsandbytes 4-bit quantization block (``Params4bit`` blocksize 64): one absmax per 64 weights."""
 DOUBLE_QUANT_BLOCK = 256
+"""Double quantization groups 256 absmax values under one fp32 constant (Dettmers et al. 2023, "QLoRA", sec. 3)."""
 
 
 def quantized_bytes_per_param(double_quant: bool, quant_type: QuantType = QuantType.NF4, in_features: int = 4096) -> float:
@@ -34,10 +35,6 @@ def quantized_bytes_per_param(double_quant: bool, quant_type: QuantType = QuantT
     if double_quant:
         return 0.5 + 1 / NF4_BLOCK + 4 / (NF4_BLOCK * DOUBLE_QUANT_BLOCK)
     return 0.5 + 4 / NF4_BLOCK
-
-
-# --------------------------------------------------------------------------------------------------
-# Weights, gradients, optimizer
 
 
 class ParamTensors(BaseModel):
