@@ -81,8 +81,9 @@ class Layout(BaseModel):
     @classmethod
     def _interleave(cls, data: Any) -> Any:
         # A virtual pipeline without a schedule named means the interleaved schedule (Megatron infers it too).
-        if isinstance(data, dict) and (data.get("virtual_pipeline") or 1) > 1 and data.get("schedule") is None:
-            data = {**data, "schedule": Schedule.INTERLEAVED}
+        if isinstance(data, dict) and data.get("schedule") is None:
+            interleaved = (data.get("virtual_pipeline") or 1) > 1
+            data = {**data, "schedule": Schedule.INTERLEAVED if interleaved else Schedule.ONE_F_ONE_B}
         return data
 
     @model_validator(mode="after")

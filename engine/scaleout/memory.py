@@ -26,7 +26,7 @@ of its components is divided the way the layout divides it, and the layout's buf
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -136,31 +136,32 @@ def stage_parts(ctx: Context, layout: Layout, stage: int, explain: bool = True) 
     local = split.stage_parameters(first, last, stage, p, t, ept)
     share = local / split.total
     phases_all = step_phases(sc)
-    note = (lambda s: s) if explain else (lambda s: "")
     out: list[Part] = []
 
-    def add(key: str, nbytes: float, phases: tuple[Phase, ...], formula: str, source: str = "", label: str = "") -> None:
+    # Formulas are callables, built into text only when asked for (the layout search skips them).
+    def add(key: str, nbytes: float, phases: tuple[Phase, ...], formula: Callable[[], str], source: str = "",
+            label: str = "") -> None:
         if nbytes or key in est:
             comp = est.get(key)
-            out.append(Part(key, label or (comp.label if comp else key), nbytes, phases, formula,
+            out.append(Part(key, label or (comp.label if comp else key), nbytes, phases, formula() if explain else "",
                             source or (comp.source if comp else "")))
 
-    def scaled(key: str, factor: float, why: str, phases: tuple[Phase, ...] | None = None) -> None:
+    def scaled(key: str, factor: float, why: Callable[[], str], phases: tuple[Phase, ...] | None = None) -> None:
         comp = est[key]
-        add(key, comp.bytes * factor, phases or comp.phases, note(f"{why}; one GPU: {comp.formula}"))
+        add(key, comp.bytes * factor, phases or comp.phases, lambda: f"{why()}; one GPU: {comp.formula}")
 
     w_div = shards if (zero == 3 or (zero == 1 and ctx.master)) else 1
-    scaled("weights", share / w_div, f"{local / 1e9:.3f}B of {split.total / 1e9:.3f}B parameters on this rank"
+    scaled("weights", share / w_div, lambda: f"{local / 1e9:.3f}B of {split.total / 1e9:.3f}B parameters on this rank"
            + (f", / {w_div} (sharded)" if w_div > 1 else ""))
     if zero != 3:
-        scaled("weight_copies", share, "this rank's share", phases_all if zero == 1 and ctx.master else None)
+        scaled("weight_copies", share, lambda: "this rank's share", phases_all if zero == 1 and ctx.master else None)
     else:
-        add("weight_copies", 0.0, est["weight_copies"].phases, note("replaced by the gathered FSDP units"))
-    scaled("gradients", share / (shards if zero == 3 else 1), "this rank's share" + (" / DP x CP" if zero == 3 else ""))
+        add("weight_copies", 0.0, est["weight_copies"].phases, lambda: "replaced by the gathered FSDP units")
+    scaled("gradients", share / (shards if zero == 3 else 1), lambda: "this rank's share" + (" / DP x CP" if zero == 3 else ""))
     tied_here = split.tied and p == 1
-    scaled("gradient_temporaries", (1.0 / t) if tied_here else 0.0, "tied embedding on one rank, vocabulary / TP")
+    scaled("gradient_temporaries", (1.0 / t) if tied_here else 0.0, lambda: "tied embedding on one rank, vocabulary / TP")
     for key in ("optimizer_states", "optimizer_temporaries"):
-        scaled(key, share / shards, "this rank's share" + (f" / {shards} (DP x CP)" if shards > 1 else ""))
+        scaled(key, share / shards, lambda: "this rank's share" + (f" / {shards} (DP x CP)" if shards > 1 else ""))
 
     # Activations: micro batches (or chunks) in flight x layers x the block's bytes, CP splitting the tokens.
     tokens = sc.tokens_per_micro_batch / c
@@ -177,44 +178,44 @@ def stage_parts(ctx: Context, layout: Layout, stage: int, explain: bool = True) 
     if p == 1 and c == 1 and t == 1 and n_ckpt in (0, arch.num_layers):
         # The one-GPU formula, in its own order of operations (the same value, to the last bit).
         acts = (arch.num_layers * layer if not full else arch.num_layers * ctx.blocks.resid * arch.hidden_size * tokens) + head
-    add("activations", acts, ACTIVE if full else ("forward", "backward"), note(
+    add("activations", acts, ACTIVE if full else ("forward", "backward"), lambda: (
         f"{count} x {per_chunk:g} layers in flight x {layer / max(tokens * arch.hidden_size, 1):.1f} B x tokens/CP x hidden"
         + (f", {n_ckpt:g} of them recomputed (input only)" if full else "") + (" + final norm/LM head input" if is_last else "")),
         "Korthikanti et al. 2022 Table 2 and eq. 5 on the block's saved tensors (engine.memory.activations)")
     if full:
-        add("recomputed_layer", layer + ctx.block_copies / t, ("recompute",), note("one block's saved tensors again"))
+        add("recomputed_layer", layer + ctx.block_copies / t, ("recompute",), lambda: "one block's saved tensors again")
     for key in ("logits_loss", "logits_forward"):
         if key in est:
-            scaled(key, (last_count / (t * c)) if is_last else 0.0, "last stage, vocabulary-parallel / TP, tokens / CP")
+            scaled(key, (last_count / (t * c)) if is_last else 0.0, lambda: "last stage, vocabulary-parallel / TP, tokens / CP")
 
     cb = spec.compute_bytes
     if t > 1 and layout.sequence_parallel:
         add("sp_gather_buffer", buffers.sequence_parallel_gather_bytes(tokens, arch.hidden_size, cb), ACTIVE,
-            note("(s / CP) x b x h x compute bytes: the all-gathered input of a column-parallel linear"),
+            lambda: "(s / CP) x b x h x compute bytes: the all-gathered input of a column-parallel linear",
             "Megatron tensor_parallel/layers.py get_global_memory_buffer", "Sequence-parallel all-gather buffer")
     if p > 1:
         add("pp_p2p_buffers", buffers.pipeline_p2p_bytes(tokens, arch.hidden_size, cb, sp_div), ACTIVE,
-            note("2 x (s / CP) x b x h (/ TP with SP) x compute bytes"),
+            lambda: "2 x (s / CP) x b x h (/ TP with SP) x compute bytes",
             "Megatron pipeline_parallel/p2p_communication.py, schedules.get_tensor_shapes", "Pipeline send/recv buffers")
     if arch.num_experts and layout.expert_parallel > 1:
         add("ep_all_to_all", buffers.expert_all_to_all_bytes(tokens / sp_div, arch.experts_per_token, arch.hidden_size, cb,
                                                               layout.moe_capacity_factor), ("forward", "backward", "recompute"),
-            note("2 x tokens x top-k x capacity factor x h x compute bytes"),
+            lambda: "2 x tokens x top-k x capacity factor x h x compute bytes",
             "Megatron MoEAlltoAllTokenDispatcher; moe_utils.get_capacity", "Expert all-to-all buffers")
     if zero == 3 and shards > 1:
         unit = max(split.block_parameters(i, t, ept) for i in range(first, last)) if last > first else 0.0
         gathered, grad = buffers.fsdp_unit_bytes(unit, cb)
-        add("gathered_weights", gathered, ACTIVE, note(f"2 blocks x {unit / 1e6:.1f}M parameters x {cb} B"),
+        add("gathered_weights", gathered, ACTIVE, lambda: f"2 blocks x {unit / 1e6:.1f}M parameters x {cb} B",
             "PyTorch FSDP2 fully_shard (reshard after forward, prefetch one block)", "Gathered weights (FSDP units)")
-        add("fsdp_grad_unit", grad, ("backward", "recompute"), note("one block's unsharded fp32 gradient"),
+        add("fsdp_grad_unit", grad, ("backward", "recompute"), lambda: "one block's unsharded fp32 gradient",
             "torchtitan mixed_precision_reduce float32", "Unsharded gradient before reduce-scatter")
     if ctx.fp8 is Fp8Recipe.TE:
         lin = (sum(split.tp_per_block[first:last]) / t + sum(split.expert_per_block[first:last]) / ept)
         add("fp8_weight_cache", fp8_weight_cache_bytes(ctx.fp8, lin), phases_all,
-            note(f"{lin / 1e9:.3f}B block-linear parameters x 2 B (FP8 weight + FP8 transpose)"),
+            lambda: f"{lin / 1e9:.3f}B block-linear parameters x 2 B (FP8 weight + FP8 transpose)",
             "TransformerEngine issues 1261, 1429", "FP8 weight copies (TE)")
         add("fp8_scaling", fp8_scaling_bytes(ctx.fp8, ctx.linear_modules * layers[stage]), phases_all,
-            note("amax history 1024 + scale, fp32, 3 tensors per linear"), "TransformerEngine DelayedScaling",
+            lambda: "amax history 1024 + scale, fp32, 3 tensors per linear", "TransformerEngine DelayedScaling",
             "FP8 scaling state (TE)")
     return out
 
