@@ -59,12 +59,15 @@ def add_scaleout_options(p: argparse.ArgumentParser) -> None:
                    help=f"network per GPU between nodes, Gb/s (default {DEFAULT_INTER_NODE_GBITS:g})")
     g.add_argument("--fp8-recipe", choices=[r.value for r in Fp8Recipe], default=None,
                    help="with --precision fp8: te (TransformerEngine) or torchao (float8) (default te)")
+    g.add_argument("--master-weights", action="store_true",
+                   help="16-bit model + fp32 master weights and gradients (Megatron-LM --bf16, torchtitan FSDP2) instead of "
+                        "the Hugging Face Trainer's autocast")
     g.add_argument("--export", choices=sorted(EXPORTERS), default=None, help="print launch settings for this engine")
 
 
 def requested(args: argparse.Namespace) -> bool:
     """Whether the command line asks for a layout estimate."""
-    return args.precision == FP8 or args.sequence_parallel or any(getattr(args, k) is not None for k in _FLAGS)
+    return args.precision == FP8 or args.sequence_parallel or args.master_weights or any(getattr(args, k) is not None for k in _FLAGS)
 
 
 def take_fp8(args: argparse.Namespace) -> Fp8Recipe | None:
@@ -113,7 +116,7 @@ def scaleout_json(arch: Architecture, scenario: Scenario, args: argparse.Namespa
         cluster = Cluster(gpu=find_gpu(args.gpu), nodes=max(1, layout.world_size // per_node),
                           gpus_per_node=min(per_node, layout.world_size),
                           inter_node_gbits=args.inter_node_gbits or DEFAULT_INTER_NODE_GBITS)
-    est = estimate_layout(arch, scenario, layout, cluster, fp8)
+    est = estimate_layout(arch, scenario, layout, cluster, fp8, master_weights=args.master_weights)
     out = _memory_json(est)
     if cluster is not None:
         out.update(_fit_time_json(est, cluster))

@@ -50,13 +50,14 @@ def optimizer_bytes_moved(memory: ScaleoutMemory) -> float:
 
 def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, cluster: Cluster | None = None,
                     fp8: Fp8Recipe | None = None, efficiency: float = DEFAULT_MATMUL_EFFICIENCY,
-                    ctx: Context | None = None) -> LayoutEstimate:
-    """Memory, Megatron's formula, collectives and (with ``cluster``) step time of ``layout``.
+                    ctx: Context | None = None, master_weights: bool = False) -> LayoutEstimate:
+    """Memory, Megatron's formula, collectives and (with ``cluster``) step time of ``layout``. ``master_weights``: the
+    16-bit model with fp32 master weights of Megatron-LM / torchtitan (:class:`engine.scaleout.memory.Context`).
 
     Raises:
         ScenarioError: the layout does not fit the model (see :func:`engine.scaleout.memory.check_layout`).
     """
-    ctx = ctx or context(arch, scenario, layout, fp8)
+    ctx = ctx or context(arch, scenario, layout, fp8, master_weights)
     mem = scaleout_memory(arch, scenario, layout, fp8, ctx)
     stage = mem.max_stage.stage
     per_node = cluster.gpus_per_node if cluster else layout.world_size

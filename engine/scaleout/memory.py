@@ -41,7 +41,7 @@ from engine.scaleout import buffers
 from engine.scaleout.fp8 import Fp8Recipe, fp8_scaling_bytes, fp8_weight_cache_bytes, linear_input_factor
 from engine.scaleout.layout import Layout, Recompute, Schedule, layout_problems
 from engine.scaleout.partition import ParameterSplit, parameter_split
-from engine.scenario.precision import PrecisionSpec, precision_spec
+from engine.scenario.precision import PrecisionMode, PrecisionSpec, precision_spec
 from engine.scenario.training import Method, Scenario
 
 ACTIVE = ("forward", "backward", "recompute")
@@ -60,17 +60,39 @@ class Part(NamedTuple):
 
 class Context:
     """What every stage of one (architecture, scenario, layout batch, recompute, FP8) shares: the one-GPU
-    estimate, the block's activations and the parameter split. Built by :func:`context`."""
+    estimate, the block's activations and the parameter split. Built by :func:`context`.
 
-    def __init__(self, arch: Architecture, sc: Scenario, fp8: Fp8Recipe | None):
+    ``master_weights``: the model runs in 16 bits and the optimizer keeps fp32 master weights, as Megatron-LM
+    (``--bf16``: bf16 parameters, fp32 ``main_grad``, fp32 master + Adam in the optimizer, 2 + 4 + 12 B per parameter,
+    ``docs/user-guide/features/dist_optimizer.md``), torchtitan (FSDP2 ``MixedPrecisionPolicy(param_dtype=bf16)``) and
+    DeepSpeed's ``bf16`` mode run mixed precision. The weights, activations and loss then come from the one-GPU
+    estimate in pure 16 bits (no autocast copies, a 16-bit residual stream), the gradients and optimizer states
+    from the mixed-precision one, and the fp32 weights become ``master_weights``. Off (the default), a rank follows
+    the Hugging Face Trainer's autocast, exactly as the one-GPU estimate does."""
+
+    def __init__(self, arch: Architecture, sc: Scenario, fp8: Fp8Recipe | None, master_weights: bool = False):
         self.arch, self.sc, self.fp8 = arch, sc, fp8
         self.spec: PrecisionSpec = precision_spec(sc.precision)
         self.estimate: MemoryEstimate = estimate_memory(arch, sc)
-        self.parts = self.estimate.parts_by_key
-        self.blocks: BlockActivations = block_activations(arch, sc, self.spec)
+        self.parts = dict(self.estimate.parts_by_key)
+        act_sc = sc
+        self.master_weights = master_weights and self.spec.autocast and self.spec.weight_bytes == 4 and sc.method is Method.FULL
+        if self.master_weights:
+            act_sc = sc.model_copy(update={"precision": PrecisionMode.BF16 if self.spec.weight_dtype == "fp32" and
+                                           sc.precision is PrecisionMode.AMP_BF16 else PrecisionMode.FP16})
+            sixteen = estimate_memory(arch, act_sc).parts_by_key
+            fp32 = self.parts["weights"]
+            self.parts["master_weights"] = fp32.model_copy(update={
+                "key": "master_weights", "label": "fp32 master weights", "formula": "trainable parameters x 4 B (fp32)",
+                "source": "Megatron-LM distributed optimizer docs; Micikevicius et al. 2018 sec. 3"})
+            for key in ("weights", "weight_copies", "gradient_temporaries", "activations", "recomputed_layer",
+                        "logits_loss", "logits_forward"):
+                if key in sixteen:
+                    self.parts[key] = sixteen[key]
+        self.blocks: BlockActivations = block_activations(arch, act_sc, precision_spec(act_sc.precision))
         self.split: ParameterSplit = parameter_split(arch)
         self.linear_modules = sum(lin.count * lin.blocks(arch.num_layers) for lin in arch.layer_linears) / arch.num_layers
-        self.master = self.spec.autocast and self.spec.weight_bytes == 4 and sc.method is Method.FULL
+        self.master = self.spec.autocast and self.spec.weight_bytes == 4 and sc.method is Method.FULL and not self.master_weights
         rec = self.parts.get("recomputed_layer")
         self.block_copies = (rec.bytes - self.blocks.per_token * sc.tokens_per_micro_batch) if rec else 0.0
 
@@ -93,10 +115,11 @@ def check_layout(arch: Architecture, scenario: Scenario, layout: Layout) -> None
         raise ScenarioError("; ".join(problems))
 
 
-def context(arch: Architecture, scenario: Scenario, layout: Layout, fp8: Fp8Recipe | None = None) -> Context:
-    """The shared part of the estimate (checks the layout first)."""
+def context(arch: Architecture, scenario: Scenario, layout: Layout, fp8: Fp8Recipe | None = None,
+            master_weights: bool = False) -> Context:
+    """The shared part of the estimate (checks the layout first); ``master_weights``: see :class:`Context`."""
     check_layout(arch, scenario, layout)
-    return Context(arch, effective_scenario(scenario, layout), fp8)
+    return Context(arch, effective_scenario(scenario, layout), fp8, master_weights)
 
 
 def in_flight(layout: Layout, stage: int) -> tuple[int, int]:
@@ -160,6 +183,9 @@ def stage_parts(ctx: Context, layout: Layout, stage: int, explain: bool = True) 
     scaled("gradients", share / (shards if zero == 3 else 1), lambda: "this rank's share" + (" / DP x CP" if zero == 3 else ""))
     tied_here = split.tied and p == 1
     scaled("gradient_temporaries", (1.0 / t) if tied_here else 0.0, lambda: "tied embedding on one rank, vocabulary / TP")
+    if "master_weights" in est:
+        scaled("master_weights", share / shards, lambda: "fp32 master weights in the optimizer, this rank's share"
+               + (f" / {shards} (DP x CP)" if shards > 1 else ""))
     for key in ("optimizer_states", "optimizer_temporaries"):
         scaled(key, share / shards, lambda: "this rank's share" + (f" / {shards} (DP x CP)" if shards > 1 else ""))
 
@@ -286,14 +312,14 @@ class ScaleoutMemory(BaseModel):
 
 
 def scaleout_memory(arch: Architecture, scenario: Scenario, layout: Layout, fp8: Fp8Recipe | None = None,
-                    ctx: Context | None = None) -> ScaleoutMemory:
+                    ctx: Context | None = None, master_weights: bool = False) -> ScaleoutMemory:
     """Per-rank memory of every pipeline stage of ``layout`` (see the module docstring).
 
     Raises:
         ScenarioError: a layout that does not divide the model (heads, layers, experts, sequence), or model
             parallelism with LoRA/QLoRA.
     """
-    ctx = ctx or context(arch, scenario, layout, fp8)
+    ctx = ctx or context(arch, scenario, layout, fp8, master_weights)
     stages = []
     for r, n in enumerate(layout.stage_layers(arch.num_layers)):
         parts = stage_parts(ctx, layout, r)

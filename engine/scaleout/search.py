@@ -96,8 +96,10 @@ def _cheapest_price(cluster: Cluster) -> float | None:
 
 def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, global_batch: int,
                    fp8: Fp8Recipe | None = None, efficiency: float = DEFAULT_MATMUL_EFFICIENCY,
-                   usd_per_gpu_hour: float | None = None) -> list[Candidate]:
-    """Every candidate layout with its verdict; the ones that fit first, fastest first.
+                   usd_per_gpu_hour: float | None = None, master_weights: bool = True) -> list[Candidate]:
+    """Every candidate layout with its verdict; the ones that fit first, fastest first. ``master_weights`` (default:
+    the 16-bit model with fp32 master weights that Megatron-LM and torchtitan run): see
+    :class:`engine.scaleout.memory.Context`.
 
     Raises:
         ScenarioError: LoRA/QLoRA (model parallelism is modelled for full training) or a global batch below 1.
@@ -123,7 +125,7 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
         key = (layout.micro_batch_size, layout.recompute is Recompute.FULL, layout.micro_batches > 1)
         ctx = contexts.get(key)
         if ctx is None:
-            ctx = contexts[key] = Context(arch, effective_scenario(scenario, layout), fp8)
+            ctx = contexts[key] = Context(arch, effective_scenario(scenario, layout), fp8, master_weights)
         worst, worst_stage, worst_parts = -1.0, 0, None
         for r in dominant_stages(layout):
             parts = stage_parts(ctx, layout, r, explain=False)
