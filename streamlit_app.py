@@ -14,6 +14,8 @@ page = st.navigation(
         st.Page("pages/fit.py", title="GPU fit", icon=":material/grid_on:"),
         st.Page("pages/time_cost.py", title="Time & cost", icon=":material/schedule:"),
         st.Page("pages/plans.py", title="Plans", icon=":material/bookmarks:"),
+        # issue 19: many nodes (TP x PP x CP x EP x DP)
+        st.Page("pages/scale_out.py", title="Scale out", icon=":material/hub:"),
         st.Page("pages/gpus.py", title="GPUs & prices", icon=":material/memory:"),
         st.Page("pages/methodology.py", title="Methodology", icon=":material/menu_book:"),
     ]

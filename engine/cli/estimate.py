@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from engine.cli import scaleout
 from engine.cli.options import (
     INFERENCE, add_gpu_options, add_model_options, add_parallel_inference_options, add_scenario_options,
     add_time_cost_options, dataset_from_args, emit_json, fail, gpus_per_node, load_model, scenario_from_args,
@@ -35,6 +36,7 @@ def add_parser(sub: Any) -> None:
     add_gpu_options(est)
     add_parallel_inference_options(est)
     add_time_cost_options(est)
+    scaleout.add_scaleout_options(est)  # --tensor-parallel ... --precision fp8 (engine.cli.scaleout)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,6 +47,14 @@ def run(args: argparse.Namespace) -> int:
             if dataset_from_args(args) is not None:
                 raise ScenarioError("time and cost options are for training, not --method inference")
             out = _inference_json(arch, origin, args)
+        elif scaleout.requested(args):
+            fp8 = scaleout.take_fp8(args)
+            scenario = scenario_from_args(args)
+            if dataset_from_args(args) is not None:
+                raise ScenarioError("time and cost of a dataset are not modelled for a parallel layout yet; "
+                                    "see step_time (tokens per second) in the output")
+            out = _estimate_json(arch, origin, scenario)
+            out.update(scaleout.scaleout_json(arch, scenario, args, fp8))
         else:
             if any(getattr(args, k) is not None for k in ("concurrency", "kv_cache_dtype", "weight_precision")):
                 raise ScenarioError("--concurrency, --kv-cache-dtype and --weight-precision need --method inference")

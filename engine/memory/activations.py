@@ -6,6 +6,8 @@ Derived from the tensors PyTorch autograd saves for the ops of transformers' mod
 
 from __future__ import annotations
 
+from pydantic import BaseModel, ConfigDict
+
 from engine.memory.components import MemoryComponent
 from engine.model.architecture import Architecture, LinearLayer
 from engine.scenario.lora import resolve_targets
@@ -146,9 +148,32 @@ def _token_share(arch: Architecture, lin: LinearLayer) -> float:
     return lin.count * arch.experts_per_token / arch.num_experts if lin.count > 1 else 1.0
 
 
-def activations_components(arch: Architecture, sc: Scenario, spec: PrecisionSpec, block_copies: float = 0.0) -> tuple[MemoryComponent, MemoryComponent | None, str]:
-    """Saved activations (alive from the forward to the start of backward) and, with gradient checkpointing,
-    the recomputed block (alive while its backward runs, after the loss gradients are freed), and the kernel."""
+class BlockActivations(BaseModel):
+    """Bytes per token that one decoder block saves for backward, by where they sit (one micro batch, one GPU).
+
+    ``norms``: the norm outputs/inputs and dropout masks outside the attention and MLP regions; ``linear_inputs``:
+    the inputs of the first linears of attention and MLP (they read the norm's output); ``inner``: everything
+    after the input projections (attention core, MLP intermediates, q/k norms, LoRA tensors); ``scores``: the
+    s x s probabilities per token and per position of the sequence (0 for fused kernels). ``per_token`` is the
+    block's total at the scenario's sequence length, ``head`` the final norm and LM-head input per token.
+    :mod:`engine.scaleout` splits these over tensor and context parallel ranks (Korthikanti et al. 2022, sec. 4.2).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    norms: float
+    linear_inputs: float
+    inner: float
+    scores: float
+    per_token: float
+    head: float
+    resid: float
+    kernel: str
+
+
+def block_activations(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> BlockActivations:
+    """The saved tensors of one block per token (see :class:`BlockActivations`), as :func:`activations_components`
+    sums them."""
     c = spec.compute_bytes
     # The residual stream has the dtype of the embeddings: fp32 for fp32/AMP and for QLoRA after
     # prepare_model_for_kbit_training, 16-bit in pure bf16/fp16.
@@ -169,16 +194,27 @@ def activations_components(arch: Architecture, sc: Scenario, spec: PrecisionSpec
     extra_norms = (arch.norms_per_layer - 2) * norm  # Gemma 2's post-attention/post-MLP norms
     qk_norm = _norm_saved(arch, c, sc.method is not Method.FULL) * (arch.q_out + arch.kv_out) if arch.qk_norm else 0.0  # Qwen3 q/k norms
     dropout_masks = 2 * h if arch.hidden_dropout > 0 else 0.0
-    per_token = (
-        2 * norm + attn_in + mlp_in + extra_norms + qk_norm + dropout_masks
-        + _attention_core(arch, sc, c, kernel, frozen) + _mlp(arch, c, sc.framework, spec.autocast, frozen)
-        + _lora_extra(arch, sc, c, spec.autocast)
-    )
-    per_token += _attention_scores(arch, sc, c, kernel, spec.autocast) * sc.seq_len
+    core = _attention_core(arch, sc, c, kernel, frozen)
+    mlp = _mlp(arch, c, sc.framework, spec.autocast, frozen)
+    lora = _lora_extra(arch, sc, c, spec.autocast)
+    per_token = 2 * norm + attn_in + mlp_in + extra_norms + qk_norm + dropout_masks + core + mlp + lora
+    scores = _attention_scores(arch, sc, c, kernel, spec.autocast)
+    per_token += scores * sc.seq_len
+    # final norm + LM head input (the LM head is a torch linear, frozen under LoRA and QLoRA)
+    head = norm + (0.0 if sc.method is not Method.FULL else _linear_inputs(1, resid, c, casts) * h)
+    return BlockActivations(norms=2 * norm + extra_norms + dropout_masks, linear_inputs=attn_in + mlp_in,
+                            inner=qk_norm + core + mlp + lora, scores=scores, per_token=per_token, head=head,
+                            resid=resid, kernel=kernel)
+
+
+def activations_components(arch: Architecture, sc: Scenario, spec: PrecisionSpec, block_copies: float = 0.0) -> tuple[MemoryComponent, MemoryComponent | None, str]:
+    """Saved activations (alive from the forward to the start of backward) and, with gradient checkpointing,
+    the recomputed block (alive while its backward runs, after the loss gradients are freed), and the kernel."""
+    b = block_activations(arch, sc, spec)
+    resid, kernel, per_token, h = b.resid, b.kernel, b.per_token, arch.hidden_size
     tokens = sc.tokens_per_micro_batch
     layer = per_token * tokens
-    # final norm + LM head input (the LM head is a torch linear, frozen under LoRA and QLoRA)
-    head = (norm + (0.0 if sc.method is not Method.FULL else _linear_inputs(1, resid, c, casts) * h)) * tokens
+    head = b.head * tokens
     recompute = None
     if sc.gradient_checkpointing:
         # Checkpointed blocks keep only their input hidden state; backward recomputes one block at a time,

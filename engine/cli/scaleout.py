@@ -1,0 +1,185 @@
+"""``python -m engine estimate`` with a parallel layout: ``--tensor-parallel N --pipeline-parallel N --context-parallel N
+--expert-parallel N --sequence-parallel --recompute {none,selective,full} --virtual-pipeline N --num-nodes N`` and
+``--precision fp8 --fp8-recipe te|torchao`` (:mod:`engine.scaleout`).
+
+JSON adds ``per_rank`` (one entry per pipeline stage: ``stage``, ``peak_allocated_bytes``, ``components``),
+``max_rank_peak_allocated_bytes``, ``megatron_estimate_bytes`` (Megatron-LM's own ``theoretical_memory_usage``
+for the same settings) with the differences explained, the collectives of a step, the pipeline bubble and, with
+``--gpu``, the fit and the provisional step time; ``--export`` adds the launch settings of one engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from engine.cli.options import positive_int
+from engine.errors import ScenarioError
+from engine.hardware.gpus import find_gpu
+from engine.memory.parallel import Strategy
+from engine.model.architecture import Architecture
+from engine.scaleout.estimate import LayoutEstimate, estimate_layout
+from engine.scaleout.exports import EXPORTERS, export_layout
+from engine.scaleout.fp8 import Fp8Recipe
+from engine.scaleout.layout import Layout, Recompute, Schedule
+from engine.scaleout.step_time import DEFAULT_INTER_NODE_GBITS, Cluster
+from engine.scenario.training import Scenario
+
+FP8 = "fp8"
+_ZERO = {Strategy.DDP: 0, Strategy.ZERO1: 1, Strategy.ZERO3: 3, Strategy.FSDP_FULL_SHARD: 3}
+_FLAGS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel", "virtual_pipeline",
+          "num_nodes", "recompute", "recompute_layers", "global_batch_size", "pipeline_schedule", "fp8_recipe",
+          "export", "moe_capacity_factor", "inter_node_gbits")
+
+
+def add_scaleout_options(p: argparse.ArgumentParser) -> None:
+    """The layout options, and ``fp8`` among the precisions."""
+    precision = next(a for a in p._actions if a.dest == "precision")
+    precision.choices = list(precision.choices) + [FP8]
+    precision.help = (precision.help or "") + "; fp8 = FP8 matmuls on bf16-mixed training (with --fp8-recipe)"
+    g = p.add_argument_group("parallel layout (Megatron-LM / torchtitan; per rank)")
+    g.add_argument("--tensor-parallel", type=positive_int, default=None, metavar="N", help="TP degree (default 1)")
+    g.add_argument("--pipeline-parallel", type=positive_int, default=None, metavar="N", help="PP stages (default 1)")
+    g.add_argument("--context-parallel", type=positive_int, default=None, metavar="N", help="CP degree (default 1)")
+    g.add_argument("--expert-parallel", type=positive_int, default=None, metavar="N", help="EP degree, inside DP x CP (default 1)")
+    g.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism (needs TP > 1)")
+    g.add_argument("--recompute", choices=[r.value for r in Recompute], default=None,
+                   help="activation recomputation: none, selective (core attention), full (default none)")
+    g.add_argument("--recompute-layers", type=int, default=None, metavar="N",
+                   help="with --recompute full: layers recomputed per stage (Megatron --recompute-num-layers, block)")
+    g.add_argument("--virtual-pipeline", type=positive_int, default=None, metavar="N",
+                   help="model chunks per pipeline rank (interleaved 1F1B)")
+    g.add_argument("--pipeline-schedule", choices=[s.value for s in Schedule], default=None, help="default 1f1b")
+    g.add_argument("--num-nodes", type=positive_int, default=None, metavar="N",
+                   help="nodes of --gpus-per-node GPUs (default 8); DP = GPUs / (TP x PP x CP)")
+    g.add_argument("--global-batch-size", type=positive_int, default=None, metavar="N",
+                   help="sequences per step over all DP ranks (default micro batch x DP x accumulation steps)")
+    g.add_argument("--moe-capacity-factor", type=float, default=None, metavar="X", help="MoE capacity factor (default dropless)")
+    g.add_argument("--inter-node-gbits", type=float, default=None, metavar="G",
+                   help=f"network per GPU between nodes, Gb/s (default {DEFAULT_INTER_NODE_GBITS:g})")
+    g.add_argument("--fp8-recipe", choices=[r.value for r in Fp8Recipe], default=None,
+                   help="with --precision fp8: te (TransformerEngine) or torchao (float8) (default te)")
+    g.add_argument("--master-weights", action="store_true",
+                   help="16-bit model + fp32 master weights and gradients (Megatron-LM --bf16, torchtitan FSDP2) instead of "
+                        "the Hugging Face Trainer's autocast")
+    g.add_argument("--export", choices=sorted(EXPORTERS), default=None, help="print launch settings for this engine")
+
+
+def requested(args: argparse.Namespace) -> bool:
+    """Whether the command line asks for a layout estimate."""
+    return args.precision == FP8 or args.sequence_parallel or args.master_weights or any(getattr(args, k) is not None for k in _FLAGS)
+
+
+def take_fp8(args: argparse.Namespace) -> Fp8Recipe | None:
+    """The FP8 recipe; ``--precision fp8`` becomes the mixed-bf16 scenario that FP8 matmuls run on."""
+    if args.precision != FP8:
+        if args.fp8_recipe is not None:
+            raise ScenarioError("--fp8-recipe needs --precision fp8")
+        return None
+    args.precision = "amp_bf16"
+    return Fp8Recipe(args.fp8_recipe or "te")
+
+
+def layout_from_args(args: argparse.Namespace, scenario: Scenario) -> tuple[Layout, int]:
+    """The layout and its GPU count from the options."""
+    tp, pp, cp = args.tensor_parallel or 1, args.pipeline_parallel or 1, args.context_parallel or 1
+    per_node = args.gpus_per_node or 8
+    if args.num_nodes is not None and args.num_gpus is not None and args.num_gpus != args.num_nodes * per_node:
+        raise ScenarioError(f"--num-gpus {args.num_gpus} disagrees with --num-nodes x --gpus-per-node = {args.num_nodes * per_node}")
+    world = args.num_gpus or (args.num_nodes * per_node if args.num_nodes else tp * pp * cp)
+    if world % (tp * pp * cp):
+        raise ScenarioError(f"{world} GPUs are not a multiple of TP x PP x CP = {tp * pp * cp}")
+    strategy = Strategy(args.strategy or "ddp")
+    if strategy not in _ZERO:
+        raise ScenarioError(f"--strategy {strategy.value} with a parallel layout: use ddp, zero1 (distributed optimizer) "
+                            "or zero3 / fsdp_full_shard")
+    dp = world // (tp * pp * cp)
+    gbs = args.global_batch_size or scenario.micro_batch_size * dp * scenario.gradient_accumulation_steps
+    layout = Layout.build(
+        tensor_parallel=tp, pipeline_parallel=pp, context_parallel=cp, expert_parallel=args.expert_parallel or 1,
+        data_parallel=dp, sequence_parallel=args.sequence_parallel, recompute=args.recompute or "none",
+        recompute_layers=args.recompute_layers, virtual_pipeline=args.virtual_pipeline or 1,
+        schedule=args.pipeline_schedule, zero=_ZERO[strategy], micro_batch_size=scenario.micro_batch_size,
+        global_batch_size=gbs, moe_capacity_factor=args.moe_capacity_factor)
+    if args.gradient_checkpointing:
+        raise ScenarioError("with a parallel layout use --recompute full instead of --gradient-checkpointing")
+    return layout, per_node
+
+
+def scaleout_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace, fp8: Fp8Recipe | None) -> dict[str, Any]:
+    """The layout's JSON fields (see the module docstring)."""
+    layout, per_node = layout_from_args(args, scenario)
+    cluster = None
+    if args.gpu is not None:
+        if layout.world_size % per_node and layout.world_size > per_node:
+            raise ScenarioError(f"{layout.world_size} GPUs do not fill nodes of {per_node}")
+        cluster = Cluster(gpu=find_gpu(args.gpu), nodes=max(1, layout.world_size // per_node),
+                          gpus_per_node=min(per_node, layout.world_size),
+                          inter_node_gbits=args.inter_node_gbits or DEFAULT_INTER_NODE_GBITS)
+    est = estimate_layout(arch, scenario, layout, cluster, fp8, master_weights=args.master_weights)
+    out = _memory_json(est)
+    if cluster is not None:
+        out.update(_fit_time_json(est, cluster))
+    if args.export:
+        out["export"] = export_layout(args.export, arch, scenario, layout, fp8)
+    return out
+
+
+def _memory_json(est: LayoutEstimate) -> dict[str, Any]:
+    mem, meg, layout = est.memory, est.megatron, est.layout
+    first = mem.stages[0]
+    return {
+        "layout": {**layout.model_dump(mode="json"), "world_size": layout.world_size,
+                   "micro_batches": layout.micro_batches, "label": layout.label()},
+        "fp8_recipe": mem.fp8.value if mem.fp8 else None,
+        "per_rank": [{
+            "stage": s.stage, "layers": s.layers, "micro_batches_in_flight": s.in_flight,
+            "parameters": round(s.parameters), "peak_allocated_bytes": round(s.peak_allocated_bytes),
+            "peak_reserved_bytes": round(s.peak_reserved_bytes), "device_used_bytes": round(s.device_used_bytes),
+            "nccl_bytes": round(s.nccl_bytes), "peak_phase": s.estimate.peak_phase,
+            "components": {k: round(v) for k, v in s.estimate.components.items()},
+            "formulas": {p.key: p.formula for p in s.estimate.parts},
+        } for s in mem.stages],
+        "max_rank_stage": mem.max_stage.stage,
+        "max_rank_peak_allocated_bytes": round(mem.max_rank_peak_allocated_bytes),
+        "megatron_estimate_bytes": round(meg.total_bytes),
+        "megatron_estimate": {
+            "weight_and_optimizer_bytes": round(meg.weight_and_optimizer_bytes),
+            "activation_bytes": round(meg.activation_bytes or 0), "branch": meg.branch, "note": meg.note,
+            "ours_first_stage_allocated_bytes": round(first.peak_allocated_bytes),
+            "differences": [
+                "ours counts the blocks' saved tensors module by module (engine.memory.activations; Hugging Face "
+                "modules save more than Megatron's fused ones), the logits and loss, and the buffers",
+                "Megatron ignores CP and shards its distributed optimizer over DP only (ours: / CP, and DP x CP)",
+                "Megatron counts SwiGLU's MLP like a GeLU one (one f-wide tensor fewer) and no FP8 copies",
+            ],
+        },
+        "bubble_fraction": est.bubble_fraction,
+        "collectives": [{
+            "dimension": c.dimension, "name": c.name, "kind": c.kind, "message_bytes": round(c.message_bytes),
+            "count": c.count, "group_size": c.group_size, "link": c.link.value, "overlapped": c.overlapped,
+            "bytes_per_rank": round(c.bytes_per_rank), "source": c.source,
+        } for c in est.collectives],
+        "tracer_cannot_check": TRACER_LIMITS,
+    }
+
+
+def _fit_time_json(est: LayoutEstimate, cluster: Cluster) -> dict[str, Any]:
+    worst = est.memory.max_stage
+    t = est.time
+    return {
+        "gpu": {"name": cluster.gpu.name, "usable_memory_bytes": cluster.gpu.usable_memory_bytes},
+        "num_gpus": est.layout.world_size,
+        "fits": worst.device_used_bytes <= cluster.gpu.usable_memory_bytes,
+        "headroom_bytes": round(cluster.gpu.usable_memory_bytes - worst.device_used_bytes),
+        "step_time": None if t is None else {**t.model_dump(mode="json"),
+                                             "note": "provisional: engine.scaleout.step_time (see its docstring)"},
+    }
+
+
+TRACER_LIMITS = [
+    "the tracer runs one process on one (fake) GPU: it never builds TP/PP/CP/EP process groups, so the sharded "
+    "parameter shapes, the pipeline's in-flight micro batches and the communication buffers are derived, not traced",
+    "NCCL's buffers, the CUDA context and allocator fragmentation under many communicators are outside its counts",
+    "Megatron/TransformerEngine fused kernels (and TE's FP8 weight cache) are not the Hugging Face modules it traces",
+]

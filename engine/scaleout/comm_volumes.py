@@ -1,0 +1,165 @@
+"""Communication of one training step of a layout: every collective's message size, count, group and link, and the
+pipeline bubble. Pure functions, no timing: the step-time model (:mod:`engine.scaleout.step_time` for now,
+``engine.time``'s collectives model at merge) turns them into seconds.
+
+``message_bytes`` is the full (unsharded) tensor M of the collective, as NCCL's and nccl-tests' conventions count
+it; a ring over n ranks moves 2(n-1)/n M per rank for an all-reduce and (n-1)/n M for an all-gather,
+reduce-scatter or all-to-all (:func:`ring_bytes_per_rank`). Counts are per step (all micro batches) on one rank of
+the most loaded pipeline stage. Sources (comms_and_pp notes of the research, restated):
+
+- **TP** (Shoeybi et al. 2019 sec. 3; Megatron ``tensor_parallel/mappings.py``): per block and micro batch, 2
+  all-reduces of (s/CP) b h forward and 2 backward; with sequence parallelism each becomes an all-gather +
+  reduce-scatter pair (same volume, Korthikanti et al. 2022 sec. 4.2.2) and backward all-gathers each
+  column-parallel input once more for the weight gradient (``LinearWithGradAccumulationAndAsyncCommunication``);
+  full recompute repeats the forward's. Vocabulary-parallel embedding: one all-reduce per micro batch (first
+  stage).
+- **CP** (Megatron ``context_parallel.md``; Llama 3 sec. 3.3.2): the keys and values of every block are gathered
+  across the CP ranks in forward (ring p2p or all-gather: K and V of (s) b x kv heads x head_dim / TP) and again
+  in backward with a reduce-scatter of their gradients.
+- **EP** (Megatron MoE README): per MoE block and micro batch 2 all-to-alls forward (dispatch, combine) and 2
+  backward of T x top-k tokens x h.
+- **PP** (Narayanan et al. 2021): per micro batch one activation forward and one gradient backward across each
+  stage boundary, (s/CP) b h (/ TP with SP), v times with v model chunks.
+- **DP** (Rajbhandari et al. 2020 sec. 7): DDP all-reduces the gradients once per step (fp32 main grads in
+  Megatron); ZeRO-1 / the distributed optimizer reduce-scatters them and all-gathers the updated bf16 weights;
+  ZeRO-3 / FSDP all-gathers the weights in forward and backward of every micro batch and reduce-scatters the
+  gradients. Over DP x CP (CP ranks hold the same weights); experts over their own expert-DP group.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Literal, NamedTuple
+
+from engine.model.architecture import Architecture
+from engine.scaleout.layout import Layout, Recompute, Schedule
+from engine.scaleout.partition import ParameterSplit
+
+Kind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p"]
+
+
+class Link(str, Enum):
+    """Where a process group's ranks talk: inside a node (NVLink or PCIe) or across nodes (the network)."""
+
+    INTRA_NODE = "intra_node"
+    INTER_NODE = "inter_node"
+
+
+class Collective(NamedTuple):
+    """One kind of collective of a step: ``count`` calls of ``message_bytes`` over ``group_size`` ranks on ``link``.
+
+    ``dimension`` is the parallelism it belongs to (tp, cp, ep, pp, dp); ``overlapped`` says whether frameworks
+    run it concurrently with compute by default (DP gradient buckets, FSDP prefetch, the CP ring), as opposed to
+    on the critical path (TP, EP all-to-all, PP boundaries)."""
+
+    dimension: str
+    name: str
+    kind: Kind
+    message_bytes: float
+    count: int
+    group_size: int
+    link: Link
+    overlapped: bool
+    source: str
+
+    @property
+    def bytes_per_rank(self) -> float:
+        """Bytes one rank sends for all ``count`` calls (ring algorithms)."""
+        return self.count * ring_bytes_per_rank(self.kind, self.message_bytes, self.group_size)
+
+
+def ring_bytes_per_rank(kind: Kind, message_bytes: float, n: int) -> float:
+    """Bytes one rank sends in one ring collective over ``n`` ranks (p2p: the message itself)."""
+    if kind == "p2p":
+        return message_bytes
+    if n <= 1:
+        return 0.0
+    factor = 2.0 * (n - 1) / n if kind == "all_reduce" else (n - 1) / n
+    return factor * message_bytes
+
+
+def group_link(stride: int, size: int, gpus_per_node: int) -> Link:
+    """Link of a group of ``size`` ranks ``stride`` apart: inside a node when it spans at most one node's GPUs.
+
+    Rank order (fastest-varying first) TP, CP, DP, PP, Megatron's default ``--order tp-cp-ep-dp-pp``; EP groups
+    are consecutive after expert-TP."""
+    return Link.INTRA_NODE if stride * size <= gpus_per_node else Link.INTER_NODE
+
+
+def bubble_fraction(layout: Layout) -> float:
+    """Fraction of the step a pipeline stage idles: (PP - 1) / (v m + PP - 1) for 1F1B and GPipe (v = 1), with v model
+    chunks per rank for the interleaved schedule (Narayanan et al. 2021 sec. 2.2: bubble / ideal = (PP - 1) / (v m))."""
+    p, m = layout.pipeline_parallel, layout.micro_batches
+    v = layout.virtual_pipeline if layout.schedule is Schedule.INTERLEAVED else 1
+    return (p - 1) / (v * m + p - 1) if p > 1 else 0.0
+
+
+def step_collectives(arch: Architecture, layout: Layout, split: ParameterSplit, seq_len: int, compute_bytes: int,
+                     gpus_per_node: int, stage: int = 0, fp8_all_gather: bool = False) -> list[Collective]:
+    """Every collective one rank of pipeline stage ``stage`` runs in one step (see the module docstring).
+
+    ``fp8_all_gather``: FSDP2 float8 all-gather (torchao tensorwise) moves 1-byte weights instead of 2."""
+    t, p, c, d = layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel, layout.data_parallel
+    e, et = layout.expert_parallel, layout.expert_tensor_parallel
+    m, b, h, B = layout.micro_batches, layout.micro_batch_size, arch.hidden_size, compute_bytes
+    layers = layout.stage_layers(arch.num_layers)
+    first, n_layers = sum(layers[:stage]), layers[stage]
+    tokens = seq_len * b / c
+    act = tokens * h * B
+    full = layout.recompute is Recompute.FULL
+    out: list[Collective] = []
+    tp_link = group_link(1, t, gpus_per_node)
+    if t > 1:
+        fwd = 2 * n_layers * m * (2 if full else 1)
+        if layout.sequence_parallel:
+            out.append(Collective("tp", "sequence-parallel all-gathers (fwd, bwd, wgrad re-gather)", "all_gather", act,
+                                  fwd + 4 * n_layers * m, t, tp_link, False, "Megatron tensor_parallel/mappings.py, layers.py"))
+            out.append(Collective("tp", "sequence-parallel reduce-scatters (fwd, bwd)", "reduce_scatter", act,
+                                  fwd + 2 * n_layers * m, t, tp_link, False, "Megatron tensor_parallel/mappings.py"))
+        else:
+            out.append(Collective("tp", "tensor-parallel all-reduces (2 fwd + 2 bwd per block)", "all_reduce", act,
+                                  fwd + 2 * n_layers * m, t, tp_link, False, "Shoeybi et al. 2019 sec. 3"))
+        if stage == 0:
+            out.append(Collective("tp", "vocabulary-parallel embedding all-reduce", "all_reduce", act, m, t, tp_link,
+                                  False, "Megatron VocabParallelEmbedding"))
+    if c > 1:
+        kv = seq_len * b * 2 * arch.kv_out / t * B
+        cp_link = group_link(t, c, gpus_per_node)
+        out.append(Collective("cp", "context-parallel key/value all-gathers (fwd, bwd)", "all_gather", kv,
+                              n_layers * m * (3 if full else 2), c, cp_link, True, "Megatron context_parallel.md; Llama 3 sec. 3.3.2"))
+        out.append(Collective("cp", "context-parallel key/value gradient reduce-scatters", "reduce_scatter", kv,
+                              n_layers * m, c, cp_link, True, "Megatron context_parallel.md"))
+    if arch.num_experts and e > 1:
+        moe_layers = sum(1 for i in range(first, first + n_layers) if split.expert_per_block[i] > 0)
+        msg = tokens / (t if layout.sequence_parallel else 1) * arch.experts_per_token * h * B
+        cf = layout.moe_capacity_factor or 1.0
+        out.append(Collective("ep", "expert all-to-alls (dispatch + combine, fwd + bwd)", "all_to_all", msg * cf,
+                              4 * moe_layers * m + (2 * moe_layers * m if full else 0), e, group_link(et, e, gpus_per_node),
+                              False, "Megatron MoE README (alltoall token dispatcher)"))
+    if p > 1:
+        v = layout.virtual_pipeline if layout.schedule is Schedule.INTERLEAVED else 1
+        msg = act / (t if layout.sequence_parallel else 1)
+        out.append(Collective("pp", "pipeline send/recv (activations fwd, gradients bwd)", "p2p", msg, 2 * m * v, 2,
+                              group_link(t * c * d, p, gpus_per_node), False, "Narayanan et al. 2021; Megatron p2p_communication.py"))
+    dense = (sum(split.tp_per_block[first:first + n_layers]) / t + sum(split.replicated_per_block[first:first + n_layers])
+             + (split.vocab_embedding / t if stage == 0 else 0) + (split.head / t if stage == p - 1 else 0))
+    expert = sum(split.expert_per_block[first:first + n_layers]) / (e * et)
+    for label, params, n, stride in (("dense", dense, d * c, t), ("expert", expert, d * c // e, t * e)):
+        if n <= 1 or params <= 0:
+            continue
+        link = group_link(stride, n, gpus_per_node)
+        if layout.zero == 3:
+            w = 1 if fp8_all_gather else B
+            out.append(Collective("dp", f"FSDP weight all-gathers ({label}, fwd + bwd each micro batch)", "all_gather",
+                                  params * w, 2 * m, n, link, True, "PyTorch FSDP2; Rajbhandari et al. 2020 sec. 7"))
+            out.append(Collective("dp", f"FSDP gradient reduce-scatters ({label}, fp32)", "reduce_scatter", params * 4, m, n,
+                                  link, True, "torchtitan mixed_precision_reduce float32"))
+        elif layout.zero == 1:
+            out.append(Collective("dp", f"gradient reduce-scatter ({label}, fp32)", "reduce_scatter", params * 4, 1, n, link,
+                                  True, "Megatron distributed optimizer"))
+            out.append(Collective("dp", f"updated weight all-gather ({label}, bf16)", "all_gather", params * 2, 1, n, link,
+                                  True, "Megatron distributed optimizer (--overlap-param-gather)"))
+        else:
+            out.append(Collective("dp", f"gradient all-reduce ({label}, fp32)", "all_reduce", params * 4, 1, n, link, True,
+                                  "Megatron DDP (--overlap-grad-reduce)"))
+    return out

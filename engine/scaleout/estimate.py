@@ -1,0 +1,70 @@
+"""One layout, estimated: per-rank memory of every stage, Megatron-LM's own figure beside it, the collectives of
+a step and (with a cluster) the provisional step time. The entry point of the CLI and the Scale out page."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from engine.model.architecture import Architecture
+from engine.scaleout.comm_volumes import Collective, bubble_fraction, step_collectives
+from engine.scaleout.fp8 import Fp8Recipe
+from engine.scaleout.layout import Layout, Recompute
+from engine.scaleout.megatron import MegatronEstimate, megatron_estimate
+from engine.scaleout.memory import Context, ScaleoutMemory, context, scaleout_memory
+from engine.scaleout.step_time import DEFAULT_MATMUL_EFFICIENCY, Cluster, StepTime, step_time
+from engine.scenario.training import Scenario
+
+OPTIMIZER_KEYS = ("weights", "gradients", "optimizer_states")
+
+
+class LayoutEstimate(BaseModel):
+    """Everything estimated for one layout. ``time`` is None without a cluster."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    layout: Layout
+    memory: ScaleoutMemory
+    megatron: MegatronEstimate
+    collectives: tuple[Collective, ...]
+    bubble_fraction: float
+    time: StepTime | None = None
+
+
+def megatron_for(arch: Architecture, scenario: Scenario, layout: Layout) -> MegatronEstimate:
+    """Megatron-LM's formula for the same settings."""
+    return megatron_estimate(
+        arch, seq_len=scenario.seq_len, micro_batch=layout.micro_batch_size, tp=layout.tensor_parallel,
+        pp=layout.pipeline_parallel, dp=layout.data_parallel, cp=layout.context_parallel,
+        sequence_parallel=layout.sequence_parallel, selective=layout.recompute is Recompute.SELECTIVE,
+        distributed_optimizer=layout.zero >= 1, virtual=layout.virtual_pipeline if layout.virtual_pipeline > 1 else None,
+        micro_batches=layout.micro_batches if layout.global_batch_size else None, ep=layout.expert_parallel,
+        etp=layout.expert_tensor_parallel)
+
+
+def optimizer_bytes_moved(memory: ScaleoutMemory) -> float:
+    """Bytes the optimizer step reads and writes on the most loaded rank: weights and states twice, gradients once."""
+    comps = memory.max_stage.estimate.parts_by_key
+    get = lambda k: comps[k].bytes if k in comps else 0.0  # noqa: E731
+    return 2 * (get("weights") + get("optimizer_states")) + get("gradients")
+
+
+def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, cluster: Cluster | None = None,
+                    fp8: Fp8Recipe | None = None, efficiency: float = DEFAULT_MATMUL_EFFICIENCY,
+                    ctx: Context | None = None, master_weights: bool = False) -> LayoutEstimate:
+    """Memory, Megatron's formula, collectives and (with ``cluster``) step time of ``layout``. ``master_weights``: the
+    16-bit model with fp32 master weights of Megatron-LM / torchtitan (:class:`engine.scaleout.memory.Context`).
+
+    Raises:
+        ScenarioError: the layout does not fit the model (see :func:`engine.scaleout.memory.check_layout`).
+    """
+    ctx = ctx or context(arch, scenario, layout, fp8, master_weights)
+    mem = scaleout_memory(arch, scenario, layout, fp8, ctx)
+    stage = mem.max_stage.stage
+    per_node = cluster.gpus_per_node if cluster else layout.world_size
+    cols = step_collectives(arch, layout, ctx.split, scenario.seq_len, ctx.spec.compute_bytes, per_node, stage,
+                            fp8_all_gather=fp8 is Fp8Recipe.TORCHAO)
+    time = None
+    if cluster is not None:
+        time = step_time(arch, ctx.sc, layout, cluster, cols, optimizer_bytes_moved(mem), fp8, efficiency)
+    return LayoutEstimate(layout=layout, memory=mem, megatron=megatron_for(arch, scenario, layout),
+                          collectives=tuple(cols), bubble_fraction=bubble_fraction(layout), time=time)

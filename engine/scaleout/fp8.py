@@ -1,0 +1,59 @@
+"""FP8 training: what TransformerEngine and torchao float8 keep in memory, and which matmuls run at the FP8 rate.
+
+Both recipes keep the model states in high precision (bf16/fp32 weights, fp32 gradients and Adam states: TE#1429,
+maintainer pggPL: "FP8 training keeps weights, gradients and optimizer state in higher precision and casts to FP8
+before each GEMM") and run the block linears' GEMMs in FP8; the embedding, the output layer, norms, attention
+and the router stay in bf16 (DeepSeek-V3 arXiv:2412.19437 sec. 3.3; torchtitan's float8 converter filters
+``output``).
+
+- ``te`` (NVIDIA TransformerEngine, ``te.Linear`` under ``fp8_autocast``, DelayedScaling): on Hopper the FP8
+  tensor cores run only TN GEMMs, so TE caches an FP8 copy **and** an FP8 transpose of each weight across the
+  micro batches (TE#1261): +2 B per block-linear parameter on top of the bf16/fp32 weight, which is why TE FP8
+  can need more memory than bf16 (TE#1429). Linear layers save their input for backward as FP8 (TE#1764): the
+  saved linear inputs take 1 B instead of 2. Each FP8 tensor keeps an fp32 amax history (``amax_history_len``
+  1024 in TE's ``DelayedScaling``; Megatron sets 1) and a scale. ``fp8_model_init`` / Megatron
+  ``--fp8-param-gather`` drop the bf16 weight copy (not modelled: the default is modelled).
+- ``torchao`` (``Float8Linear``, dynamic tensorwise scaling, torchao 0.10 / torchtitan): FP8 casts are made per
+  use and freed; no weight cache, no history. Measured peak memory is unchanged by float8 (torchao
+  ``docs/source/workflows/training.md``: 47.65 GB bf16 vs 47.77 GB float8 on Llama 3 8B; torchtitan
+  77.0 vs 76.8 GiB). With FSDP2 the weight shards are cast before the all-gather
+  (``enable_fsdp_float8_all_gather``), halving the parameter all-gather volume.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Fp8Recipe(str, Enum):
+    """FP8 implementation: TransformerEngine (delayed scaling, cached FP8 weights) or torchao float8 (dynamic)."""
+
+    TE = "te"
+    TORCHAO = "torchao"
+
+
+TE_WEIGHT_CACHE_BYTES = 2.0
+"""Bytes per block-linear parameter of TE's cached FP8 weight and FP8 transpose (TE#1261)."""
+TE_AMAX_HISTORY = 1024
+"""TransformerEngine ``DelayedScaling.amax_history_len`` default (``transformer_engine/common/recipe``)."""
+TE_TENSORS_PER_LINEAR = 3
+"""FP8 tensors with scaling state per linear: input, weight, output gradient."""
+FP8_LINEAR_INPUT_BYTES = 1.0
+"""Bytes per element of a linear input TE saves for backward (FP8, TE#1764) instead of 2 (bf16)."""
+
+
+def fp8_weight_cache_bytes(recipe: Fp8Recipe | None, linear_parameters: float) -> float:
+    """The FP8 weight copies a rank keeps for its block linears (0 unless TE)."""
+    return TE_WEIGHT_CACHE_BYTES * linear_parameters if recipe is Fp8Recipe.TE else 0.0
+
+
+def fp8_scaling_bytes(recipe: Fp8Recipe | None, linear_modules: float) -> float:
+    """TE's amax histories and scales (fp32): history + 1 scale per FP8 tensor per linear module."""
+    if recipe is not Fp8Recipe.TE:
+        return 0.0
+    return linear_modules * TE_TENSORS_PER_LINEAR * (TE_AMAX_HISTORY + 1) * 4.0
+
+
+def linear_input_factor(recipe: Fp8Recipe | None, compute_bytes: int) -> float:
+    """Scale of the saved linear inputs: 1/2 under TE (FP8 instead of bf16), else 1."""
+    return FP8_LINEAR_INPUT_BYTES / compute_bytes if recipe is Fp8Recipe.TE else 1.0

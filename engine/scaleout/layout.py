@@ -1,0 +1,196 @@
+"""A parallel layout: how a training run spreads over TP x PP x CP x DP GPUs (EP inside DP x CP), validated.
+
+Terms and constraints follow Megatron-LM (``megatron/training/arguments.py`` and ``megatron/core/parallel_state.py``
+at core_v0.14.0 / d98e8a64) and torchtitan (``[parallelism]`` of ``job_config.py`` at v0.2.2):
+
+- world size = TP x CP x PP x DP (Megatron's dense layout); expert parallelism is carved out of DP x CP for the
+  MoE layers (expert world = ETP x EP x PP x expert-DP), so EP must divide DP x CP;
+- TP must divide the attention heads and the key/value heads (Megatron asserts ``num_query_groups % TP == 0``);
+- a virtual (interleaved) pipeline needs ``layers % (PP x v) == 0`` and ``micro batches % PP == 0``;
+- the global batch is ``micro batch x DP x micro batches``;
+- CP splits each sequence into ``2 x CP`` chunks (load balancing of the causal mask), so ``seq % (2 x CP) == 0``.
+
+``zero``: 0 = plain data parallel (Megatron DDP, every rank holds all optimizer states), 1 = Megatron's
+distributed optimizer / ZeRO-1 (optimizer states and fp32 master weights sharded over DP x CP), 3 = ZeRO-3 /
+FSDP (weights, gradients and states sharded over DP x CP; torchtitan's ``data_parallel_shard_degree``).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from engine.errors import ScenarioError, explain_validation
+from engine.model.architecture import Architecture
+
+
+class Recompute(str, Enum):
+    """Activation recomputation (Megatron ``--recompute-granularity``; torchtitan ``activation_checkpoint.mode``).
+
+    ``selective``: the core attention (QK^T, softmax, dropout, attention over V) is recomputed in backward
+    (Korthikanti et al. 2022, sec. 4.3); ``full``: each block keeps only its input and runs again in backward."""
+
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+class Schedule(str, Enum):
+    """Pipeline schedule: ``1f1b`` (PipeDream-Flush, Narayanan et al. 2021), ``interleaved`` (1F1B with
+    ``virtual_pipeline`` model chunks per rank) or ``gpipe`` (all forwards, then all backwards)."""
+
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved"
+    GPIPE = "gpipe"
+
+
+MAX_DEGREE = 4096
+
+
+class Layout(BaseModel):
+    """One parallel layout and the batch it runs. Degrees are GPU counts; batch sizes are sequences.
+
+    ``layers_per_stage``: layers of each pipeline stage (uneven splits allowed, e.g. Llama 3's lighter first and
+    last stages); None = as even as possible, the first stages taking the remainder. ``recompute_layers``: with
+    ``full`` recompute, how many layers of each stage (of each model chunk) are recomputed, Megatron's
+    ``--recompute-method block --recompute-num-layers``; None = all. ``expert_tensor_parallel``: TP inside the
+    experts (Megatron ``--expert-tensor-parallel-size``, torchtitan ``expert_tensor_parallel_degree``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tensor_parallel: int = Field(1, ge=1, le=MAX_DEGREE)
+    pipeline_parallel: int = Field(1, ge=1, le=MAX_DEGREE)
+    context_parallel: int = Field(1, ge=1, le=MAX_DEGREE)
+    expert_parallel: int = Field(1, ge=1, le=MAX_DEGREE)
+    expert_tensor_parallel: int = Field(1, ge=1, le=MAX_DEGREE)
+    data_parallel: int = Field(1, ge=1, le=1 << 20)
+    sequence_parallel: bool = False
+    recompute: Recompute = Recompute.NONE
+    recompute_layers: int | None = Field(None, ge=0)
+    virtual_pipeline: int = Field(1, ge=1, le=64)
+    schedule: Schedule = Schedule.ONE_F_ONE_B
+    zero: int = 0
+    micro_batch_size: int = Field(1, ge=1, le=65_536)
+    global_batch_size: int | None = Field(None, ge=1)
+    layers_per_stage: tuple[int, ...] | None = None
+    moe_capacity_factor: float | None = Field(None, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _interleave(cls, data: Any) -> Any:
+        # A virtual pipeline without a schedule named means the interleaved schedule (Megatron infers it too).
+        if isinstance(data, dict) and data.get("schedule") is None:
+            interleaved = (data.get("virtual_pipeline") or 1) > 1
+            data = {**data, "schedule": Schedule.INTERLEAVED if interleaved else Schedule.ONE_F_ONE_B}
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Layout":
+        if self.zero not in (0, 1, 3):
+            raise ValueError("zero: 0 (data parallel), 1 (distributed optimizer / ZeRO-1) or 3 (ZeRO-3 / FSDP)")
+        if self.sequence_parallel and self.tensor_parallel == 1:
+            raise ValueError("sequence parallelism splits the tensor-parallel region: it needs tensor_parallel > 1")
+        if self.virtual_pipeline > 1 and self.schedule is not Schedule.INTERLEAVED:
+            raise ValueError("virtual_pipeline > 1 is the interleaved schedule: set schedule='interleaved'")
+        if self.schedule is Schedule.INTERLEAVED and self.pipeline_parallel == 1:
+            raise ValueError("an interleaved (virtual) pipeline needs pipeline_parallel > 1")
+        if self.global_batch_size is not None and self.global_batch_size % (self.micro_batch_size * self.data_parallel):
+            raise ValueError(f"global batch {self.global_batch_size} is not a multiple of micro batch x DP = "
+                             f"{self.micro_batch_size} x {self.data_parallel}")
+        if (self.data_parallel * self.context_parallel) % self.expert_parallel:
+            raise ValueError(f"expert parallel {self.expert_parallel} must divide DP x CP = "
+                             f"{self.data_parallel * self.context_parallel} (EP is carved out of the data-parallel ranks)")
+        return self
+
+    @property
+    def world_size(self) -> int:
+        """GPUs: TP x CP x PP x DP."""
+        return self.tensor_parallel * self.context_parallel * self.pipeline_parallel * self.data_parallel
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro batches per step on each pipeline (the gradient accumulation steps): global / (micro x DP)."""
+        if self.global_batch_size is None:
+            return 1
+        return self.global_batch_size // (self.micro_batch_size * self.data_parallel)
+
+    @property
+    def optimizer_shards(self) -> int:
+        """Ranks the optimizer states are divided over: DP x CP with ZeRO-1/3 (Megatron shards the distributed
+        optimizer over the DP x CP group, ``intra_dp_cp_group``), else 1."""
+        return self.data_parallel * self.context_parallel if self.zero else 1
+
+    @property
+    def is_single_gpu_model(self) -> bool:
+        """True when every rank holds the whole model (no TP, PP, CP or EP): the data-parallel case."""
+        return (self.tensor_parallel == self.pipeline_parallel == self.context_parallel == self.expert_parallel
+                == self.expert_tensor_parallel == 1)
+
+    def stage_layers(self, num_layers: int) -> tuple[int, ...]:
+        """Layers of each pipeline stage (the given split, or an even one with the remainder on the first stages)."""
+        if self.layers_per_stage is not None:
+            return self.layers_per_stage
+        p = self.pipeline_parallel
+        base, extra = divmod(num_layers, p)
+        return tuple(base + (1 if r < extra else 0) for r in range(p))
+
+    def label(self) -> str:
+        """Short name, e.g. ``TP8 PP4 DP16 SP, full recompute, ZeRO-1``."""
+        parts = [f"TP{self.tensor_parallel}", f"PP{self.pipeline_parallel}"]
+        if self.virtual_pipeline > 1:
+            parts.append(f"v{self.virtual_pipeline}")
+        if self.context_parallel > 1:
+            parts.append(f"CP{self.context_parallel}")
+        if self.expert_parallel > 1:
+            parts.append(f"EP{self.expert_parallel}")
+        parts.append(f"DP{self.data_parallel}")
+        if self.sequence_parallel:
+            parts.append("SP")
+        zero = {0: "DDP", 1: "ZeRO-1", 3: "ZeRO-3/FSDP"}[self.zero]
+        return f"{' '.join(parts)}, mb {self.micro_batch_size}, {self.recompute.value} recompute, {zero}"
+
+    @classmethod
+    def build(cls, **fields: Any) -> "Layout":
+        """Validate ``fields``; raises :class:`~engine.errors.ScenarioError` with one line per problem."""
+        try:
+            return cls(**fields)
+        except ValidationError as exc:
+            raise ScenarioError(explain_validation(exc, all_errors=True)) from None
+
+
+def layout_problems(arch: Architecture, layout: Layout, seq_len: int) -> list[str]:
+    """Why ``layout`` cannot run ``arch`` at ``seq_len`` (empty when it can). Each line names the constraint."""
+    out = []
+    t, p, v = layout.tensor_parallel, layout.pipeline_parallel, layout.virtual_pipeline
+    if arch.kind != "decoder":
+        out.append("tensor/pipeline/context parallelism is modelled for decoder-only models")
+    if arch.num_attention_heads % t:
+        out.append(f"TP {t} does not divide the {arch.num_attention_heads} attention heads")
+    if arch.num_key_value_heads % t:
+        out.append(f"TP {t} does not divide the {arch.num_key_value_heads} key/value heads (Megatron: num_query_groups % TP)")
+    layers = layout.stage_layers(arch.num_layers)
+    if len(layers) != p:
+        out.append(f"layers_per_stage has {len(layers)} entries for {p} pipeline stages")
+    elif sum(layers) != arch.num_layers:
+        out.append(f"layers_per_stage sums to {sum(layers)}, the model has {arch.num_layers} layers")
+    elif min(layers) < v:
+        out.append(f"PP {p} x virtual {v} needs at least {v} layers per stage ({arch.num_layers} layers)")
+    if v > 1 and any(n % v for n in layers):
+        out.append(f"virtual pipeline {v} must divide every stage's layers ({list(layers)})")
+    if layout.schedule is Schedule.INTERLEAVED and layout.micro_batches % p:
+        out.append(f"the interleaved schedule needs micro batches ({layout.micro_batches}) to be a multiple of PP {p}")
+    c = layout.context_parallel
+    if seq_len % (2 * c) and c > 1:
+        out.append(f"CP {c} splits the sequence into 2 x CP chunks: {seq_len} is not a multiple of {2 * c}")
+    e = layout.expert_parallel
+    if e > 1 and not arch.num_experts:
+        out.append("expert parallelism needs a mixture-of-experts model")
+    elif arch.num_experts and arch.num_experts % e:
+        out.append(f"EP {e} does not divide the {arch.num_experts} experts")
+    if layout.expert_tensor_parallel > 1 and arch.num_experts and arch.intermediate_size % layout.expert_tensor_parallel:
+        out.append(f"expert TP {layout.expert_tensor_parallel} does not divide the expert width {arch.intermediate_size}")
+    if t > 1 and arch.intermediate_size % t and not arch.num_experts:
+        out.append(f"TP {t} does not divide the MLP width {arch.intermediate_size}")
+    return out

@@ -1,0 +1,335 @@
+"""Peak memory of every pipeline stage of a TP x PP x CP x EP x DP layout, per rank, by named component, in bytes.
+
+Built on the one-GPU estimate (:func:`engine.memory.estimate.estimate_memory`, the same scenario with the layout's
+micro batch, its micro batches as gradient accumulation steps and full recompute as gradient checkpointing): each
+of its components is divided the way the layout divides it, and the layout's buffers are added. With TP = PP = CP
+= EP = DP = 1 every factor is 1 and the result is the one-GPU estimate (``tests/scaleout`` checks it).
+
+- **model states** (weights, autocast copies, gradients, optimizer states and step temporaries): the rank's share
+  of the parameters (:mod:`engine.scaleout.partition`: TP-sharded linears and vocabulary / TP, replicated norms
+  and router, experts / (EP x expert-TP), the stage's blocks, embeddings on the first stage, head on the last);
+  optimizer states, their step temporaries and (mixed precision) the fp32 master weights / (DP x CP) with ZeRO-1 /
+  the distributed optimizer, everything / (DP x CP) with ZeRO-3 / FSDP (Rajbhandari et al. 2020, sec. 5; Megatron
+  ``docs/user-guide/features/dist_optimizer.md``: 6 + 12/d bytes per parameter).
+- **activations** (Korthikanti et al. 2022, sec. 4): the block's saved tensors from
+  :func:`engine.memory.activations.block_activations`, the attention and MLP inner tensors / TP, the norm region and
+  the linears' inputs / TP only with sequence parallelism (without it they are whole on every TP rank: the "10" in
+  sbh(10 + 24/t)); everything / CP (CP splits every activation along the sequence); selective recompute drops the
+  s x s attention scores; full recompute keeps each block's input (/ TP with SP) and recomputes one block at a time.
+- **pipeline**: stage r holds the activations of min(PP - r, m) micro batches under 1F1B (Megatron's warm-up of
+  PP - r - 1 forwards, Korthikanti eq. 5: the first stage stores L layers' worth, the last one micro batch), of
+  min(2(PP - r - 1) + (v - 1)PP + 1, m v) model chunks of L/(PP v) layers interleaved (Megatron ``schedules.py``
+  warm-up; the first stage gets Korthikanti's 1 + (PP - 1)/(PP v)), and of all m with GPipe. The last stage holds
+  the logits and loss (vocabulary-parallel cross-entropy: / TP).
+- **buffers**: :mod:`engine.scaleout.buffers`; FP8 copies: :mod:`engine.scaleout.fp8`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+from pydantic import BaseModel, ConfigDict
+
+from engine.errors import ScenarioError
+from engine.memory.activations import BlockActivations, block_activations
+from engine.memory.components import MemoryComponent, Phase, step_phases
+from engine.memory.device import device_memory
+from engine.memory.estimate import estimate_memory
+from engine.memory.result import MemoryEstimate
+from engine.model.architecture import Architecture
+from engine.scaleout import buffers
+from engine.scaleout.fp8 import Fp8Recipe, fp8_scaling_bytes, fp8_weight_cache_bytes, linear_input_factor
+from engine.scaleout.layout import Layout, Recompute, Schedule, layout_problems
+from engine.scaleout.partition import ParameterSplit, parameter_split
+from engine.scenario.precision import PrecisionMode, PrecisionSpec, precision_spec
+from engine.scenario.training import Method, Scenario
+
+ACTIVE = ("forward", "backward", "recompute")
+
+
+class Part(NamedTuple):
+    """A component of one rank before it becomes a :class:`MemoryComponent` (kept light for the layout search)."""
+
+    key: str
+    label: str
+    bytes: float
+    phases: tuple[Phase, ...]
+    formula: str
+    source: str
+
+
+class Context:
+    """What every stage of one (architecture, scenario, layout batch, recompute, FP8) shares: the one-GPU
+    estimate, the block's activations and the parameter split. Built by :func:`context`.
+
+    ``master_weights``: the model runs in 16 bits and the optimizer keeps fp32 master weights, as Megatron-LM
+    (``--bf16``: bf16 parameters, fp32 ``main_grad``, fp32 master + Adam in the optimizer, 2 + 4 + 12 B per parameter,
+    ``docs/user-guide/features/dist_optimizer.md``), torchtitan (FSDP2 ``MixedPrecisionPolicy(param_dtype=bf16)``) and
+    DeepSpeed's ``bf16`` mode run mixed precision. The weights, activations and loss then come from the one-GPU
+    estimate in pure 16 bits (no autocast copies, a 16-bit residual stream), the gradients and optimizer states
+    from the mixed-precision one, and the fp32 weights become ``master_weights``. Off (the default), a rank follows
+    the Hugging Face Trainer's autocast, exactly as the one-GPU estimate does."""
+
+    def __init__(self, arch: Architecture, sc: Scenario, fp8: Fp8Recipe | None, master_weights: bool = False):
+        self.arch, self.sc, self.fp8 = arch, sc, fp8
+        self.spec: PrecisionSpec = precision_spec(sc.precision)
+        self.estimate: MemoryEstimate = estimate_memory(arch, sc)
+        self.parts = dict(self.estimate.parts_by_key)
+        act_sc = sc
+        self.master_weights = master_weights and self.spec.autocast and self.spec.weight_bytes == 4 and sc.method is Method.FULL
+        if self.master_weights:
+            act_sc = sc.model_copy(update={"precision": PrecisionMode.BF16 if self.spec.weight_dtype == "fp32" and
+                                           sc.precision is PrecisionMode.AMP_BF16 else PrecisionMode.FP16})
+            sixteen = estimate_memory(arch, act_sc).parts_by_key
+            fp32 = self.parts["weights"]
+            self.parts["master_weights"] = fp32.model_copy(update={
+                "key": "master_weights", "label": "fp32 master weights", "formula": "trainable parameters x 4 B (fp32)",
+                "source": "Megatron-LM distributed optimizer docs; Micikevicius et al. 2018 sec. 3"})
+            for key in ("weights", "weight_copies", "gradient_temporaries", "activations", "recomputed_layer",
+                        "logits_loss", "logits_forward"):
+                if key in sixteen:
+                    self.parts[key] = sixteen[key]
+        self.blocks: BlockActivations = block_activations(arch, act_sc, precision_spec(act_sc.precision))
+        self.split: ParameterSplit = parameter_split(arch)
+        self.linear_modules = sum(lin.count * lin.blocks(arch.num_layers) for lin in arch.layer_linears) / arch.num_layers
+        self.master = self.spec.autocast and self.spec.weight_bytes == 4 and sc.method is Method.FULL and not self.master_weights
+        rec = self.parts.get("recomputed_layer")
+        self.block_copies = (rec.bytes - self.blocks.per_token * sc.tokens_per_micro_batch) if rec else 0.0
+
+
+def effective_scenario(scenario: Scenario, layout: Layout) -> Scenario:
+    """The one-GPU scenario a rank of ``layout`` runs: its micro batch, its micro batches as gradient accumulation
+    steps, full recompute as gradient checkpointing."""
+    return scenario.model_copy(update={
+        "micro_batch_size": layout.micro_batch_size, "gradient_accumulation_steps": layout.micro_batches,
+        "gradient_checkpointing": layout.recompute is Recompute.FULL})
+
+
+def check_layout(arch: Architecture, scenario: Scenario, layout: Layout) -> None:
+    """Raise :class:`ScenarioError` naming every constraint ``layout`` breaks for ``arch`` and ``scenario``."""
+    problems = layout_problems(arch, layout, scenario.seq_len)
+    if not layout.is_single_gpu_model and scenario.method is not Method.FULL:
+        problems.append("tensor/pipeline/context/expert parallelism is modelled for full training (Megatron-LM, "
+                        "torchtitan); LoRA/QLoRA run with data parallelism (Memory page)")
+    if problems:
+        raise ScenarioError("; ".join(problems))
+
+
+def context(arch: Architecture, scenario: Scenario, layout: Layout, fp8: Fp8Recipe | None = None,
+            master_weights: bool = False) -> Context:
+    """The shared part of the estimate (checks the layout first); ``master_weights``: see :class:`Context`."""
+    check_layout(arch, scenario, layout)
+    return Context(arch, effective_scenario(scenario, layout), fp8, master_weights)
+
+
+def in_flight(layout: Layout, stage: int) -> tuple[int, int]:
+    """(model chunks whose activations stage ``stage`` holds at the start of its first backward, chunks per stage)."""
+    p, m, v = layout.pipeline_parallel, layout.micro_batches, layout.virtual_pipeline
+    if p == 1:
+        return 1, 1
+    if layout.schedule is Schedule.GPIPE:
+        return m, 1
+    if layout.schedule is Schedule.INTERLEAVED:
+        return min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v), v
+    return min(p - stage, m), 1
+
+
+def _per_token_layer(ctx: Context, layout: Layout) -> float:
+    """Bytes per token one block saves on one rank (before the CP split of the tokens)."""
+    b, t = ctx.blocks, layout.tensor_parallel
+    scores = b.scores * ctx.sc.seq_len if layout.recompute is Recompute.SELECTIVE else 0.0
+    fp8_cut = b.linear_inputs * (1.0 - linear_input_factor(ctx.fp8, ctx.spec.compute_bytes))
+    if t == 1:
+        return b.per_token - scores - fp8_cut
+    outside = (b.norms + b.linear_inputs - fp8_cut) / (t if layout.sequence_parallel else 1)
+    return outside + (b.inner + b.scores * ctx.sc.seq_len - scores) / t
+
+
+def stage_parts(ctx: Context, layout: Layout, stage: int, explain: bool = True) -> list[Part]:
+    """The components of one rank of pipeline stage ``stage`` (bytes alive and their phases)."""
+    arch, sc, spec, est = ctx.arch, ctx.sc, ctx.spec, ctx.parts
+    t, p, c = layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel
+    ept = layout.expert_parallel * layout.expert_tensor_parallel
+    sp_div = t if layout.sequence_parallel else 1
+    shards, zero = layout.optimizer_shards, layout.zero
+    layers = layout.stage_layers(arch.num_layers)
+    first = sum(layers[:stage])
+    last = first + layers[stage]
+    split = ctx.split
+    local = split.stage_parameters(first, last, stage, p, t, ept)
+    share = local / split.total
+    phases_all = step_phases(sc)
+    out: list[Part] = []
+
+    # Formulas are callables, built into text only when asked for (the layout search skips them).
+    def add(key: str, nbytes: float, phases: tuple[Phase, ...], formula: Callable[[], str], source: str = "",
+            label: str = "") -> None:
+        if nbytes or key in est:
+            comp = est.get(key)
+            out.append(Part(key, label or (comp.label if comp else key), nbytes, phases, formula() if explain else "",
+                            source or (comp.source if comp else "")))
+
+    def scaled(key: str, factor: float, why: Callable[[], str], phases: tuple[Phase, ...] | None = None) -> None:
+        comp = est[key]
+        add(key, comp.bytes * factor, phases or comp.phases, lambda: f"{why()}; one GPU: {comp.formula}")
+
+    w_div = shards if (zero == 3 or (zero == 1 and ctx.master)) else 1
+    scaled("weights", share / w_div, lambda: f"{local / 1e9:.3f}B of {split.total / 1e9:.3f}B parameters on this rank"
+           + (f", / {w_div} (sharded)" if w_div > 1 else ""))
+    if zero != 3:
+        scaled("weight_copies", share, lambda: "this rank's share", phases_all if zero == 1 and ctx.master else None)
+    else:
+        add("weight_copies", 0.0, est["weight_copies"].phases, lambda: "replaced by the gathered FSDP units")
+    scaled("gradients", share / (shards if zero == 3 else 1), lambda: "this rank's share" + (" / DP x CP" if zero == 3 else ""))
+    tied_here = split.tied and p == 1
+    scaled("gradient_temporaries", (1.0 / t) if tied_here else 0.0, lambda: "tied embedding on one rank, vocabulary / TP")
+    if "master_weights" in est:
+        scaled("master_weights", share / shards, lambda: "fp32 master weights in the optimizer, this rank's share"
+               + (f" / {shards} (DP x CP)" if shards > 1 else ""))
+    for key in ("optimizer_states", "optimizer_temporaries"):
+        scaled(key, share / shards, lambda: "this rank's share" + (f" / {shards} (DP x CP)" if shards > 1 else ""))
+
+    # Activations: micro batches (or chunks) in flight x layers x the block's bytes, CP splitting the tokens.
+    tokens = sc.tokens_per_micro_batch / c
+    layer = _per_token_layer(ctx, layout) * tokens
+    count, chunks = in_flight(layout, stage)
+    per_chunk = layers[stage] / chunks
+    full = layout.recompute is Recompute.FULL
+    n_ckpt = (per_chunk if layout.recompute_layers is None else min(layout.recompute_layers, per_chunk)) if full else 0
+    ckpt = ctx.blocks.resid * arch.hidden_size * tokens / sp_div
+    is_last = stage == p - 1
+    last_count = in_flight(layout, p - 1)[0]
+    head = ctx.blocks.head * tokens / sp_div * last_count if is_last else 0.0
+    acts = count * ((per_chunk - n_ckpt) * layer + n_ckpt * ckpt) + head
+    if p == 1 and c == 1 and t == 1 and n_ckpt in (0, arch.num_layers):
+        # The one-GPU formula, in its own order of operations (the same value, to the last bit).
+        acts = (arch.num_layers * layer if not full else arch.num_layers * ctx.blocks.resid * arch.hidden_size * tokens) + head
+    add("activations", acts, ACTIVE if full else ("forward", "backward"), lambda: (
+        f"{count} x {per_chunk:g} layers in flight x {layer / max(tokens * arch.hidden_size, 1):.1f} B x tokens/CP x hidden"
+        + (f", {n_ckpt:g} of them recomputed (input only)" if full else "") + (" + final norm/LM head input" if is_last else "")),
+        "Korthikanti et al. 2022 Table 2 and eq. 5 on the block's saved tensors (engine.memory.activations)")
+    if full:
+        add("recomputed_layer", layer + ctx.block_copies / t, ("recompute",), lambda: "one block's saved tensors again")
+    for key in ("logits_loss", "logits_forward"):
+        if key in est:
+            scaled(key, (last_count / (t * c)) if is_last else 0.0, lambda: "last stage, vocabulary-parallel / TP, tokens / CP")
+
+    cb = spec.compute_bytes
+    if t > 1 and layout.sequence_parallel:
+        add("sp_gather_buffer", buffers.sequence_parallel_gather_bytes(tokens, arch.hidden_size, cb), ACTIVE,
+            lambda: "(s / CP) x b x h x compute bytes: the all-gathered input of a column-parallel linear",
+            "Megatron tensor_parallel/layers.py get_global_memory_buffer", "Sequence-parallel all-gather buffer")
+    if p > 1:
+        add("pp_p2p_buffers", buffers.pipeline_p2p_bytes(tokens, arch.hidden_size, cb, sp_div), ACTIVE,
+            lambda: "2 x (s / CP) x b x h (/ TP with SP) x compute bytes",
+            "Megatron pipeline_parallel/p2p_communication.py, schedules.get_tensor_shapes", "Pipeline send/recv buffers")
+    if arch.num_experts and layout.expert_parallel > 1:
+        add("ep_all_to_all", buffers.expert_all_to_all_bytes(tokens / sp_div, arch.experts_per_token, arch.hidden_size, cb,
+                                                              layout.moe_capacity_factor), ("forward", "backward", "recompute"),
+            lambda: "2 x tokens x top-k x capacity factor x h x compute bytes",
+            "Megatron MoEAlltoAllTokenDispatcher; moe_utils.get_capacity", "Expert all-to-all buffers")
+    if zero == 3 and shards > 1:
+        unit = max(split.block_parameters(i, t, ept) for i in range(first, last)) if last > first else 0.0
+        gathered, grad = buffers.fsdp_unit_bytes(unit, cb)
+        add("gathered_weights", gathered, ACTIVE, lambda: f"2 blocks x {unit / 1e6:.1f}M parameters x {cb} B",
+            "PyTorch FSDP2 fully_shard (reshard after forward, prefetch one block)", "Gathered weights (FSDP units)")
+        add("fsdp_grad_unit", grad, ("backward", "recompute"), lambda: "one block's unsharded fp32 gradient",
+            "torchtitan mixed_precision_reduce float32", "Unsharded gradient before reduce-scatter")
+    if ctx.fp8 is Fp8Recipe.TE:
+        lin = (sum(split.tp_per_block[first:last]) / t + sum(split.expert_per_block[first:last]) / ept)
+        add("fp8_weight_cache", fp8_weight_cache_bytes(ctx.fp8, lin), phases_all,
+            lambda: f"{lin / 1e9:.3f}B block-linear parameters x 2 B (FP8 weight + FP8 transpose)",
+            "TransformerEngine issues 1261, 1429", "FP8 weight copies (TE)")
+        add("fp8_scaling", fp8_scaling_bytes(ctx.fp8, ctx.linear_modules * layers[stage]), phases_all,
+            lambda: "amax history 1024 + scale, fp32, 3 tensors per linear", "TransformerEngine DelayedScaling",
+            "FP8 scaling state (TE)")
+    return out
+
+
+def peak_of(parts: list[Part]) -> tuple[Phase, float]:
+    """The phase with the most bytes alive and its total (ties: start of backward, then the optimizer step)."""
+    totals: dict[str, float] = {}
+    for part in parts:
+        for ph in part.phases:
+            totals[ph] = totals.get(ph, 0.0) + part.bytes
+    tie = {"backward": 2, "optimizer_step": 1}
+    phase = max(totals, key=lambda ph: (totals[ph], tie.get(ph, 0)))
+    return phase, totals[phase]  # type: ignore[return-value]
+
+
+def group_sizes(layout: Layout) -> tuple[int, ...]:
+    """Sizes of the process groups a rank joins: TP, CP, PP, DP x CP (gradients), EP."""
+    return (layout.tensor_parallel, layout.context_parallel, layout.pipeline_parallel,
+            layout.data_parallel * layout.context_parallel, layout.expert_parallel)
+
+
+class StageMemory(BaseModel):
+    """One rank of one pipeline stage: its components (a :class:`MemoryEstimate`) and the non-tensor memory."""
+
+    model_config = ConfigDict(frozen=True)
+
+    stage: int
+    layers: int
+    in_flight: int
+    parameters: float
+    estimate: MemoryEstimate
+    nccl_bytes: float
+
+    @property
+    def peak_allocated_bytes(self) -> float:
+        """``torch.cuda.max_memory_allocated()`` of this rank."""
+        return self.estimate.peak_allocated_bytes
+
+    @property
+    def peak_reserved_bytes(self) -> float:
+        """``max_memory_reserved()``: allocated + the caching allocator's reserve."""
+        return self.estimate.peak_reserved_bytes
+
+    @property
+    def device_used_bytes(self) -> float:
+        """What nvidia-smi would show: reserved + CUDA context + NCCL buffers."""
+        return device_memory(self.peak_allocated_bytes).device_used + self.nccl_bytes
+
+
+class ScaleoutMemory(BaseModel):
+    """Every pipeline stage of a layout; the most loaded rank is the headline."""
+
+    model_config = ConfigDict(frozen=True)
+
+    layout: Layout
+    stages: tuple[StageMemory, ...]
+    fp8: Fp8Recipe | None = None
+
+    @property
+    def max_stage(self) -> StageMemory:
+        """The stage whose rank has the largest allocated peak (the first on ties)."""
+        return max(self.stages, key=lambda s: (s.peak_allocated_bytes, -s.stage))
+
+    @property
+    def max_rank_peak_allocated_bytes(self) -> float:
+        """The allocated peak of the most loaded rank."""
+        return self.max_stage.peak_allocated_bytes
+
+
+def scaleout_memory(arch: Architecture, scenario: Scenario, layout: Layout, fp8: Fp8Recipe | None = None,
+                    ctx: Context | None = None, master_weights: bool = False) -> ScaleoutMemory:
+    """Per-rank memory of every pipeline stage of ``layout`` (see the module docstring).
+
+    Raises:
+        ScenarioError: a layout that does not divide the model (heads, layers, experts, sequence), or model
+            parallelism with LoRA/QLoRA.
+    """
+    ctx = ctx or context(arch, scenario, layout, fp8, master_weights)
+    stages = []
+    for r, n in enumerate(layout.stage_layers(arch.num_layers)):
+        parts = stage_parts(ctx, layout, r)
+        first = sum(layout.stage_layers(arch.num_layers)[:r])
+        local = ctx.split.stage_parameters(first, first + n, r, layout.pipeline_parallel, layout.tensor_parallel,
+                                           layout.expert_parallel * layout.expert_tensor_parallel)
+        paged = ctx.estimate.pageable_bytes * local / ctx.split.total / layout.optimizer_shards
+        est = ctx.estimate.model_copy(update={"pageable_bytes": paged, "parts": tuple(
+            MemoryComponent(key=x.key, label=x.label, bytes=x.bytes, phases=x.phases, formula=x.formula, source=x.source)
+            for x in parts)})
+        stages.append(StageMemory(stage=r, layers=n, in_flight=in_flight(layout, r)[0], parameters=local, estimate=est,
+                                  nccl_bytes=buffers.nccl_bytes(group_sizes(layout))))
+    return ScaleoutMemory(layout=layout, stages=tuple(stages), fp8=fp8)

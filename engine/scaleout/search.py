@@ -1,0 +1,192 @@
+"""Layout search: for a model, a cluster and a global batch, every TP x PP x CP x EP x DP layout (with micro batch,
+recompute, ZeRO stage and interleaving) on 1..all of the cluster's GPUs, whether it fits, how fast and how costly
+it is, the Pareto front of time and cost, and why the others do not fit.
+
+Fast by construction: the one-GPU estimate is computed once per (micro batch, full recompute, accumulation) and
+shared (:class:`engine.scaleout.memory.Context`); each layout then costs a few arithmetic passes over its stages
+(``benchmarks/bench_scaleout.py``: thousands of layouts in well under a second).
+
+Searched: GPU counts 1, 2, 4 ... GPUs per node, then 1, 2, 4 ... nodes and all of them; TP in powers of two up to a
+node (TP stays inside one NVLink domain, as Megatron's and torchtitan's guides advise); CP in powers of two up to
+8; PP over the divisors of the remaining ranks up to the layer count; EP over powers of two dividing the experts
+and DP x CP; micro batch 1, 2, 4, 8; recompute none / selective / full; ZeRO 0 / 1 / 3; interleaving v = 2 where it
+divides. Sequence parallelism is on whenever TP > 1 (it saves memory at the same communication volume).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import NamedTuple
+
+from pydantic import ValidationError
+
+from engine.errors import ScenarioError
+from engine.hardware.gpus import prices_for
+from engine.memory.device import device_memory
+from engine.model.architecture import Architecture
+from engine.scaleout import buffers
+from engine.scaleout.comm_volumes import step_collectives
+from engine.scaleout.fp8 import Fp8Recipe
+from engine.scaleout.layout import Layout, Recompute, Schedule, layout_problems
+from engine.scaleout.memory import Context, effective_scenario, group_sizes, peak_of, stage_parts
+from engine.scaleout.step_time import DEFAULT_MATMUL_EFFICIENCY, Cluster, step_time
+from engine.scenario.training import Method, Scenario
+
+MICRO_BATCHES = (1, 2, 4, 8)
+MAX_CP = 8
+
+
+class Candidate(NamedTuple):
+    """One searched layout: ``fits`` or the ``reason`` it does not; its most loaded rank and, when it fits, its time
+    and cost. Bytes, seconds; cost in USD per million tokens (None without a price for the GPU)."""
+
+    layout: Layout
+    fits: bool
+    reason: str
+    peak_allocated_bytes: float
+    device_bytes: float
+    max_stage: int
+    step_s: float | None
+    tokens_per_second: float | None
+    gpu_hours_per_million_tokens: float | None
+    usd_per_million_tokens: float | None
+
+
+def _powers(limit: int) -> list[int]:
+    out, n = [], 1
+    while n <= limit:
+        out.append(n)
+        n *= 2
+    return out
+
+
+def gpu_counts(cluster: Cluster) -> list[int]:
+    """GPU counts searched: powers of two within a node, then powers of two of whole nodes, and the whole cluster."""
+    counts = set(_powers(cluster.gpus_per_node)) | {n * cluster.gpus_per_node for n in _powers(cluster.nodes)}
+    counts.add(cluster.num_gpus)
+    return sorted(counts)
+
+
+def candidate_layouts(arch: Architecture, cluster: Cluster, global_batch: int, seq_len: int) -> list[dict]:
+    """The layouts' fields, before validation (see the module docstring for the space)."""
+    out = []
+    experts = arch.num_experts
+    for world in gpu_counts(cluster):
+        for tp in _powers(min(cluster.gpus_per_node, world)):
+            for cp in _powers(min(MAX_CP, world // tp)):
+                rest = world // (tp * cp)
+                for pp in (p for p in range(1, min(rest, arch.num_layers) + 1) if rest % p == 0):
+                    dp = rest // pp
+                    eps = [e for e in _powers(dp * cp) if experts and experts % e == 0] if experts else [1]
+                    for ep, mb, rec, zero in itertools.product(eps, MICRO_BATCHES, Recompute, (0, 1, 3)):
+                        if global_batch % (mb * dp):
+                            continue
+                        for v in ((1, 2) if pp > 1 else (1,)):
+                            out.append(dict(tensor_parallel=tp, context_parallel=cp, pipeline_parallel=pp,
+                                            data_parallel=dp, expert_parallel=ep, sequence_parallel=tp > 1,
+                                            recompute=rec, zero=zero, micro_batch_size=mb, global_batch_size=global_batch,
+                                            virtual_pipeline=v))
+    return out
+
+
+def _cheapest_price(cluster: Cluster) -> float | None:
+    prices = prices_for(cluster.gpu)
+    return min((p.on_demand_usd_per_hour for p in prices), default=None)
+
+
+def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, global_batch: int,
+                   fp8: Fp8Recipe | None = None, efficiency: float = DEFAULT_MATMUL_EFFICIENCY,
+                   usd_per_gpu_hour: float | None = None, master_weights: bool = True) -> list[Candidate]:
+    """Every candidate layout with its verdict; the ones that fit first, fastest first. ``master_weights`` (default:
+    the 16-bit model with fp32 master weights that Megatron-LM and torchtitan run): see
+    :class:`engine.scaleout.memory.Context`.
+
+    Raises:
+        ScenarioError: LoRA/QLoRA (model parallelism is modelled for full training) or a global batch below 1.
+    """
+    if scenario.method is not Method.FULL:
+        raise ScenarioError("the layout search is for full training (Megatron-LM, torchtitan); LoRA/QLoRA: Memory page")
+    if global_batch < 1:
+        raise ScenarioError(f"global batch: must be at least 1 (got {global_batch})")
+    price = usd_per_gpu_hour if usd_per_gpu_hour is not None else _cheapest_price(cluster)
+    usable = cluster.gpu.usable_memory_bytes
+    contexts: dict[tuple, Context] = {}
+    out: list[Candidate] = []
+    for fields in candidate_layouts(arch, cluster, global_batch, scenario.seq_len):
+        try:
+            layout = Layout(**fields)
+        except ValidationError as exc:
+            out.append(_rejected(Layout.model_construct(**fields), exc.errors()[0]["msg"].removeprefix("Value error, ")))
+            continue
+        problems = layout_problems(arch, layout, scenario.seq_len)
+        if problems:
+            out.append(_rejected(layout, problems[0]))
+            continue
+        key = (layout.micro_batch_size, layout.recompute is Recompute.FULL, layout.micro_batches > 1)
+        ctx = contexts.get(key)
+        if ctx is None:
+            ctx = contexts[key] = Context(arch, effective_scenario(scenario, layout), fp8, master_weights)
+        worst, worst_stage, worst_parts = -1.0, 0, None
+        for r in dominant_stages(layout):
+            parts = stage_parts(ctx, layout, r, explain=False)
+            _, total = peak_of(parts)
+            if total > worst:
+                worst, worst_stage, worst_parts = total, r, parts
+        device = device_memory(worst).device_used + buffers.nccl_bytes(group_sizes(layout))
+        if device > usable:
+            out.append(Candidate(layout, False, f"out of memory: stage {worst_stage} needs {device / 2**30:.1f} GiB "
+                                 f"(nvidia-smi), {usable / 2**30:.1f} GiB usable", worst, device, worst_stage,
+                                 None, None, None, None))
+            continue
+        sc = effective_scenario(scenario, layout)
+        cols = step_collectives(arch, layout, ctx.split, scenario.seq_len, ctx.spec.compute_bytes, cluster.gpus_per_node,
+                                worst_stage, fp8_all_gather=fp8 is Fp8Recipe.TORCHAO)
+        moved = sum((2 if p.key in ("weights", "optimizer_states") else 1) * p.bytes
+                    for p in worst_parts or [] if p.key in ("weights", "optimizer_states", "gradients"))
+        t = step_time(arch, sc, layout, cluster, cols, moved, fp8, efficiency)
+        gpu_h = layout.world_size * t.step_s / 3600 / t.tokens_per_step * 1e6
+        out.append(Candidate(layout, True, "", worst, device, worst_stage, t.step_s, t.tokens_per_second, gpu_h,
+                             gpu_h * price if price is not None else None))
+    out.sort(key=lambda c: (not c.fits, c.step_s if c.step_s is not None else float("inf"), c.peak_allocated_bytes))
+    return out
+
+
+def dominant_stages(layout: Layout) -> tuple[int, ...]:
+    """Stages that can hold the most loaded rank of an even split: the first and the last.
+
+    With the remainder layers on the first stages (:meth:`Layout.stage_layers`), a middle stage has at most the
+    first stage's layers, at most its micro batches in flight (1F1B: PP - r; interleaved: decreasing in r; GPipe:
+    equal), no embedding, no logits and the same buffers, so stage 0 holds at least as much in every component; the
+    last stage holds the output layer and the loss. (``tests/scaleout`` checks this against every stage.)"""
+    p = layout.pipeline_parallel
+    if layout.layers_per_stage is not None:
+        return tuple(range(p))
+    return (0,) if p == 1 else (0, p - 1)
+
+
+def _rejected(layout: Layout, reason: str) -> Candidate:
+    return Candidate(layout, False, reason, 0.0, 0.0, 0, None, None, None, None)
+
+
+def pareto_front(candidates: list[Candidate]) -> list[Candidate]:
+    """The fitting layouts no other beats on both time per token and cost per token (GPU-hours when unpriced)."""
+    fits = [c for c in candidates if c.fits and c.tokens_per_second]
+    cost = (lambda c: c.usd_per_million_tokens) if all(c.usd_per_million_tokens is not None for c in fits) \
+        else (lambda c: c.gpu_hours_per_million_tokens)
+    front, best_cost = [], float("inf")
+    for c in sorted(fits, key=lambda c: (1 / c.tokens_per_second, cost(c))):
+        if cost(c) < best_cost:
+            front.append(c)
+            best_cost = cost(c)
+    return front
+
+
+def rejection_summary(candidates: list[Candidate]) -> dict[str, int]:
+    """How many layouts fail for each kind of reason (the reason's text before any number), most common first."""
+    counts: dict[str, int] = {}
+    for c in candidates:
+        if c.fits:
+            continue
+        kind = c.reason.split(":")[0] if c.reason.startswith("out of memory") else c.reason
+        counts[kind] = counts.get(kind, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))

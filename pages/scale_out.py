@@ -1,0 +1,101 @@
+"""Scale out page: one run over many GPUs (TP x PP x CP x EP x DP): per-rank memory of every pipeline stage, the step
+time, Megatron-LM's own estimate, the layout search and the launch settings of the engine that runs it."""
+
+import pandas as pd
+import streamlit as st
+
+from engine.errors import EngineError
+from engine.scaleout.estimate import estimate_layout
+from engine.scaleout.exports import EXPORTERS, VERSIONS, export_layout
+from engine.scaleout.fp8 import Fp8Recipe
+from engine.scaleout.search import pareto_front, rejection_summary, search_layouts
+from engine.scaleout.step_time import Cluster
+from ui.catalog_session import session_gpus
+from ui.layout import scenario_page
+from ui.scaleout import GIB, candidates_frame, layout_from, layout_inputs, stage_bars
+
+model, scenario = scenario_page("Scale out: tensor, pipeline, context and expert parallelism")
+arch = model.arch
+st.caption("Per rank, for Megatron-LM / torchtitan-style training. The sidebar's micro batch, sequence length, precision "
+           "and optimizer apply; gradient checkpointing is chosen here as Recompute. The product estimates; the "
+           "exported settings run the layout on the engine that does it.")
+fields, world, per_node = layout_inputs(arch.num_layers, scenario.micro_batch_size)
+c1, c2, c3 = st.columns(3)
+gpus = {g.name: g for g in session_gpus()}
+gpu = gpus[c1.selectbox("GPU", list(gpus), index=list(gpus).index("NVIDIA H100 80GB") if "NVIDIA H100 80GB" in gpus else 0,
+                        key="so_gpu")]
+fp8_choice = c2.selectbox("FP8", ["off", "te", "torchao"], key="so_fp8",
+                          help="TransformerEngine keeps FP8 weight copies (+2 B/parameter); torchao float8 does not")
+master = c3.checkbox("16-bit model + fp32 master weights", value=True, key="so_master",
+                     help="Megatron-LM --bf16 / torchtitan FSDP2; off = the Hugging Face Trainer's autocast")
+fp8 = None if fp8_choice == "off" else Fp8Recipe(fp8_choice)
+layout = layout_from(fields, world)
+if isinstance(layout, str):
+    st.error(layout)
+    st.stop()
+sc = scenario.model_copy(update={"gradient_checkpointing": False})
+cluster = Cluster(gpu=gpu, nodes=max(1, world // per_node), gpus_per_node=min(per_node, world))
+try:
+    est = estimate_layout(arch, sc, layout, cluster, fp8, master_weights=master)
+except EngineError as exc:
+    st.error(str(exc))
+    st.stop()
+
+mem = est.memory
+worst = mem.max_stage
+usable = gpu.usable_memory_bytes
+m1, m2, m3, m4 = st.columns(4)
+m1.metric("Most loaded rank (allocated)", f"{worst.peak_allocated_bytes / GIB:.1f} GiB", help=f"stage {worst.stage}")
+m2.metric("nvidia-smi on that rank", f"{worst.device_used_bytes / GIB:.1f} GiB",
+          delta=f"{(usable - worst.device_used_bytes) / GIB:+.1f} GiB headroom", delta_color="normal")
+m3.metric("Megatron-LM's formula (first stage)", f"{est.megatron.total_bytes / GIB:.1f} GiB", help=est.megatron.note)
+if est.time:
+    m4.metric("Tokens/s (provisional)", f"{est.time.tokens_per_second:,.0f}", help=f"MFU {est.time.mfu:.0%}")
+
+st.subheader(f"Memory per rank, one bar per pipeline stage ({layout.label()})")
+labels = {p.key: p.label for s in mem.stages for p in s.estimate.parts}
+stages = [{"stage": s.stage, "components": s.estimate.components} for s in mem.stages]
+st.plotly_chart(stage_bars(stages, labels), key="so_bars")
+with st.expander("Components and formulas of the most loaded rank"):
+    st.dataframe(pd.DataFrame([{"component": p.label, "GiB": round(p.bytes / GIB, 3), "formula": p.formula, "source": p.source}
+                               for p in worst.estimate.parts if p.bytes]), hide_index=True, key="so_parts")
+
+if est.time:
+    t = est.time
+    st.subheader("Step time (provisional model)")
+    st.dataframe(pd.DataFrame([{"part": "compute", "seconds": t.compute_s},
+                               *({"part": f"{k.upper()} communication", "seconds": v} for k, v in t.comm_s.items()),
+                               {"part": "pipeline bubble", "seconds": t.bubble_s},
+                               {"part": "optimizer step", "seconds": t.optimizer_s},
+                               {"part": "step (exposed communication included)", "seconds": t.step_s}]),
+                 hide_index=True, key="so_time")
+    st.caption(f"Bubble {t.bubble_fraction:.1%} = (PP - 1) / (v x micro batches + PP - 1). Communication of DP, FSDP and CP "
+               "overlaps compute; TP, EP and PP sit on the critical path.")
+
+st.subheader("Launch settings")
+engine = st.radio("Engine", sorted(EXPORTERS), horizontal=True, key="so_export")
+try:
+    exp = export_layout(engine, arch, sc, layout, fp8)
+    st.caption(exp["version"])
+    st.code(exp["text"], language={"megatron": "bash", "torchtitan": "toml", "deepspeed": "json", "accelerate": "yaml"}[engine])
+except EngineError as exc:
+    st.info(f"{engine} ({VERSIONS[engine]}): {exc}")
+
+st.subheader("Layout search")
+if st.button("Search every layout of this cluster", key="so_search"):
+    try:
+        found = search_layouts(arch, sc, cluster, int(fields["global_batch_size"]), fp8, master_weights=master)
+    except EngineError as exc:
+        st.error(str(exc))
+    else:
+        fits = [c for c in found if c.fits]
+        st.write(f"{len(found):,} layouts searched, {len(fits):,} fit.")
+        front = pareto_front(found)
+        if front:
+            st.markdown("**Pareto front (time vs cost)**")
+            st.dataframe(candidates_frame(front), hide_index=True, key="so_front")
+        st.markdown("**Fastest that fit**")
+        st.dataframe(candidates_frame(fits, 50), hide_index=True, key="so_fits")
+        st.markdown("**Why the others do not fit**")
+        st.dataframe(pd.DataFrame([{"reason": k, "layouts": v} for k, v in rejection_summary(found).items()]),
+                     hide_index=True, key="so_reasons")
