@@ -24,7 +24,7 @@ FORMAT, VERSION = "axolotl", "0.19.0"
 
 _NO_EFFECT = """
 tokenizer_type tokenizer_config tokenizer_use_fast tokenizer_legacy model_type model_config_type trust_remote_code
-revision_of_model datasets test_datasets val_set_size dataset_prepared_path dataset_processes shuffle_merged_datasets
+datasets test_datasets val_set_size dataset_prepared_path dataset_processes shuffle_merged_datasets
 output_dir hub_model_id hub_strategy push_dataset_to_hub lr_scheduler learning_rate warmup_ratio warmup_steps
 weight_decay adam_beta1 adam_beta2 adam_epsilon max_grad_norm logging_steps saves_per_epoch save_steps
 save_strategy save_total_limit evals_per_epoch eval_steps eval_strategy eval_batch_size eval_sample_packing
@@ -58,7 +58,7 @@ def _gc(value: Any, key: str) -> Any:
 
 KEYS: dict[str, Handling] = {
     **{k: IGNORE for k in _NO_EFFECT},
-    "base_model": Map("model", text), "revision": Map("revision", text),
+    "base_model": Map("model", text), "revision_of_model": Map("revision", text),
     "base_model_config": Unsupported("the model's config is read from this other path: pass it with --config"),
     "adapter": Map("ax_adapter", choice(ADAPTERS)),
     "load_in_4bit": Map("load_in_4bit", boolean), "load_in_8bit": Map("load_in_8bit", boolean),

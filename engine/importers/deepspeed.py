@@ -50,8 +50,8 @@ KEYS: dict[str, Handling] = {
     "train_micro_batch_size_per_gpu": Map("micro_batch_size", _auto(integer())),
     "gradient_accumulation_steps": Map("gradient_accumulation_steps", _auto(integer())),
     "train_batch_size": Map("ds_train_batch_size", _auto(integer())),
-    "bf16.enabled": Map("mixed", _enabled("bf16")), "bfloat16.enabled": Map("mixed", _enabled("bf16")),
-    "fp16.enabled": Map("mixed", _enabled("fp16")),
+    "bf16.enabled": Map("ds_bf16", _enabled("bf16")), "bfloat16.enabled": Map("ds_bf16", _enabled("bf16")),
+    "fp16.enabled": Map("ds_fp16", _enabled("fp16")),
     "bf16.bf16_master_weights_and_grads": Unsupported("keeps master weights and gradients in bf16: no fp32 master copy "
                                                       "(the estimate counts 4 bytes per trainable parameter for it)"),
     "bf16.bf16_optimizer_states": Unsupported("optimizer states in bf16 instead of fp32: half their memory"),
@@ -101,9 +101,25 @@ def matches(doc: dict[str, Any]) -> bool:
             or "train_batch_size" in doc or any(isinstance(doc.get(k), dict) and "enabled" in doc[k] for k in ("bf16", "fp16")))
 
 
+def _mixed(r: Reading) -> None:
+    """bf16 / fp16 ``enabled``: one on -> that autocast dtype; both on -> a conflict; an "auto" -> the Trainer's."""
+    bf16, fp16 = r.settings.pop("ds_bf16", None), r.settings.pop("ds_fp16", None)
+    if bf16 == "bf16" and fp16 == "fp16":
+        raise ConflictingKeysError("bf16.enabled and fp16.enabled are both true; DeepSpeed trains in one of them")
+    on = next((v for v in (bf16, fp16) if v in ("bf16", "fp16")), None)
+    key = r.sources.get("ds_bf16" if on == "bf16" or bf16 is not None else "ds_fp16", "bf16.enabled")
+    if on:
+        r.set("mixed", on, r.sources["ds_bf16" if on == "bf16" else "ds_fp16"])
+    elif AUTO in (bf16, fp16):
+        r.settings["mixed"], r.sources["mixed"] = AUTO, key
+    elif bf16 is not None or fp16 is not None:
+        r.set("mixed", "no", key)
+
+
 def read(doc: dict[str, Any]) -> Reading:
     """Read a DeepSpeed config (a file, or the inline ``deepspeed`` dict of TrainingArguments/axolotl)."""
     r = collect(doc, KEYS, FORMAT, VERSION)
+    _mixed(r)
     autos = [t for t, v in r.settings.items() if v == AUTO]
     for target in autos:
         key = r.sources[target]

@@ -47,6 +47,17 @@ class Unmodelled:
     effect: str
 
 
+SKIP = object()
+"""Returned by a converter: this value sets nothing (``fsdp_activation_checkpointing: false`` leaves the Trainer's
+``gradient_checkpointing`` as it is); the key is listed as ignored."""
+
+
+def only_if_true(value: Any, key: str) -> Any:
+    """A bool that turns a setting on when true and leaves it alone when false."""
+    check(isinstance(value, bool), key, "true or false", value)
+    return True if value else SKIP
+
+
 class Several(dict):
     """Returned by a converter: several targets set by one key (``fsdp: "full_shard offload"``)."""
 
@@ -180,7 +191,9 @@ def apply(reading: Reading, key: str, value: Any, handling: Handling) -> None:
         reading.ignored.append(key)  # null: the tool's default
     else:
         converted = handling.convert(value, key)
-        if isinstance(converted, Unmodelled):
+        if converted is SKIP:
+            reading.ignored.append(key)
+        elif isinstance(converted, Unmodelled):
             reading.unsupported[key] = converted.effect
         elif isinstance(converted, Several):
             for target, one in converted.items():

@@ -17,7 +17,7 @@ from typing import Any
 
 from engine.errors import ConflictingKeysError
 from engine.importers import bnb, deepspeed
-from engine.importers.table import IGNORE, Handling, Map, Reading, Sub, Unsupported, collect
+from engine.importers.table import IGNORE, only_if_true, Handling, Map, Reading, Sub, Unsupported, collect
 from engine.importers.values import (
     attention, boolean, choice, dtype, hf_fsdp, hf_optimizer, integer, names, number, optim_args, sharding, text,
 )
@@ -106,8 +106,8 @@ HF_KEYS: dict[str, Handling] = {
     "fsdp_config.cpu_offload": Map("fsdp_offload", boolean), "fsdp_config.fsdp_cpu_offload": Map("fsdp_offload", boolean),
     "fsdp_config.offload_params": Map("fsdp_offload", boolean),
     "fsdp_config.fsdp_offload_params": Map("fsdp_offload", boolean),
-    "fsdp_config.activation_checkpointing": Map("gradient_checkpointing", boolean),
-    "fsdp_config.fsdp_activation_checkpointing": Map("gradient_checkpointing", boolean),
+    "fsdp_config.activation_checkpointing": Map("gradient_checkpointing", only_if_true),
+    "fsdp_config.fsdp_activation_checkpointing": Map("gradient_checkpointing", only_if_true),
     "fsdp_config.*": IGNORE,  # wrap policy, prefetch, state dict type, cpu_ram_efficient_loading, ...
     "torch_empty_cache_steps": Unsupported("empties the CUDA cache every N steps: a lower reserved peak (not the "
                                            "allocated one), about 10% slower"),
