@@ -96,7 +96,7 @@ KEYS: dict[str, Handling] = {
     "activation_offloading": Unsupported("saved activations moved to CPU memory: fewer activations on the GPU; not "
                                          "modelled yet"),
     "deepspeed": Sub(deepspeed.read, _DS_FILE),
-    "fsdp": Map("strategy_offload", hf_fsdp), "fsdp_version": IGNORE,
+    "fsdp": Map("fsdp", hf_fsdp), "fsdp_version": IGNORE,
     "fsdp_config.reshard_after_forward": Map("ax_reshard", sharding),
     "fsdp_config.fsdp_reshard_after_forward": Map("ax_reshard", sharding),
     "fsdp_config.sharding_strategy": Map("ax_reshard", sharding),
@@ -157,9 +157,7 @@ def read(doc: dict[str, Any]) -> Reading:
     args = s.pop("optim_args", None)
     if args:
         r.unsupported["optim_args"] = "optimizer arguments are not modelled"
-    both = s.pop("strategy_offload", None)
-    if both:
-        s.update(both)
+    s.pop("fsdp_by_reshard", None)
     reshard, offload, fsdp_gc = s.pop("ax_reshard", None), s.pop("ax_fsdp_offload", None), s.pop("ax_fsdp_gc", None)
     if "fsdp_config" in doc:
         s.setdefault("strategy", Strategy.FSDP_FULL_SHARD)

@@ -145,11 +145,12 @@ def is_off(value: Any) -> bool:
 
 
 def flatten(doc: dict[str, Any], table: dict[str, Handling], prefix: str = "") -> list[tuple[str, Any]]:
-    """(dotted key, value) pairs; a mapping is walked into unless the table handles its key as a whole."""
+    """(dotted key, value) pairs; a mapping is walked into unless the table maps, ignores or sub-reads its key as a
+    whole (an ``Unsupported`` entry of the key covers its scalar form, e.g. a file path)."""
     out: list[tuple[str, Any]] = []
     for key, value in doc.items():
         path = f"{prefix}{key}"
-        if isinstance(value, dict) and value and path not in table:
+        if isinstance(value, dict) and value and not isinstance(table.get(path), (Map, Ignore, Sub)):
             out += flatten(value, table, path + ".")
         else:
             out.append((path, value))
@@ -218,6 +219,7 @@ def collect(doc: dict[str, Any], table: dict[str, Handling], fmt: str, version: 
             reading.unsupported[key] = f"not a key this importer knows for {fmt} {version}: its effect is not checked"
             continue
         apply(reading, key, value, handling)
+    reading.ignored = [k for k in reading.ignored if k not in reading.mapped]  # a Map + Unsupported pair, switched off
     return reading
 
 

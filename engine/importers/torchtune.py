@@ -75,7 +75,7 @@ KEYS: dict[str, Handling] = {
     "model.*": IGNORE,
     "tokenizer.max_seq_len": Map("seq_len", integer()),
     "tokenizer.*": IGNORE,
-    "dataset.packed": Map("packing", boolean), "dataset.*": IGNORE, "dataset": IGNORE,
+    "dataset.packed": Map("packing", boolean), "dataset.*": IGNORE,
     "batch_size": Map("micro_batch_size", integer()),
     "gradient_accumulation_steps": Map("gradient_accumulation_steps", integer()),
     "epochs": Map("epochs", number(0.0)),

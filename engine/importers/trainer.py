@@ -23,6 +23,7 @@ from engine.importers.values import (
 )
 from engine.memory.parallel import Offload, Strategy
 from engine.scenario.optimizer import Optimizer
+from engine.scenario.training import QuantType
 
 FORMAT_HF, FORMAT_TRL = "TrainingArguments", "TRL SFTConfig"
 VERSION_HF, VERSION_TRL = "transformers 4.57.6 / 5.24.0", "trl 0.15.2 - 1.16.0"
@@ -98,7 +99,7 @@ HF_KEYS: dict[str, Handling] = {
                                                      "copies of the logits, not the logits; not modelled"),
     "liger_kernel_config.*": Unsupported(_LIGER_REST),
     "deepspeed": Sub(deepspeed.read, _DS_FILE),
-    "fsdp": Map("strategy_offload", hf_fsdp),
+    "fsdp": Map("fsdp", hf_fsdp),
     "fsdp_config": Unsupported(_FSDP_CONFIG_FILE),  # a path; an inline dict is walked (fsdp_config.*)
     "fsdp_config.version": IGNORE, "fsdp_config.fsdp_version": IGNORE,
     "fsdp_config.reshard_after_forward": Map("fsdp_reshard", sharding),
@@ -180,6 +181,8 @@ def read(doc: dict[str, Any]) -> Reading:
             r.defaults["weights_dtype"] = "fp32"  # ModelConfig.dtype default "float32" (trl 1.16.0)
         if "mixed" not in r.settings:
             r.defaults["mixed"] = "bf16"  # SFTConfig.bf16 None -> not fp16
+        if r.settings.get("load_in_4bit"):  # ModelConfig: bnb_4bit_quant_type "nf4", use_bnb_nested_quant False
+            r.defaults.update(quant_type=QuantType.NF4, double_quant=False)
         r.notes.append("TRL >= 1.0 computes the loss through a tiled LM head (no full logits): turn on the fused "
                        "cross-entropy for a closer estimate if your TRL does")
     return r
@@ -206,11 +209,11 @@ def finish_trainer_keys(r: Reading, hf_file: bool) -> None:
         r.settings["optimizer"] = Optimizer.SGD_MOMENTUM
     elif args:
         r.unsupported["optim_args"] = "optimizer arguments beyond SGD's momentum are not modelled"
-    both = r.settings.pop("strategy_offload", None)
-    if both:
-        r.settings.update(both)
     reshard, offload = r.settings.pop("fsdp_reshard", None), r.settings.pop("fsdp_offload", None)
-    if reshard is not None and r.settings.get("strategy") in (Strategy.FSDP_FULL_SHARD, Strategy.FSDP_SHARD_GRAD_OP):
+    by_reshard = r.settings.pop("fsdp_by_reshard", False)
+    if reshard is not None and by_reshard:
+        r.settings["strategy"] = reshard
+    elif reshard is not None and r.settings.get("strategy") in (Strategy.FSDP_FULL_SHARD, Strategy.FSDP_SHARD_GRAD_OP):
         r.set("strategy", reshard, r.sources["fsdp_reshard"])
     if offload is not None:
         r.set("offload", Offload.OPTIMIZER_AND_PARAMS if offload else Offload.NONE, "fsdp_config.cpu_offload")

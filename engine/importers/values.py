@@ -163,8 +163,8 @@ def sharding(value: Any, key: str) -> Any:
 
 def hf_fsdp(value: Any, key: str) -> Any:
     """``TrainingArguments.fsdp``: "full_shard auto_wrap offload" (or a list; 5.24 also ``true`` = full shard)."""
-    if value is True:
-        return Several(strategy=Strategy.FSDP_FULL_SHARD)
+    if value is True:  # FSDP2 style: the sharding is fsdp_config.reshard_after_forward's (default true)
+        return Several(strategy=Strategy.FSDP_FULL_SHARD, fsdp_by_reshard=True)
     words = value if isinstance(value, list) else str(value).split() if isinstance(value, str) else None
     check(words is not None and all(isinstance(w, str) for w in words), key, "FSDP options such as 'full_shard auto_wrap'", value)
     words = [w.lower() for w in words]
