@@ -156,7 +156,7 @@ KEYS: dict[str, Handling] = {**HF_KEYS, **TRL_KEYS}
 _TRL_ONLY = ("max_length", "max_seq_length", "packing", "padding_free", "packing_strategy", "dataset_text_field",
              "completion_only_loss", "assistant_only_loss", "activation_offloading", "model_init_kwargs", "use_peft",
              "model_name_or_path", "dataset_name", "use_bnb_nested_quant", "lora_target_modules")
-_HF_MARKERS = ("per_device_train_batch_size", "gradient_accumulation_steps", "optim", "output_dir", "learning_rate",
+_HF_MARKERS = ("per_device_train_batch_size", "gradient_accumulation_steps", "optim", "output_dir",
                "lr_scheduler_type", "num_train_epochs")
 
 
