@@ -47,7 +47,7 @@ KEYS: dict[str, Handling] = {
     "fsdp_config.fsdp_reshard_after_forward": Map("acc_reshard", sharding),
     "fsdp_config.fsdp_sharding_strategy": Map("acc_reshard", sharding),
     "fsdp_config.fsdp_offload_params": Map("acc_fsdp_offload", boolean),
-    "fsdp_config.fsdp_activation_checkpointing": Map("gradient_checkpointing", only_if_true),
+    "fsdp_config.fsdp_activation_checkpointing": Map("fsdp_activation_checkpointing", only_if_true),
     "fsdp_config.*": IGNORE,  # wrap policy, prefetch, state dict type, cpu_ram_efficient_loading, sync_module_states, ...
     "deepspeed_config.deepspeed_config_file": Unsupported(
         "names a DeepSpeed config file (ZeRO stage, offload): import that file as well"),

@@ -154,6 +154,9 @@ def resolve(s: dict[str, Any], where: dict[str, str], out: ImportResult) -> None
     """Turn the merged settings into Scenario fields, parallel and dataset settings, and the model reference."""
     _precision(s, where, out)
     _method(s, where, out)
+    if s.pop("fsdp_activation_checkpointing", False):
+        # FSDP does the checkpointing; transformers wants the Trainer's own flag off then, so it is no conflict.
+        s["gradient_checkpointing"] = True
     for name in ("strategy", "offload", "num_gpus", "gpus_per_node"):
         if name in s:
             out.parallel[name] = s.pop(name)

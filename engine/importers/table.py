@@ -32,6 +32,7 @@ SETTINGS = {
     "adapter": "'lora' or 'none' (full fine-tuning)",
     "load_in_4bit": "bitsandbytes 4-bit base", "load_in_8bit": "bitsandbytes LLM.int8 base",
     "strategy": "multi-GPU strategy (engine.memory.parallel.Strategy)", "offload": "CPU offload (Offload)",
+    "fsdp_activation_checkpointing": "FSDP checkpoints each wrapped layer (true only): checkpointing on whatever the Trainer's flag",
     "num_gpus": "data-parallel GPUs", "gpus_per_node": "GPUs per node", "epochs": "passes over the dataset",
     "packing": "examples packed into full sequences", "model": "Hub repo id of the base model", "revision": "its revision",
 }

@@ -107,8 +107,8 @@ HF_KEYS: dict[str, Handling] = {
     "fsdp_config.cpu_offload": Map("fsdp_offload", boolean), "fsdp_config.fsdp_cpu_offload": Map("fsdp_offload", boolean),
     "fsdp_config.offload_params": Map("fsdp_offload", boolean),
     "fsdp_config.fsdp_offload_params": Map("fsdp_offload", boolean),
-    "fsdp_config.activation_checkpointing": Map("gradient_checkpointing", only_if_true),
-    "fsdp_config.fsdp_activation_checkpointing": Map("gradient_checkpointing", only_if_true),
+    "fsdp_config.activation_checkpointing": Map("fsdp_activation_checkpointing", only_if_true),
+    "fsdp_config.fsdp_activation_checkpointing": Map("fsdp_activation_checkpointing", only_if_true),
     "fsdp_config.*": IGNORE,  # wrap policy, prefetch, state dict type, cpu_ram_efficient_loading, ...
     "torch_empty_cache_steps": Unsupported("empties the CUDA cache every N steps: a lower reserved peak (not the "
                                            "allocated one), about 10% slower"),
