@@ -16,7 +16,7 @@ from typing import Any
 from engine.cli.options import SCENARIO_FIELDS, load_model
 from engine.errors import ScenarioError, TrainingConfigError
 from engine.importers import ImportResult, import_configs, load_imported_model
-from engine.importers.parse import read_training_config
+from engine.importers.parse import read_config_bytes
 from engine.model.architecture import Architecture
 from engine.model.build import architecture_or_approximation
 from engine.scenario.training import Scenario
@@ -25,25 +25,8 @@ _PARALLEL = ("strategy", "offload", "num_gpus", "gpus_per_node")
 
 
 def import_files(paths: list[str]) -> ImportResult:
-    """Read and combine the files (bounded reads; each parsed with yaml.safe_load or json)."""
-    items = []
-    for path in paths:
-        doc_bytes, name = _read_bytes(path)
-        items.append((name, doc_bytes))
-    return import_configs(items)
-
-
-def _read_bytes(path: str) -> tuple[bytes, str]:
-    from pathlib import Path
-
-    from engine.importers.parse import MAX_IMPORT_BYTES
-
-    p = Path(path)
-    try:
-        with p.open("rb") as fh:
-            return fh.read(MAX_IMPORT_BYTES + 1), p.name
-    except OSError as exc:
-        raise TrainingConfigError(f"cannot read {p}: {exc.strerror}") from None
+    """Read (bounded) and combine the files, in order."""
+    return import_configs([read_config_bytes(path)[::-1] for path in paths])
 
 
 def overrides_from_flags(args: argparse.Namespace) -> dict[str, Any]:

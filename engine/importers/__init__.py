@@ -19,7 +19,7 @@ write files these importers read back to the same scenario.
 
 from engine.importers.combine import ImportResult, import_configs
 from engine.importers.model_ref import load_imported_model, model_repo
-from engine.importers.parse import MAX_IMPORT_BYTES, parse_training_config, read_training_config
+from engine.importers.parse import MAX_IMPORT_BYTES, parse_training_config, read_config_bytes
 
 __all__ = ["ImportResult", "import_configs", "load_imported_model", "model_repo", "MAX_IMPORT_BYTES",
-           "parse_training_config", "read_training_config"]
+           "parse_training_config", "read_config_bytes"]

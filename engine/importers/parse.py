@@ -117,16 +117,15 @@ def _check_keys(value: Any, name: str, where: str = "") -> None:
             _check_keys(child, name, where)
 
 
-def read_training_config(path: str | Path) -> tuple[dict[str, Any], str]:
-    """Read and parse a local config file (bounded read). Returns (dict, file name).
+def read_config_bytes(path: str | Path) -> tuple[bytes, str]:
+    """The bytes (at most MAX_IMPORT_BYTES + 1: a bounded read) and file name of a local config file.
 
     Raises:
-        TrainingConfigError: unreadable, or as :func:`parse_training_config`.
+        TrainingConfigError: the file cannot be read.
     """
     p = Path(path)
     try:
         with p.open("rb") as fh:
-            data = fh.read(MAX_IMPORT_BYTES + 1)  # /dev/zero or a checkpoint must not hang us
+            return fh.read(MAX_IMPORT_BYTES + 1), p.name  # /dev/zero or a checkpoint must not hang us
     except OSError as exc:
         raise TrainingConfigError(f"cannot read {p}: {exc.strerror}") from None
-    return parse_training_config(data, p.name), p.name
