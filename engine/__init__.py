@@ -12,6 +12,9 @@ and that there are no import cycles and no module over 600 lines). Foundations u
 :mod:`engine.errors` (typed exceptions), :mod:`engine.units`, :mod:`engine.files` (the one place that opens
 ``data/``), :mod:`engine.search` (monotone searches). :mod:`engine.trace` is the optional exact tracer, at the
 level of memory (it builds the real model from the config and scenario in a torch subprocess).
+:mod:`engine.importers` (stage 4, beside ``time``) reads the training configs users already have (TrainingArguments,
+TRL, axolotl, LLaMA-Factory, torchtune, DeepSpeed, accelerate, PEFT, bitsandbytes) into a scenario and the multi-GPU
+settings; :mod:`engine.plan.config_export` writes a plan back as those files.
 
 See ``docs/architecture.md`` for each package's role and where to add a model family, a memory component, an
 optimizer, a GPU or a page.

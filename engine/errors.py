@@ -49,6 +49,16 @@ class HubUnavailableError(HubError):
     reason: str = "no answer"
 
 
+class TrainingConfigError(EngineError):
+    """A training config file (TrainingArguments, axolotl, DeepSpeed, ...) cannot be imported: not JSON or YAML, too
+    large or too deeply nested, a key of the wrong type, a format the importer does not recognise, no model named."""
+
+
+class ConflictingKeysError(TrainingConfigError):
+    """Keys of one config, or of configs of different formats, set one setting to different values (``bf16`` and
+    ``fp16`` both true; a DeepSpeed micro batch that differs from ``per_device_train_batch_size``)."""
+
+
 def explain_validation(exc: Any, default_where: str = "", *, all_errors: bool = False) -> str:
     """A pydantic ``ValidationError`` as one line: ``field: what is wrong (got value)``.
 

@@ -15,6 +15,7 @@ from engine.memory.sweep import sweep_techniques
 from engine.units import fmt_bytes, fmt_count, to_unit
 from ui.charts import memory_stack_figure, per_gpu_figure
 from ui.checklist import checklist_section
+from ui.config_import import config_import_section
 from ui.layout import scenario_page
 from ui.scenario_form import display_sidebar, inference_inputs, parallel_sidebar
 from ui.trace_panel import trace_panel
@@ -22,6 +23,11 @@ from ui.trace_panel import trace_panel
 TRAINING, INFERENCE = "Fine-tuning", "Inference"
 
 model, scenario = scenario_page("GPU memory of a fine-tuning step")
+
+# --- Import a training config (ui/config_import.py): upload/paste, mapped/ignored/unsupported, apply to the sidebar ---
+config_import_section()
+# --- end of the import section ----------------------------------------------------------------------------------------
+
 gpu, unit = display_sidebar()
 par = parallel_sidebar()
 st.session_state.setdefault("mem_workload", TRAINING)

@@ -23,6 +23,11 @@ st.markdown(
 `TrainingArguments`, `LoraConfig`, `BitsAndBytesConfig`) → estimate (bytes by component) → page.
 The engine is plain Python with no Streamlit import; `python -m engine params|estimate` prints the same
 numbers as JSON.
+A scenario can also start from a training config file (TrainingArguments / TRL, axolotl, LLaMA-Factory,
+torchtune, DeepSpeed, accelerate, PEFT `adapter_config.json`, `BitsAndBytesConfig`: the Memory page's import section
+or `estimate --from-config`): each key that changes memory or time is mapped onto the same scenario, and keys whose
+effect is not modelled yet are listed with that effect, not dropped. A bare `TrainingArguments` file does not name the
+weights' dtype; `bf16: true` is then read as mixed bf16 over fp32 weights (transformers 4.57's default load).
 
 **What is estimated.** The steady-state peak of `torch.cuda.max_memory_allocated()` for one training step on
 one GPU with the Hugging Face stack (transformers, PEFT, bitsandbytes, Trainer). `nvidia-smi` shows more:

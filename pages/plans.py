@@ -7,6 +7,7 @@ import streamlit as st
 from engine.errors import EngineError
 from engine.plan.fit import check_fit
 from engine.memory.estimate import estimate_memory
+from engine.plan.config_export import config_files
 from engine.plan.plans import Plan, evaluate_plan, plan_record, plans_from_csv, plans_to_csv, training_code
 from engine.units import fmt_bytes
 from engine.memory.parallel import Strategy
@@ -105,6 +106,13 @@ if c2.button("Remove this plan", key="plans_remove"):
     st.rerun()
 st.markdown("**Ready-to-run starting point** (TrainingArguments, LoraConfig, BitsAndBytesConfig, DeepSpeed ZeRO-3):")
 try:
-    st.code(training_code(plan, resolve_config(plan.model_repo_id, plan.model_revision)), language="python")
+    plan_config = resolve_config(plan.model_repo_id, plan.model_revision)
 except EngineError:
-    st.code(training_code(plan), language="python")
+    plan_config = None
+st.code(training_code(plan, plan_config), language="python")
+st.markdown("**The same plan as config files** (each re-imports to this scenario on the Memory page or with "
+            "`python -m engine estimate --from-config`):")
+exports = config_files(plan, plan_config)
+for col, f in zip(st.columns(len(exports)), exports):
+    col.download_button(f.name, f.text.encode("utf-8"), file_name=f.name, key=f"plans_export_{f.name}",
+                        help=f"{f.format}" + (f". Not expressible in it: {'; '.join(f.lost)}" if f.lost else ""))

@@ -19,7 +19,7 @@ STAGES = {
     "engine.model": 1, "engine.hardware": 1,
     "engine.scenario": 2,
     "engine.memory": 3, "engine.trace": 3,
-    "engine.time": 4, "engine.scaleout": 4,
+    "engine.time": 4, "engine.scaleout": 4, "engine.importers": 4,
     "engine.plan": 5,
     "engine.validation": 6,
     "engine.cli": 7, "engine.__main__": 7, "engine": 7,

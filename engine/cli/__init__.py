@@ -4,7 +4,8 @@ One module per verb (``params``, ``estimate``, ``plan``, ``trace``), each with `
 ``run(args) -> int``; :mod:`engine.cli.options` holds the options and helpers they share. ``trace`` runs the
 optional fake-tensor tracer (:mod:`engine.trace`, the ``[trace]`` extra).
 
-``estimate --gpu NAME`` adds the memory fit; with a dataset size as well (``--dataset-tokens`` or ``--examples``
+``estimate --from-config FILE [FILE ...]`` reads the scenario (and the model, GPUs, strategy) from training config
+files (:mod:`engine.importers`); typed flags override them. ``estimate --gpu NAME`` adds the memory fit; with a dataset size as well (``--dataset-tokens`` or ``--examples``
 and ``--avg-tokens``) it adds the training time and cost (:mod:`engine.time.throughput`, :mod:`engine.plan.cost`).
 
 A thin layer over the engine, in the manner of accelerate's ``estimate-memory``: parse options, call the
@@ -15,6 +16,7 @@ engine, print JSON. Bad input exits with status 2 and one line on stderr; a toke
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Sequence
 
 from engine.cli import estimate, params, plan, trace
@@ -32,7 +34,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def typed_options(argv: Sequence[str]) -> set[str]:
+    """The option destinations the user typed (not argparse defaults): the same parser with every default
+    suppressed, so that an untyped option leaves no attribute. ``--from-config`` needs it: a typed flag overrides the
+    files, a default does not."""
+    parser = build_parser()
+
+    def suppress(p: argparse.ArgumentParser) -> None:
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for child in action.choices.values():
+                    suppress(child)
+            elif action.dest != "help":
+                action.default = argparse.SUPPRESS
+
+    suppress(parser)
+    return set(vars(parser.parse_args(list(argv))))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 2 bad input or unreachable source)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.typed = typed_options(argv)
     return VERBS[args.command].run(args)

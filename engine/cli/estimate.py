@@ -13,6 +13,7 @@ from engine.cli.options import (
     INFERENCE, add_gpu_options, add_model_options, add_parallel_inference_options, add_scenario_options,
     add_time_cost_options, dataset_from_args, emit_json, fail, gpus_per_node, load_model, scenario_from_args,
 )
+from engine.cli.from_config import imported_run
 from engine.errors import EngineError, ScenarioError
 from engine.hardware.gpus import find_gpu
 from engine.memory.components import PHASES
@@ -31,7 +32,11 @@ from engine.time.throughput import DEFAULT_MFU, seed_throughput
 
 def add_parser(sub: Any) -> None:
     est = sub.add_parser("estimate", help="peak training memory by component (JSON, bytes)")
-    add_model_options(est)
+    add_model_options(est, required=False)
+    est.add_argument("--from-config", nargs="+", metavar="FILE", default=None,
+                     help="training config files (TrainingArguments/TRL, axolotl, LLaMA-Factory, torchtune, DeepSpeed, "
+                          "accelerate, PEFT adapter_config.json, BitsAndBytesConfig), recognised by content; later files "
+                          "and typed flags override earlier values; the JSON gains 'import' (mapped/ignored/unsupported)")
     add_scenario_options(est)
     add_gpu_options(est)
     add_parallel_inference_options(est)
@@ -42,7 +47,13 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the estimate as JSON; exit 2 on bad input or an unreachable source."""
     try:
-        arch, _, origin = load_model(args)
+        imported = None
+        if args.from_config:
+            arch, origin, imported_scenario, imported = imported_run(args)
+        elif not (args.config or args.model):
+            raise ScenarioError("give --model REPO_ID, --config PATH, or --from-config FILE naming the model")
+        else:
+            arch, _, origin = load_model(args)
         if args.method == INFERENCE:
             if dataset_from_args(args) is not None:
                 raise ScenarioError("time and cost options are for training, not --method inference")
@@ -58,9 +69,11 @@ def run(args: argparse.Namespace) -> int:
         else:
             if any(getattr(args, k) is not None for k in ("concurrency", "kv_cache_dtype", "weight_precision")):
                 raise ScenarioError("--concurrency, --kv-cache-dtype and --weight-precision need --method inference")
-            scenario = scenario_from_args(args)
+            scenario = imported_scenario if imported is not None else scenario_from_args(args)
             dataset = dataset_from_args(args)
             out = _estimate_json(arch, origin, scenario)
+            if imported is not None:
+                out["import"] = imported
             if args.gpu is not None:
                 out.update(_fit_json(arch, scenario, args))
                 out.update(_per_gpu_json(arch, scenario, args))

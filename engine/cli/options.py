@@ -49,8 +49,9 @@ def positive_int(text: str) -> int:
     return value
 
 
-def add_model_options(p: argparse.ArgumentParser) -> None:
-    src = p.add_mutually_exclusive_group(required=True)
+def add_model_options(p: argparse.ArgumentParser, required: bool = True) -> None:
+    """--config / --model (one of them required, unless ``required`` is False: a training config may name the model)."""
+    src = p.add_mutually_exclusive_group(required=required)
     src.add_argument("--config", metavar="PATH", help="path to a model's config.json")
     src.add_argument("--model", metavar="REPO_ID", help="Hugging Face Hub repo id (config.json is read from the Hub; HF_TOKEN unlocks gated repos)")
     p.add_argument("--revision", default=None, help="branch, tag or commit of --model (default: main)")

@@ -13,7 +13,8 @@ number and reason, the rest load. Round trip: export -> import -> export with th
 same bytes; a new export stamps the current version and time. No token is ever a field of a plan.
 
 :func:`training_code` renders the ``TrainingArguments`` / ``BitsAndBytesConfig`` / ``LoraConfig`` (and a DeepSpeed
-ZeRO-3 config for the zero3 strategy) matching a plan, as Python source to copy.
+ZeRO-3 config for the zero3 strategy) matching a plan, as Python source to copy; :mod:`engine.plan.config_export` writes
+the same plan as config files (TRL, PEFT, bitsandbytes, DeepSpeed, accelerate, axolotl, LLaMA-Factory).
 """
 
 from __future__ import annotations
@@ -415,18 +416,23 @@ def zero3_config(plan: Plan) -> dict[str, Any]:
     }
 
 
+def _arch_for_targets(plan: Plan, config: dict[str, Any] | None) -> Architecture | None:
+    """The model's architecture when the plan's LoRA targets are the model's default (None when not needed or unknown)."""
+    if plan.lora_targets is not None or plan.method is Method.FULL:
+        return None
+    try:
+        return architecture_or_approximation(config if config is not None else config_from_catalog(plan.model_repo_id)[0])[0]
+    except EngineError:
+        return None
+
+
 def training_code(plan: Plan, config: dict[str, Any] | None = None) -> str:
     """Python source with the ``BitsAndBytesConfig`` (QLoRA), ``LoraConfig`` (LoRA/QLoRA), DeepSpeed ZeRO-3 dict
     (zero3 strategy) and ``TrainingArguments`` matching ``plan``: a starting point to copy, not a full script.
 
     ``config`` (optional) resolves the default LoRA targets of the model; without it, the catalog copy is tried.
     """
-    arch = None
-    if plan.lora_targets is None and plan.method is not Method.FULL:
-        try:
-            arch = architecture_or_approximation(config if config is not None else config_from_catalog(plan.model_repo_id)[0])[0]
-        except EngineError:
-            arch = None
+    arch = _arch_for_targets(plan, config)
     bf16, fp16 = _bf16_fp16(plan.precision)
     dtype = {PrecisionMode.BF16: "torch.bfloat16", PrecisionMode.FP16: "torch.float16"}.get(plan.precision, "torch.float32")
     lines = [

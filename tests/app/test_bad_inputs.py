@@ -24,6 +24,10 @@ fields of DeepSeek-V3's published config.json (tests/fixtures/configs/deepseek-a
 | 10,000 GPUs                | ScenarioError                       | widget bounds; link value ignored with st.warning    |
 | negative price             | CatalogError                        | st.error "Not applied: edited price table row 1 ..." |
 | 671B MoE (DeepSeek-V3)     | computes in well under a second     | every page renders, 671.0B parameters                |
+| training config: not YAML, | TrainingConfigError /               | st.error "Cannot import this config: ..." in the     |
+| YAML bomb, wrong type,     | ConflictingKeysError                | import section (Memory page); the estimate stays     |
+| conflicting keys, a path   | (tests/importers/test_bad_configs)  |                                                      |
+| config naming no Hub repo  | RepoNotFoundError                   | the picker's st.error after "Apply"                  |
 """
 
 from __future__ import annotations
@@ -430,3 +434,45 @@ def test_app_model_page_does_not_wait_for_a_hung_checkpoint_read(new_app, hub_st
     assert any("No checkpoint count for acme/slow-weights: the Hub did not answer within 0.5 s; try again later" in i
                for i in infos), infos
     assert next(m.value for m in at.metric if m.label == "Parameters") == "1.24B"  # the page itself is complete
+
+
+# --- training-config import (Memory page, ui/config_import.py) ---------------------------------------------------------
+# Each row pastes a bad config: one st.error in the import section says what is wrong, the page keeps its estimate.
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcd", "bcde"))
+
+IMPORT_ROWS = [
+    ("not_yaml", "model: [unclosed\n  - {", ("Cannot import this config: pasted config is not valid YAML (line",)),
+    ("yaml_bomb", BOMB, ("expands to more than 50,000 values (YAML aliases included)",)),
+    ("wrong_type", "base_model: meta-llama/Llama-3.2-1B\nmicro_batch_size: two\n",
+     ("micro_batch_size: must be an integer >= 1 (got 'two')",)),
+    ("conflicting_keys", '{"per_device_train_batch_size": 2, "bf16": true, "fp16": true}',
+     ("bf16 and fp16 are both true",)),
+    ("local_path_model", "base_model: /data/models/llama\nmicro_batch_size: 1\n",
+     ("base_model '/data/models/llama' is a local path",)),
+    ("not_a_training_config", "foo: 1\nbar: [2]\n", ("not a training config this importer recognises",)),
+]
+
+
+@pytest.mark.parametrize(("text", "needles"), [r[1:] for r in IMPORT_ROWS], ids=[r[0] for r in IMPORT_ROWS])
+def test_app_config_import_shows_one_error(new_app, text, needles):
+    at = new_app().run()
+    at.text_area(key="cfg_import_text").input(text).run()
+    no_exception(at)
+    errs = errors(at)
+    assert len(errs) == 1, errs
+    for needle in needles:
+        assert needle in errs[0], errs[0]
+    assert "\n" not in errs[0]
+    assert len(at.metric) >= 4  # the page's own estimate is still there
+    assert not any(b.key == "cfg_import_apply" for b in at.button)  # nothing to apply
+
+
+def test_app_config_import_unknown_model_is_the_pickers_error(new_app, stub_repos):
+    at = new_app().run()
+    at.text_area(key="cfg_import_text").input("base_model: acme/does-not-exist\nmicro_batch_size: 2\n").run()
+    at.button(key="cfg_import_apply").click().run()
+    no_exception(at)
+    errs = errors(at)
+    assert len(errs) == 1 and "'acme/does-not-exist' was not found on the Hub" in errs[0], errs

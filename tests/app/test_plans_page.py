@@ -51,7 +51,10 @@ def test_plans_page_starts_empty_then_saves_and_compares(page):
     assert len(page.get("plotly_chart")) == 2
     memory = json.loads(page.get("plotly_chart")[0].proto.spec)
     assert {t["name"] for t in memory["data"]} >= {"weights", "activations"}
-    assert len(page.get("download_button")) == 2
+    labels = [b.proto.label for b in page.get("download_button")]
+    # Two CSVs, then the chosen plan ("first": full fine-tuning on one GPU) as config files that re-import to it.
+    assert labels == ["Download all plans (CSV)", "Download this plan (CSV)", "sft_config.yaml", "axolotl.yaml",
+                      "llamafactory.yaml"]
     code = page.code[0].value
     ast.parse(code)
     assert "TrainingArguments(" in code

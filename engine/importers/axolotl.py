@@ -1,0 +1,213 @@
+"""axolotl YAML (axolotl 0.19.0 ``utils/schemas/{config,peft,training,fsdp,enums}.py``, ``loaders/model.py``).
+
+Model: ``base_model``. Method: ``adapter`` (absent = full fine-tuning; ``qlora`` requires ``load_in_4bit``;
+``lora`` + ``load_in_8bit`` = LoRA over LLM.int8). For ``qlora`` axolotl builds ``BitsAndBytesConfig(nf4, double
+quantization)`` and then applies ``bnb_config_kwargs``. Precision: ``bf16: true`` or ``auto`` (the default; bf16 on
+GPUs that have it) loads the model in bf16, so full fine-tuning trains pure bf16 weights; ``fp16`` likewise fp16.
+``lora_target_linear: true`` = every linear layer (PEFT's ``all-linear``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.errors import ConflictingKeysError, TrainingConfigError
+from engine.importers import bnb, deepspeed
+from engine.importers.table import IGNORE, Handling, Map, Reading, Sub, Unmodelled, Unsupported, collect
+from engine.importers.trainer import _DS_FILE, _LIGER_REST
+from engine.importers.values import boolean, choice, hf_fsdp, hf_optimizer, integer, names, number, optim_args, sharding, text
+from engine.memory.parallel import Offload, Strategy
+from engine.scenario.lora import ALL_LINEAR
+from engine.scenario.training import Attention, QuantType
+
+FORMAT, VERSION = "axolotl", "0.19.0"
+
+_NO_EFFECT = """
+tokenizer_type tokenizer_config tokenizer_use_fast tokenizer_legacy model_type model_config_type trust_remote_code
+datasets test_datasets val_set_size dataset_prepared_path dataset_processes shuffle_merged_datasets
+output_dir hub_model_id hub_strategy push_dataset_to_hub lr_scheduler learning_rate warmup_ratio warmup_steps
+weight_decay adam_beta1 adam_beta2 adam_epsilon max_grad_norm logging_steps saves_per_epoch save_steps
+save_strategy save_total_limit evals_per_epoch eval_steps eval_strategy eval_batch_size eval_sample_packing
+special_tokens tokens chat_template seed strict wandb_project wandb_entity wandb_name wandb_watch wandb_log_model
+wandb_run_id mlflow_tracking_uri resume_from_checkpoint auto_resume_from_checkpoints train_on_inputs group_by_length
+early_stopping_patience local_rank xformers_attention_fallback plugins peft_use_rslora peft_init_lora_weights
+loraplus_lr_ratio loraplus_lr_embedding gradient_checkpointing_kwargs pad_to_sequence_len sample_packing_eff_est
+sample_packing_group_size sample_packing_bin_size multipack_real_batches remove_unused_columns deepspeed_config
+ddp_timeout ddp_bucket_cap_mb ddp_broadcast_buffers debug lora_fan_in_fan_out lora_model_dir tf32 warmup_steps
+num_processes bnb_config_kwargs.bnb_4bit_compute_dtype bnb_config_kwargs.bnb_4bit_quant_storage
+""".split()
+
+ADAPTERS = {"lora": "lora", "qlora": "qlora",
+            "llama-adapter": Unmodelled("LLaMA-Adapter (adaption prompts): not modelled")}
+
+
+def _bf16(value: Any, key: str) -> str:
+    """``bf16``: true, false or "auto" (axolotl's default: bf16 where the GPU has it)."""
+    if value == "auto":
+        return "auto"
+    return "bf16" if boolean(value, key) else "off"
+
+
+def _gc(value: Any, key: str) -> Any:
+    """``gradient_checkpointing``: true/false, or ``offload`` / ``offload_disk`` (Unsloth-style offloaded inputs)."""
+    if isinstance(value, str) and value.lower() in ("offload", "offload_disk"):
+        return Unmodelled("gradient checkpointing with the layer inputs offloaded to CPU memory (or disk): fewer "
+                          "activations on the GPU than plain checkpointing; not modelled yet")
+    return boolean(value, key)
+
+
+KEYS: dict[str, Handling] = {
+    **{k: IGNORE for k in _NO_EFFECT},
+    "base_model": Map("model", text), "revision_of_model": Map("revision", text),
+    "base_model_config": Unsupported("the model's config is read from this other path: pass it with --config"),
+    "adapter": Map("ax_adapter", choice(ADAPTERS)),
+    "load_in_4bit": Map("load_in_4bit", boolean), "load_in_8bit": Map("load_in_8bit", boolean),
+    "gptq": Unsupported("a GPTQ-quantized base: its bytes per weight are not modelled for training"),
+    "bnb_config_kwargs": Sub(lambda doc: bnb.read(doc, class_defaults=False), "bnb_config_kwargs must be a mapping"),
+    "lora_r": Map("lora_r", integer()), "lora_alpha": Map("lora_alpha", number(0.0)),
+    "lora_dropout": Map("lora_dropout", number(0.0, below=1.0)),
+    "lora_target_modules": Map("ax_targets", names), "lora_target_linear": Map("ax_target_linear", boolean),
+    "lora_modules_to_save": Unsupported("modules_to_save: full trainable copies of these modules (weights, gradients, "
+                                        "optimizer states); not modelled yet"),
+    "peft_use_dora": Unsupported("DoRA: a magnitude vector per adapted layer and a weight-norm computation in every "
+                                 "forward (more memory and time than LoRA); not modelled yet"),
+    "peft_layers_to_transform": Unsupported("adapters on these layers only: fewer trainable parameters than every layer"),
+    "peft_autocast_adapter_dtype": Unsupported("false keeps the adapters in the model's dtype instead of fp32"),
+    "sequence_len": Map("seq_len", integer()), "sample_packing": Map("packing", boolean),
+    "micro_batch_size": Map("micro_batch_size", integer()),
+    "gradient_accumulation_steps": Map("gradient_accumulation_steps", integer()),
+    "batch_size": Unsupported("global batch: axolotl derives the accumulation steps from it (batch_size / micro batch / "
+                              "GPUs); give gradient_accumulation_steps instead"),
+    "num_epochs": Map("epochs", number(0.0)),
+    "max_steps": Unsupported("training stops after this many steps: the time follows the steps, not the dataset size"),
+    "optimizer": Map("optimizer", hf_optimizer), "optim_args": Map("optim_args", optim_args),
+    "optim_target_modules": Unsupported("GaLore target modules: their optimizer states are projected; not modelled yet"),
+    "bf16": Map("ax_bf16", _bf16), "fp16": Map("ax_fp16", boolean),
+    "bfloat16": Map("ax_load", choice({True: "bf16", False: "off"})),
+    "float16": Map("ax_load", choice({True: "fp16", False: "off"})),
+    "flash_attention": Map("ax_attn_flash", boolean), "sdp_attention": Map("ax_attn_sdp", boolean),
+    "eager_attention": Map("ax_attn_eager", boolean),
+    "xformers_attention": Unsupported("xformers memory-efficient attention: not modelled (sdpa is the closest)"),
+    "flex_attention": Unsupported("FlexAttention: not modelled"),
+    "s2_attention": Unsupported("shifted sparse attention (LongLoRA): not modelled"),
+    "attn_implementation": Map("attention", choice({"eager": Attention.EAGER, "sdpa": Attention.SDPA,
+                                                    "flash_attention_2": Attention.FLASH_ATTENTION_2})),
+    "gradient_checkpointing": Map("gradient_checkpointing", _gc),
+    "activation_offloading": Unsupported("saved activations moved to CPU memory: fewer activations on the GPU; not "
+                                         "modelled yet"),
+    "deepspeed": Sub(deepspeed.read, _DS_FILE),
+    "fsdp": Map("fsdp", hf_fsdp), "fsdp_version": IGNORE,
+    "fsdp_config.reshard_after_forward": Map("ax_reshard", sharding),
+    "fsdp_config.fsdp_reshard_after_forward": Map("ax_reshard", sharding),
+    "fsdp_config.sharding_strategy": Map("ax_reshard", sharding),
+    "fsdp_config.fsdp_sharding_strategy": Map("ax_reshard", sharding),
+    "fsdp_config.offload_params": Map("ax_fsdp_offload", boolean),
+    "fsdp_config.fsdp_offload_params": Map("ax_fsdp_offload", boolean),
+    "fsdp_config.activation_checkpointing": Map("ax_fsdp_gc", boolean),
+    "fsdp_config.fsdp_activation_checkpointing": Map("ax_fsdp_gc", boolean),
+    "fsdp_config.*": IGNORE,
+    "torch_compile": Unsupported("torch.compile fuses kernels: faster, and often fewer saved activations than eager"),
+    "torch_compile_backend": IGNORE, "torch_compile_mode": IGNORE,
+    "liger_fused_linear_cross_entropy": Map("fused_cross_entropy", boolean),
+    "liger_cross_entropy": Unsupported("Liger's cross-entropy without the fused LM head: saves the fp32 copies of the "
+                                       "logits, not the logits; not modelled"),
+    **{k: Unsupported(_LIGER_REST) for k in ("liger_rope", "liger_rms_norm", "liger_rms_norm_gated", "liger_layer_norm",
+                                            "liger_swiglu", "liger_glu_activation")},
+    "cut_cross_entropy": Unsupported("cut cross-entropy never materialises the logits, like the fused cross-entropy "
+                                     "switch (turn it on for a close estimate)"),
+    "chunked_cross_entropy": Unsupported("chunked cross-entropy: logits in chunks, like the fused cross-entropy switch "
+                                         "(turn it on for a close estimate)"),
+    "chunked_cross_entropy_num_chunks": IGNORE,
+    **{k: Unsupported("axolotl's fused LoRA kernels: less activation memory for the adapted MLP/attention; not modelled")
+       for k in ("lora_mlp_kernel", "lora_qkv_kernel", "lora_o_kernel")},
+    **{k: Unsupported("tensor/context/sequence parallelism or a sharded data-parallel mesh: not modelled")
+       for k in ("tensor_parallel_size", "context_parallel_size", "dp_shard_size", "dp_replicate_size",
+                 "sequence_parallel_degree", "tiled_mlp")},
+    "unsloth_cross_entropy_loss": Unsupported("Unsloth's chunked cross-entropy: not modelled"),
+    "unsloth_lora_mlp": Unsupported("Unsloth's fused LoRA MLP: not modelled"),
+}
+
+
+def matches(doc: dict[str, Any]) -> bool:
+    """axolotl: ``base_model`` with one of its own keys (formats.md, decision 8)."""
+    own = ("adapter", "sequence_len", "micro_batch_size", "num_epochs", "lora_r", "lora_target_linear", "sample_packing",
+           "datasets")
+    return "base_model" in doc and any(k in doc for k in own)
+
+
+def read(doc: dict[str, Any]) -> Reading:
+    r = collect(doc, KEYS, FORMAT, VERSION)
+    s = r.settings
+    adapter = s.pop("ax_adapter", None)
+    if adapter == "qlora":
+        if not s.get("load_in_4bit"):
+            raise TrainingConfigError("adapter: qlora needs load_in_4bit: true (axolotl refuses it otherwise)")
+        r.defaults.update(quant_type=QuantType.NF4, double_quant=True)  # axolotl's BitsAndBytesConfig before bnb_config_kwargs
+    if adapter is not None or "ax_adapter" in r.sources:
+        s["adapter"] = "lora" if adapter else "none"
+    elif "adapter" in doc:  # adapter: null -> full fine-tuning
+        s["adapter"] = "none"
+    else:
+        r.defaults["adapter"] = "none"
+    if s.get("load_in_8bit") and adapter == "lora":
+        s["quant_type"] = QuantType.INT8
+    _targets(r)
+    _precision(r)
+    _attention(r)
+    args = s.pop("optim_args", None)
+    if args:
+        r.unsupported["optim_args"] = "optimizer arguments are not modelled"
+    s.pop("fsdp_by_reshard", None)
+    reshard, offload, fsdp_gc = s.pop("ax_reshard", None), s.pop("ax_fsdp_offload", None), s.pop("ax_fsdp_gc", None)
+    if "fsdp_config" in doc:
+        s.setdefault("strategy", Strategy.FSDP_FULL_SHARD)
+        if reshard is not None:
+            s["strategy"] = reshard
+        if offload is not None:
+            s["offload"] = Offload.OPTIMIZER_AND_PARAMS if offload else Offload.NONE
+        if fsdp_gc:
+            s["gradient_checkpointing"] = True  # FSDP does the checkpointing instead of the Trainer
+    r.defaults.update(seq_len=512, micro_batch_size=1, gradient_accumulation_steps=1, lora_dropout=0.0)
+    return r
+
+
+def _targets(r: Reading) -> None:
+    linear, listed = r.settings.pop("ax_target_linear", None), r.settings.pop("ax_targets", None)
+    if linear:
+        r.settings["lora_targets"] = (ALL_LINEAR,)  # find_all_linear_names: every linear but the LM head (a union)
+    elif listed:
+        r.settings["lora_targets"] = listed
+
+
+def _precision(r: Reading) -> None:
+    s = r.settings
+    bf16, fp16, load = s.pop("ax_bf16", None), s.pop("ax_fp16", None), s.pop("ax_load", None)
+    if bf16 in ("bf16", "auto") and fp16:
+        if bf16 == "bf16":
+            raise ConflictingKeysError("bf16 and fp16 are both true; axolotl computes in one of them")
+        bf16 = "off"  # bf16: auto gives way to an explicit fp16
+    if bf16 is None:
+        bf16 = "off" if fp16 else "auto"  # axolotl's default
+        if bf16 == "auto":
+            r.notes.append("bf16 not given: axolotl's default 'auto' (bf16 on GPUs that support it) assumed")
+    if bf16 == "auto":
+        r.notes.append("bf16: auto -> bf16 (GPUs since Ampere support it; older GPUs fall back to fp16)")
+    kind = "bf16" if bf16 in ("bf16", "auto") else "fp16" if fp16 else "off"
+    if load not in (None, "off"):
+        s["weights_dtype"], s["mixed"] = load, "no"  # bfloat16/float16: true force the load dtype without AMP
+    elif kind == "off":
+        s["weights_dtype"], s["mixed"] = "fp32", "no"
+    else:
+        s["weights_dtype"], s["mixed"] = kind, kind  # axolotl loads the model in the AMP dtype
+    r.sources.setdefault("weights_dtype", "bf16"), r.sources.setdefault("mixed", "bf16")
+
+
+def _attention(r: Reading) -> None:
+    flags = {Attention.FLASH_ATTENTION_2: r.settings.pop("ax_attn_flash", None),
+             Attention.SDPA: r.settings.pop("ax_attn_sdp", None), Attention.EAGER: r.settings.pop("ax_attn_eager", None)}
+    on = [a for a, v in flags.items() if v]
+    if len(on) > 1:
+        raise ConflictingKeysError(f"{' and '.join(a.value for a in on)} attention are all switched on; keep one")
+    if on:
+        r.set("attention", on[0], "flash_attention" if on[0] is Attention.FLASH_ATTENTION_2 else
+              "sdp_attention" if on[0] is Attention.SDPA else "eager_attention")

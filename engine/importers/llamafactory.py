@@ -1,0 +1,153 @@
+"""LLaMA-Factory YAML (llamafactory 0.9.5 ``hparams/{finetuning_args,model_args,data_args,parser}.py``,
+``model/adapter.py``, ``model/model_utils/{quantization,attention,checkpointing}.py``).
+
+LLaMA-Factory takes every TrainingArguments key verbatim (``per_device_train_batch_size``, ``bf16``, ``optim``,
+``deepspeed``, ...) beside its own. Its defaults, used when the file is silent: ``finetuning_type: lora``,
+``lora_rank`` 8, ``lora_alpha`` = 2 x rank, ``lora_target: all`` (every linear but the LM head), ``cutoff_len`` 2048,
+gradient checkpointing on (``disable_gradient_checkpointing: false``), ``quantization_type: nf4`` with
+``double_quantization: true``. Precision: ``bf16``/``fp16`` set the compute dtype the model is loaded in; trainable
+parameters are then cast to fp32 unless ``pure_bf16``. So LoRA/QLoRA keep a 16-bit base (pure bf16 in the estimate's
+terms, adapters fp32), full fine-tuning trains fp32 weights under autocast (mixed bf16), ``pure_bf16`` pure bf16.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.importers.table import IGNORE, Handling, Map, Reading, Unmodelled, Unsupported, collect
+from engine.importers.trainer import HF_KEYS, _LIGER_REST, finish_trainer_keys
+from engine.importers.values import boolean, choice, integer, negated, number, text
+from engine.scenario.lora import ALL_LINEAR
+from engine.scenario.training import Attention, QuantType
+
+FORMAT, VERSION = "LLaMA-Factory", "0.9.5"
+
+_NO_EFFECT = """
+trust_remote_code template dataset dataset_dir eval_dataset preprocessing_num_workers overwrite_cache
+max_samples_eval val_size tokenized_path streaming buffer_size mix_strategy interleave_probs plot_loss
+adapter_name_or_path cache_dir use_fast_tokenizer resize_vocab split_special_tokens new_special_tokens
+model_revision hf_hub_token ms_hub_token om_hub_token print_param_status create_new_adapter pissa_init pissa_iter
+pissa_convert loraplus_lr_ratio loraplus_lr_embedding use_rslora use_reentrant_gc neat_packing train_on_prompt
+mask_history default_system enable_thinking tool_format export_dir export_size export_device export_quantization_bit
+export_legacy_format export_hub_model_id infer_backend do_sample temperature top_p max_new_tokens lora_rank_pattern
+quantization_device_map rope_scaling shift_attn mixture_of_depths moe_aux_loss_coef disable_shuffling
+freeze_vision_tower freeze_multi_modal_projector image_max_pixels video_max_pixels ddp_timeout
+""".split()
+
+FINETUNING = {"lora": "lora", "full": "none",
+              "freeze": Unmodelled("freeze tuning trains the last freeze_trainable_layers layers only (weights, gradients "
+                                   "and optimizer states of those layers); not modelled"),
+              "oft": Unmodelled("OFT (orthogonal fine-tuning) adapters: not modelled")}
+STAGES = {"sft": "sft", "pt": "pt",
+          **{s: Unmodelled(f"{s} stage: a reference or reward model (or value head) beside the trained one; not modelled")
+             for s in ("rm", "ppo", "dpo", "kto")}}
+FLASH_ATTN = {"auto": "auto", "disabled": Attention.EAGER, "sdpa": Attention.SDPA, "fa2": Attention.FLASH_ATTENTION_2,
+              "fa3": Unmodelled("FlashAttention-3: not modelled (fa2 is the closest)")}
+QUANT_METHODS = {"bnb": "bnb", "bitsandbytes": "bnb",
+                 **{m: Unmodelled(f"{m} quantization: its bytes per weight are not modelled for training (bitsandbytes is)")
+                    for m in ("gptq", "awq", "aqlm", "quanto", "eetq", "hqq", "mxfp4", "fp8")}}
+
+
+def _lora_target(value: Any, key: str) -> tuple[str, ...]:
+    """``lora_target``: ``all`` or a comma list of module names."""
+    names = tuple(t.strip() for t in text(value, key).split(",") if t.strip())
+    return (ALL_LINEAR,) if names == ("all",) else names
+
+
+def _unsupported(effect: str) -> Unsupported:
+    return Unsupported(effect)
+
+
+KEYS: dict[str, Handling] = {
+    **HF_KEYS,
+    **{k: IGNORE for k in _NO_EFFECT},
+    "model_name_or_path": Map("model", text),
+    "stage": Map("lf_stage", choice(STAGES)),
+    "finetuning_type": Map("lf_finetuning", choice(FINETUNING)),
+    "lora_rank": Map("lora_r", integer()), "lora_alpha": Map("lora_alpha", number(0.0)),
+    "lora_dropout": Map("lora_dropout", number(0.0, below=1.0)), "lora_target": Map("lora_targets", _lora_target),
+    "additional_target": _unsupported("modules_to_save: full trainable copies of these modules; not modelled yet"),
+    "use_dora": _unsupported("DoRA: a magnitude vector per adapted layer and a weight-norm computation in every "
+                             "forward (more memory and time than LoRA); not modelled yet"),
+    "quantization_bit": Map("lf_bits", choice({4: 4, 8: 8, **{b: Unmodelled(f"{b}-bit (HQQ) quantization: not modelled")
+                                                            for b in (1, 2, 3, 5, 6)}})),
+    "quantization_method": Map("lf_quant_method", choice(QUANT_METHODS)),
+    "quantization_type": Map("quant_type", choice({"nf4": QuantType.NF4, "fp4": QuantType.FP4})),
+    "double_quantization": Map("double_quant", boolean),
+    "cutoff_len": Map("seq_len", integer()), "packing": Map("packing", boolean),
+    "flash_attn": Map("lf_flash_attn", choice(FLASH_ATTN)),
+    "pure_bf16": Map("lf_pure_bf16", boolean),
+    "disable_gradient_checkpointing": Map("gradient_checkpointing", negated),
+    "use_unsloth_gc": _unsupported("Unsloth-style checkpointing: checkpointed layer inputs offloaded to CPU memory "
+                                   "(fewer activations on the GPU); not modelled yet"),
+    "enable_liger_kernel": (Map("fused_cross_entropy", boolean), _unsupported(_LIGER_REST)),
+    "use_unsloth": _unsupported("Unsloth's kernels and offloaded checkpointing: less memory and time; not modelled"),
+    "upcast_layernorm": _unsupported("norm weights in fp32: slightly more weight memory; not modelled"),
+    "upcast_lmhead_output": _unsupported("fp32 LM head output: the logits in fp32 from the start; not modelled"),
+    "max_samples": _unsupported("caps the dataset at this many examples: the time follows it; give the dataset size "
+                                "as examples x average tokens"),
+    "freeze_trainable_layers": _unsupported("freeze tuning: layers trained; not modelled"),
+    "freeze_trainable_modules": _unsupported("freeze tuning: modules trained; not modelled"),
+    "freeze_extra_modules": _unsupported("freeze tuning: extra modules trained; not modelled"),
+    **{k: _unsupported("GaLore: projected optimizer states of the targeted matrices; not modelled yet")
+       for k in ("use_galore", "galore_target", "galore_rank", "galore_update_interval", "galore_scale",
+                 "galore_proj_type", "galore_layerwise")},
+    **{k: _unsupported(f"{k.removeprefix('use_')}: its optimizer states are not modelled")
+       for k in ("use_apollo", "use_badam", "use_adam_mini", "use_muon")},
+    "use_llama_pro": _unsupported("LLaMA Pro: adds and trains expanded blocks; not modelled"),
+    "badam_mode": IGNORE, "badam_start_block": IGNORE, "badam_switch_mode": IGNORE, "badam_switch_interval": IGNORE,
+    "apollo_target": IGNORE, "apollo_rank": IGNORE, "apollo_scale": IGNORE,
+}
+
+
+def matches(doc: dict[str, Any]) -> bool:
+    """LLaMA-Factory: its own method/data keys (formats.md, decision 7)."""
+    return any(k in doc for k in ("finetuning_type", "stage", "lora_target", "lora_rank", "quantization_bit",
+                                  "cutoff_len", "template"))
+
+
+def read(doc: dict[str, Any]) -> Reading:
+    r = collect(doc, KEYS, FORMAT, VERSION)
+    finish_trainer_keys(r, hf_file=False)
+    s = r.settings
+    s.pop("lf_stage", None)
+    finetuning = s.pop("lf_finetuning", None)
+    if finetuning is None and "finetuning_type" not in r.unsupported:
+        r.defaults["adapter"] = "lora"  # LLaMA-Factory's default finetuning_type
+        finetuning = "lora"
+    elif finetuning is not None:
+        s["adapter"] = finetuning
+    method_quant = s.pop("lf_quant_method", "bnb")
+    bits = s.pop("lf_bits", None)
+    if bits is not None and method_quant == "bnb":
+        s["load_in_4bit" if bits == 4 else "load_in_8bit"] = True
+        if bits == 8:
+            s["quant_type"] = QuantType.INT8
+        r.defaults.update(quant_type=QuantType.NF4, double_quant=True)
+    if finetuning == "lora":
+        r.defaults.update(lora_r=8, lora_targets=(ALL_LINEAR,), lora_dropout=0.0)
+        r.defaults["lora_alpha"] = float(2 * s.get("lora_r", 8))  # lora_alpha None -> lora_rank * 2
+    attn = s.pop("lf_flash_attn", None)
+    if attn == "auto":
+        r.notes.append("flash_attn: auto leaves transformers' default (sdpa)")
+        s["attention"] = Attention.SDPA
+    elif attn is not None:
+        s["attention"] = attn
+    r.defaults.update(seq_len=2048, gradient_checkpointing=True)
+    _precision(r, finetuning)
+    return r
+
+
+def _precision(r: Reading, finetuning: str | None) -> None:
+    """The compute dtype is the load dtype; trainable parameters are upcast to fp32 unless pure_bf16."""
+    s = r.settings
+    pure = s.pop("lf_pure_bf16", None)
+    mixed = s.get("mixed")
+    if pure:
+        s["weights_dtype"], s["mixed"] = "bf16", "bf16"
+    elif mixed in ("bf16", "fp16"):
+        # LoRA: the frozen base stays in the compute dtype (adapters fp32, as PEFT); full: weights upcast to fp32.
+        s["weights_dtype"] = mixed if finetuning == "lora" else "fp32"
+    elif mixed == "no":
+        s["weights_dtype"] = "fp32"
+    r.sources.setdefault("weights_dtype", "pure_bf16" if pure else "bf16")

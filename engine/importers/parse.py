@@ -1,0 +1,131 @@
+"""Bytes of an uploaded or named training config -> a dict, refusing what a config never is.
+
+JSON is read with :mod:`json`; everything else with PyYAML's ``yaml.safe_load`` (never ``yaml.load``: a YAML tag must
+not build Python objects). Limits keep a hostile upload cheap to refuse:
+
+- :data:`MAX_IMPORT_BYTES`: a full ``TrainingArguments.to_dict()`` dump is about 6 KB, the largest axolotl or
+  torchtune recipe a few tens of KB; 1 MiB leaves room for comments.
+- :data:`MAX_DEPTH`: the deepest real config nests 4 levels (DeepSpeed ``zero_optimization.offload_param.device``).
+- :data:`MAX_NODES`: nodes *after* expanding YAML aliases. A "billion laughs" document is a few hundred bytes whose
+  aliases expand into 10^9 nodes; PyYAML would build it as shared references, but anything that walks it would not
+  finish. Before ``safe_load``, the event stream (``yaml.parse``, linear in the text) is scanned and each anchor's
+  expanded size counted, so such a document is refused after reading its few hundred bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from engine.errors import TrainingConfigError
+
+MAX_IMPORT_BYTES = 1_048_576
+MAX_DEPTH = 16
+MAX_NODES = 50_000
+
+
+def _where(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or "syntax error"
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else problem
+
+
+def _check_yaml_size(text: str, name: str) -> None:
+    """Refuse a YAML text nested deeper than MAX_DEPTH or expanding (aliases included) past MAX_NODES nodes."""
+    anchors: dict[str, int] = {}
+    stack: list[list[Any]] = []  # [anchor, expanded nodes so far] per open mapping/sequence
+    total = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            stack.append([event.anchor, 1])
+            if len(stack) > MAX_DEPTH:
+                raise TrainingConfigError(f"{name} nests more than {MAX_DEPTH} levels deep; a training config nests a few")
+            continue
+        if isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            anchor, size = stack.pop()
+        elif isinstance(event, yaml.ScalarEvent):
+            anchor, size = event.anchor, 1
+        elif isinstance(event, yaml.AliasEvent):
+            anchor, size = None, anchors.get(event.anchor, 1)
+        else:
+            continue
+        if anchor:
+            anchors[anchor] = size
+        if stack:
+            stack[-1][1] += size
+        total += size
+        if total > MAX_NODES:
+            raise TrainingConfigError(f"{name} expands to more than {MAX_NODES:,} values (YAML aliases included); "
+                                      "a training config has a few hundred")
+
+
+def _check_json_depth(value: Any, name: str, depth: int = 0) -> None:
+    if depth > MAX_DEPTH:
+        raise TrainingConfigError(f"{name} nests more than {MAX_DEPTH} levels deep; a training config nests a few")
+    children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    for child in children:
+        _check_json_depth(child, name, depth + 1)
+
+
+def parse_training_config(data: bytes, name: str = "config") -> dict[str, Any]:
+    """Parse a training config (JSON or YAML) into a dict with string keys.
+
+    Raises:
+        TrainingConfigError: over :data:`MAX_IMPORT_BYTES`, not UTF-8, not valid JSON/YAML (line and column named),
+            nested deeper than :data:`MAX_DEPTH` or expanding past :data:`MAX_NODES`, several YAML documents, not a
+            mapping at the top, or a key that is not a name.
+    """
+    if len(data) > MAX_IMPORT_BYTES:
+        raise TrainingConfigError(f"{name} is {len(data):,} bytes; a training config is at most {MAX_IMPORT_BYTES:,} bytes")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise TrainingConfigError(f"{name} is not UTF-8 text; give a YAML or JSON training config") from None
+    if text.lstrip().startswith(("{", "[")):
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TrainingConfigError(f"{name} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+        except RecursionError:
+            raise TrainingConfigError(f"{name} nests more than {MAX_DEPTH} levels deep; a training config nests a few") from None
+        _check_json_depth(doc, name)
+    else:
+        try:
+            _check_yaml_size(text, name)
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise TrainingConfigError(f"{name} is not valid YAML ({_where(exc)})") from None
+    if not isinstance(doc, dict):
+        kind = "nothing" if doc is None else f"a {type(doc).__name__}"
+        raise TrainingConfigError(f"{name} holds {kind}, not a mapping of settings; give a YAML or JSON training config")
+    _check_keys(doc, name)
+    return doc
+
+
+def _check_keys(value: Any, name: str, where: str = "") -> None:
+    """Every mapping key is a string (YAML allows ``1:`` or ``true:`` as keys; no config uses them)."""
+    if isinstance(value, dict):
+        for key, child in value.items():
+            if not isinstance(key, str):
+                raise TrainingConfigError(f"{name}: key {key!r}{' under ' + where if where else ''} is not a name")
+            _check_keys(child, name, f"{where}.{key}" if where else key)
+    elif isinstance(value, list):
+        for child in value:
+            _check_keys(child, name, where)
+
+
+def read_config_bytes(path: str | Path) -> tuple[bytes, str]:
+    """The bytes (at most MAX_IMPORT_BYTES + 1: a bounded read) and file name of a local config file.
+
+    Raises:
+        TrainingConfigError: the file cannot be read.
+    """
+    p = Path(path)
+    try:
+        with p.open("rb") as fh:
+            return fh.read(MAX_IMPORT_BYTES + 1), p.name  # /dev/zero or a checkpoint must not hang us
+    except OSError as exc:
+        raise TrainingConfigError(f"cannot read {p}: {exc.strerror}") from None

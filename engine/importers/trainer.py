@@ -1,0 +1,224 @@
+"""Hugging Face ``TrainingArguments`` (transformers 4.57.6 / 5.24.0) and TRL ``SFTConfig`` + ``ModelConfig``
+(trl 0.15.2 - 1.16.0), as JSON (``to_json_string()``) or YAML (``HfArgumentParser`` / ``trl sft --config``).
+
+Precision (formats.md, note P): ``bf16``/``fp16`` switch on autocast only; the weights' dtype is the script's
+``from_pretrained(dtype=...)``. TRL's ``dtype`` (ModelConfig, default ``float32``) or ``model_init_kwargs.dtype``
+says it; a bare TrainingArguments file does not, and the import assumes fp32 weights (mixed precision), as
+transformers 4.57 loads them, and says so (transformers 5 loads ``dtype="auto"``, often bf16).
+
+TRL defaults used when its file is silent (trl 1.16.0 ``SFTConfig``): ``bf16`` true unless ``fp16``,
+``gradient_checkpointing`` true, ``max_length`` 1024. The sequence-length key was ``max_seq_length`` up to trl 0.19
+and is ``max_length`` from 0.16 on; both are read (different values in one file are a conflict).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.errors import ConflictingKeysError
+from engine.importers import bnb, deepspeed
+from engine.importers.table import IGNORE, only_if_true, Handling, Map, Reading, Sub, Unsupported, collect
+from engine.importers.values import (
+    attention, boolean, choice, dtype, hf_fsdp, hf_optimizer, integer, names, number, optim_args, sharding, text,
+)
+from engine.memory.parallel import Offload, Strategy
+from engine.scenario.optimizer import Optimizer
+from engine.scenario.training import QuantType
+
+FORMAT_HF, FORMAT_TRL = "TrainingArguments", "TRL SFTConfig"
+VERSION_HF, VERSION_TRL = "transformers 4.57.6 / 5.24.0", "trl 0.15.2 - 1.16.0"
+
+_LIGER_REST = ("Liger's RMSNorm, SwiGLU/GeGLU and RoPE kernels save activation memory and time; only its fused linear "
+               "cross-entropy is modelled")
+_DS_FILE = ("names a DeepSpeed config file (ZeRO stage, offload, precision): import that file as well "
+            "(--from-config this.yaml ds_config.json)")
+_FSDP_CONFIG_FILE = "names an FSDP config file: import its settings as well (an accelerate config, or inline fsdp_config)"
+_GC_OFFLOAD = "checkpointed layer inputs offloaded to CPU memory: fewer activations on the GPU; not modelled yet"
+
+# Keys of TrainingArguments (5.24.0 dataclass fields, 4.57.6's removed ones too) with no effect on memory or time.
+_NO_EFFECT = """
+output_dir overwrite_output_dir learning_rate lr_scheduler_type lr_scheduler_kwargs warmup_steps warmup_ratio
+weight_decay adam_beta1 adam_beta2 adam_epsilon average_tokens_across_devices max_grad_norm label_smoothing_factor
+bf16_full_eval fp16_full_eval fp16_opt_level fp16_backend half_precision_backend torch_compile_backend torch_compile_mode
+use_cache neftune_noise_alpha logging_dir logging_strategy logging_steps logging_first_step log_on_each_node
+logging_nan_inf_filter include_num_input_tokens_seen include_tokens_per_second log_level log_level_replica disable_tqdm
+report_to run_name project trackio_space_id trackio_bucket_id trackio_static_space_id eval_strategy evaluation_strategy
+eval_steps eval_delay per_device_eval_batch_size per_gpu_eval_batch_size prediction_loss_only eval_on_start
+eval_do_concat_batches eval_use_gather_object eval_accumulation_steps include_for_metrics include_inputs_for_metrics
+batch_eval_metrics save_only_model save_strategy save_steps save_on_each_node save_total_limit save_safetensors
+enable_jit_checkpoint push_to_hub hub_token hub_private_repo hub_model_id hub_strategy hub_always_push hub_revision
+push_to_hub_model_id push_to_hub_organization push_to_hub_token load_best_model_at_end metric_for_best_model
+greater_is_better ignore_data_skip restore_callback_states_from_checkpoint full_determinism seed data_seed
+accelerator_config dataloader_drop_last dataloader_num_workers dataloader_pin_memory dataloader_persistent_workers
+dataloader_prefetch_factor dataloader_multiprocessing_context dataloader_in_order remove_unused_columns label_names
+length_column_name ddp_find_unused_parameters ddp_bucket_cap_mb ddp_broadcast_buffers ddp_static_graph ddp_backend
+ddp_timeout debug skip_memory_metrics do_train do_eval do_predict resume_from_checkpoint local_rank _n_gpu
+past_index jit_mode_eval use_ipex use_mps_device tpu_num_cores tpu_metrics_debug mp_parameters ray_scope
+gradient_checkpointing_kwargs.use_reentrant activation_checkpointing_kwargs.use_reentrant split_batches
+dispatch_batches eval_do_concat_batches optim_target_modules_kwargs torchdynamo use_legacy_prediction_loop
+group_by_length_column hub_private include_num_input_tokens_seen_per_device fsdp_min_num_params
+fsdp_transformer_layer_cls_to_wrap
+""".split()
+
+# TRL SFTConfig / ModelConfig keys with no effect on memory or time.
+_TRL_NO_EFFECT = """
+dataset_name dataset_config dataset_train_split dataset_test_split dataset_streaming dataset_text_field
+dataset_kwargs dataset_num_proc eos_token pad_token chat_template_path completion_only_loss assistant_only_loss
+loss_type packing_strategy pad_to_multiple_of eval_packing shuffle_dataset use_rslora lora_task_type
+trust_remote_code model_revision_hub use_kernels num_of_sequences chars_per_token dataset_batch_size
+model_init_kwargs.trust_remote_code model_init_kwargs.revision model_init_kwargs.use_cache
+model_init_kwargs.low_cpu_mem_usage model_init_kwargs.device_map bnb_4bit_quant_storage padding_free
+""".split()
+
+HF_KEYS: dict[str, Handling] = {
+    **{k: IGNORE for k in _NO_EFFECT},
+    "per_device_train_batch_size": Map("micro_batch_size", integer()),
+    "per_gpu_train_batch_size": Map("micro_batch_size", integer()),
+    "gradient_accumulation_steps": Map("gradient_accumulation_steps", integer()),
+    "num_train_epochs": Map("epochs", number(0.0)),
+    "max_steps": Map("max_steps", integer(-1)),
+    "bf16": Map("hf_bf16", boolean), "fp16": Map("hf_fp16", boolean),
+    "tf32": Unsupported("TF32 matmuls for the fp32 work: faster than the peak the time model uses for fp32"),
+    "optim": Map("optimizer", hf_optimizer), "optim_args": Map("optim_args", optim_args),
+    "optim_target_modules": Unsupported("GaLore/APOLLO target modules: their optimizer states are projected; not "
+                                        "modelled yet"),
+    "gradient_checkpointing": Map("gradient_checkpointing", boolean),
+    "activation_checkpointing": Map("gradient_checkpointing", boolean),
+    "gradient_checkpointing_kwargs.offload": Unsupported(_GC_OFFLOAD),
+    "activation_checkpointing_kwargs.offload": Unsupported(_GC_OFFLOAD),
+    "gradient_checkpointing_kwargs.every_n_layers": Unsupported("checkpoints only every n-th layer: more activations kept "
+                                                                "than full checkpointing; not modelled"),
+    "activation_checkpointing_kwargs.every_n_layers": Unsupported("checkpoints only every n-th layer: more activations "
+                                                                  "kept than full checkpointing; not modelled"),
+    "torch_compile": Unsupported("torch.compile fuses kernels: faster, and often fewer saved activations than the eager "
+                                 "PyTorch step the estimate models"),
+    "use_liger_kernel": (Map("fused_cross_entropy", boolean), Unsupported(_LIGER_REST)),
+    "use_liger": (Map("fused_cross_entropy", boolean), Unsupported(_LIGER_REST)),
+    "liger_kernel_config.fused_linear_cross_entropy": Map("fused_cross_entropy", boolean),
+    "liger_kernel_config.cross_entropy": Unsupported("Liger's cross-entropy without the fused LM head: saves the fp32 "
+                                                     "copies of the logits, not the logits; not modelled"),
+    "liger_kernel_config.*": Unsupported(_LIGER_REST),
+    "deepspeed": Sub(deepspeed.read, _DS_FILE),
+    "fsdp": Map("fsdp", hf_fsdp),
+    "fsdp_config": Unsupported(_FSDP_CONFIG_FILE),  # a path; an inline dict is walked (fsdp_config.*)
+    "fsdp_config.version": IGNORE, "fsdp_config.fsdp_version": IGNORE,
+    "fsdp_config.reshard_after_forward": Map("fsdp_reshard", sharding),
+    "fsdp_config.fsdp_reshard_after_forward": Map("fsdp_reshard", sharding),
+    "fsdp_config.cpu_offload": Map("fsdp_offload", boolean), "fsdp_config.fsdp_cpu_offload": Map("fsdp_offload", boolean),
+    "fsdp_config.offload_params": Map("fsdp_offload", boolean),
+    "fsdp_config.fsdp_offload_params": Map("fsdp_offload", boolean),
+    "fsdp_config.activation_checkpointing": Map("fsdp_activation_checkpointing", only_if_true),
+    "fsdp_config.fsdp_activation_checkpointing": Map("fsdp_activation_checkpointing", only_if_true),
+    "fsdp_config.*": IGNORE,  # wrap policy, prefetch, state dict type, cpu_ram_efficient_loading, ...
+    "torch_empty_cache_steps": Unsupported("empties the CUDA cache every N steps: a lower reserved peak (not the "
+                                           "allocated one), about 10% slower"),
+    "auto_find_batch_size": Unsupported("halves the micro batch on out-of-memory until a step fits: the run may use a "
+                                        "smaller micro batch than this file says"),
+    "group_by_length": Unsupported("batches examples of similar length: less padding, so fewer tokens processed than "
+                                   "padding each to the sequence length"),
+    "train_sampling_strategy": Unsupported("a length-grouping sampler changes the padding: fewer tokens processed than "
+                                           "padding each example to the sequence length"),
+    "use_cpu": Unsupported("trains on the CPU: no GPU memory estimate applies"),
+    "no_cuda": Unsupported("trains on the CPU: no GPU memory estimate applies"),
+    "parallelism_config.*": Unsupported("tensor/context/sequence parallelism (accelerate ParallelismConfig): not modelled"),
+}
+"""TrainingArguments keys (transformers 5.24.0 field names and 4.57.6's)."""
+
+TRL_KEYS: dict[str, Handling] = {
+    **{k: IGNORE for k in _TRL_NO_EFFECT},
+    "max_length": Map("seq_len", integer()), "max_seq_length": Map("seq_len", integer()),
+    "packing": Map("packing", boolean),
+    "activation_offloading": Unsupported("saved activations moved to CPU memory (TRL's offloading context): fewer "
+                                         "activations on the GPU, more host traffic; not modelled yet"),
+    "model_init_kwargs.dtype": Map("weights_dtype", dtype), "model_init_kwargs.torch_dtype": Map("weights_dtype", dtype),
+    "model_init_kwargs.attn_implementation": Map("attention", attention),
+    "model_init_kwargs.quantization_config": Sub(bnb.read, "a quantization config object is needed here"),
+    "model_name_or_path": Map("model", text), "model_revision": Map("revision", text),
+    "dtype": Map("weights_dtype", dtype), "torch_dtype": Map("weights_dtype", dtype),
+    "attn_implementation": Map("attention", attention),
+    "use_peft": Map("adapter", choice({True: "lora", False: "none"})),
+    "lora_r": Map("lora_r", integer()), "lora_alpha": Map("lora_alpha", number(0.0)),
+    "lora_dropout": Map("lora_dropout", number(0.0, below=1.0)),
+    "lora_target_modules": Map("lora_targets", names),
+    "lora_target_parameters": Unsupported("LoRA on parameters (e.g. MoE expert weights) rather than linear modules: "
+                                          "not modelled"),
+    "lora_modules_to_save": Unsupported("modules_to_save: full trainable copies of these modules (weights, gradients, "
+                                        "optimizer states); not modelled yet"),
+    "use_dora": Unsupported("DoRA: a magnitude vector per adapted layer and a weight-norm computation in every forward "
+                            "(more memory and time than LoRA); not modelled yet"),
+    "load_in_4bit": Map("load_in_4bit", boolean), "load_in_8bit": Map("load_in_8bit", boolean),
+    "bnb_4bit_quant_type": Map("quant_type", choice(bnb.QUANT_TYPES)),
+    "use_bnb_nested_quant": Map("double_quant", boolean),
+}
+"""TRL SFTConfig and ModelConfig keys (trl 1.16.0; ``max_seq_length`` of trl <= 0.19)."""
+
+KEYS: dict[str, Handling] = {**HF_KEYS, **TRL_KEYS}
+_TRL_ONLY = ("max_length", "max_seq_length", "packing", "padding_free", "packing_strategy", "dataset_text_field",
+             "completion_only_loss", "assistant_only_loss", "activation_offloading", "model_init_kwargs", "use_peft",
+             "model_name_or_path", "dataset_name", "use_bnb_nested_quant", "lora_target_modules")
+_HF_MARKERS = ("per_device_train_batch_size", "gradient_accumulation_steps", "optim", "output_dir",
+               "lr_scheduler_type", "num_train_epochs")
+
+
+def is_trl(doc: dict[str, Any]) -> bool:
+    return any(k in doc for k in _TRL_ONLY)
+
+
+def matches(doc: dict[str, Any]) -> bool:
+    """TrainingArguments or SFTConfig: their trainer keys, or TRL's own (formats.md, decisions 9 and 10)."""
+    return is_trl(doc) or any(k in doc for k in _HF_MARKERS)
+
+
+def read(doc: dict[str, Any]) -> Reading:
+    """Read TrainingArguments / SFTConfig (+ ModelConfig) keys."""
+    trl = is_trl(doc)
+    r = collect(doc, KEYS, FORMAT_TRL if trl else FORMAT_HF, VERSION_TRL if trl else VERSION_HF)
+    finish_trainer_keys(r, hf_file=not trl)
+    if trl:
+        r.defaults.setdefault("gradient_checkpointing", True)
+        r.defaults.setdefault("seq_len", 1024)
+        if "weights_dtype" not in r.settings:
+            r.defaults["weights_dtype"] = "fp32"  # ModelConfig.dtype default "float32" (trl 1.16.0)
+        if "mixed" not in r.settings:
+            r.defaults["mixed"] = "bf16"  # SFTConfig.bf16 None -> not fp16
+        if r.settings.get("load_in_4bit"):  # ModelConfig: bnb_4bit_quant_type "nf4", use_bnb_nested_quant False
+            r.defaults.update(quant_type=QuantType.NF4, double_quant=False)
+        r.notes.append("TRL >= 1.0 computes the loss through a tiled LM head (no full logits): turn on the fused "
+                       "cross-entropy for a closer estimate if your TRL does")
+    return r
+
+
+def finish_trainer_keys(r: Reading, hf_file: bool) -> None:
+    """Combine the TrainingArguments keys that act together: bf16/fp16, optim + optim_args, FSDP, max_steps.
+
+    Shared with the formats that embed TrainingArguments keys (LLaMA-Factory). ``hf_file``: a bare TrainingArguments
+    file, whose weights' dtype is unknown (note P).
+    """
+    bf16, fp16 = r.settings.pop("hf_bf16", None), r.settings.pop("hf_fp16", None)
+    if bf16 and fp16:
+        raise ConflictingKeysError("bf16 and fp16 are both true; a run computes in one of them (transformers refuses both)")
+    if bf16 is not None or fp16 is not None:
+        r.set("mixed", "bf16" if bf16 else "fp16" if fp16 else "no", "bf16" if bf16 is not None else "fp16")
+        if hf_file and (bf16 or fp16) and "weights_dtype" not in r.settings:
+            r.defaults["weights_dtype"] = "fp32"
+            r.notes.append("The weights' dtype is the script's from_pretrained(dtype=...), not in this file: fp32 weights "
+                           "with autocast assumed (transformers 4.57; transformers 5 loads dtype='auto', often bf16: "
+                           "pick pure bf16 then)")
+    args = r.settings.pop("optim_args", None)
+    if args is not None and r.settings.get("optimizer") is Optimizer.SGD and float(args.get("momentum", 0) or 0) > 0:
+        r.settings["optimizer"] = Optimizer.SGD_MOMENTUM
+    elif args:
+        r.unsupported["optim_args"] = "optimizer arguments beyond SGD's momentum are not modelled"
+    reshard, offload = r.settings.pop("fsdp_reshard", None), r.settings.pop("fsdp_offload", None)
+    by_reshard = r.settings.pop("fsdp_by_reshard", False)
+    if reshard is not None and by_reshard:
+        r.settings["strategy"] = reshard
+    elif reshard is not None and r.settings.get("strategy") in (Strategy.FSDP_FULL_SHARD, Strategy.FSDP_SHARD_GRAD_OP):
+        r.set("strategy", reshard, r.sources["fsdp_reshard"])
+    if offload is not None:
+        r.set("offload", Offload.OPTIMIZER_AND_PARAMS if offload else Offload.NONE, "fsdp_config.cpu_offload")
+    steps = r.settings.pop("max_steps", None)
+    if steps is not None and steps > 0:
+        r.mapped.pop("max_steps", None)
+        r.unsupported["max_steps"] = (f"training stops after {steps} optimizer steps: the time follows the steps, not the "
+                                      "dataset size and epochs; give the dataset as steps x global batch x sequence length tokens")

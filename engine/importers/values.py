@@ -1,0 +1,191 @@
+"""Checked converters for config values, and the value tables several formats share (optimizer names, dtypes,
+attention implementations, FSDP sharding).
+
+A converter takes ``(value, key)`` and returns the setting's value, an :class:`~engine.importers.table.Unmodelled`
+(this value cannot be modelled), or raises :class:`~engine.errors.TrainingConfigError` with ``key: must be ...
+(got ...)``. Value names are those of the tools' sources (versions in ``docs/`` of each format module).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from engine.importers.table import Several, Unmodelled, check
+from engine.memory.parallel import Offload, Strategy
+from engine.scenario.optimizer import Optimizer
+from engine.scenario.training import Attention
+
+Converter = Callable[[Any, str], Any]
+
+
+def integer(lo: int = 1) -> Converter:
+    """An integer >= ``lo`` (a bool is not an integer; 4.0 is 4)."""
+    def convert(value: Any, key: str) -> int:
+        ok = isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and value.is_integer()
+        check(ok and value >= lo, key, f"an integer >= {lo}", value)
+        return int(value)
+    return convert
+
+
+def number(lo: float = 0.0, *, below: float | None = None) -> Converter:
+    """A number >= ``lo`` (and < ``below``)."""
+    def convert(value: Any, key: str) -> float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        check(ok and value >= lo and (below is None or value < below), key,
+              f"a number >= {lo}" + (f" and below {below}" if below is not None else ""), value)
+        return float(value)
+    return convert
+
+
+def boolean(value: Any, key: str) -> bool:
+    check(isinstance(value, bool), key, "true or false", value)
+    return value
+
+
+def negated(value: Any, key: str) -> bool:
+    return not boolean(value, key)
+
+
+def text(value: Any, key: str) -> str:
+    check(isinstance(value, str) and value.strip() != "", key, "a text", value)
+    return value.strip()
+
+
+def names(value: Any, key: str) -> tuple[str, ...]:
+    """Module names: a list of texts, or one comma-separated text."""
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    check(isinstance(value, list) and bool(value) and all(isinstance(v, str) and v.strip() for v in value), key,
+          "a list of module names", value)
+    return tuple(v.strip() for v in value)
+
+
+def choice(options: dict[Any, Any]) -> Converter:
+    """One of ``options`` (texts compared case-insensitively); the option's value is the setting (or Unmodelled)."""
+    folded = {(k.lower() if isinstance(k, str) else k): v for k, v in options.items()}
+
+    def convert(value: Any, key: str) -> Any:
+        probe = value.strip().lower() if isinstance(value, str) else value
+        check(not isinstance(probe, (dict, list)) and probe in folded, key,
+              "one of " + ", ".join(str(k) for k in options), value)
+        return folded[probe]
+    return convert
+
+
+# --- dtypes -------------------------------------------------------------------------------------------------------
+
+DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "torch.bfloat16": "bf16", "float16": "fp16", "fp16": "fp16",
+          "half": "fp16", "torch.float16": "fp16", "float32": "fp32", "fp32": "fp32", "float": "fp32",
+          "torch.float32": "fp32", "auto": "auto"}
+"""``from_pretrained(dtype=...)`` spellings (transformers 4.57 / 5.24 accept the torch names and "auto")."""
+dtype = choice(DTYPES)
+
+
+# --- optimizers -----------------------------------------------------------------------------------------------------
+
+def _unmodelled_optim(what: str) -> Unmodelled:
+    return Unmodelled(f"{what}: its optimizer states are not modelled yet (the estimate would use other states)")
+
+
+GALORE = Unmodelled("GaLore: optimizer states of the targeted matrices are kept in a low-rank projection "
+                    "(rank from optim_args), far smaller than AdamW's; not modelled yet")
+HF_OPTIMIZERS: dict[str, Any] = {
+    "adamw_torch": Optimizer.ADAMW, "adamw_torch_fused": Optimizer.ADAMW_FUSED, "adamw_bnb_8bit": Optimizer.ADAMW_8BIT,
+    "adamw_8bit": Optimizer.ADAMW_8BIT, "paged_adamw_8bit": Optimizer.PAGED_ADAMW_8BIT,
+    "paged_adamw_32bit": Optimizer.PAGED_ADAMW_32BIT, "lion_32bit": Optimizer.LION_32BIT, "lion_8bit": Optimizer.LION_8BIT,
+    "paged_lion_32bit": _unmodelled_optim("paged Lion 32-bit (states in unified memory)"),
+    "paged_lion_8bit": _unmodelled_optim("paged 8-bit Lion (states in unified memory)"),
+    "adafactor": Optimizer.ADAFACTOR, "sgd": Optimizer.SGD,
+    **{name: GALORE for name in ("galore_adamw", "galore_adamw_8bit", "galore_adafactor", "galore_adamw_layerwise",
+                                 "galore_adamw_8bit_layerwise", "galore_adafactor_layerwise")},
+    "adamw_torch_4bit": _unmodelled_optim("torchao 4-bit AdamW"), "adamw_torch_8bit": _unmodelled_optim("torchao 8-bit AdamW"),
+    "adamw_torch_xla": _unmodelled_optim("AdamW on XLA"), "adamw_torch_npu_fused": _unmodelled_optim("AdamW on Ascend NPU"),
+    "adamw_apex_fused": Optimizer.ADAMW_FUSED, "adamw_anyprecision": _unmodelled_optim("AnyPrecision AdamW"),
+    "ademamix": _unmodelled_optim("AdEMAMix (three states)"), "ademamix_8bit": _unmodelled_optim("8-bit AdEMAMix"),
+    "paged_ademamix_32bit": _unmodelled_optim("paged AdEMAMix"), "paged_ademamix_8bit": _unmodelled_optim("paged 8-bit AdEMAMix"),
+    "adagrad": _unmodelled_optim("Adagrad (one state)"), "rmsprop": _unmodelled_optim("RMSprop (one state)"),
+    "rmsprop_bnb": _unmodelled_optim("bitsandbytes RMSprop"), "rmsprop_bnb_8bit": _unmodelled_optim("8-bit RMSprop"),
+    "rmsprop_bnb_32bit": _unmodelled_optim("32-bit RMSprop"),
+    "lomo": Unmodelled("LOMO fuses the update into backward: no gradients are kept and no optimizer states; not modelled"),
+    "adalomo": Unmodelled("AdaLomo: fused update in backward with factored second moments; not modelled"),
+    "grokadamw": _unmodelled_optim("GrokAdamW"), "schedule_free_radam": _unmodelled_optim("schedule-free RAdam"),
+    "schedule_free_adamw": _unmodelled_optim("schedule-free AdamW (z and exp_avg_sq)"),
+    "schedule_free_sgd": _unmodelled_optim("schedule-free SGD"), "apollo_adamw": _unmodelled_optim("APOLLO (low-rank states)"),
+    "apollo_adamw_layerwise": _unmodelled_optim("layer-wise APOLLO"), "stable_adamw": _unmodelled_optim("StableAdamW"),
+}
+"""transformers ``OptimizerNames`` (4.57.6 / 5.24.0) -> the engine's optimizer, or what cannot be modelled."""
+
+
+def hf_optimizer(value: Any, key: str) -> Any:
+    """A ``TrainingArguments.optim`` value (or one of axolotl's own optimizers, reported unmodelled)."""
+    name = text(value, key).lower()
+    if name in HF_OPTIMIZERS:
+        return HF_OPTIMIZERS[name]
+    return _unmodelled_optim(f"optimizer {name!r}")
+
+
+def optim_args(value: Any, key: str) -> dict[str, str]:
+    """``optim_args="k=v,k=v"`` (transformers parses it the same way) as a dict."""
+    pairs = [p.strip() for p in text(value, key).split(",") if p.strip()]
+    check(all("=" in p for p in pairs), key, "k=v pairs separated by commas", value)
+    return {k.strip(): v.strip() for k, v in (p.split("=", 1) for p in pairs)}
+
+
+# --- attention --------------------------------------------------------------------------------------------------------
+
+ATTENTION: dict[str, Any] = {
+    "eager": Attention.EAGER, "sdpa": Attention.SDPA, "flash_attention_2": Attention.FLASH_ATTENTION_2,
+    "flash_attention_3": Unmodelled("FlashAttention-3 kernels: not modelled (flash_attention_2 is the closest)"),
+    "flex_attention": Unmodelled("FlexAttention (compiled block-sparse kernels): not modelled"),
+}
+"""``attn_implementation`` values of transformers 5.24 -> the engine's Attention."""
+attention = choice(ATTENTION)
+
+
+# --- FSDP and ZeRO --------------------------------------------------------------------------------------------------
+
+SHARDING = {
+    "full_shard": Strategy.FSDP_FULL_SHARD, "shard_grad_op": Strategy.FSDP_SHARD_GRAD_OP, "no_shard": Strategy.DDP,
+    "1": Strategy.FSDP_FULL_SHARD, "2": Strategy.FSDP_SHARD_GRAD_OP, "3": Strategy.DDP,
+    True: Strategy.FSDP_FULL_SHARD, False: Strategy.FSDP_SHARD_GRAD_OP,  # FSDP2 reshard_after_forward
+    "hybrid_shard": Unmodelled("HYBRID_SHARD: full shard within a node, replicated across nodes; not modelled"),
+    "hybrid_shard_zero2": Unmodelled("HYBRID_SHARD_ZERO2: shard-grad-op within a node, replicated across nodes; not modelled"),
+    "4": Unmodelled("HYBRID_SHARD: full shard within a node, replicated across nodes; not modelled"),
+    "5": Unmodelled("HYBRID_SHARD_ZERO2: shard-grad-op within a node, replicated across nodes; not modelled"),
+}
+"""FSDP sharding strategies (torch ``ShardingStrategy`` names and numbers 1-5; FSDP2 ``reshard_after_forward``)."""
+_sharding = choice(SHARDING)
+
+
+def sharding(value: Any, key: str) -> Any:
+    return _sharding(str(value) if isinstance(value, int) and not isinstance(value, bool) else value, key)
+
+
+def hf_fsdp(value: Any, key: str) -> Any:
+    """``TrainingArguments.fsdp``: "full_shard auto_wrap offload" (or a list; 5.24 also ``true`` = full shard)."""
+    if value is True:  # FSDP2 style: the sharding is fsdp_config.reshard_after_forward's (default true)
+        return Several(strategy=Strategy.FSDP_FULL_SHARD, fsdp_by_reshard=True)
+    words = value if isinstance(value, list) else str(value).split() if isinstance(value, str) else None
+    check(words is not None and all(isinstance(w, str) for w in words), key, "FSDP options such as 'full_shard auto_wrap'", value)
+    words = [w.lower() for w in words]
+    out = Several()
+    for word in words:
+        if word in ("auto_wrap", ""):
+            continue
+        if word == "offload":
+            out["offload"] = Offload.OPTIMIZER_AND_PARAMS  # CPUOffload(offload_params=True): weights, grads, optimizer step
+            continue
+        strategy = _sharding(word, key)
+        if isinstance(strategy, Unmodelled):
+            return strategy
+        out["strategy"] = strategy
+    if "offload" in out and "strategy" not in out:
+        out["strategy"] = Strategy.FSDP_FULL_SHARD  # transformers' default sharding when only offload is given
+    return out
+
+
+def zero_stage(value: Any, key: str) -> Strategy:
+    """DeepSpeed ``zero_optimization.stage`` 0-3 (0 = plain data parallel)."""
+    stage = integer(0)(value, key)
+    check(stage <= 3, key, "0, 1, 2 or 3", value)
+    return (Strategy.DDP, Strategy.ZERO1, Strategy.ZERO2, Strategy.ZERO3)[stage]

@@ -1,0 +1,266 @@
+"""A plan as the config files of the tools users train with, each one re-importable to the same scenario.
+
+:func:`config_files` writes, for a :class:`~engine.plan.plans.Plan`: a TRL ``SFTConfig`` YAML (TrainingArguments keys
+plus TRL's ModelConfig: ``trl sft --config``), a PEFT ``adapter_config.json`` (LoraConfig), a ``BitsAndBytesConfig``
+JSON (QLoRA), a DeepSpeed JSON (ZeRO strategies), an accelerate config YAML (more than one GPU: FSDP, DeepSpeed or DDP
+launch), an axolotl YAML and a LLaMA-Factory YAML. Key names and values are those :mod:`engine.importers` reads
+(versions there); importing a file gives back the plan's settings that the format can say. What a format cannot say
+(axolotl always loads the model in the autocast dtype, so "mixed bf16 with fp32 weights" has no axolotl spelling) is
+listed in :attr:`ConfigFile.lost` and in a comment at the top of the file, never silently changed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from engine.memory.parallel import Strategy
+from engine.plan.plans import Plan, _targets, app_version, zero3_config
+from engine.scenario.lora import ALL_LINEAR
+from engine.scenario.optimizer import Optimizer
+from engine.scenario.precision import PrecisionMode
+from engine.scenario.training import Attention, Framework, Method, QuantType
+
+_TORCH_DTYPE = {PrecisionMode.BF16: "bfloat16", PrecisionMode.FP16: "float16"}
+_FSDP = {Strategy.FSDP_FULL_SHARD: "full_shard auto_wrap", Strategy.FSDP_SHARD_GRAD_OP: "shard_grad_op auto_wrap"}
+_ZERO = {Strategy.ZERO1: 1, Strategy.ZERO2: 2, Strategy.ZERO3: 3}
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    """One exported file: ``name`` (file name), ``format`` (tool), ``text``, ``lost`` (plan settings it cannot say)."""
+
+    name: str
+    format: str
+    text: str
+    lost: tuple[str, ...] = ()
+
+
+def _mixed(precision: PrecisionMode) -> tuple[bool, bool]:
+    """TrainingArguments (bf16, fp16): autocast over fp32 weights, or over 16-bit weights of that dtype."""
+    return (precision in (PrecisionMode.AMP_BF16, PrecisionMode.BF16), precision is PrecisionMode.AMP_FP16)
+
+
+def _common_lost(plan: Plan, *, gpus: bool = True) -> list[str]:
+    lost = []
+    if plan.framework is not Framework.HF:
+        lost.append(f"framework {plan.framework.value} (this file is for the Hugging Face stack)")
+    if plan.method is Method.QLORA and not plan.prepare_kbit_training:
+        lost.append("prepare_kbit_training off (the tools call it for a quantized base)")
+    if gpus and plan.num_gpus > 1:
+        lost.append(f"{plan.num_gpus} GPUs (set by the launcher: see the accelerate config)")
+    return lost
+
+
+def _yaml(header: str, lost: list[str], body: dict[str, Any]) -> str:
+    lines = [f"# {header}", f"# Exported by finetune-fit {app_version()}: a starting point; check it against your versions."]
+    if lost:
+        lines.append("# Not expressible in this format (the import will not see them): " + "; ".join(lost))
+    return "\n".join(lines) + "\n" + yaml.safe_dump(body, sort_keys=False, default_flow_style=False)
+
+
+def _deepspeed(plan: Plan) -> dict[str, Any] | None:
+    return zero3_config(plan) if plan.strategy in _ZERO else None
+
+
+def sft_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
+    """TRL ``SFTConfig`` + ``ModelConfig`` YAML (trl 1.16.0 key names; ``max_length``)."""
+    bf16, fp16 = _mixed(plan.precision)
+    lost = _common_lost(plan)
+    body: dict[str, Any] = {"model_name_or_path": plan.model_repo_id}
+    if plan.model_revision:
+        body["model_revision"] = plan.model_revision
+    body.update(dtype=_TORCH_DTYPE.get(plan.precision, "float32"), attn_implementation=plan.attention.value)
+    if plan.method is not Method.FULL:
+        body.update(use_peft=True, lora_r=plan.lora_r, lora_alpha=plan.lora_alpha, lora_dropout=plan.lora_dropout,
+                    lora_target_modules=targets)
+    if plan.method is Method.QLORA:
+        if plan.quant_type is QuantType.INT8:
+            body["load_in_8bit"] = True
+        else:
+            body.update(load_in_4bit=True, bnb_4bit_quant_type=plan.quant_type.value, use_bnb_nested_quant=plan.double_quant)
+    body.update(output_dir="out", max_length=plan.seq_len, packing=plan.packing,
+                per_device_train_batch_size=plan.micro_batch_size,
+                gradient_accumulation_steps=plan.gradient_accumulation_steps, num_train_epochs=plan.epochs,
+                bf16=bf16, fp16=fp16, gradient_checkpointing=plan.gradient_checkpointing, optim=plan.optimizer.hf_name)
+    if plan.optimizer.hf_optim_args:
+        body["optim_args"] = plan.optimizer.hf_optim_args
+    body["use_liger_kernel"] = plan.fused_cross_entropy
+    if _deepspeed(plan):
+        body["deepspeed"] = _deepspeed(plan)
+    elif plan.strategy in _FSDP:
+        body["fsdp"] = _FSDP[plan.strategy]
+    return ConfigFile("sft_config.yaml", "TRL SFTConfig (TrainingArguments)",
+                      _yaml(f"TRL SFTConfig for `trl sft --config sft_config.yaml` (plan {plan.name!r})", lost, body), tuple(lost))
+
+
+def adapter_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
+    """PEFT ``adapter_config.json`` (``LoraConfig``, peft 0.21.2)."""
+    body = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": plan.model_repo_id,
+            "revision": plan.model_revision, "r": plan.lora_r, "lora_alpha": plan.lora_alpha,
+            "lora_dropout": plan.lora_dropout, "target_modules": targets, "bias": "none", "use_rslora": False,
+            "use_dora": False, "modules_to_save": None, "inference_mode": False}
+    return ConfigFile("adapter_config.json", "PEFT LoraConfig", json.dumps(body, indent=2) + "\n")
+
+
+def bnb_config(plan: Plan) -> ConfigFile:
+    """``BitsAndBytesConfig`` as JSON (its ``to_dict()`` keys, transformers 4.57.6 / 5.24.0)."""
+    if plan.quant_type is QuantType.INT8:
+        body: dict[str, Any] = {"quant_method": "bitsandbytes", "load_in_8bit": True, "load_in_4bit": False}
+    else:
+        compute = "float16" if plan.precision in (PrecisionMode.AMP_FP16, PrecisionMode.FP16) else (
+            "float32" if plan.precision is PrecisionMode.FP32 else "bfloat16")
+        body = {"quant_method": "bitsandbytes", "load_in_4bit": True, "load_in_8bit": False,
+                "bnb_4bit_quant_type": plan.quant_type.value, "bnb_4bit_use_double_quant": plan.double_quant,
+                "bnb_4bit_compute_dtype": compute, "bnb_4bit_quant_storage": "uint8"}
+    return ConfigFile("bnb_config.json", "BitsAndBytesConfig", json.dumps(body, indent=2) + "\n")
+
+
+def deepspeed_config(plan: Plan) -> ConfigFile:
+    """DeepSpeed JSON for a ZeRO strategy (``"auto"`` values are filled in by the Trainer)."""
+    return ConfigFile("ds_config.json", "DeepSpeed", json.dumps(zero3_config(plan), indent=2) + "\n")
+
+
+def accelerate_config(plan: Plan) -> ConfigFile:
+    """accelerate config YAML (accelerate 1.15.0): the launch over ``num_gpus`` GPUs of one node."""
+    mixed = {PrecisionMode.AMP_BF16: "bf16", PrecisionMode.BF16: "bf16", PrecisionMode.AMP_FP16: "fp16"}.get(plan.precision, "no")
+    body: dict[str, Any] = {"compute_environment": "LOCAL_MACHINE", "machine_rank": 0, "main_training_function": "main",
+                            "mixed_precision": mixed, "num_machines": 1, "num_processes": plan.num_gpus, "use_cpu": False}
+    lost = []
+    if plan.strategy in _FSDP:
+        body["distributed_type"] = "FSDP"
+        body["fsdp_config"] = {"fsdp_version": 2, "fsdp_reshard_after_forward": plan.strategy is Strategy.FSDP_FULL_SHARD,
+                               "fsdp_offload_params": False, "fsdp_activation_checkpointing": plan.gradient_checkpointing,
+                               "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+                               "fsdp_cpu_ram_efficient_loading": True}
+    elif plan.strategy in _ZERO:
+        body["distributed_type"] = "DEEPSPEED"
+        body["deepspeed_config"] = {"zero_stage": _ZERO[plan.strategy], "offload_optimizer_device": "none",
+                                    "offload_param_device": "none", "gradient_accumulation_steps": plan.gradient_accumulation_steps}
+    else:
+        body["distributed_type"] = "MULTI_GPU" if plan.num_gpus > 1 else "NO"
+    if plan.precision in (PrecisionMode.BF16, PrecisionMode.FP16):
+        lost.append("16-bit weights (accelerate sets the autocast dtype only; the script loads the weights)")
+    return ConfigFile("accelerate_config.yaml", "accelerate",
+                      _yaml(f"accelerate config for `accelerate launch --config_file accelerate_config.yaml` (plan {plan.name!r})",
+                            lost, body), tuple(lost))
+
+
+_AXOLOTL_ATTENTION = {Attention.FLASH_ATTENTION_2: "flash_attention", Attention.SDPA: "sdp_attention",
+                      Attention.EAGER: "eager_attention"}
+
+
+def axolotl_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
+    """axolotl YAML (axolotl 0.19.0 schema)."""
+    lost = _common_lost(plan)
+    body: dict[str, Any] = {"base_model": plan.model_repo_id}
+    if plan.model_revision:
+        body["revision_of_model"] = plan.model_revision
+    if plan.method is Method.QLORA:
+        if plan.quant_type is QuantType.INT8:
+            body.update(adapter="lora", load_in_8bit=True)
+        else:
+            body.update(adapter="qlora", load_in_4bit=True,
+                        bnb_config_kwargs={"bnb_4bit_quant_type": plan.quant_type.value,
+                                           "bnb_4bit_use_double_quant": plan.double_quant})
+    elif plan.method is Method.LORA:
+        body["adapter"] = "lora"
+    if plan.method is not Method.FULL:
+        body.update(lora_r=plan.lora_r, lora_alpha=plan.lora_alpha, lora_dropout=plan.lora_dropout)
+        if targets == ALL_LINEAR:
+            body["lora_target_linear"] = True
+        else:
+            body["lora_target_modules"] = targets
+    body.update(datasets=[{"path": "REPLACE/with-your-dataset", "type": "alpaca"}], output_dir="./outputs/out",
+                sequence_len=plan.seq_len, sample_packing=plan.packing, micro_batch_size=plan.micro_batch_size,
+                gradient_accumulation_steps=plan.gradient_accumulation_steps, num_epochs=plan.epochs,
+                optimizer=plan.optimizer.hf_name)
+    if plan.optimizer is Optimizer.SGD_MOMENTUM:
+        lost.append("SGD momentum (optim_args is not read back)")
+    # axolotl loads the model in the autocast dtype: mixed precision over fp32 weights has no spelling.
+    if plan.precision in (PrecisionMode.AMP_BF16, PrecisionMode.AMP_FP16):
+        lost.append(f"{plan.precision.value}: axolotl loads the weights in the 16-bit dtype (pure 16-bit here)")
+    body["bf16"] = plan.precision in (PrecisionMode.BF16, PrecisionMode.AMP_BF16)
+    body["fp16"] = plan.precision in (PrecisionMode.FP16, PrecisionMode.AMP_FP16)
+    body[_AXOLOTL_ATTENTION[plan.attention]] = True
+    body["gradient_checkpointing"] = plan.gradient_checkpointing
+    if plan.fused_cross_entropy:
+        body.update(plugins=["axolotl.integrations.liger.LigerPlugin"], liger_fused_linear_cross_entropy=True)
+    if _deepspeed(plan):
+        body["deepspeed"] = _deepspeed(plan)
+    elif plan.strategy in _FSDP:
+        body["fsdp_version"] = 2
+        body["fsdp_config"] = {"reshard_after_forward": plan.strategy is Strategy.FSDP_FULL_SHARD, "offload_params": False,
+                               "auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "state_dict_type": "SHARDED_STATE_DICT"}
+    return ConfigFile("axolotl.yaml", "axolotl",
+                      _yaml(f"axolotl config for `axolotl train axolotl.yaml` (plan {plan.name!r})", lost, body), tuple(lost))
+
+
+_LF_ATTENTION = {Attention.FLASH_ATTENTION_2: "fa2", Attention.SDPA: "sdpa", Attention.EAGER: "disabled"}
+
+
+def llamafactory_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
+    """LLaMA-Factory YAML (llamafactory 0.9.5)."""
+    lost = _common_lost(plan)
+    lora = plan.method is not Method.FULL
+    body: dict[str, Any] = {"model_name_or_path": plan.model_repo_id, "flash_attn": _LF_ATTENTION[plan.attention],
+                            "stage": "sft", "do_train": True, "finetuning_type": "lora" if lora else "full"}
+    if plan.model_revision:
+        lost.append(f"revision {plan.model_revision} (model_revision is not read back)")
+    if lora:
+        body.update(lora_rank=plan.lora_r, lora_alpha=plan.lora_alpha, lora_dropout=plan.lora_dropout,
+                    lora_target="all" if targets == ALL_LINEAR else ",".join(targets))
+    if plan.method is Method.QLORA:
+        body.update(quantization_bit=8 if plan.quant_type is QuantType.INT8 else 4, quantization_method="bnb")
+        if plan.quant_type is not QuantType.INT8:
+            body.update(quantization_type=plan.quant_type.value, double_quantization=plan.double_quant)
+    body.update(dataset="REPLACE_with_your_dataset", template="default", cutoff_len=plan.seq_len, packing=plan.packing,
+                output_dir="saves/out", per_device_train_batch_size=plan.micro_batch_size,
+                gradient_accumulation_steps=plan.gradient_accumulation_steps, num_train_epochs=plan.epochs,
+                optim=plan.optimizer.hf_name)
+    if plan.optimizer.hf_optim_args:
+        body["optim_args"] = plan.optimizer.hf_optim_args
+    # The compute dtype is the load dtype; a LoRA base stays 16-bit, full fine-tuning upcasts unless pure_bf16.
+    p = plan.precision
+    if lora and p in (PrecisionMode.AMP_BF16, PrecisionMode.AMP_FP16):
+        lost.append(f"{p.value}: LLaMA-Factory loads a LoRA base in the 16-bit dtype (pure 16-bit here)")
+    if not lora and p is PrecisionMode.FP16:
+        lost.append("pure fp16 full fine-tuning (LLaMA-Factory upcasts trainable weights to fp32)")
+    body["bf16"] = p in (PrecisionMode.AMP_BF16, PrecisionMode.BF16) and not (not lora and p is PrecisionMode.BF16)
+    body["fp16"] = p in (PrecisionMode.AMP_FP16, PrecisionMode.FP16)
+    if not lora and p is PrecisionMode.BF16:
+        body["pure_bf16"] = True
+    body["disable_gradient_checkpointing"] = not plan.gradient_checkpointing
+    body["enable_liger_kernel"] = plan.fused_cross_entropy
+    if _deepspeed(plan):
+        body["deepspeed"] = _deepspeed(plan)
+    elif plan.strategy in _FSDP:
+        body["fsdp"] = _FSDP[plan.strategy]
+    return ConfigFile("llamafactory.yaml", "LLaMA-Factory",
+                      _yaml(f"LLaMA-Factory config for `llamafactory-cli train llamafactory.yaml` (plan {plan.name!r})",
+                            lost, body), tuple(lost))
+
+
+def config_files(plan: Plan, config: dict[str, Any] | None = None) -> list[ConfigFile]:
+    """Every config file that describes ``plan`` (adapter and quantization files only where the method has them;
+    DeepSpeed for ZeRO strategies; accelerate for more than one GPU or a sharded strategy).
+
+    ``config`` (optional) resolves the default LoRA targets of the model, as :func:`engine.plan.plans.training_code`.
+    """
+    from engine.plan.plans import _arch_for_targets
+
+    targets = _targets(plan, _arch_for_targets(plan, config))
+    files = [sft_config(plan, targets)]
+    if plan.method is not Method.FULL:
+        files.append(adapter_config(plan, targets))
+    if plan.method is Method.QLORA:
+        files.append(bnb_config(plan))
+    if plan.strategy in _ZERO:
+        files.append(deepspeed_config(plan))
+    if plan.num_gpus > 1 or plan.strategy is not Strategy.DDP:
+        files.append(accelerate_config(plan))
+    files += [axolotl_config(plan, targets), llamafactory_config(plan, targets)]
+    return files

@@ -1,0 +1,126 @@
+"""Round trip of every exported config format: a plan -> the file -> engine.importers -> the same scenario.
+
+Each format carries what its tool can say: the adapter file the LoRA settings, the DeepSpeed file the ZeRO stage, the
+accelerate file the GPU count, TRL / axolotl / LLaMA-Factory the whole scenario. Where a format cannot say a setting
+(axolotl loads weights in the autocast dtype, so it has no "mixed bf16 over fp32 weights") the export lists it in
+``lost`` rather than writing something else, and that is asserted too.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.importers import import_configs
+from engine.plan.config_export import config_files
+from engine.plan.plans import Plan
+from engine.scenario.lora import ALL_LINEAR, default_targets
+from engine.scenario.training import Method, Scenario
+
+GPU = "NVIDIA A100 80GB"
+
+
+def plan(**kw) -> Plan:
+    return Plan(name="p", model_repo_id="meta-llama/Llama-3.2-1B", gpu=GPU, dataset_total_tokens=10**6, **kw)
+
+
+PLANS = {
+    "lora_bf16_zero3": plan(method="lora", precision="bf16", attention="flash_attention_2", optimizer="paged_adamw_8bit",
+                            strategy="zero3", num_gpus=4, gradient_checkpointing=True, fused_cross_entropy=True,
+                            lora_targets=(ALL_LINEAR,), seq_len=4096, micro_batch_size=2, gradient_accumulation_steps=8,
+                            lora_r=64, lora_alpha=128.0, lora_dropout=0.1, epochs=2.0),
+    "qlora_nf4_fsdp": plan(method="qlora", precision="bf16", optimizer="adamw_fused", strategy="fsdp_full_shard",
+                           num_gpus=8, quant_type="nf4", double_quant=True, lora_targets=("q_proj", "v_proj"), packing=False),
+    "qlora_fp4_no_double": plan(method="qlora", precision="bf16", quant_type="fp4", double_quant=False,
+                                lora_targets=("q_proj", "k_proj", "v_proj", "o_proj")),
+    "full_mixed_bf16_ddp": plan(method="full", precision="amp_bf16", attention="eager", optimizer="adamw"),
+    "full_pure_bf16_zero2": plan(method="full", precision="bf16", optimizer="lion_8bit", strategy="zero2", num_gpus=2),
+    "qlora_int8_fp16": plan(method="qlora", precision="fp16", quant_type="int8", optimizer="sgd_momentum",
+                            strategy="fsdp_shard_grad_op", num_gpus=2, lora_targets=("gate_proj", "up_proj", "down_proj")),
+    "full_fp32_adafactor": plan(method="full", precision="fp32", optimizer="adafactor", gradient_checkpointing=True),
+    "lora_mixed_fp16": plan(method="lora", precision="amp_fp16", lora_targets=("q_proj",), optimizer="adamw_8bit"),
+}
+# Plans a format cannot express, and why (asserted to appear in ConfigFile.lost).
+NOT_EXPRESSIBLE = {
+    ("axolotl.yaml", "full_mixed_bf16_ddp"): "amp_bf16", ("axolotl.yaml", "lora_mixed_fp16"): "amp_fp16",
+    ("axolotl.yaml", "qlora_int8_fp16"): "SGD momentum", ("llamafactory.yaml", "lora_mixed_fp16"): "amp_fp16",
+}
+
+
+def effective(s: Scenario) -> dict:
+    """The scenario fields that matter for its method (LoRA settings do nothing in full fine-tuning)."""
+    d = s.model_dump()
+    if s.method is Method.FULL:
+        for k in ("lora_r", "lora_alpha", "lora_dropout", "lora_targets"):
+            d.pop(k)
+    if s.method is not Method.QLORA:
+        for k in ("quant_type", "double_quant", "prepare_kbit_training"):
+            d.pop(k)
+    return d
+
+
+def files(p: Plan) -> dict:
+    return {f.name: f for f in config_files(p)}
+
+
+def back(*texts: tuple[str, str]):
+    return import_configs([(n, t.encode()) for n, t in texts])
+
+
+@pytest.mark.parametrize("name", PLANS)
+@pytest.mark.parametrize("fmt", ["sft_config.yaml", "axolotl.yaml", "llamafactory.yaml"])
+def test_full_formats_round_trip(fmt, name):
+    p = PLANS[name]
+    f = files(p)[fmt]
+    lost = [x for x in f.lost if "GPUs" not in x]
+    if (fmt, name) in NOT_EXPRESSIBLE:
+        assert any(NOT_EXPRESSIBLE[(fmt, name)] in x for x in lost), f.lost
+        return
+    assert lost == [], lost
+    r = back((fmt, f.text))
+    assert r.model == p.model_repo_id
+    assert effective(r.scenario()) == effective(p.scenario())
+    assert r.parallel.get("strategy", p.strategy) is p.strategy
+    assert r.dataset["epochs"] == p.epochs and r.dataset["packing"] == p.packing
+
+
+@pytest.mark.parametrize("name", PLANS)
+def test_partial_formats_round_trip(name):
+    p, fs = PLANS[name], files(PLANS[name])
+    if p.method is not Method.FULL:
+        r = back(("adapter_config.json", fs["adapter_config.json"].text))
+        assert (r.fields["method"], r.fields["lora_r"], r.fields["lora_alpha"], r.fields["lora_dropout"],
+                r.fields["lora_targets"]) == (Method.LORA, p.lora_r, p.lora_alpha, p.lora_dropout, p.lora_targets)
+    if p.method is Method.QLORA:
+        r = back(("bnb_config.json", fs["bnb_config.json"].text))
+        assert r.fields["method"] is Method.QLORA and r.fields["quant_type"] is p.quant_type
+        if p.quant_type.value != "int8":
+            assert r.fields["double_quant"] is p.double_quant
+    if "ds_config.json" in fs:
+        assert back(("ds_config.json", fs["ds_config.json"].text)).parallel["strategy"] is p.strategy
+    if "accelerate_config.yaml" in fs:
+        r = back(("accelerate_config.yaml", fs["accelerate_config.yaml"].text))
+        assert r.parallel["strategy"] is p.strategy and r.parallel["num_gpus"] == p.num_gpus
+
+
+@pytest.mark.parametrize("name", [n for n in PLANS if not any(k[1] == n for k in NOT_EXPRESSIBLE)])
+def test_all_files_of_a_plan_import_together_to_the_plan(name):
+    p = PLANS[name]
+    r = back(*((f.name, f.text) for f in config_files(p)))
+    assert effective(r.scenario()) == effective(p.scenario())
+    assert r.parallel.get("strategy") is p.strategy or (p.strategy.value == "ddp" and "strategy" not in r.parallel)
+    assert r.parallel.get("num_gpus", 1) == p.num_gpus
+
+
+def test_default_targets_are_written_out():
+    from engine.model.build import architecture_from_config
+    from engine.model.sources import config_from_catalog
+
+    p = plan(method="lora")  # lora_targets None: the model's attention projections
+    r = back(("sft_config.yaml", files(p)["sft_config.yaml"].text))
+    arch = architecture_from_config(config_from_catalog(p.model_repo_id)[0])
+    assert r.fields["lora_targets"] == default_targets(arch) == ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+def test_non_hf_framework_is_said_lost():
+    f = files(plan(method="lora", framework="torchtune", lora_targets=("q_proj",)))["axolotl.yaml"]
+    assert any("framework torchtune" in x for x in f.lost) and "Not expressible" in f.text
