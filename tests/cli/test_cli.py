@@ -183,7 +183,7 @@ def bad_files(tmp_path):
         ("flash_in_fp32", ["estimate", "--config", "{llama}", "--attention", "flash_attention_2",
                            "--precision", "fp32"], "flash_attention_2"),
         ("unknown_method", ["estimate", "--config", "{llama}", "--method", "bogus"], "--method"),
-        ("unknown_precision", ["estimate", "--config", "{llama}", "--precision", "fp8"], "--precision"),
+        ("unknown_precision", ["estimate", "--config", "{llama}", "--precision", "fp64"], "--precision"),
         ("no_subcommand", [], "command"),
     ],
 )
