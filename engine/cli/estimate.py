@@ -244,7 +244,7 @@ def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Dataset, ar
             "matmul_flops": tp.rates.matmul_flops,
             "matmul_source": tp.rates.matmul_source,
             "hbm_bytes_per_s": tp.rates.hbm_bytes_per_s,
-            "flops_per_token": tp.flops.total,
+            "flops_per_token": tp.executed_flops_per_token,
             "per_gpu_tokens_per_second": tp.per_gpu_tokens_per_second,
             "price_source": price.source,
             "on_demand_usd_per_gpu_hour": price.on_demand_usd_per_hour,

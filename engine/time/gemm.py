@@ -14,10 +14,11 @@ LoRA's rank-r GEMMs are skinny (``n`` or ``k`` = r) and come out bandwidth-bound
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Iterator, NamedTuple
 
-from engine.model.architecture import Architecture
+from engine.model.architecture import Architecture, LinearLayer
 from engine.scenario.lora import resolve_targets
 from engine.scenario.training import Method, Scenario
 
@@ -59,7 +60,36 @@ def gemm_seconds(g: Gemm, rate_flops: float, bandwidth_bytes_per_s: float) -> fl
     return max(compute, traffic)
 
 
-def step_gemms(arch: Architecture, sc: Scenario, elem_bytes: int) -> Iterator[Gemm]:
+def gemm_work(g: Gemm) -> tuple[float, float]:
+    """(FLOPs / tile efficiency, bytes) of ``g``: the two numbers :func:`gemm_seconds` divides by a GPU's rates."""
+    m, n, k = g.m, g.n, g.k
+    padded = (-(-m // TILE_MN) * TILE_MN) * (-(-n // TILE_MN) * TILE_MN) * (-(-k // TILE_K) * TILE_K)  # tiles computed
+    return 2.0 * padded * g.copies, (m * k + k * n + m * n) * g.elem_bytes * g.copies
+
+
+class Roofline:
+    """Sum of roofline times of many GEMMs for any (rate, bandwidth) in O(log n): GEMMs sorted by arithmetic
+    intensity; those above the GPU's ridge point (rate / bandwidth) are compute-bound, the rest bandwidth-bound."""
+
+    def __init__(self, works: list[tuple[float, float]]) -> None:
+        items = sorted(works, key=lambda w: w[0] / w[1] if w[1] else math.inf)
+        self._intensity = [f / b if b else math.inf for f, b in items]
+        self._bytes_below = [0.0]
+        for _, b in items:
+            self._bytes_below.append(self._bytes_below[-1] + b)
+        self._flops_above = [0.0]
+        for f, _ in reversed(items):
+            self._flops_above.append(self._flops_above[-1] + f)
+        self._n = len(items)
+
+    def seconds(self, rate_flops: float, bandwidth_bytes_per_s: float) -> float:
+        """Sum over the GEMMs of max(padded FLOPs / rate, bytes / bandwidth)."""
+        i = bisect.bisect_left(self._intensity, rate_flops / bandwidth_bytes_per_s)
+        return self._bytes_below[i] / bandwidth_bytes_per_s + self._flops_above[self._n - i] / rate_flops
+
+
+def step_gemms(arch: Architecture, sc: Scenario, elem_bytes: int,
+               targets: list[LinearLayer] | None = None) -> Iterator[Gemm]:
     """Every GEMM of one micro batch (forward and backward, without recompute), from ``arch.layer_linears``.
 
     Routed experts: each of the E copies sees ``tokens x top-k / E`` tokens (balanced routing). Frozen weights
@@ -85,7 +115,7 @@ def step_gemms(arch: Architecture, sc: Scenario, elem_bytes: int) -> Iterator[Ge
             yield Gemm("lm_head", "backward", h, v, t, 1.0, elem_bytes)
     if not train_base:
         r = sc.lora_r
-        for lin in resolve_targets(arch, sc.lora_targets):
+        for lin in (targets if targets is not None else resolve_targets(arch, sc.lora_targets)):
             routed = lin.count > 1 and arch.num_experts > 0
             m = t * arch.experts_per_token / arch.num_experts if routed else t
             copies = float(lin.count * lin.blocks(arch.num_layers))

@@ -36,13 +36,14 @@ PYTHON_SECONDS_PER_TENSOR = 20e-6
 optimizers, Adafactor): one kernel launch and its argument checks per tensor."""
 
 
-def layer_kernels(arch: Architecture, sc: Scenario, kernel: str, fused: bool) -> float:
+def layer_kernels(arch: Architecture, sc: Scenario, kernel: str, fused: bool, lora_modules: int | None = None) -> float:
     """Kernels one block's forward launches (its backward launches about twice as many).
 
     Eager, per the ops of transformers' Llama-style block: RMSNorm 6 each (LayerNorm 1), 2 residual adds, one GEMM
     per linear (per expert), RoPE ~10, attention 1 (flash/memory-efficient) or ~6 (eager/math: matmul, mask,
     softmax, cast, dropout, matmul), the MLP activation 1-2, ~3 reshapes; a LoRA adapter adds 5 (dropout, A, B,
     scale, add), a 4-bit base weight 1 (dequantize). Fused kernels: norms, RoPE and activation one each, LoRA 3.
+    ``lora_modules``: adapted modules per block, when the caller has resolved the targets.
     """
     gemms = sum(lin.count for lin in arch.layer_linears)
     norm = 1 if fused or arch.norm == "layernorm" else 6
@@ -51,7 +52,7 @@ def layer_kernels(arch: Architecture, sc: Scenario, kernel: str, fused: bool) ->
     n += 1 if kernel in ("flash", "memory_efficient") else 6
     n += 1 if fused else (2 if arch.mlp == "gated" else 1)
     if sc.method is not Method.FULL:
-        targets = _targets(arch, sc)
+        targets = _targets(arch, sc) if lora_modules is None else lora_modules
         n += targets * (3 if fused else 5)
         if sc.method is Method.QLORA:
             n += gemms

@@ -13,6 +13,8 @@ Every rate the step-time model divides by comes from here, with its source:
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from pydantic import BaseModel, ConfigDict
 
 from engine.hardware.gpus import Gpu
@@ -102,6 +104,7 @@ class GpuRates(BaseModel):
     sm_count: int
 
 
+@lru_cache(maxsize=512)
 def gpu_rates(gpu: Gpu, precision: PrecisionMode) -> GpuRates:
     """:class:`GpuRates` of ``gpu`` for ``precision`` (see the module docstring for every figure's source).
 

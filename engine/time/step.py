@@ -17,6 +17,8 @@ step and gradient clipping run once per optimizer step (1/N of it per GPU under 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from pydantic import BaseModel, ConfigDict
 
 from engine.hardware.gpus import Gpu
@@ -27,8 +29,8 @@ from engine.scenario.lora import resolve_targets
 from engine.scenario.precision import precision_spec
 from engine.scenario.training import Framework, Method, Scenario
 from engine.time import collectives as cc
-from engine.time.attention import attention_seconds
-from engine.time.gemm import gemm_seconds, step_gemms
+from engine.time.attention import attention_seconds, attention_work
+from engine.time.gemm import Roofline, gemm_work, step_gemms
 from engine.time.memory_bound import (
     BACKWARD_FACTOR, cast_bytes_per_use, dequant_bytes_per_use, layer_forward_bytes, loss_bytes, optimizer_bytes,
 )
@@ -69,6 +71,79 @@ class StepTime(BaseModel):
         return self.tokens / self.total_s
 
 
+class _Work(NamedTuple):
+    """What one micro batch and optimizer step do, independent of the GPU (cached per architecture and scenario)."""
+
+    gemms: dict[str, Roofline]  # phase -> its GEMMs' roofline
+    model_flops: float
+    executed_flops: float
+    attention_full: float
+    elem_fwd_bytes: float
+    casts_fwd_bytes: float
+    casts_bwd_bytes: float
+    head_bytes: float
+    embed_grad_bytes: float
+    dequant_bytes: float
+    kernels_fwd: float
+    kernels_bwd: float
+    tensors: int
+
+
+_WORK: dict[tuple[int, Scenario, bool, str], tuple[Architecture, _Work]] = {}
+_WORK_SIZE = 512
+"""Cached works (a page rerun, the plan search over every GPU and the shape sweep reuse them); keyed by the
+architecture's identity, checked against the cached object itself."""
+
+
+def _work(arch: Architecture, sc: Scenario, kernel: str, fused: bool) -> _Work:
+    """The GPU-independent work of ``sc`` on ``arch``: GEMM shapes, bytes, kernel counts (see the module docstring)."""
+    key = (id(arch), sc, fused, kernel)
+    hit = _WORK.get(key)
+    if hit is not None and hit[0] is arch:
+        return hit[1]
+    spec = precision_spec(sc.precision)
+    c = spec.compute_bytes
+    t = float(sc.tokens_per_micro_batch)
+    layers = arch.num_layers
+    resid = 4 if (spec.weight_bytes == 4 or (sc.method is Method.QLORA and sc.prepare_kbit_training)) else spec.weight_bytes
+    targets = resolve_targets(arch, sc.lora_targets) if sc.method is not Method.FULL else []
+    works: dict[str, list[tuple[float, float]]] = {"forward": [], "backward": [], "recompute": []}
+    gemm_flops = recompute_flops = 0.0
+    for gm in step_gemms(arch, sc, c, targets):
+        w = gemm_work(gm)
+        works[gm.phase].append(w)
+        gemm_flops += gm.flops
+        if sc.gradient_checkpointing and gm.phase == "forward" and gm.part != "lm_head":
+            works["recompute"].append(w)
+            recompute_flops += gm.flops
+    full = attention_work(arch, t, sc.seq_len)
+    # PaLM (Chowdhery et al. 2022, appendix B): model FLOPs count attention's full square three times (forward, two
+    # backward matmuls); hardware FLOPs add the recompute.
+    model_flops = gemm_flops + 3.0 * full
+    executed = model_flops + recompute_flops + (full if sc.gradient_checkpointing else 0.0)
+    linear_params = sum(gr.parameters for gr in arch.tensors if gr.linear)
+    cast_f, cast_b = cast_bytes_per_use(spec.autocast and spec.weight_bytes == 4)
+    k_layer = layer_kernels(arch, sc, kernel, fused, sum(lin.count for lin in targets))
+    k_fwd = layers * k_layer + HEAD_KERNELS
+    w = _Work(
+        gemms={phase: Roofline(items) for phase, items in works.items()}, model_flops=model_flops, executed_flops=executed, attention_full=full,
+        elem_fwd_bytes=layers * layer_forward_bytes(arch, c, resid, fused) * t,
+        casts_fwd_bytes=cast_f * linear_params,
+        casts_bwd_bytes=(cast_b if sc.method is Method.FULL else 0.0) * linear_params,
+        head_bytes=loss_bytes(arch, sc, c) * t + 2 * resid * arch.hidden_size * t,
+        embed_grad_bytes=(2 * arch.vocab_size * arch.hidden_size * (4 if spec.weight_bytes == 4 else c)
+                          if sc.method is Method.FULL else 0.0),
+        dequant_bytes=dequant_bytes_per_use(sc, c) * linear_params,
+        kernels_fwd=k_fwd,
+        kernels_bwd=BACKWARD_HOST_FACTOR * k_fwd + (layers * k_layer if sc.gradient_checkpointing else 0.0),
+        tensors=_trainable_tensors(arch, sc, targets),
+    )
+    if len(_WORK) >= _WORK_SIZE:
+        _WORK.clear()
+    _WORK[key] = (arch, w)
+    return w
+
+
 def step_time(
     arch: Architecture, sc: Scenario, est: MemoryEstimate, gpu: Gpu, rates: GpuRates, *,
     num_gpus: int = 1, strategy: Strategy = Strategy.DDP, fused_kernels: bool = False,
@@ -79,54 +154,26 @@ def step_time(
     :func:`engine.time.rates.gpu_rates`; ``fused_kernels``: torch.compile, Unsloth or Liger fuse the elementwise
     chains (fewer bytes and kernels, :mod:`engine.time.memory_bound`, :mod:`engine.time.overhead`).
     """
-    spec = precision_spec(sc.precision)
-    c = spec.compute_bytes
-    bw, mm = rates.hbm_bytes_per_s, rates.matmul_flops
     kernel = est.attention_kernel
-    t = float(sc.tokens_per_micro_batch)
-    layers = arch.num_layers
-    resid = 4 if (spec.weight_bytes == 4 or (sc.method is Method.QLORA and sc.prepare_kbit_training)) else spec.weight_bytes
-
-    # Matmuls, by phase; the blocks' forward again under checkpointing.
-    g = {"forward": 0.0, "backward": 0.0, "recompute": 0.0}
-    gemm_flops = recompute_flops = 0.0
-    for gm in step_gemms(arch, sc, c):
-        s = gemm_seconds(gm, mm, bw)
-        g[gm.phase] += s
-        gemm_flops += gm.flops
-        if sc.gradient_checkpointing and gm.phase == "forward" and gm.part != "lm_head":
-            g["recompute"] += s
-            recompute_flops += gm.flops
-    a_fwd, a_bwd, a_full = attention_seconds(arch, kernel, t, sc.seq_len, c, rates)
-    a_rec = a_fwd if sc.gradient_checkpointing else 0.0
-    # PaLM (Chowdhery et al. 2022, appendix B): model FLOPs count attention's full square three times (forward,
-    # two backward matmuls each); hardware FLOPs add the recompute.
-    model_flops = gemm_flops + 3.0 * a_full
-    flops = model_flops + recompute_flops + (a_full if sc.gradient_checkpointing else 0.0)
-
-    # Memory-bound ops.
-    fused = fused_kernels
-    elem_fwd = layers * layer_forward_bytes(arch, c, resid, fused) * t / bw
-    linear_params = sum(gr.parameters for gr in arch.tensors if gr.linear)
-    cast_f, cast_b = cast_bytes_per_use(spec.autocast and spec.weight_bytes == 4)
-    casts_fwd = cast_f * linear_params / bw
-    casts_bwd = (cast_b if sc.method is Method.FULL else 0.0) * linear_params / bw
-    head = (loss_bytes(arch, sc, c) * t + 2 * resid * arch.hidden_size * t) / bw
-    embed_grad = 2 * arch.vocab_size * arch.hidden_size * (4 if spec.weight_bytes == 4 else c) / bw \
-        if sc.method is Method.FULL else 0.0
-    mb_fwd = elem_fwd + casts_fwd
-    mb_bwd = BACKWARD_FACTOR * elem_fwd + casts_bwd + head + embed_grad
-    mb_rec = mb_fwd if sc.gradient_checkpointing else 0.0
-    dq = dequant_bytes_per_use(sc, c) * linear_params / bw
-    dq_fwd, dq_bwd, dq_rec = dq, dq, (dq if sc.gradient_checkpointing else 0.0)
+    w = _work(arch, sc, kernel, fused_kernels)
+    bw, mm = rates.hbm_bytes_per_s, rates.matmul_flops
+    g = {phase: roof.seconds(mm, bw) for phase, roof in w.gemms.items()}
+    c = precision_spec(sc.precision).compute_bytes
+    a_fwd, a_bwd, _ = attention_seconds(arch, kernel, float(sc.tokens_per_micro_batch), sc.seq_len, c, rates)
+    ckpt = sc.gradient_checkpointing
+    a_rec = a_fwd if ckpt else 0.0
+    elem_fwd = w.elem_fwd_bytes / bw
+    mb_fwd = elem_fwd + w.casts_fwd_bytes / bw
+    mb_bwd = BACKWARD_FACTOR * elem_fwd + (w.casts_bwd_bytes + w.head_bytes + w.embed_grad_bytes) / bw
+    mb_rec = mb_fwd if ckpt else 0.0
+    dq = w.dequant_bytes / bw
+    dq_rec = dq if ckpt else 0.0
 
     # Each pass: GPU time or the host's kernel launches, whichever is longer.
-    k_layer = layer_kernels(arch, sc, kernel, fused)
-    k_fwd = layers * k_layer + HEAD_KERNELS
-    k_bwd = BACKWARD_HOST_FACTOR * k_fwd + (layers * k_layer if sc.gradient_checkpointing else 0.0)
-    gpu_fwd = g["forward"] + a_fwd + mb_fwd + dq_fwd
-    gpu_bwd = g["backward"] + g["recompute"] + a_bwd + a_rec + mb_bwd + mb_rec + dq_bwd + dq_rec
-    host = max(0.0, k_fwd * SECONDS_PER_KERNEL - gpu_fwd) + max(0.0, k_bwd * SECONDS_PER_KERNEL - gpu_bwd)
+    gpu_fwd = g["forward"] + a_fwd + mb_fwd + dq
+    gpu_bwd = g["backward"] + g["recompute"] + a_bwd + a_rec + mb_bwd + mb_rec + dq + dq_rec
+    host = (max(0.0, w.kernels_fwd * SECONDS_PER_KERNEL - gpu_fwd)
+            + max(0.0, w.kernels_bwd * SECONDS_PER_KERNEL - gpu_bwd))
     gas = sc.gradient_accumulation_steps
 
     # The optimizer step, sharded over the GPUs by every ZeRO stage and FSDP.
@@ -135,33 +182,32 @@ def step_time(
     states = sum(p.bytes for p in est.parts if p.key == "optimizer_states")
     grads = parts["gradients"].bytes if "gradients" in parts else 0.0
     trainable_w = parts["weights"].bytes if sc.method is Method.FULL else \
-        est.trainable_parameters * (4 if sc.framework is Framework.HF else spec.weight_bytes)
+        est.trainable_parameters * (4 if sc.framework is Framework.HF else precision_spec(sc.precision).weight_bytes)
     opt_bytes = optimizer_bytes(trainable_w, states, grads, sc.optimizer, clip=sc.framework is Framework.HF)
-    tensors = _trainable_tensors(arch, sc)
     opt_gpu = opt_bytes / shards / bw
-    opt = max(opt_gpu, optimizer_host_seconds(sc.optimizer, -(-tensors // shards)))
+    opt = max(opt_gpu, optimizer_host_seconds(sc.optimizer, -(-w.tensors // shards)))
 
     comm, link = _communication(arch, sc, est, gpu, num_gpus, strategy, gpu_fwd, gpu_bwd)
     breakdown = {
         "matmul": gas * (g["forward"] + g["backward"] + g["recompute"]),
         "attention": gas * (a_fwd + a_bwd + a_rec),
         "memory_bound": gas * (mb_fwd + mb_bwd + mb_rec),
-        "dequantization": gas * (dq_fwd + dq_bwd + dq_rec),
+        "dequantization": gas * (2 * dq + dq_rec),
         "optimizer": opt_gpu,
         "communication": comm,
         "overhead": gas * host + STEP_SECONDS + (opt - opt_gpu),
     }
-    return StepTime(
-        tokens=int(t) * gas, breakdown_s=breakdown, executed_flops=flops * gas, model_flops=model_flops * gas,
-        attention_kernel=kernel, link=link,
+    return StepTime.model_construct(
+        tokens=sc.tokens_per_micro_batch * gas, breakdown_s=breakdown, executed_flops=w.executed_flops * gas,
+        model_flops=w.model_flops * gas, attention_kernel=kernel, link=link,
     )
 
 
-def _trainable_tensors(arch: Architecture, sc: Scenario) -> int:
+def _trainable_tensors(arch: Architecture, sc: Scenario, targets: list) -> int:
     """Trainable parameter tensors (the optimizer's per-tensor work)."""
     if sc.method is Method.FULL:
         return sum(gr.count for gr in arch.tensors)
-    return 2 * sum(lin.count * lin.blocks(arch.num_layers) for lin in resolve_targets(arch, sc.lora_targets))
+    return 2 * sum(lin.count * lin.blocks(arch.num_layers) for lin in targets)
 
 
 def _communication(arch: Architecture, sc: Scenario, est: MemoryEstimate, gpu: Gpu, n: int, strategy: Strategy,

@@ -86,7 +86,6 @@ class Throughput(BaseModel):
     calibration: float
     peak: PeakFlops
     rates: GpuRates
-    flops: FlopsPerToken
     step: StepTime
     raw_tokens_per_second: float
     per_gpu_tokens_per_second: float
@@ -96,6 +95,11 @@ class Throughput(BaseModel):
     mfu: float
     hfu: float
     fused_kernels: bool = False
+
+    @property
+    def executed_flops_per_token(self) -> float:
+        """FLOPs the GPUs execute per token (recompute included), GEMM by GEMM."""
+        return self.step.executed_flops / self.step.tokens
 
     @property
     def attention_kernel(self) -> str:
@@ -136,9 +140,9 @@ def estimate_throughput(
     step = step_time(arch, sc, est, gpu, rates, num_gpus=num_gpus, strategy=strategy, fused_kernels=fused_kernels)
     raw = step.tokens_per_second * num_gpus
     total = step.total_s
-    return Throughput(
+    return Throughput.model_construct(  # every field computed here: no validation needed on this hot path
         gpu=gpu.name, num_gpus=num_gpus, strategy=strategy, calibration=calibration, peak=peak, rates=rates,
-        flops=flops_per_token(arch, sc), step=step, raw_tokens_per_second=raw,
+        step=step, raw_tokens_per_second=raw,
         per_gpu_tokens_per_second=step.tokens_per_second * calibration, tokens_per_second=raw * calibration,
         step_time_s=total / calibration, breakdown_s={k: v / calibration for k, v in step.breakdown_s.items()},
         mfu=step.model_flops / (total / calibration) / peak.flops,
