@@ -3,7 +3,10 @@
 Targets, so the app stays interactive when every widget change recomputes:
 - architecture_from_config + estimate_memory for any bundled model: < 5 ms median;
 - the 9-bar technique x precision sweep of the Memory page: < 50 ms median;
-- a 671B-scale MoE config (256 experts, 61 layers): < 50 ms for the sweep.
+- a 671B-scale MoE config (256 experts, 61 layers): < 50 ms for the sweep;
+- the step-time model on top of a memory estimate (estimate_throughput with the estimate given), for any bundled model
+  with LoRA and full fine-tuning: < 50 us median once the scenario's work is cached (every plan of the plan search,
+  every rerun that keeps the scenario); the first call for a new scenario (work not cached) is reported.
 Exits non-zero when a target is missed.
 """
 
@@ -22,6 +25,28 @@ from engine.model.catalog import load_models  # noqa: E402
 from engine.memory.estimate import estimate_memory  # noqa: E402
 from engine.scenario.training import Scenario  # noqa: E402
 from engine.memory.sweep import sweep_techniques  # noqa: E402
+from engine.hardware.gpus import find_gpu  # noqa: E402
+from engine.time import step as time_step  # noqa: E402
+from engine.time.throughput import estimate_throughput  # noqa: E402
+
+
+def time_model_us() -> tuple[float, float]:
+    """Worst median (warm, cold) microseconds of estimate_throughput over the bundled models, LoRA and full."""
+    gpu = find_gpu("A100 80GB")
+    warm = cold = 0.0
+    for model in load_models():
+        arch = architecture_from_config(model.config)
+        for sc in (Scenario.build(method="lora"), Scenario.build(method="full")):
+            est = estimate_memory(arch, sc, gpu)
+
+            def first() -> None:
+                time_step._WORK.clear()
+                estimate_throughput(arch, sc, gpu, estimate=est)
+
+            estimate_throughput(arch, sc, gpu, estimate=est)
+            warm = max(warm, median_ms(lambda: estimate_throughput(arch, sc, gpu, estimate=est), repeat=200) * 1e3)
+            cold = max(cold, median_ms(first, repeat=50) * 1e3)
+    return warm, cold
 
 
 def main() -> int:
@@ -40,7 +65,10 @@ def main() -> int:
     big_arch = architecture_from_config(big)
     big_sweep = median_ms(lambda: sweep_techniques(big_arch, scenario), repeat=10)
     print(f"671B-scale MoE ({big_arch.total_parameters / 1e9:.0f}B params) sweep {big_sweep:.2f} ms")
-    for name, value, target in (("single", worst_single, 5), ("sweep", worst_sweep, 50), ("moe sweep", big_sweep, 50)):
+    warm, cold = time_model_us()
+    print(f"step-time model on an estimate: {warm:.1f} us (work cached), {cold:.1f} us (new scenario), worst model")
+    for name, value, target in (("single", worst_single, 5), ("sweep", worst_sweep, 50), ("moe sweep", big_sweep, 50),
+                                ("time model (ms)", warm / 1e3, 0.05)):
         if value > target:
             failures.append(f"{name}: {value:.2f} ms > {target} ms")
     print("OK" if not failures else "MISSED: " + "; ".join(failures))

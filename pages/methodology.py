@@ -3,13 +3,18 @@
 import pandas as pd
 import streamlit as st
 
-from engine.validation.throughput import ASSUMPTIONS, compare_measurements, default_mfu_from_measurements
+from engine.validation.throughput import ASSUMPTIONS, compare_measurements, error_summary, not_expressible
 from engine.memory.device import ALLOCATOR_RESERVE_FRACTION, CUDA_CONTEXT_BYTES
 from engine.memory.estimate import NOT_MODELLED
 from engine.memory.weights import quantized_bytes_per_param
 from engine.scenario.precision import DTYPE_BYTES
 from engine.memory.seed_rules import seed_quick_rule
-from engine.time.throughput import DEFAULT_MFU, DEFAULT_SCALING_EFFICIENCY, SEED_THROUGHPUT
+from engine.time.attention import score_bytes
+from engine.time.collectives import CALL_LATENCY_S, NVLINK_BUS_EFFICIENCY, OVERLAP, PCIE_BUS_EFFICIENCY
+from engine.time.memory_bound import BACKWARD_FACTOR, MULTI_PASS_OPTIMIZER_PASSES
+from engine.time.overhead import BACKWARD_HOST_FACTOR, SECONDS_PER_KERNEL, STEP_SECONDS
+from engine.time.rates import FLASH_FRACTION, HBM_FRACTION, MATMUL_FRACTION_OF_PEAK, TRAINING_GEMM_EFFICIENCY
+from engine.time.seed import SEED_THROUGHPUT
 from engine.errors import EngineError
 from engine.validation.memory import TARGET_MAX_ERROR_PCT, TRACE_TARGET_MAX_ERROR_PCT, validate_all, validate_traced
 from ui.layout import page_setup
@@ -137,43 +142,53 @@ dtype, the architecture's activations and vocabulary, and the fact that the peak
 )
 
 st.subheader("Training time and cost (Time & cost page)")
-_cmp = compare_measurements(DEFAULT_MFU)
-_hf = [c for c in _cmp if c.stack == "hf"]
-_other = [c for c in _cmp if c.stack != "hf"]
+_cmp = compare_measurements()
+_fit, _hold, _all = error_summary("fit"), error_summary("holdout"), error_summary()
 st.markdown(
     f"""
-**FLOPs per token** (Kaplan et al. 2020 sec. 2.1; PaLM, Chowdhery et al. 2022, appendix B). A weight matrix with N
-entries costs 2N FLOPs per token forward, 2N for the input gradient and 2N for the weight gradient. N counts the
-weights that multiply each token: the block linears (for MoE only the routed top-k experts: active parameters) and
-the LM head; the embedding lookup is not a matmul.
+**Step time from the step's own work** (`engine/time/`). One optimizer step is added up from the same architecture walk
+the memory estimate uses, every term with a shape and a source:
 
-- full fine-tuning: **6N**; LoRA/QLoRA: **4N** (frozen weights get no weight gradient) + 6 x adapter parameters;
-- attention scores and values: **12 x layers x (heads x head_dim) x sequence** (forward 4, backward 8);
-- gradient checkpointing re-runs the forward: **+2N + 4 x layers x q x sequence**.
+- **Matmuls** (`gemm.py`): every linear of every block (`layer_linears`; routed experts at tokens x top-k / experts),
+  the LM head and the LoRA A/B adapters, forward, input gradient and weight gradient (none for frozen weights), the
+  blocks' forward again under checkpointing. Each GEMM takes max(FLOPs / (matmul rate x tile efficiency), bytes / HBM
+  bandwidth). The matmul rate is {TRAINING_GEMM_EFFICIENCY:g} x the GPU's achievable rate: Stas Bekman's measured
+  maximum achievable matmul FLOPS (MAMF) for A100, H100, H200, GH200, B200, MI250X, MI300X, MI325X, otherwise
+  {MATMUL_FRACTION_OF_PEAK["NVIDIA"]:g} (NVIDIA) / {MATMUL_FRACTION_OF_PEAK["AMD"]:g} (AMD) x the dense datasheet peak
+  (the MAMF table's range). fp32 runs without TF32 (PyTorch's default).
+- **Attention** (`attention.py`) by kernel, chosen as PyTorch's SDPA dispatcher does from the GPU's compute capability
+  and dtype (flash needs sm80+ and fp16/bf16; memory-efficient otherwise, math for grouped-query attention; FlashAttention-2
+  before Ampere is an error): flash skips the causal half and runs at {FLASH_FRACTION[8]:g} (Ampere/Ada) or
+  {FLASH_FRACTION[9]:g} (Hopper+) of the dense peak (FA2 and FA3 papers), backward 2.5x forward; memory-efficient at half
+  of flash; eager and math compute the full square and write and read the s x s scores ({score_bytes(2, False)[0]:g} B
+  forward, {score_bytes(2, False)[1]:g} B backward per score in bf16).
+- **Memory-bound work** (`memory_bound.py`): norms, residual adds, RoPE, activations, dropout, autocast's weight casts,
+  the loss over the vocabulary (fp32 upcast), the embedding gradient; bytes per op as transformers' eager code moves
+  them, fewer with fused kernels (torch.compile, Unsloth, Liger); backward {BACKWARD_FACTOR:g}x forward. Time =
+  bytes / ({HBM_FRACTION:g} x datasheet HBM bandwidth).
+- **Dequantization**: bitsandbytes dequantizes each 4-bit weight to 16 bits on every forward and backward use (and the
+  recompute): 0.5 B read + 2 B written per weight per use.
+- **Optimizer**: reads weights, gradients and states and writes weights and states once per step, {MULTI_PASS_OPTIMIZER_PASSES:g}
+  passes for torch's foreach AdamW (measured on a B200), one for fused and bitsandbytes kernels; 1/N of it per GPU
+  under ZeRO/FSDP; gradient clipping reads the gradients again.
+- **Overhead** (`overhead.py`): each pass takes max(GPU time, kernels x {SECONDS_PER_KERNEL * 1e6:g} us), backward's host
+  time {BACKWARD_HOST_FACTOR:g}x forward's (both from HF Llama-3.2-1B eager on a B200), plus {STEP_SECONDS * 1e3:g} ms per step.
+- **Communication** (`collectives.py`): ring all-reduce 2(n-1)/n x bytes, reduce-scatter and all-gather (n-1)/n x bytes,
+  at {NVLINK_BUS_EFFICIENCY:g} x unidirectional NVLink, {PCIE_BUS_EFFICIENCY:g} x PCIe (halved without peer-to-peer, 10
+  GB/s across sockets), one 200 Gb/s NIC per GPU between nodes, {CALL_LATENCY_S * 1e6:g} us per call; DDP all-reduces
+  once per step, ZeRO-2 reduce-scatters every micro batch, ZeRO-3/FSDP all-gathers the weights in forward and
+  backward; {OVERLAP:.0%} of it hides under compute when compute is long enough.
 
-**Step time on one GPU** = tokens x FLOPs per token / (dense peak x MFU) + the bandwidth-bound parts FLOPs miss:
-the optimizer step reads and writes every trainable weight and optimizer state and reads the gradients once per step
-(with ZeRO-3 each GPU updates its 1/N shard), and QLoRA reads every 4-bit weight and writes and reads its 16-bit copy
-on each forward and backward use. The peak is the catalog's dense tensor figure for the compute dtype: bf16 for bf16
-and mixed bf16, fp16 for fp16 modes, fp32 (no TF32, PyTorch's default) for fp32; a GPU without bf16 (T4, V100) gets its
-fp16 peak, flagged.
+**MFU and HFU are results** (PaLM, appendix B): model FLOPs (6N, 4N for frozen weights, + attention's full square, no
+recompute) or executed FLOPs (recompute included) per second over the dense peak. **Calibrate to my run**: a measured
+tokens/s of one configuration gives one factor (measured / predicted), applied to every plan on the Time & cost page.
 
-**MFU here** is the fraction of the peak achieved on the FLOPs the GPU executes, recompute included (what PaLM calls
-HFU when checkpointing is on), so switching checkpointing on costs time at the same MFU. **Default {DEFAULT_MFU}**: the
-median, over the {len(_hf)} Hugging Face-stack rows of `data/throughput_measurements.csv` (LlamaFactory, which runs
-transformers + PEFT + bitsandbytes), of the MFU that makes this step model reproduce the measured tokens/s
-({default_mfu_from_measurements("hf"):.3f}, rounded). Not all {len(_cmp)} rows: the app models the Hugging Face stack,
-while the torchtune rows (torch.compile, packing, chunked cross-entropy) form a faster group of their own (median
-{default_mfu_from_measurements("torchtune"):.2f}); the median of all rows ({default_mfu_from_measurements(None):.2f}) lies
-between the two groups and describes neither. The LlamaFactory runs are short (512 tokens, micro batch 1), which
-lowers utilisation, so for longer sequences and batches the default errs towards longer, costlier runs. Change it in
-the sidebar.
-
-**Multi-GPU.** tokens/s of one GPU x N x a scaling efficiency: {DEFAULT_SCALING_EFFICIENCY[list(DEFAULT_SCALING_EFFICIENCY)[0]]}
-for DDP (one gradient all-reduce per step, overlapped with backward), {DEFAULT_SCALING_EFFICIENCY[list(DEFAULT_SCALING_EFFICIENCY)[1]]}
-for ZeRO-3 (weights gathered in forward and backward, gradients reduce-scattered: about 1.5x DDP's traffic,
-Rajbhandari et al. 2020 sec. 7). Assumptions for GPUs in one NVLink node, editable; the same factor at every count,
-so plans over PCIe-only GPUs or across nodes (over 8 GPUs) are optimistic, and flagged.
+**Constants and fit.** One constant is fitted: the training GEMM efficiency {TRAINING_GEMM_EFFICIENCY:g}, the value in
+0.80-1.00 with the smallest median |error| on the {_fit.rows} `fit` rows (the rows the project had, minus those it
+cannot express); every other constant comes from a named measurement. Fit rows: median |error| {_fit.median_abs_error:.0%},
+largest {_fit.max_abs_error:.0%}. **Hold-out** rows (added later, never used for a constant): median
+{_hold.median_abs_error:.0%}, largest {_hold.max_abs_error:.0%} ({_hold.worst}). All {_all.rows} expressible rows: median
+{_all.median_abs_error:.0%}, largest {_all.max_abs_error:.0%}.
 
 **Time and cost.** Tokens = tokens per epoch x epochs x runs, where an epoch is examples x average tokens with
 packing, or examples x sequence length without (the padding is computed too). Hours = tokens / tokens per second
@@ -190,13 +205,18 @@ its GPU names resolved through the GPU catalog; a model within -15%/+25% of a li
 otherwise it is scaled by listed size / model size. It ignores method, precision, batch and checkpointing.
 """
 )
-st.markdown("**Our tokens/s against published measurements** (at the default MFU)")
+st.markdown("**Our tokens/s against every expressible published measurement** (uncalibrated)")
 st.dataframe(pd.DataFrame([c.record() for c in _cmp]), hide_index=True, width="stretch", key="methodology_comparison")
-st.caption("Assumed where the sources are silent: " + "; ".join(ASSUMPTIONS) + ". A ratio above 1: our model is faster "
-           "than the measurement. 'fits' is our memory estimate of the row's scenario as assumed"
+st.caption("Assumed where the sources are silent: " + "; ".join(ASSUMPTIONS) + ". Error = predicted / measured - 1 "
+           "(positive: our model is faster than the measurement). 'fits' is our memory estimate of the row's scenario"
            + ("; rows that do not fit by it (" + ", ".join(c.id for c in _cmp if not c.fits_in_memory) + ") ran with memory "
-              "savings the row does not record (e.g. torchtune's optimizer step in backward)" if not all(c.fits_in_memory for c in _cmp) else "")
-           + ".")
+              "savings the row does not record" if not all(c.fits_in_memory for c in _cmp) else "") + ".")
+st.markdown("**Rows the model cannot express**")
+st.dataframe(pd.DataFrame([{"id": m.id, "source": m.source, "model": m.repo_id, "method": m.method,
+                            "GPU": f"{m.num_gpus}x {m.gpu}" if m.num_gpus > 1 else m.gpu,
+                            "measured tokens/s": m.tokens_per_second, "why not": m.why_not_expressible,
+                            "locator": m.locator} for m in not_expressible()]),
+             hide_index=True, width="stretch", key="methodology_not_expressible")
 
 st.subheader("Many GPUs and serving")
 st.markdown(

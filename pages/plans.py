@@ -5,6 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from engine.errors import EngineError
+from engine.plan.cost import calibration_for
 from engine.plan.fit import check_fit
 from engine.memory.estimate import estimate_memory
 from engine.plan.config_export import config_files
@@ -35,6 +36,8 @@ else:
         num_gpus = tc.num_gpus or check_fit(model.arch, scenario, tc.gpu, tc.strategy, 1,
                                             estimate=estimate_memory(model.arch, scenario)).min_gpus or 1
         d = tc.dataset
+        cal = calibration_for(model.arch, scenario, tc.gpu, num_gpus, tc.strategy if num_gpus > 1 else Strategy.DDP,
+                              tc.measured_tokens_per_second, fused_kernels=tc.fused_kernels)
         current = Plan(
             name=st.session_state.get("plan_name") or f"{repo_id.split('/')[-1]} {scenario.method.value} {num_gpus}x{tc.gpu.name}",
             model_repo_id=repo_id, model_revision=model.origin.revision,
@@ -43,7 +46,7 @@ else:
             gpu=tc.gpu.name, num_gpus=num_gpus, strategy=tc.strategy if num_gpus > 1 else Strategy.DDP,
             dataset_total_tokens=d.total_tokens,
             dataset_examples=d.examples, dataset_avg_tokens=d.avg_tokens, epochs=d.epochs, packing=d.packing, runs=d.runs,
-            mfu=tc.mfu, scaling_efficiency=tc.scaling_efficiency[tc.strategy], price_source=tc.price_source,
+            calibration=cal.factor if cal else 1.0, fused_kernels=tc.fused_kernels, price_source=tc.price_source,
         )
         result = evaluate_plan(current, model.config, gpus=session_gpus(), prices=session_prices())
     except (EngineError, ValueError) as exc:

@@ -1,16 +1,18 @@
-"""Time & cost page: tokens/s, wall time, GPU-hours and cost of the sidebar's scenario, curves, and the cheapest plan."""
+"""Time & cost page: tokens/s from the step-time model, where the time goes, wall time, GPU-hours and cost of the
+sidebar's scenario, curves, and the cheapest plan."""
 
 import pandas as pd
 import streamlit as st
 
-from engine.validation.throughput import ASSUMPTIONS, compare_measurements
-from engine.plan.cost import PLAN_GPU_COUNTS, dataset_sweep, estimate_plan, run_cost, search_plans
+from engine.validation.throughput import compare_measurements, error_summary
+from engine.plan.cost import PLAN_GPU_COUNTS, calibration_for, dataset_sweep, estimate_plan, run_cost, search_plans
 from engine.errors import EngineError
 from engine.plan.fit import check_fit
 from engine.memory.estimate import estimate_memory
 from engine.memory.parallel import STRATEGY_LABELS
 from engine.scenario.precision import precision_spec
-from engine.time.throughput import DEFAULT_MFU, SEED_THROUGHPUT, SEED_THROUGHPUT_SOURCE, seed_throughput
+from engine.time.seed import SEED_THROUGHPUT, SEED_THROUGHPUT_SOURCE, seed_throughput
+from engine.time.sweep import shape_sweep, time_by_technique
 from engine.units import fmt_bytes
 from ui.charts import (
     BASIS_LABEL, cost_vs_dataset_figure, fmt_hours, fmt_usd, gpu_count_figure, plan_scatter_figure, time_vs_dataset_figure,
@@ -18,6 +20,7 @@ from ui.charts import (
 from ui.catalog_session import session_gpus, session_prices
 from ui.layout import scenario_page
 from ui.scenario_form import time_cost_sidebar
+from ui.time_charts import CATEGORY_STYLE, shape_figure, time_stack_figure
 
 model, scenario = scenario_page("Training time and cost")
 tc = time_cost_sidebar()
@@ -26,14 +29,16 @@ if tc is None:
 
 arch, gpu, strategy, basis = model.arch, tc.gpu, tc.strategy, tc.basis
 unit = st.session_state.get("unit", "GiB")  # the byte unit chosen on the memory pages (GB = 1e9, GiB = 2^30)
-efficiency = tc.scaling_efficiency[strategy]
 try:
-    est = estimate_memory(arch, scenario)
+    est = estimate_memory(arch, scenario, gpu)
     fewest = check_fit(arch, scenario, gpu, strategy, 1, estimate=est).min_gpus
     num_gpus = tc.num_gpus or fewest or 1
-    plan = estimate_plan(arch, scenario, tc.dataset, gpu, num_gpus, strategy, mfu=tc.mfu, scaling_efficiency=efficiency,
-                         price_source=tc.price_source, prices=session_prices(), estimate=est)
-    search = search_plans(arch, scenario, tc.dataset, strategy=strategy, mfu=tc.mfu, scaling_efficiency=efficiency,
+    cal = calibration_for(arch, scenario, gpu, num_gpus, strategy, tc.measured_tokens_per_second,
+                          fused_kernels=tc.fused_kernels, estimate=est)
+    factor = cal.factor if cal else 1.0
+    plan = estimate_plan(arch, scenario, tc.dataset, gpu, num_gpus, strategy, calibration=factor,
+                         fused_kernels=tc.fused_kernels, price_source=tc.price_source, prices=session_prices(), estimate=est)
+    search = search_plans(arch, scenario, tc.dataset, strategy=strategy, calibration=factor, fused_kernels=tc.fused_kernels,
                           counts=[n for n in PLAN_GPU_COUNTS if n <= tc.max_gpus], price_source=tc.price_source,
                           gpus=session_gpus(), prices=session_prices(),
                           basis=basis, estimate=est)  # type: ignore[arg-type]
@@ -47,9 +52,13 @@ st.caption(
     f"**{model.title}** · {scenario.method.value}, {precision_spec(scenario.precision).label}, micro batch "
     f"{scenario.micro_batch_size} × {scenario.seq_len:,} tokens × {scenario.gradient_accumulation_steps} accumulation"
     f"{', gradient checkpointing' if scenario.gradient_checkpointing else ''} · **{plan.label}**, "
-    f"{STRATEGY_LABELS[strategy]} · MFU {tc.mfu:g} of the dense {tp.peak.dtype} peak "
-    f"({(tp.peak.flops or 0) / 1e12:,.1f} TFLOP/s per GPU) · prices: {price.source}"
+    f"{STRATEGY_LABELS[strategy]} · attention kernel {tp.attention_kernel} · matmuls at "
+    f"{tp.rates.matmul_flops / 1e12:,.0f} TFLOP/s per GPU ({tp.rates.matmul_source}) · prices: {price.source}"
 )
+if cal is not None:
+    st.info(f"Calibrated to your run: you measured {cal.measured_tokens_per_second:,.0f} tokens/s, the model predicted "
+            f"{cal.predicted_tokens_per_second:,.0f} ({cal.raw_error:+.0%}); every plan on this page is scaled by "
+            f"{cal.factor:.3g}.")
 if tc.num_gpus is None and fewest is None:
     st.warning(f"{model.title} does not fit on any number of {gpu.name} with {strategy.value} in this scenario; the numbers "
                "below are for one GPU, for reference. The plans further down only list what fits.")
@@ -64,12 +73,13 @@ if tc.dataset.padding_waste(scenario.seq_len) > 0:
     st.info(f"Without packing, {tc.dataset.padding_waste(scenario.seq_len):.0%} of the processed tokens are padding "
             f"(every example is padded to {scenario.seq_len:,} tokens).")
 
-st.subheader("FLOPs model")
+st.subheader("Step-time model")
 c = st.columns(6)
 c[0].metric("Tokens to process", f"{run.tokens / 1e6:,.2f}M",
             help=f"{run.tokens:,.0f} tokens: {tc.dataset.tokens_per_epoch(scenario.seq_len):,.0f} per epoch × {tc.dataset.epochs:g} epochs × {tc.dataset.runs} runs")
 c[1].metric("Tokens/s", f"{run.tokens_per_second:,.0f}",
-            help=f"all {num_gpus} GPUs together: {tp.per_gpu_tokens_per_second:,.0f} per GPU × {num_gpus} × scaling {tp.scaling_efficiency:g}")
+            help=f"all {num_gpus} GPUs together: {tp.per_gpu_tokens_per_second:,.0f} per GPU; MFU {tp.mfu:.2f}, HFU {tp.hfu:.2f} "
+                 "(PaLM's definitions: model FLOPs / executed FLOPs per second over the dense peak), results of the model")
 c[2].metric("Wall time", fmt_hours(run.hours), help=f"{run.hours:,.4f} hours")
 c[3].metric("GPU-hours", f"{run.gpu_hours:,.2f}")
 c[4].metric("Cost on-demand", fmt_usd(run.cost_usd_on_demand),
@@ -79,13 +89,25 @@ c[5].metric("Cost spot", fmt_usd(run.cost_usd_spot),
             help=f"${price.spot_usd_per_hour:,.4g}/GPU-hour from {price.spot_source}" if price.spot_usd_per_hour else price.reason)
 if price.reason:
     st.caption(f"No invented prices: {price.reason}. Pick another price source in the sidebar.")
-f = tp.flops
-st.caption(
-    f"Per token: {f.total / 1e9:,.1f} GFLOP executed = dense {f.dense / 1e9:,.1f} + attention {f.attention / 1e9:,.2f}"
-    f" + recompute {f.recompute / 1e9:,.1f} + adapters {f.adapters / 1e9:,.2f}. One optimizer step on one GPU "
-    f"({tp.step.tokens:,} tokens): matmuls {tp.step.compute_s:,.3f} s, QLoRA dequantization {tp.step.dequantize_s:,.3f} s, "
-    f"optimizer step {tp.step.optimizer_s:,.4f} s (bandwidth-bound)."
-)
+parts = ", ".join(f"{CATEGORY_STYLE[k][0].lower()} {v * 1e3:,.1f} ms" for k, v in tp.breakdown_s.items() if v > 0)
+st.caption(f"One optimizer step ({tp.step.tokens:,} tokens per GPU) takes {tp.step_time_s:,.3f} s: {parts}. MFU {tp.mfu:.2f}, "
+           f"HFU {tp.hfu:.2f} of the dense {tp.peak.dtype} peak ({(tp.peak.flops or 0) / 1e12:,.1f} TFLOP/s per GPU)"
+           + (f"; collectives over {tp.step.link}" if tp.step.link else "") + ".")
+
+st.subheader(f"Where the time goes, by technique (one {gpu.name})")
+left, right = st.columns(2)
+with left:
+    rows = time_by_technique(arch, scenario, gpu, calibration=factor, fused_kernels=tc.fused_kernels)
+    st.plotly_chart(time_stack_figure(rows), width="stretch", key="tc_time_stack_chart")
+    skipped = [f"{r.label}: {r.error}" for r in rows if r.throughput is None]
+    st.caption("Step time per 1,000 tokens by category for each method × precision of the Memory page's chart, "
+               "labelled with tokens/s." + (" Not timed: " + "; ".join(skipped) if skipped else ""))
+with right:
+    curves = shape_sweep(arch, scenario, gpu, calibration=factor, fused_kernels=tc.fused_kernels)
+    st.plotly_chart(shape_figure(curves, scenario.seq_len, scenario.micro_batch_size), width="stretch", key="tc_shape_chart")
+    st.caption("Tokens/s of one GPU against sequence length, per micro batch size (memory fit not checked: see the Fit "
+               "page). Short sequences at micro batch 1 are bound by kernel launches and memory traffic; long ones by "
+               "attention's s² work.")
 
 st.subheader("Seed rule")
 if seed is None:
@@ -133,8 +155,8 @@ counts = search.for_gpu(gpu.name)
 st.plotly_chart(gpu_count_figure(counts, basis, gpu.name), width="stretch", key="tc_gpu_count_chart")
 if counts:
     st.caption(f"Counts {', '.join(str(p.num_gpus) for p in counts)} fit with {strategy.value} (of {', '.join(map(str, search.counts))}). "
-               f"Scaling efficiency {efficiency:g} on more than one GPU, the same at every count: communication across "
-               "nodes (over 8 GPUs) or over PCIe only is not modelled, so large counts are optimistic.")
+               "Communication is the collectives' exposed time over the link each count uses (NVLink or PCIe within a node, "
+               "one 200 Gb/s InfiniBand NIC per GPU between nodes).")
 else:
     st.caption(f"No count of {gpu.name} up to {max(search.counts)} fits with {strategy.value}.")
 curves = (
@@ -182,12 +204,11 @@ if search.excluded:
         st.markdown("\n".join(f"- {e.gpu}: {e.reason}" for e in search.excluded))
 
 st.subheader("Our tokens/s against published measurements")
-comparison = compare_measurements(DEFAULT_MFU)
+comparison = compare_measurements()
 st.dataframe(pd.DataFrame([r.record() for r in comparison]), hide_index=True, width="stretch", key="tc_comparison_table")
+_all = error_summary()
 st.caption(
-    f"Each published row's scenario through our FLOPs model at the default MFU {DEFAULT_MFU} (data/throughput_measurements.csv, "
-    "with its source and locator). Implied MFU (PaLM): model FLOPs × measured tokens/s ÷ peak, recompute not counted. Implied "
-    "MFU input: the MFU that makes our step model reproduce the measurement (recompute, optimizer step and QLoRA dequantization "
-    "included). The default is the median of the latter over the Hugging Face-stack rows (the Methodology page says why). "
-    "Assumed where the sources are silent: " + "; ".join(ASSUMPTIONS) + "."
+    f"Each expressible published row's scenario through the step-time model, uncalibrated (data/throughput_measurements.csv, "
+    f"with its source and locator): median |error| {_all.median_abs_error:.0%}, largest {_all.max_abs_error:.0%} over "
+    f"{_all.rows} rows. The Methodology page lists the rows the model cannot express, and why."
 )

@@ -221,9 +221,9 @@ def _log_axes_vline(current_size: float, text: str) -> dict:
 def time_vs_dataset_figure(
     sizes: list[float], hours: list[float], seed_hours: list[float] | None, current_size: float, label: str
 ) -> go.Figure:
-    """Wall hours against dataset size (tokens) for one plan: the FLOPs model, and the seed rule if it has a line."""
-    data = [{"type": "scatter", "x": sizes, "y": hours, "mode": "lines", "name": f"FLOPs model ({label})",
-             "hovertemplate": "%{x:,.3s} tokens: %{y:,.3g} h<extra>FLOPs model</extra>"}]
+    """Wall hours against dataset size (tokens) for one plan: the step-time model, and the seed rule if it has a line."""
+    data = [{"type": "scatter", "x": sizes, "y": hours, "mode": "lines", "name": f"step-time model ({label})",
+             "hovertemplate": "%{x:,.3s} tokens: %{y:,.3g} h<extra>step-time model</extra>"}]
     if seed_hours is not None:
         data.append({"type": "scatter", "x": sizes, "y": seed_hours, "mode": "lines", "name": "seed rule",
                      "line": {"dash": "dash"}, "hovertemplate": "%{x:,.3s} tokens: %{y:,.3g} h<extra>seed rule</extra>"})

@@ -20,7 +20,6 @@ from engine.memory.inference import WEIGHT_LABELS, InferenceScenario, KvCacheDty
 from engine.memory.parallel import FULL_SHARD, OFFLOAD_LABELS, STRATEGY_LABELS, Offload, Strategy
 from engine.scenario.precision import PrecisionMode, precision_spec
 from engine.scenario.training import FRAMEWORK_LABELS, METHOD_LABELS, Attention, Framework, Method, QuantType, Scenario
-from engine.time.throughput import DEFAULT_MFU, DEFAULT_SCALING_EFFICIENCY
 from engine.units import Unit
 
 OPTIMIZER_LABELS = {
@@ -204,14 +203,14 @@ FEWEST = "fewest that fit"
 
 @dataclass(frozen=True)
 class TimeCostInputs:
-    """What the Time & cost sidebar returns: the dataset, the FLOPs model's MFU, the GPU plan and the prices."""
+    """What the Time & cost sidebar returns: the dataset, the calibration measurement, the GPU plan and the prices."""
 
     dataset: Dataset
-    mfu: float
+    measured_tokens_per_second: float | None  # "calibrate to my run": tokens/s measured for this plan, None = none
+    fused_kernels: bool
     gpu: Gpu
     num_gpus: int | None  # None: the fewest that fit
     strategy: Strategy
-    scaling_efficiency: dict[Strategy, float]
     price_source: str
     basis: str  # "on_demand" or "spot": the price the plan search and the curves rank by
     max_gpus: int  # largest GPU count the plan search tries
@@ -221,17 +220,16 @@ def _init_time_cost_defaults() -> None:
     # The seed chapter's example: 10,000 examples x 512 tokens, 3 epochs.
     defaults = {
         "tc_size_mode": SIZE_EXAMPLES, "tc_examples": 10_000, "tc_avg_tokens": 512.0, "tc_total_tokens": 5_120_000,
-        "tc_epochs": 3.0, "tc_packing": True, "tc_runs": 1, "tc_mfu": DEFAULT_MFU, "tc_gpu": "NVIDIA A100 80GB",
-        "tc_num_gpus": FEWEST, "tc_strategy": Strategy.ZERO3, "tc_ddp_eff": DEFAULT_SCALING_EFFICIENCY[Strategy.DDP],
-        "tc_zero3_eff": DEFAULT_SCALING_EFFICIENCY[Strategy.ZERO3], "tc_price_source": CHEAPEST_LISTED,
-        "tc_basis": "on_demand", "tc_max_gpus": 8,  # one node: links between nodes are not modelled
+        "tc_epochs": 3.0, "tc_packing": True, "tc_runs": 1, "tc_measured": 0.0, "tc_fused": False,
+        "tc_gpu": "NVIDIA A100 80GB", "tc_num_gpus": FEWEST, "tc_strategy": Strategy.ZERO3, "tc_price_source": CHEAPEST_LISTED,
+        "tc_basis": "on_demand", "tc_max_gpus": 8,
     }
     for key, value in defaults.items():
         st.session_state.setdefault(key, value)
 
 
 def time_cost_sidebar() -> TimeCostInputs | None:
-    """Dataset, epochs, packing, runs, MFU, GPU and count, strategy and its scaling, price source (sidebar).
+    """Dataset, epochs, packing, runs, calibration, fused kernels, GPU and count, strategy, price source (sidebar).
 
     Returns None after an ``st.error`` when the dataset is not valid.
     """
@@ -255,10 +253,12 @@ def time_cost_sidebar() -> TimeCostInputs | None:
         packing = st.toggle("Packing", key="tc_packing", disabled=mode != SIZE_EXAMPLES,
                             help="On: examples are concatenated into full sequences. Off: each example is padded to the "
                                  "sequence length, and the padding costs compute like real tokens.")
-        mfu = float(st.number_input(
-            "MFU", min_value=0.01, max_value=1.0, step=0.01, key="tc_mfu", format="%.2f",
-            help=f"Fraction of the GPU's dense peak achieved on the FLOPs it executes (recompute included). Default {DEFAULT_MFU}: "
-                 "the median that published Hugging Face-stack measurements imply (Methodology page).",
+        fused = st.toggle("Fused kernels (torch.compile, Unsloth, Liger)", key="tc_fused",
+                          help="Fused elementwise kernels: fewer bytes through memory and fewer kernel launches.")
+        measured = float(st.number_input(
+            "Calibrate to my run: measured tokens/s", min_value=0.0, max_value=1e9, step=100.0, key="tc_measured",
+            help="Tokens/s you measured for this model, scenario and GPU plan (all GPUs together); 0 = none. The model "
+                 "fits one factor (measured / predicted) and applies it to every plan on this page.",
         ))
         st.header("GPUs and prices")
         gpu_name = st.selectbox("GPU", [g.name for g in gpus], key="tc_gpu")
@@ -267,10 +267,6 @@ def time_cost_sidebar() -> TimeCostInputs | None:
                              format_func=lambda v: v if isinstance(v, str) else f"{v}")
         strategy = c2.selectbox("Strategy", list(Strategy), key="tc_strategy", format_func=lambda s: s.value,
                                 help="; ".join(STRATEGY_LABELS.values()))
-        with st.expander("Multi-GPU scaling efficiency"):
-            st.caption("Fraction of linear speed-up kept on more than one GPU: assumptions (one NVLink node), not measurements.")
-            ddp = float(st.number_input("DDP", min_value=0.05, max_value=1.0, step=0.05, key="tc_ddp_eff"))
-            zero3 = float(st.number_input("ZeRO-3", min_value=0.05, max_value=1.0, step=0.05, key="tc_zero3_eff"))
         sources = price_source_names(session_prices())
         keep_choice("tc_price_source", sources, CHEAPEST_LISTED)
         source = st.selectbox("Price source", sources, key="tc_price_source",
@@ -280,8 +276,8 @@ def time_cost_sidebar() -> TimeCostInputs | None:
                          format_func=lambda b: "on-demand price" if b == "on_demand" else "spot price")
         max_gpus = st.selectbox("Plan search: up to", list(PLAN_GPU_COUNTS), key="tc_max_gpus",
                                 format_func=lambda n: f"{n} GPU{'s' if n > 1 else ''}",
-                                help="Largest GPU count tried per GPU kind. Over 8 GPUs a plan spans nodes, whose slower links "
-                                     "the scaling efficiency does not model.")
+                                help="Largest GPU count tried per GPU kind. Over 8 GPUs a plan spans nodes, linked by one "
+                                     "200 Gb/s InfiniBand NIC per GPU (assumed).")
     try:
         dataset = Dataset(**size, epochs=epochs, runs=runs, packing=packing if mode == SIZE_EXAMPLES else True)
     except ValueError as exc:  # pydantic's ValidationError too: shown as one line, without pydantic's links
@@ -289,9 +285,8 @@ def time_cost_sidebar() -> TimeCostInputs | None:
         st.error(f"This dataset is not valid: {reason}. Change it in the sidebar's 'Dataset and run' section.")
         return None
     return TimeCostInputs(
-        dataset=dataset, mfu=mfu, gpu=next(g for g in gpus if g.name == gpu_name),
-        num_gpus=None if isinstance(count, str) else int(count), strategy=strategy,
-        # ZeRO-1/2 and FSDP SHARD_GRAD_OP move DDP's volume; FSDP FULL_SHARD ZeRO-3's (engine.time.throughput).
-        scaling_efficiency={s: (zero3 if s in FULL_SHARD else ddp) for s in Strategy}, price_source=source, basis=basis,
+        dataset=dataset, measured_tokens_per_second=measured or None, fused_kernels=bool(fused),
+        gpu=next(g for g in gpus if g.name == gpu_name), num_gpus=None if isinstance(count, str) else int(count),
+        strategy=strategy, price_source=source, basis=basis,
         max_gpus=int(max_gpus),
     )

@@ -27,7 +27,7 @@ from engine.plan.fit import check_fit
 from engine.scenario.lora import resolve_targets
 from engine.scenario.precision import PrecisionMode
 from engine.scenario.training import Method, Scenario
-from engine.time.throughput import DEFAULT_MFU, seed_throughput
+from engine.time.throughput import calibrate, seed_throughput
 
 
 def add_parser(sub: Any) -> None:
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
                 raise ScenarioError("--concurrency, --kv-cache-dtype and --weight-precision need --method inference")
             scenario = imported_scenario if imported is not None else scenario_from_args(args)
             dataset = dataset_from_args(args)
-            out = _estimate_json(arch, origin, scenario)
+            out = _estimate_json(arch, origin, scenario, find_gpu(args.gpu) if args.gpu is not None else None)
             if imported is not None:
                 out["import"] = imported
             if args.gpu is not None:
@@ -93,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
     return emit_json(out)
 
 
-def _estimate_json(arch: Architecture, origin: dict[str, Any], scenario: Scenario) -> dict[str, Any]:
-    est = estimate_memory(arch, scenario)
+def _estimate_json(arch: Architecture, origin: dict[str, Any], scenario: Scenario, gpu: Any = None) -> dict[str, Any]:
+    est = estimate_memory(arch, scenario, gpu)
     # The seed's full fine-tuning rule (model states only), for comparison whatever the method.
     seed_precision = "fp32" if scenario.precision is PrecisionMode.FP32 else "bf16"
     seed = seed_quick_rule(arch.total_parameters, seed_precision)
@@ -133,7 +133,7 @@ def _fit_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace) 
     """The fit fields for --gpu (per-GPU bytes); an unknown GPU raises CatalogError naming the closest ones."""
     gpu = find_gpu(args.gpu)
     fit = check_fit(arch, scenario, gpu, Strategy(args.strategy or "ddp"), args.num_gpus or 1,
-                    offload=Offload(getattr(args, "offload", None) or "none"))
+                    offload=Offload(getattr(args, "offload", None) or "none"), estimate=estimate_memory(arch, scenario, gpu))
     return {
         "gpu": {"name": gpu.name, "usable_memory_bytes": gpu.usable_memory_bytes, "memory_bytes": gpu.memory_bytes},
         "num_gpus": fit.num_gpus,
@@ -149,7 +149,7 @@ def _fit_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace) 
 def _per_gpu_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]:
     """Per-GPU components/totals (same keys as the one-GPU estimate), CPU memory of offload, DeepSpeed's estimate."""
     strategy, offload, n = Strategy(args.strategy or "ddp"), Offload(args.offload or "none"), args.num_gpus or 1
-    est = estimate_memory(arch, scenario)
+    est = estimate_memory(arch, scenario, find_gpu(args.gpu))
     plan = plan_parallel(est, arch, scenario, strategy, offload)
     per_node = gpus_per_node(args)
     ds = deepspeed_estimate(arch, strategy, offload, n, per_node)
@@ -221,14 +221,18 @@ def _inference_json(arch: Architecture, origin: dict[str, Any], args: argparse.N
 
 
 def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Dataset, args: argparse.Namespace) -> dict[str, Any]:
-    """tokens_per_second (all GPUs), hours, gpu_hours and costs, with the details in ``time_cost``."""
+    """tokens_per_second (all GPUs), hours, costs, the step time by category, MFU and HFU; details in ``time_cost``.
+
+    ``--measured-tokens-per-second`` calibrates: the raw prediction of this plan is compared with it and the factor
+    measured / predicted scales every time and tokens/s below."""
     gpu = find_gpu(args.gpu)
     strategy = Strategy(args.strategy or "ddp")
-    plan = estimate_plan(
-        arch, scenario, dataset, gpu, args.num_gpus or 1, strategy,
-        mfu=DEFAULT_MFU if args.mfu is None else args.mfu, scaling_efficiency=args.scaling_efficiency,
-        price_source=args.price_source or CHEAPEST_LISTED,
-    )
+    kwargs: dict[str, Any] = {"fused_kernels": args.fused_kernels, "price_source": args.price_source or CHEAPEST_LISTED}
+    plan = estimate_plan(arch, scenario, dataset, gpu, args.num_gpus or 1, strategy, **kwargs)
+    calibration = None
+    if args.measured_tokens_per_second is not None:
+        calibration = calibrate(args.measured_tokens_per_second, plan.throughput)
+        plan = estimate_plan(arch, scenario, dataset, gpu, args.num_gpus or 1, strategy, calibration=calibration.factor, **kwargs)
     tp, run, price = plan.throughput, plan.run, plan.price
     seed = seed_throughput(arch.active_parameters / 1e9, gpu, plan.num_gpus)
     return {
@@ -238,19 +242,33 @@ def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Dataset, ar
         "cost_usd_on_demand": run.cost_usd_on_demand,
         "cost_usd_spot": run.cost_usd_spot,
         "cost_reason": price.reason,
+        "step_time_s": tp.step_time_s,
+        "step_time_breakdown_s": dict(tp.breakdown_s),
+        "mfu": tp.mfu,
+        "hfu": tp.hfu,
+        "calibration": None if calibration is None else {
+            "measured_tokens_per_second": calibration.measured_tokens_per_second,
+            "predicted_tokens_per_second": calibration.predicted_tokens_per_second,
+            "factor": calibration.factor,
+            "raw_error": calibration.raw_error,
+        },
         "time_cost": {
             "tokens": run.tokens,
             "tokens_per_epoch": dataset.tokens_per_epoch(scenario.seq_len),
             "padding_waste": dataset.padding_waste(scenario.seq_len),
             "epochs": dataset.epochs,
             "runs": dataset.runs,
-            "mfu": tp.mfu,
-            "scaling_efficiency": tp.scaling_efficiency,
+            "tokens_per_step": tp.step.tokens * plan.num_gpus,
+            "attention_kernel": tp.attention_kernel,
+            "link": tp.step.link,
+            "fused_kernels": tp.fused_kernels,
             "peak_flops": tp.peak.flops,
             "peak_dtype": tp.peak.dtype,
-            "flops_per_token": tp.flops.total,
+            "matmul_flops": tp.rates.matmul_flops,
+            "matmul_source": tp.rates.matmul_source,
+            "hbm_bytes_per_s": tp.rates.hbm_bytes_per_s,
+            "flops_per_token": tp.executed_flops_per_token,
             "per_gpu_tokens_per_second": tp.per_gpu_tokens_per_second,
-            "step_seconds": {"compute": tp.step.compute_s, "dequantize": tp.step.dequantize_s, "optimizer": tp.step.optimizer_s},
             "price_source": price.source,
             "on_demand_usd_per_gpu_hour": price.on_demand_usd_per_hour,
             "on_demand_source": price.on_demand_source,

@@ -25,7 +25,6 @@ from engine.plan.cost import CHEAPEST_LISTED, Dataset
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.precision import PrecisionMode
 from engine.scenario.training import Attention, Framework, Method, QuantType, Scenario
-from engine.time.throughput import DEFAULT_MFU, DEFAULT_SCALING_EFFICIENCY
 
 INFERENCE = "inference"
 """The ``--method`` value of a serving estimate (not a training method)."""
@@ -140,23 +139,22 @@ def add_time_cost_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-packing", action="store_true",
                    help="pad every example to --seq-len (with --examples): the padding is processed too")
     g.add_argument("--runs", type=int, default=None, metavar="N", help="experimental runs to pay for (default 1)")
-    g.add_argument("--mfu", type=float, default=None, metavar="X",
-                   help=f"fraction of the GPU's dense peak achieved on the executed FLOPs (default {DEFAULT_MFU}: median of "
-                        "published Hugging Face-stack measurements, see the Methodology page)")
-    g.add_argument("--scaling-efficiency", type=float, default=None, metavar="X",
-                   help="fraction of linear speed-up kept on more than one GPU (default: " + ", ".join(
-                       f"{k.value} {v}" for k, v in DEFAULT_SCALING_EFFICIENCY.items()) + ")")
+    g.add_argument("--measured-tokens-per-second", type=float, default=None, metavar="X",
+                   help="calibrate to your run: the tokens/s you measured for this configuration (all GPUs together); "
+                        "the step-time model's prediction is scaled by measured / predicted")
+    g.add_argument("--fused-kernels", action="store_true",
+                   help="the run uses torch.compile, Unsloth or Liger kernels (fused elementwise ops: fewer bytes and launches)")
     g.add_argument("--price-source", default=None, metavar="NAME",
                    help=f"a source of data/gpu_prices.csv, e.g. 'RunPod Community Cloud', or 'cheapest' (default: {CHEAPEST_LISTED})")
 
 
-TIME_COST_OPTIONS = ("dataset_tokens", "examples", "avg_tokens", "epochs", "runs", "mfu", "scaling_efficiency", "price_source")
+TIME_COST_OPTIONS = ("dataset_tokens", "examples", "avg_tokens", "epochs", "runs", "measured_tokens_per_second", "price_source")
 
 
 def dataset_from_args(args: argparse.Namespace) -> Dataset | None:
     """The dataset of the time/cost options, None when no size is given; ScenarioError on a bad combination."""
     if args.dataset_tokens is None and args.examples is None and args.avg_tokens is None:
-        if any(getattr(args, k) is not None for k in TIME_COST_OPTIONS) or args.no_packing:
+        if any(getattr(args, k) is not None for k in TIME_COST_OPTIONS) or args.no_packing or args.fused_kernels:
             raise ScenarioError("time and cost options need a dataset size: --dataset-tokens N, or --examples N --avg-tokens T")
         return None
     if args.dataset_tokens is not None and (args.examples is not None or args.avg_tokens is not None):

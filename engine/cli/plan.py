@@ -18,9 +18,9 @@ from engine.errors import CatalogError, EngineError, ScenarioError, explain_vali
 from engine.hardware.gpus import find_gpu
 from engine.memory.parallel import Strategy
 from engine.model.sources import config_from_catalog, config_from_hub
-from engine.plan.cost import CHEAPEST_LISTED
+from engine.plan.cost import CHEAPEST_LISTED, estimate_plan
 from engine.plan.plans import Plan, evaluate_plan, plans_from_csv, plans_to_csv
-from engine.time.throughput import DEFAULT_MFU
+from engine.time.throughput import calibrate
 
 
 def add_parser(sub: Any) -> None:
@@ -75,14 +75,19 @@ def run(args: argparse.Namespace) -> int:
                 raise ScenarioError("a plan needs --gpu and a dataset size (--dataset-tokens, or --examples and --avg-tokens)")
             gpu = find_gpu(args.gpu)
             repo = args.model or origin.get("name") or "config.json"
+            factor = 1.0
+            if args.measured_tokens_per_second is not None:  # calibrate to the user's run of this very plan
+                raw = estimate_plan(arch, scenario, dataset, gpu, args.num_gpus or 1, Strategy(args.strategy or "ddp"),
+                                    fused_kernels=args.fused_kernels).throughput
+                factor = calibrate(args.measured_tokens_per_second, raw).factor
             try:
                 plan = Plan(
                     name=args.name or f"{repo.split('/')[-1]} {scenario.method.value}", model_repo_id=repo,
                     model_revision=args.revision, **scenario.model_dump(), gpu=gpu.name, num_gpus=args.num_gpus or 1,
                     strategy=Strategy(args.strategy or "ddp"), dataset_total_tokens=dataset.total_tokens,
                     dataset_examples=dataset.examples, dataset_avg_tokens=dataset.avg_tokens, epochs=dataset.epochs,
-                    packing=dataset.packing, runs=dataset.runs, mfu=DEFAULT_MFU if args.mfu is None else args.mfu,
-                    scaling_efficiency=args.scaling_efficiency, price_source=args.price_source or CHEAPEST_LISTED,
+                    packing=dataset.packing, runs=dataset.runs, calibration=factor,
+                    fused_kernels=args.fused_kernels, price_source=args.price_source or CHEAPEST_LISTED,
                 )
             except ValidationError as exc:
                 raise ScenarioError(explain_validation(exc, all_errors=True)) from None

@@ -14,7 +14,15 @@ so its row is one GCD). Per row:
   Datasheets print sparse figures with an asterisk; those are halved. GeForce cards run fp16/bf16 with
   fp32 accumulation (what training uses) at half their fp16-accumulate rate: that figure is kept.
 - memory bandwidth (GB/s), bf16/fp8 support, PCIe generation, GPU-to-GPU link bandwidth (NVLink or
-  Infinity Fabric, GB/s; 0 = none), the datasheet URL and notes.
+  Infinity Fabric, GB/s both directions as datasheets print it; 0 = none), the datasheet URL and notes.
+- for the step-time model (:mod:`engine.time`): ``compute_capability`` (CUDA ``major.minor``; empty on AMD,
+  whose gfx target is in ``rates_source``), ``sm_count`` (SMs, or compute units on AMD), the *measured*
+  achievable matmul rate ``matmul_bf16_tflops`` / ``matmul_fp16_tflops`` with ``matmul_source`` (Stas Bekman's
+  maximum-achievable-matmul-FLOPS table, stas00/ml-engineering@744d01e1 compute/accelerator/README.md; empty
+  where nobody published one: the time model then takes a documented fraction of the dense peak),
+  ``nvlink_gbps_per_direction`` and ``pcie_gbps_per_direction`` (GB/s one way per GPU, the figure collectives
+  are limited by), ``p2p`` (False: GeForce 40/50 cards, whose stock driver has no peer-to-peer over PCIe, so
+  NCCL stages traffic through host memory) and ``rates_source``.
 
 ``gpu_prices.csv`` keeps several price sources side by side: ``gpu, source_name, on_demand_usd_per_hour,
 spot_usd_per_hour, date, url, note``. Every row carries its date and source; an empty spot price means
@@ -46,6 +54,8 @@ GPUS_FILE = "gpus.csv"
 PRICES_FILE = "gpu_prices.csv"
 
 _OPTIONAL_NUMBERS = ("bf16_tflops", "fp16_tflops", "fp32_tflops", "fp8_tflops", "spot_usd_per_hour")
+_OPTIONAL_RATES = ("compute_capability", "sm_count", "matmul_bf16_tflops", "matmul_fp16_tflops",
+                   "nvlink_gbps_per_direction", "pcie_gbps_per_direction")
 
 
 class Gpu(BaseModel):
@@ -70,6 +80,15 @@ class Gpu(BaseModel):
     pcie_gen: int = Field(ge=1, le=7)
     gpu_link_gbps: float = Field(ge=0)
     interconnect: str = ""
+    compute_capability: float | None = Field(default=None, gt=0)
+    sm_count: int | None = Field(default=None, gt=0)
+    matmul_bf16_tflops: float | None = Field(default=None, gt=0)
+    matmul_fp16_tflops: float | None = Field(default=None, gt=0)
+    matmul_source: str = ""
+    nvlink_gbps_per_direction: float | None = Field(default=None, ge=0)
+    pcie_gbps_per_direction: float | None = Field(default=None, gt=0)
+    p2p: bool = True
+    rates_source: str = ""
     datasheet_url: str = Field(pattern=r"^https://")
     notes: str = ""
 
@@ -83,6 +102,16 @@ class Gpu(BaseModel):
     def _empty_is_none(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
 
+    @field_validator(*_OPTIONAL_RATES, mode="before")
+    @classmethod
+    def _empty_rate_is_none(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("p2p", mode="before")
+    @classmethod
+    def _empty_p2p_is_true(cls, value: Any) -> Any:
+        return True if isinstance(value, str) and not value.strip() else value
+
     @model_validator(mode="after")
     def _consistent(self) -> "Gpu":
         if self.usable_mib > self.memory_gib * 1024:
@@ -91,6 +120,11 @@ class Gpu(BaseModel):
             raise ValueError("bf16 flag and bf16_tflops disagree (bf16_tflops must be empty exactly when bf16 is false)")
         if self.fp8 != (self.fp8_tflops is not None):
             raise ValueError("fp8 flag and fp8_tflops disagree (fp8_tflops must be empty exactly when fp8 is false)")
+        if (self.matmul_bf16_tflops or self.matmul_fp16_tflops) and not self.matmul_source.strip():
+            raise ValueError("a measured matmul rate needs its matmul_source")
+        for measured, peak in ((self.matmul_bf16_tflops, self.bf16_tflops), (self.matmul_fp16_tflops, self.fp16_tflops)):
+            if measured is not None and (peak is None or measured > peak):
+                raise ValueError(f"measured matmul rate {measured} exceeds the dense peak {peak}")
         return self
 
     @property

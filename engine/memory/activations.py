@@ -6,8 +6,12 @@ Derived from the tensors PyTorch autograd saves for the ops of transformers' mod
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from pydantic import BaseModel, ConfigDict
 
+from engine.errors import ScenarioError
+from engine.hardware.gpus import Gpu
 from engine.memory.components import MemoryComponent
 from engine.model.architecture import Architecture, LinearLayer
 from engine.scenario.lora import resolve_targets
@@ -15,22 +19,55 @@ from engine.scenario.precision import PrecisionSpec
 from engine.scenario.training import Attention, Framework, Method, Scenario
 
 
-def attention_kernel(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> str:
-    """The attention kernel a GPU would run: ``flash``, ``memory_efficient``, ``math`` or ``eager``.
+FLASH_MIN_COMPUTE_CAPABILITY = 8.0
+"""FlashAttention-2 and SDPA's flash backend need Ampere or newer (PyTorch ``sdp_utils.cpp``
+``check_sm_version`` / flash-attn's "FlashAttention only supports Ampere GPUs or newer")."""
 
-    PyTorch 2.x SDPA dispatch: flash needs fp16/bf16 and head_dim <= 256 (grouped-query allowed);
-    memory-efficient takes fp32 but not ``enable_gqa``, which transformers passes for GQA models when no
-    mask is needed; otherwise the math kernel, which materialises the s x s scores like eager attention.
+
+class AttentionChoice(NamedTuple):
+    """The attention kernel a run would execute and why: ``kernel`` is ``flash``, ``memory_efficient``,
+    ``math`` or ``eager``."""
+
+    kernel: str
+    reason: str
+
+
+def attention_choice(arch: Architecture, sc: Scenario, spec: PrecisionSpec, gpu: Gpu | None = None) -> AttentionChoice:
+    """The attention kernel of ``sc`` on ``gpu`` (None: an Ampere-or-newer GPU), as PyTorch 2.x SDPA dispatches.
+
+    SDPA tries flash, then memory-efficient, then math (PyTorch ``sdp_utils.cpp``, torch 2.2-2.7): flash needs
+    compute capability >= 8.0, fp16/bf16 and head_dim <= 256 (grouped-query allowed); memory-efficient (cutlass,
+    sm50+) takes fp32 too but not ``enable_gqa``, which transformers passes for GQA models when no mask is needed;
+    otherwise the math kernel, which materialises the s x s scores like eager attention. AMD Instinct GPUs
+    (no CUDA compute capability) have SDPA flash through AOTriton on ROCm. ``attn_implementation="eager"`` is
+    eager; ``"flash_attention_2"`` is flash-attn's kernel.
+
+    Raises:
+        ScenarioError: ``flash_attention_2`` on a GPU older than Ampere (flash-attn refuses to run there).
     """
+    cc = gpu.compute_capability if gpu is not None else None
+    old = cc is not None and cc < FLASH_MIN_COMPUTE_CAPABILITY
+    where = f"{gpu.name} (compute capability {cc:.1f})" if gpu is not None and cc is not None else "an Ampere-or-newer GPU"
     if sc.attention is Attention.EAGER:
-        return "eager"
+        return AttentionChoice("eager", "attn_implementation='eager': softmax(QK^T)V in separate ops")
     if sc.attention is Attention.FLASH_ATTENTION_2:
-        return "flash"
-    if spec.compute_bytes == 2 and arch.head_dim <= 256:
-        return "flash"
+        if old:
+            raise ScenarioError(f"flash_attention_2 needs an Ampere or newer GPU (compute capability 8.0+); {where} "
+                                "cannot run it: use sdpa or eager")
+        return AttentionChoice("flash", f"attn_implementation='flash_attention_2' on {where}")
+    if spec.compute_bytes == 2 and arch.head_dim <= 256 and not old:
+        return AttentionChoice("flash", f"SDPA picks flash: 16-bit, head_dim {arch.head_dim} <= 256, {where}")
+    why = ("fp32 (flash needs fp16/bf16)" if spec.compute_bytes != 2 else
+           f"head_dim {arch.head_dim} > 256" if arch.head_dim > 256 else f"{where} is older than Ampere (flash needs sm80+)")
     if arch.num_key_value_heads == arch.num_attention_heads:
-        return "memory_efficient"
-    return "math"
+        return AttentionChoice("memory_efficient", f"SDPA falls back to memory-efficient: {why}")
+    return AttentionChoice("math", f"SDPA falls back to math: {why}, and memory-efficient does not take "
+                                   "grouped-query attention (enable_gqa)")
+
+
+def attention_kernel(arch: Architecture, sc: Scenario, spec: PrecisionSpec, gpu: Gpu | None = None) -> str:
+    """The kernel of :func:`attention_choice`: ``flash``, ``memory_efficient``, ``math`` or ``eager``."""
+    return attention_choice(arch, sc, spec, gpu).kernel
 
 
 def _norm_saved(arch: Architecture, resid: int, frozen: bool = False) -> float:
@@ -171,15 +208,15 @@ class BlockActivations(BaseModel):
     kernel: str
 
 
-def block_activations(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> BlockActivations:
+def block_activations(arch: Architecture, sc: Scenario, spec: PrecisionSpec, gpu: Gpu | None = None) -> BlockActivations:
     """The saved tensors of one block per token (see :class:`BlockActivations`), as :func:`activations_components`
-    sums them."""
+    sums them; the attention kernel is :func:`attention_choice`'s on ``gpu``."""
     c = spec.compute_bytes
     # The residual stream has the dtype of the embeddings: fp32 for fp32/AMP and for QLoRA after
     # prepare_model_for_kbit_training, 16-bit in pure bf16/fp16.
     resid = 4 if (spec.weight_bytes == 4 or (sc.method is Method.QLORA and sc.prepare_kbit_training)) else spec.weight_bytes
     casts = spec.autocast or sc.method is Method.QLORA
-    kernel = attention_kernel(arch, sc, spec)
+    kernel = attention_kernel(arch, sc, spec, gpu)
     h = arch.hidden_size
     # LoRA/QLoRA freeze every base weight. A frozen torch linear saves no input, since only its weight gradient
     # would need it (autograd saves an operand only when the gradient that uses it is required); the adapters
@@ -207,10 +244,12 @@ def block_activations(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> 
                             resid=resid, kernel=kernel)
 
 
-def activations_components(arch: Architecture, sc: Scenario, spec: PrecisionSpec, block_copies: float = 0.0) -> tuple[MemoryComponent, MemoryComponent | None, str]:
+def activations_components(arch: Architecture, sc: Scenario, spec: PrecisionSpec, block_copies: float = 0.0,
+                           gpu: Gpu | None = None) -> tuple[MemoryComponent, MemoryComponent | None, str]:
     """Saved activations (alive from the forward to the start of backward) and, with gradient checkpointing,
-    the recomputed block (alive while its backward runs, after the loss gradients are freed), and the kernel."""
-    b = block_activations(arch, sc, spec)
+    the recomputed block (alive while its backward runs, after the loss gradients are freed), and the kernel
+    (:func:`attention_choice` on ``gpu``)."""
+    b = block_activations(arch, sc, spec, gpu)
     resid, kernel, per_token, h = b.resid, b.kernel, b.per_token, arch.hidden_size
     tokens = sc.tokens_per_micro_batch
     layer = per_token * tokens

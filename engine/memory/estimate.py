@@ -23,7 +23,8 @@ measured about 53, and 61 with bf16 autocast, where traces measured about 63.
 
 from __future__ import annotations
 
-from engine.memory.activations import activations_components
+from engine.hardware.gpus import Gpu
+from engine.memory.activations import activations_components, attention_choice
 from engine.memory.components import MemoryComponent
 from engine.memory.result import MemoryEstimate
 from engine.memory.gradients import gradient_temporaries, gradients_component
@@ -50,21 +51,24 @@ NOT_MODELLED = (
 )
 
 
-def estimate_memory(arch: Architecture, scenario: Scenario) -> MemoryEstimate:
+def estimate_memory(arch: Architecture, scenario: Scenario, gpu: Gpu | None = None) -> MemoryEstimate:
     """Estimate the steady-state peak GPU memory of ``scenario`` for ``arch``.
 
     Args:
         arch: from :func:`engine.model.architecture.architecture_from_config`.
         scenario: a validated :class:`~engine.scenario.training.Scenario`.
+        gpu: the GPU, which decides the attention kernel (:func:`engine.memory.activations.attention_choice`);
+            None = an Ampere-or-newer GPU.
     Returns:
         A :class:`MemoryEstimate` whose ``components`` (bytes) sum to ``total_bytes`` at ``peak_phase``.
     Raises:
-        ScenarioError: LoRA targets that match no module of ``arch``.
+        ScenarioError: LoRA targets that match no module of ``arch``; flash_attention_2 on a pre-Ampere ``gpu``.
     """
     spec = precision_spec(scenario.precision)
     tensors = split_tensors(arch, scenario, spec)
     copies, block_copies = low_precision_copies(arch, tensors, scenario, spec)
-    activations, recompute, kernel = activations_components(arch, scenario, spec, block_copies)
+    activations, recompute, kernel = activations_components(arch, scenario, spec, block_copies, gpu)
+    kernel_reason = attention_choice(arch, scenario, spec, gpu).reason
     optional = (recompute, logits_forward_component(arch, scenario, spec))
     parts = (
         weights_component(tensors, scenario, spec),
@@ -79,7 +83,7 @@ def estimate_memory(arch: Architecture, scenario: Scenario) -> MemoryEstimate:
     trainable = sum(g.parameters for g, _ in tensors.trainable)
     assumptions = [
         "Hugging Face Trainer defaults: zero_grad(set_to_none=True), loss in transformers' ForCausalLMLoss",
-        f"attention kernel: {kernel}",
+        f"attention kernel: {kernel} ({kernel_reason})",
     ]
     if scenario.framework is not Framework.HF:
         assumptions[0] = f"{scenario.framework.value} single-device fine-tuning (see engine.scenario.training.Framework)"

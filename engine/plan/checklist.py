@@ -49,7 +49,7 @@ from engine.scenario.optimizer import Optimizer
 from engine.memory.parallel import Strategy, plan_parallel
 from engine.scenario.precision import PrecisionMode
 from engine.scenario.training import Attention, Method, Scenario
-from engine.time.throughput import DEFAULT_MFU, estimate_throughput
+from engine.time.throughput import estimate_throughput
 
 
 class Technique(str, Enum):
@@ -234,7 +234,7 @@ def build_checklist(
     num_gpus: int = 2,
     shorter_seq_len: int | None = None,
     smaller_micro_batch: int | None = None,
-    mfu: float = DEFAULT_MFU,
+    calibration: float = 1.0,
     user_strategy: Strategy = Strategy.DDP,
     user_gpus: int = 1,
 ) -> Checklist:
@@ -248,7 +248,7 @@ def build_checklist(
         zero_strategy: ``zero2`` or ``zero3`` for the DeepSpeed step; num_gpus: its GPU count (>= 2).
         shorter_seq_len: sequence length of the "shorter sequences" step (default: half of ``scenario.seq_len``).
         smaller_micro_batch: micro batch of the "smaller batches" step (default: half of the micro batch, at least 1).
-        mfu: model FLOPs utilisation for the speed (:mod:`engine.time.throughput`).
+        calibration: factor on the step-time model's tokens/s (:func:`engine.time.throughput.calibrate`).
         user_strategy, user_gpus: your own multi-GPU setting (the Memory page's), for the "your other settings" step.
     Returns:
         A :class:`Checklist` whose savings sum to the naive peak minus the final peak.
@@ -271,10 +271,13 @@ def build_checklist(
 
     def step(t: Technique | None, label: str, change: str, tradeoff: str, sc: Scenario, n: int, strategy: Strategy,
              before: float | None) -> ChecklistStep:
-        est = estimate_memory(arch, sc)
+        try:
+            est = estimate_memory(arch, sc, gpu)  # the GPU decides the attention kernel
+        except ScenarioError:
+            est = estimate_memory(arch, sc)  # flash_attention_2 before Ampere: memory as on a newer GPU, no speed
         peak = est.total_bytes if n == 1 else plan_parallel(est, arch, sc, strategy).per_gpu_bytes(n)
         try:
-            tps: float | None = estimate_throughput(arch, sc, gpu, mfu=mfu, num_gpus=n, strategy=strategy, estimate=est).tokens_per_second
+            tps: float | None = estimate_throughput(arch, sc, gpu, calibration=calibration, num_gpus=n, strategy=strategy, estimate=est).tokens_per_second
             note = ""
         except ScenarioError as exc:
             tps, note = None, str(exc)

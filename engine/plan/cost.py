@@ -1,7 +1,7 @@
 """Wall time and cost of a fine-tuning run: tokens to process, hours, GPU-hours, USD.
 
 Time = tokens x epochs / tokens per second (the seed chapter's "Training Time" formula, with the
-throughput of all GPUs together); cost = hours x GPUs x price per GPU-hour, on demand and spot, times the
+throughput of all GPUs together from the step-time model, :mod:`engine.time.throughput`); cost = hours x GPUs x price per GPU-hour, on demand and spot, times the
 number of experimental runs ("Estimación de Costos en la Nube": 4 h x $4.00 = $16 on demand, 4 h x $1.20
 = $4.80 spot on an A100-40GB; 5 runs = $80 / $24).
 
@@ -28,7 +28,9 @@ from engine.memory.result import MemoryEstimate
 from engine.memory.estimate import estimate_memory
 from engine.memory.parallel import Strategy
 from engine.scenario.training import Scenario
-from engine.time.throughput import DEFAULT_MFU, Throughput, estimate_throughput, peak_flops_for
+from engine.memory.activations import attention_choice
+from engine.scenario.precision import precision_spec
+from engine.time.throughput import Calibration, Throughput, calibrate, estimate_throughput, peak_flops_for
 
 
 class Dataset(BaseModel):
@@ -228,9 +230,6 @@ def quote_price(gpu: Gpu | str, source: str = CHEAPEST_LISTED, prices: Sequence[
 PLAN_GPU_COUNTS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 """GPU counts the plan search tries for every GPU kind."""
 
-GPUS_PER_NODE = 8
-"""GPUs in one server (DGX/HGX nodes hold 8); larger plans span nodes, which the scaling efficiency does not model."""
-
 CostBasis = Literal["on_demand", "spot"]
 
 
@@ -269,8 +268,10 @@ class PlanEstimate(BaseModel):
             "gpu_hours": self.run.gpu_hours, "cost_usd_on_demand": self.run.cost_usd_on_demand,
             "cost_usd_spot": self.run.cost_usd_spot, "on_demand_usd_per_gpu_hour": self.price.on_demand_usd_per_hour,
             "on_demand_source": self.price.on_demand_source, "spot_usd_per_gpu_hour": self.price.spot_usd_per_hour,
-            "spot_source": self.price.spot_source, "mfu": self.throughput.mfu,
-            "scaling_efficiency": self.throughput.scaling_efficiency, "peak_dtype": self.throughput.peak.dtype,
+            "spot_source": self.price.spot_source, "step_time_s": self.throughput.step_time_s,
+            "mfu": self.throughput.mfu, "hfu": self.throughput.hfu, "calibration": self.throughput.calibration,
+            "attention_kernel": self.throughput.attention_kernel, "link": self.throughput.step.link,
+            "peak_dtype": self.throughput.peak.dtype,
             "notes": "; ".join(n for n in (*self.notes, self.price.reason) if n),
         }
 
@@ -283,8 +284,8 @@ def estimate_plan(
     num_gpus: int = 1,
     strategy: Strategy = Strategy.DDP,
     *,
-    mfu: float = DEFAULT_MFU,
-    scaling_efficiency: float | None = None,
+    calibration: float = 1.0,
+    fused_kernels: bool = False,
     price_source: str = CHEAPEST_LISTED,
     prices: Sequence[GpuPrice] | None = None,
     estimate: MemoryEstimate | None = None,
@@ -292,30 +293,51 @@ def estimate_plan(
     """Fit (:func:`engine.plan.fit.check_fit`), tokens/s (:func:`engine.time.throughput.estimate_throughput`), hours and
     cost of one plan, whether it fits or not (``fits`` says; :func:`search_plans` offers only those that fit).
     One GPU trains without sharding: ``strategy`` applies from 2 GPUs on (ZeRO/FSDP on one GPU would only add
-    their buffers and DeepSpeed's fp32 master copy).
+    their buffers and DeepSpeed's fp32 master copy). ``estimate`` (the memory estimate of ``sc``) is reused unless
+    ``gpu`` runs another attention kernel (pre-Ampere GPUs: no flash), in which case it is recomputed for ``gpu``.
+    ``calibration``: the factor of :func:`engine.time.throughput.calibrate`, applied to tokens/s.
 
     Raises:
-        ScenarioError: invalid MFU, efficiency or GPU count, or no catalog peak for the compute dtype.
+        ScenarioError: invalid calibration or GPU count, no catalog peak for the compute dtype, or
+            flash_attention_2 on a pre-Ampere GPU.
         CatalogError: unknown price source.
     """
     if num_gpus == 1:
         strategy = Strategy.DDP
-    est = estimate if estimate is not None else estimate_memory(arch, sc)
+    kernel = attention_choice(arch, sc, precision_spec(sc.precision), gpu).kernel
+    est = estimate if estimate is not None and estimate.attention_kernel == kernel else estimate_memory(arch, sc, gpu)
     fit = check_fit(arch, sc, gpu, strategy, num_gpus, estimate=est)
-    tp = estimate_throughput(arch, sc, gpu, mfu=mfu, num_gpus=num_gpus, strategy=strategy,
-                             scaling_efficiency=scaling_efficiency, estimate=est)
+    tp = estimate_throughput(arch, sc, gpu, num_gpus=num_gpus, strategy=strategy, calibration=calibration,
+                             fused_kernels=fused_kernels, estimate=est)
     quote = quote_price(gpu, price_source, prices)
     run = run_cost(dataset, sc.seq_len, tp.tokens_per_second, num_gpus, quote.on_demand_usd_per_hour, quote.spot_usd_per_hour)
     notes = [n for n in (tp.peak.note, *fit.warnings) if n]
-    if num_gpus > 1 and gpu.gpu_link_gbps == 0:
-        notes.append(f"{gpu.name} has no GPU-to-GPU link: {strategy.value} traffic goes over PCIe, so the scaling "
-                     f"efficiency is likely below the {tp.scaling_efficiency:g} assumed")
-    if num_gpus > GPUS_PER_NODE:
-        notes.append(f"more than {GPUS_PER_NODE} GPUs span several nodes: inter-node bandwidth is not modelled")
+    if num_gpus > 1 and tp.step.link and not tp.step.link.startswith("NVLink"):
+        notes.append(f"{strategy.value} traffic between the {num_gpus} GPUs goes over {tp.step.link}")
     return PlanEstimate(
         gpu=gpu.name, num_gpus=num_gpus, strategy=strategy, fits=fit.fits, per_gpu_peak_bytes=fit.peak_bytes,
         headroom_bytes=fit.headroom_bytes, min_gpus=fit.min_gpus, throughput=tp, run=run, price=quote, notes=tuple(notes),
     )
+
+
+def calibration_for(
+    arch: Architecture, sc: Scenario, gpu: Gpu, num_gpus: int, strategy: Strategy, measured_tokens_per_second: float | None,
+    *, fused_kernels: bool = False, estimate: MemoryEstimate | None = None,
+) -> Calibration | None:
+    """"Calibrate to my run": the :class:`~engine.time.throughput.Calibration` of a measured tokens/s (all GPUs)
+    against the raw prediction of the same plan; None without a measurement.
+
+    Raises:
+        ScenarioError: a measurement more than 10x off the prediction, or a plan that cannot be timed.
+    """
+    if measured_tokens_per_second is None:
+        return None
+    if num_gpus == 1:
+        strategy = Strategy.DDP
+    kernel = attention_choice(arch, sc, precision_spec(sc.precision), gpu).kernel
+    est = estimate if estimate is not None and estimate.attention_kernel == kernel else estimate_memory(arch, sc, gpu)
+    raw = estimate_throughput(arch, sc, gpu, num_gpus=num_gpus, strategy=strategy, fused_kernels=fused_kernels, estimate=est)
+    return calibrate(measured_tokens_per_second, raw)
 
 
 class ExcludedGpu(BaseModel):
@@ -401,8 +423,8 @@ def search_plans(
     gpus: Sequence[Gpu] | None = None,
     strategy: Strategy = Strategy.DDP,
     counts: Sequence[int] = PLAN_GPU_COUNTS,
-    mfu: float = DEFAULT_MFU,
-    scaling_efficiency: float | None = None,
+    calibration: float = 1.0,
+    fused_kernels: bool = False,
     price_source: str = CHEAPEST_LISTED,
     prices: Sequence[GpuPrice] | None = None,
     basis: CostBasis = "on_demand",
@@ -412,8 +434,11 @@ def search_plans(
     FITS in memory (:func:`engine.plan.fit.check_fit`): hours and cost of each, the Pareto front, the cheapest
     and the fastest. A plan that does not fit is never in ``plans``, so never cheapest or fastest.
 
+    A GPU kind that cannot run the scenario (no peak for its dtype; flash_attention_2 before Ampere) is in
+    ``excluded`` with the reason.
+
     Raises:
-        ScenarioError: invalid MFU, efficiency or a count outside 1..1024; CatalogError: unknown price source.
+        ScenarioError: invalid calibration or a count outside 1..1024; CatalogError: unknown price source.
     """
     source = resolve_price_source(price_source, prices)
     est = estimate if estimate is not None else estimate_memory(arch, sc)
@@ -423,9 +448,14 @@ def search_plans(
         if peak_flops_for(gpu, sc.precision).flops is None:
             excluded.append(ExcludedGpu(gpu=gpu.name, reason=peak_flops_for(gpu, sc.precision).note or "no peak"))
             continue
+        try:
+            attention_choice(arch, sc, precision_spec(sc.precision), gpu)
+        except ScenarioError as exc:
+            excluded.append(ExcludedGpu(gpu=gpu.name, reason=str(exc)))
+            continue
         fitting = []
         for n in counts:
-            plan = estimate_plan(arch, sc, dataset, gpu, n, strategy, mfu=mfu, scaling_efficiency=scaling_efficiency,
+            plan = estimate_plan(arch, sc, dataset, gpu, n, strategy, calibration=calibration, fused_kernels=fused_kernels,
                                  price_source=source, prices=prices, estimate=est)
             if plan.fits:
                 fitting.append(plan)

@@ -39,7 +39,6 @@ from engine.memory.parallel import Strategy
 from engine.scenario.precision import PrecisionMode
 from engine.scenario.training import Framework, Method, QuantType, Scenario
 from engine.model.sources import config_from_catalog
-from engine.time.throughput import DEFAULT_MFU
 
 COMPONENT_KEYS: tuple[str, ...] = (
     "weights", "weight_copies", "gradients", "gradient_temporaries", "optimizer_states", "optimizer_temporaries",
@@ -82,8 +81,8 @@ class Plan(Scenario):
     epochs: float = 1.0
     packing: bool = True
     runs: int = 1
-    mfu: float = Field(DEFAULT_MFU, gt=0, le=1)
-    scaling_efficiency: float | None = Field(None, gt=0, le=1)
+    calibration: float = Field(1.0, ge=0.1, le=10)
+    fused_kernels: bool = False
     price_source: str = CHEAPEST_LISTED
 
     @field_validator("model_revision", mode="before")
@@ -165,8 +164,8 @@ def evaluate_plan(
     sc = plan.scenario()
     source = resolve_price_source(plan.price_source, prices)
     est = estimate_memory(arch, sc)
-    pe = estimate_plan(arch, sc, plan.dataset(), gpu, plan.num_gpus, plan.strategy, mfu=plan.mfu,
-                       scaling_efficiency=plan.scaling_efficiency, price_source=source, prices=prices, estimate=est)
+    pe = estimate_plan(arch, sc, plan.dataset(), gpu, plan.num_gpus, plan.strategy, calibration=plan.calibration,
+                       fused_kernels=plan.fused_kernels, price_source=source, prices=prices, estimate=est)
     comps = est.components
     return PlanResult(
         total_parameters=est.total_parameters, trainable_parameters=est.trainable_parameters,

@@ -31,25 +31,61 @@ MEASUREMENTS_FILE = "throughput_measurements.csv"
 class ThroughputMeasurement(BaseModel):
     """One published training throughput: ``tokens_per_second`` of all ``num_gpus`` GPUs together.
 
-    ``repo_id`` names a bundled catalog model; ``gpu`` any name :func:`find_gpu` resolves (kept as written;
-    :func:`load_throughput_measurements` checks that it resolves). ``locator`` says where in ``source`` the
-    number is printed; ``notes`` what the source states or what was assumed about the setup.
+    ``role``: ``fit`` (the rows the time model's fitted constants were checked on), ``holdout`` (rows added
+    after, never used to choose a constant) or ``not_expressible`` (``why_not_expressible`` says what the model
+    cannot represent; such a row may name a model or GPU outside the catalog and a method outside full/LoRA/QLoRA).
+    The setting columns (precision, optimizer, attention, LoRA rank and targets, framework, fused kernels = torch
+    .compile/Unsloth/Liger, fused cross-entropy, strategy, accumulation) are the row's, or assumptions the notes name.
+    ``locator`` says where in ``source`` the number is printed.
     """
 
     model_config = ConfigDict(frozen=True)
 
     id: str = Field(min_length=1)
+    role: Literal["fit", "holdout", "not_expressible"]
     source: str = Field(min_length=1)
     locator: str = Field(min_length=1)
     repo_id: str = Field(min_length=1)
-    method: str = Field(pattern=r"^(full|lora|qlora)$")
+    method: str = Field(min_length=1)
     micro_batch_size: int = Field(ge=1)
     seq_len: int = Field(ge=1)
     gradient_checkpointing: bool
     gpu: str = Field(min_length=1)
     num_gpus: int = Field(ge=1)
     tokens_per_second: float = Field(gt=0)
+    precision: str = "bf16"
+    optimizer: str = "adamw_fused"
+    attention: str = "sdpa"
+    lora_r: int | None = None
+    lora_targets: str = ""
+    framework: str = "hf"
+    fused_kernels: bool = False
+    fused_cross_entropy: bool = False
+    strategy: str = "ddp"
+    gradient_accumulation_steps: int = Field(1, ge=1)
+    why_not_expressible: str = ""
     notes: str = ""
+
+    @field_validator("lora_r", mode="before")
+    @classmethod
+    def _empty_rank(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @model_validator(mode="after")
+    def _role(self) -> "ThroughputMeasurement":
+        if self.expressible:
+            if self.method not in ("full", "lora", "qlora"):
+                raise ValueError(f"method {self.method!r} of an expressible row must be full, lora or qlora")
+            if self.why_not_expressible:
+                raise ValueError("an expressible row has no why_not_expressible")
+        elif not self.why_not_expressible.strip():
+            raise ValueError("a not_expressible row needs why_not_expressible")
+        return self
+
+    @property
+    def expressible(self) -> bool:
+        """Whether the time model can represent the row (role fit or holdout)."""
+        return self.role != "not_expressible"
 
 
 @lru_cache(maxsize=1)
@@ -58,18 +94,19 @@ def load_throughput_measurements() -> tuple[ThroughputMeasurement, ...]:
 
     Raises:
         CatalogError: an unreadable file, a bad row (named by its line, header = 1, and its id), a duplicate
-            id, a model that is not bundled or a GPU the catalog does not know.
+            id, or an expressible row whose model is not bundled or whose GPU the catalog does not know.
     """
     out: list[ThroughputMeasurement] = []
     for label, row in labelled_csv_rows(MEASUREMENTS_FILE):
         m = validated_row(ThroughputMeasurement, row, label)
         if any(o.id == m.id for o in out):
             raise CatalogError(f"{label}: duplicate id")
-        try:
-            catalog_model(m.repo_id)
-            find_gpu(m.gpu)
-        except CatalogError as exc:
-            raise CatalogError(f"{label}: {exc}") from None
+        if m.expressible:
+            try:
+                catalog_model(m.repo_id)
+                find_gpu(m.gpu)
+            except CatalogError as exc:
+                raise CatalogError(f"{label}: {exc}") from None
         out.append(m)
     return tuple(out)
 

@@ -157,11 +157,12 @@ def test_import_missing_required_column_lists_every_row(exported):
 
 def test_import_missing_optional_column_uses_its_default(exported):
     rows = list(csv.reader(io.StringIO(exported.decode())))
-    col = rows[0].index("mfu")
+    col = rows[0].index("calibration")
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerows([r[:col] + r[col + 1:] for r in rows])
     imported = plans_from_csv(buf.getvalue().encode())
     assert imported.errors == () and len(imported.plans) == 2
+    assert all(plan.calibration == 1.0 for plan, _ in imported.plans)
 
 
 def test_import_non_utf8_row(exported):

@@ -1,4 +1,5 @@
-"""Time and cost: the seed chapter's examples exactly, and the FLOPs model on hand-checked cases.
+"""Time and cost: the seed chapter's examples exactly, and FLOPs per token on hand-checked cases (the step-time
+model: tests/time/test_step_time.py).
 
 Seed: ../shared/seeds/000_e5ea2c620e992cc5.txt, "Ejemplo de Cálculo de Tiempo" and "Ejemplo de Cálculo de Costos".
 """
@@ -8,9 +9,8 @@ import pytest
 from engine.model.build import architecture_from_config
 from engine.plan.cost import Dataset, run_cost
 from engine.errors import ScenarioError
-from engine.memory.estimate import estimate_memory
 from engine.scenario.training import Scenario
-from engine.time.throughput import flops_per_token, implied_mfu, matmul_parameters, seed_training_hours, step_time
+from engine.time.throughput import flops_per_token, matmul_parameters, seed_training_hours
 from reference import reference_config, require_reference
 
 require_reference()
@@ -61,27 +61,3 @@ def test_moe_uses_active_parameters():
     # Routed experts count at top-2 of 8: the matmul weights are the active parameters without the embedding
     # table (32,000 x 4,096) and the norms (2 per layer + final, 4,096 each).
     assert matmul_parameters(mixtral) == mixtral.active_parameters - 32_000 * 4_096 - (2 * 32 + 1) * 4_096
-
-
-def test_step_time_parts():
-    sc = Scenario.build(precision="bf16", optimizer="adamw", micro_batch_size=1, seq_len=2_048)
-    est = estimate_memory(LLAMA8, sc)
-    t = step_time(LLAMA8, sc, est, peak_flops=1e15, bandwidth_bytes_per_s=2e12, mfu=0.5)
-    f = flops_per_token(LLAMA8, sc).total
-    assert t.compute_s == pytest.approx(f * 2_048 / 5e14)
-    # Pure bf16 AdamW: read+write weights (2 B) and states (4 B), read gradients (2 B): 14 B/param.
-    assert t.optimizer_s == pytest.approx(14 * 8_030_261_248 / 2e12)
-    assert t.dequantize_s == 0
-    # LoRA moves only the adapters through the optimizer: far faster per token at small batches.
-    lora_sc = sc.model_copy(update={"method": sc.method.LORA})
-    lora = step_time(LLAMA8, lora_sc, estimate_memory(LLAMA8, lora_sc), peak_flops=1e15, bandwidth_bytes_per_s=2e12, mfu=0.5)
-    assert lora.tokens_per_second > 1.5 * t.tokens_per_second
-    with pytest.raises(ValueError):
-        step_time(LLAMA8, sc, est, peak_flops=1e15, bandwidth_bytes_per_s=2e12, mfu=1.5)
-
-
-def test_implied_mfu_round_trip():
-    sc = Scenario.build(method="lora", seq_len=2_048)
-    tps = 3_000.0
-    mfu = implied_mfu(LLAMA8, sc, tps, 312e12)
-    assert mfu == pytest.approx(flops_per_token(LLAMA8, sc).model_flops * tps / 312e12)

@@ -1,0 +1,128 @@
+"""Collective communication: ring all-reduce, reduce-scatter, all-gather and all-to-all over a link, and how much
+of it compute hides. Pure functions of bytes, GPU count and a :class:`Link`; reusable by any parallelism.
+
+Ring algorithm costs (NCCL, NVIDIA/nccl-tests ``doc/PERFORMANCE.md``): for an array of ``S`` bytes per rank
+over ``n`` ranks, every rank sends and receives
+
+- all-reduce: ``2 (n-1)/n x S``;
+- reduce-scatter, all-gather, all-to-all: ``(n-1)/n x S`` (``S`` the full, unsharded array),
+
+at the link's *bus bandwidth* (what nccl-tests report as busbw: about 80% of the unidirectional NVLink rate on
+A100/H100/H200 rings, ml-engineering network/README.md). Each call also pays a fixed latency
+(:data:`CALL_LATENCY_S`), so many small buckets cost more than one large message.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from engine.hardware.gpus import Gpu
+
+NVLINK_BUS_EFFICIENCY = 0.80
+"""Ring busbw / unidirectional NVLink bandwidth: 8x A100 all-reduce 234.9 of 300 GB/s (78%), 8x H200 367.6 of 450
+(82%), all-gather/reduce-scatter 361-363 (80-81%) (stas00/ml-engineering@744d01e1 network/README.md)."""
+
+PCIE_BUS_EFFICIENCY = 0.75
+"""Ring busbw / unidirectional PCIe x16 bandwidth: NCCL's topology model gives a Gen4 x16 path 24 GB/s of 31.5
+(NCCL INFO log in github.com/NVIDIA/nccl-tests/issues/307)."""
+
+CROSS_SOCKET_BYTES_PER_S = 10e9
+"""A PCIe ring that crosses CPU sockets (more than :data:`GPUS_PER_PCIE_SWITCH` GPUs in one server) is limited by
+the inter-socket path: NCCL's topology model gives SYS paths 10 GB/s (nccl-tests issue #307)."""
+
+GPUS_PER_PCIE_SWITCH = 4
+"""GPUs behind one CPU socket's PCIe root in the usual 8-GPU PCIe server (two sockets, four GPUs each)."""
+
+NO_P2P_FACTOR = 0.5
+"""GPUs without peer-to-peer (GeForce 40/50 series) stage each transfer through host memory: every byte crosses
+PCIe twice."""
+
+NETWORK_BYTES_PER_S = 24e9
+"""Inter-node bus bandwidth per GPU: one 200 Gb/s InfiniBand NIC per GPU (the DGX/HGX layout) reaches 24 GB/s of
+all-reduce busbw ("24 GB/s per 200G NIC", NCCL maintainer, github.com/NVIDIA/nccl-tests/issues/119)."""
+
+CALL_LATENCY_S = 80e-6
+"""Fixed time of one collective call: fitted to the nccl-tests sweep on 8x A100 (1 MiB all-reduce at 18.0 GB/s
+busbw, 8 MiB at 109.9, 32 KiB in 43.8 us; ml-engineering network/README.md) with the plateau 235 GB/s."""
+
+OVERLAP = 0.9
+"""Share of a collective that runs under compute when there is enough compute to hide it: DDP's bucketed
+all-reduce and FSDP's prefetched all-gathers overlap backward/forward; measured exposed communication is 5-10% on
+NVLink/InfiniBand (DDP ResNet 91-93% scaling on 8 V100, pytorch benchmarks/distributed/ddp; FSDP 90-99%,
+llm-foundry and torchtitan scaling tables)."""
+
+GPUS_PER_NODE = 8
+"""GPUs in one server (DGX/HGX nodes hold 8); more span nodes over :data:`NETWORK_BYTES_PER_S`."""
+
+
+class Link(BaseModel):
+    """The path a ring collective runs over: ``bus_bytes_per_s`` of bus bandwidth per GPU, ``name`` for display."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    bus_bytes_per_s: float
+    latency_s: float = CALL_LATENCY_S
+
+
+def data_parallel_link(gpu: Gpu, num_gpus: int, gpus_per_node: int = GPUS_PER_NODE) -> Link:
+    """The link a ring over ``num_gpus`` x ``gpu`` is limited by.
+
+    Within a node: NVLink (SXM / NVSwitch parts for up to ``gpus_per_node`` GPUs; bridged parts, whose
+    ``interconnect`` says "bridge", for 2) at :data:`NVLINK_BUS_EFFICIENCY`, otherwise PCIe at
+    :data:`PCIE_BUS_EFFICIENCY` (capped by :data:`CROSS_SOCKET_BYTES_PER_S` beyond :data:`GPUS_PER_PCIE_SWITCH`
+    GPUs, halved without peer-to-peer). Across k nodes the ring's inter-node hops carry ``(k-1)/(n-1)`` of the
+    traffic of each GPU's NIC (ml-engineering network/README.md), so busbw = min(intra, NIC x (n-1)/(k-1)).
+    """
+    per_node = min(num_gpus, gpus_per_node)
+    nvlink = (gpu.nvlink_gbps_per_direction or 0.0) * 1e9
+    bridged = "bridge" in gpu.interconnect.lower()
+    if nvlink > 0 and (not bridged or per_node <= 2):
+        intra, name = nvlink * NVLINK_BUS_EFFICIENCY, "NVLink"
+    else:
+        pcie = (gpu.pcie_gbps_per_direction or 15.75) * 1e9 * PCIE_BUS_EFFICIENCY
+        if per_node > GPUS_PER_PCIE_SWITCH:
+            pcie = min(pcie, CROSS_SOCKET_BYTES_PER_S)
+        if not gpu.p2p:
+            pcie *= NO_P2P_FACTOR
+        intra, name = pcie, "PCIe" + ("" if gpu.p2p else " (no peer-to-peer: through host memory)")
+    nodes = -(-num_gpus // gpus_per_node)
+    if nodes > 1:
+        inter = NETWORK_BYTES_PER_S * (num_gpus - 1) / (nodes - 1)
+        if inter < intra:
+            return Link(name=f"InfiniBand between {nodes} nodes", bus_bytes_per_s=inter)
+        name += f" ({nodes} nodes)"
+    return Link(name=name, bus_bytes_per_s=intra)
+
+
+def all_reduce_seconds(nbytes: float, n: int, link: Link, calls: int = 1) -> float:
+    """Ring all-reduce of ``nbytes`` per rank over ``n`` ranks in ``calls`` buckets: ``2(n-1)/n x S / busbw``
+    + latency per call. 0 for one rank."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    return 2 * (n - 1) / n * nbytes / link.bus_bytes_per_s + calls * link.latency_s
+
+
+def reduce_scatter_seconds(nbytes: float, n: int, link: Link, calls: int = 1) -> float:
+    """Ring reduce-scatter of a full array of ``nbytes`` (each rank keeps 1/n): ``(n-1)/n x S / busbw`` + latency."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    return (n - 1) / n * nbytes / link.bus_bytes_per_s + calls * link.latency_s
+
+
+def all_gather_seconds(nbytes: float, n: int, link: Link, calls: int = 1) -> float:
+    """Ring all-gather into a full array of ``nbytes`` (each rank holds 1/n): the cost of a reduce-scatter."""
+    return reduce_scatter_seconds(nbytes, n, link, calls)
+
+
+def all_to_all_seconds(nbytes: float, n: int, link: Link, calls: int = 1) -> float:
+    """All-to-all of ``nbytes`` per rank (expert parallel token exchange): ``(n-1)/n x S / busbw`` + latency."""
+    return reduce_scatter_seconds(nbytes, n, link, calls)
+
+
+def exposed_seconds(comm_s: float, compute_s: float, overlap: float = OVERLAP) -> float:
+    """Communication left on the critical path when it runs beside ``compute_s`` of compute: at least
+    ``(1 - overlap)`` of it (the last bucket, the first gather), all that exceeds ``overlap x compute_s``."""
+    if comm_s <= 0:
+        return 0.0
+    return max(comm_s - overlap * compute_s, (1 - overlap) * comm_s)

@@ -1,0 +1,73 @@
+"""Fixed overhead of a step: the host time to launch its kernels, and the framework's per-step work.
+
+PyTorch eager launches every op from Python: dispatch, autograd bookkeeping and ``cudaLaunchKernel`` cost about
+:data:`SECONDS_PER_KERNEL` of CPU time per kernel. The GPU runs kernels asynchronously, so launches are hidden
+while the GPU is busy; a pass (forward, backward) takes ``max(GPU time, kernels x SECONDS_PER_KERNEL)``. Small
+models at micro batch 1 are bound by it (Horace He, "Making Deep Learning Go Brrrr From First Principles").
+"""
+
+from __future__ import annotations
+
+from engine.model.architecture import Architecture
+from engine.scenario.lora import resolve_targets
+from engine.scenario.optimizer import Optimizer
+from engine.scenario.training import Method, Scenario
+from engine.time.memory_bound import FUSED_OPTIMIZERS
+
+SECONDS_PER_KERNEL = 13.5e-6
+"""CPU time per kernel of an eager forward: 5-25 us per op on the Python -> dispatcher -> ``cudaLaunchKernel``
+path (research notes, overheads.md sec. 1); 13.5 us from HF transformers' Llama-3.2-1B forward at batch 1 x 512 on
+a B200, launch-bound: 8.1 ms for the 600 kernels :func:`layer_kernels` counts (16 layers x 37 + 8)
+(stas00/ml-engineering@744d01e1 training/performance/README.md, "torch.compile" tables; row
+``mle-l32-1b-full-b200-eager`` of data/throughput_measurements.csv, a fit row)."""
+
+BACKWARD_HOST_FACTOR = 4.0
+"""Host time of a backward pass / its forward's (autograd's engine, hooks and twice the kernels): the same
+Llama-3.2-1B run takes 48.8 ms for forward + backward with checkpointing = forward 8.1 + recompute 8.1 + backward
+32.6 ms, i.e. 4.0 x the forward."""
+
+STEP_SECONDS = 0.004
+"""Host work once per optimizer step outside the kernels (learning-rate scheduler, ``zero_grad``, logging,
+loss ``.item()`` synchronisation, the data loader's hand-off): "a few ms"; ms-swift measures samples/s flat
+across gradient accumulation 1..64 (modelscope/ms-swift docs/source_en/LLM/Benchmark.md), so it is small."""
+
+PYTHON_SECONDS_PER_TENSOR = 20e-6
+"""Host time per parameter tensor of optimizers that loop over tensors in Python (bitsandbytes' 8-bit and paged
+optimizers, Adafactor): one kernel launch and its argument checks per tensor."""
+
+
+def layer_kernels(arch: Architecture, sc: Scenario, kernel: str, fused: bool, lora_modules: int | None = None) -> float:
+    """Kernels one block's forward launches (its backward launches about twice as many).
+
+    Eager, per the ops of transformers' Llama-style block: RMSNorm 6 each (LayerNorm 1), 2 residual adds, one GEMM
+    per linear (per expert), RoPE ~10, attention 1 (flash/memory-efficient) or ~6 (eager/math: matmul, mask,
+    softmax, cast, dropout, matmul), the MLP activation 1-2, ~3 reshapes; a LoRA adapter adds 5 (dropout, A, B,
+    scale, add), a 4-bit base weight 1 (dequantize). Fused kernels: norms, RoPE and activation one each, LoRA 3.
+    ``lora_modules``: adapted modules per block, when the caller has resolved the targets.
+    """
+    gemms = sum(lin.count for lin in arch.layer_linears)
+    norm = 1 if fused or arch.norm == "layernorm" else 6
+    n = arch.norms_per_layer * norm + (0 if fused else 2) + gemms + (1 if fused else 3)
+    n += (1 if fused else 10) if arch.positional == "rope" else 0
+    n += 1 if kernel in ("flash", "memory_efficient") else 6
+    n += 1 if fused else (2 if arch.mlp == "gated" else 1)
+    if sc.method is not Method.FULL:
+        targets = _targets(arch, sc) if lora_modules is None else lora_modules
+        n += targets * (3 if fused else 5)
+        if sc.method is Method.QLORA:
+            n += gemms
+    return float(n)
+
+
+def _targets(arch: Architecture, sc: Scenario) -> int:
+    return sum(lin.count for lin in resolve_targets(arch, sc.lora_targets))
+
+
+def optimizer_host_seconds(optimizer: Optimizer, tensors: int) -> float:
+    """Host time of one optimizer step over ``tensors`` trainable tensors: per-tensor Python loops
+    (:data:`PYTHON_SECONDS_PER_TENSOR`) for bitsandbytes and Adafactor; torch's fused and foreach steps launch a
+    kernel per chunk of tensors (~12 foreach ops per chunk of 100 tensors)."""
+    if optimizer in FUSED_OPTIMIZERS and optimizer is not Optimizer.ADAMW_FUSED or optimizer is Optimizer.ADAFACTOR:
+        return tensors * PYTHON_SECONDS_PER_TENSOR
+    chunks = max(1, -(-tensors // 100))
+    return chunks * (1 if optimizer is Optimizer.ADAMW_FUSED else 12) * SECONDS_PER_KERNEL

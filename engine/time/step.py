@@ -1,0 +1,244 @@
+"""One training step on one GPU, added up from its work: matmuls, attention, memory-bound ops, dequantization,
+the optimizer step, communication and fixed overhead.
+
+The walk is the memory estimate's: the same :class:`~engine.model.architecture.Architecture` (``layer_linears``
+for the GEMMs, sizes for the elementwise ops) and the same :class:`~engine.memory.result.MemoryEstimate` (bytes of
+weights, gradients and optimizer states, the attention kernel). A micro batch runs
+
+- forward: block and LM-head GEMMs (:mod:`engine.time.gemm`), attention (:mod:`engine.time.attention`), the
+  elementwise ops and autocast's casts (:mod:`engine.time.memory_bound`), dequantization of 4-bit weights;
+- backward: input- and weight-gradient GEMMs, attention backward, elementwise backward, the loss over the
+  vocabulary, the embedding's gradient; with gradient checkpointing, each block's forward again (recompute);
+
+each pass taking ``max(GPU time, kernels x CPU time per kernel)`` (:mod:`engine.time.overhead`). The optimizer
+step and gradient clipping run once per optimizer step (1/N of it per GPU under ZeRO/FSDP), then collectives
+(:mod:`engine.time.collectives`) add what compute does not hide.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from pydantic import BaseModel, ConfigDict
+
+from engine.hardware.gpus import Gpu
+from engine.memory.parallel import Strategy
+from engine.memory.result import MemoryEstimate
+from engine.model.architecture import Architecture
+from engine.scenario.lora import resolve_targets
+from engine.scenario.precision import precision_spec
+from engine.scenario.training import Framework, Method, Scenario
+from engine.time import collectives as cc
+from engine.time.attention import attention_seconds, attention_work
+from engine.time.gemm import Roofline, gemm_work, step_gemms
+from engine.time.memory_bound import (
+    BACKWARD_FACTOR, cast_bytes_per_use, dequant_bytes_per_use, layer_forward_bytes, loss_bytes, optimizer_bytes,
+)
+from engine.time.overhead import BACKWARD_HOST_FACTOR, SECONDS_PER_KERNEL, STEP_SECONDS, layer_kernels, optimizer_host_seconds
+from engine.time.rates import GpuRates
+
+CATEGORIES = ("matmul", "attention", "memory_bound", "dequantization", "optimizer", "communication", "overhead")
+"""Categories of :attr:`StepTime.breakdown_s`, in display order."""
+
+DDP_BUCKET_BYTES = 25e6
+"""DDP's gradient bucket (``bucket_cap_mb=25``, torch.nn.parallel.DistributedDataParallel default)."""
+
+HEAD_KERNELS = 8
+"""Kernels of the final norm, LM head and loss in forward (embedding, norm, GEMM, upcast, log-softmax, NLL, mean)."""
+
+
+class StepTime(BaseModel):
+    """Seconds of one optimizer step (micro batch x accumulation steps) on one GPU, by category, and the FLOPs
+    it executes. ``breakdown_s`` maps each of :data:`CATEGORIES` to seconds; they add up to ``total_s``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tokens: int
+    breakdown_s: dict[str, float]
+    executed_flops: float
+    model_flops: float
+    attention_kernel: str
+    link: str | None = None
+
+    @property
+    def total_s(self) -> float:
+        """Wall seconds of the step."""
+        return sum(self.breakdown_s.values())
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Tokens per second of one GPU."""
+        return self.tokens / self.total_s
+
+
+class _Work(NamedTuple):
+    """What one micro batch and optimizer step do, independent of the GPU (cached per architecture and scenario)."""
+
+    gemms: dict[str, Roofline]  # phase -> its GEMMs' roofline
+    model_flops: float
+    executed_flops: float
+    attention_full: float
+    elem_fwd_bytes: float
+    casts_fwd_bytes: float
+    casts_bwd_bytes: float
+    head_bytes: float
+    embed_grad_bytes: float
+    dequant_bytes: float
+    kernels_fwd: float
+    kernels_bwd: float
+    tensors: int
+
+
+_WORK: dict[tuple[int, Scenario, bool, str], tuple[Architecture, _Work]] = {}
+_WORK_SIZE = 512
+"""Cached works (a page rerun, the plan search over every GPU and the shape sweep reuse them); keyed by the
+architecture's identity, checked against the cached object itself."""
+
+
+def _work(arch: Architecture, sc: Scenario, kernel: str, fused: bool) -> _Work:
+    """The GPU-independent work of ``sc`` on ``arch``: GEMM shapes, bytes, kernel counts (see the module docstring)."""
+    key = (id(arch), sc, fused, kernel)
+    hit = _WORK.get(key)
+    if hit is not None and hit[0] is arch:
+        return hit[1]
+    spec = precision_spec(sc.precision)
+    c = spec.compute_bytes
+    t = float(sc.tokens_per_micro_batch)
+    layers = arch.num_layers
+    resid = 4 if (spec.weight_bytes == 4 or (sc.method is Method.QLORA and sc.prepare_kbit_training)) else spec.weight_bytes
+    targets = resolve_targets(arch, sc.lora_targets) if sc.method is not Method.FULL else []
+    works: dict[str, list[tuple[float, float]]] = {"forward": [], "backward": [], "recompute": []}
+    gemm_flops = recompute_flops = 0.0
+    for gm in step_gemms(arch, sc, c, targets):
+        w = gemm_work(gm)
+        works[gm.phase].append(w)
+        gemm_flops += gm.flops
+        if sc.gradient_checkpointing and gm.phase == "forward" and gm.part != "lm_head":
+            works["recompute"].append(w)
+            recompute_flops += gm.flops
+    full = attention_work(arch, t, sc.seq_len)
+    # PaLM (Chowdhery et al. 2022, appendix B): model FLOPs count attention's full square three times (forward, two
+    # backward matmuls); hardware FLOPs add the recompute.
+    model_flops = gemm_flops + 3.0 * full
+    executed = model_flops + recompute_flops + (full if sc.gradient_checkpointing else 0.0)
+    linear_params = sum(gr.parameters for gr in arch.tensors if gr.linear)
+    cast_f, cast_b = cast_bytes_per_use(spec.autocast and spec.weight_bytes == 4)
+    k_layer = layer_kernels(arch, sc, kernel, fused, sum(lin.count for lin in targets))
+    k_fwd = layers * k_layer + HEAD_KERNELS
+    w = _Work(
+        gemms={phase: Roofline(items) for phase, items in works.items()}, model_flops=model_flops, executed_flops=executed, attention_full=full,
+        elem_fwd_bytes=layers * layer_forward_bytes(arch, c, resid, fused) * t,
+        casts_fwd_bytes=cast_f * linear_params,
+        casts_bwd_bytes=(cast_b if sc.method is Method.FULL else 0.0) * linear_params,
+        head_bytes=loss_bytes(arch, sc, c) * t + 2 * resid * arch.hidden_size * t,
+        embed_grad_bytes=(2 * arch.vocab_size * arch.hidden_size * (4 if spec.weight_bytes == 4 else c)
+                          if sc.method is Method.FULL else 0.0),
+        dequant_bytes=dequant_bytes_per_use(sc, c) * linear_params,
+        kernels_fwd=k_fwd,
+        kernels_bwd=BACKWARD_HOST_FACTOR * k_fwd + (layers * k_layer if sc.gradient_checkpointing else 0.0),
+        tensors=_trainable_tensors(arch, sc, targets),
+    )
+    if len(_WORK) >= _WORK_SIZE:
+        _WORK.clear()
+    _WORK[key] = (arch, w)
+    return w
+
+
+def step_time(
+    arch: Architecture, sc: Scenario, est: MemoryEstimate, gpu: Gpu, rates: GpuRates, *,
+    num_gpus: int = 1, strategy: Strategy = Strategy.DDP, fused_kernels: bool = False,
+) -> StepTime:
+    """The step of ``sc`` on one of ``num_gpus`` x ``gpu`` with ``strategy`` (see the module docstring).
+
+    ``est`` is the memory estimate of ``sc`` (its attention kernel is the one timed); ``rates`` the GPU's
+    :func:`engine.time.rates.gpu_rates`; ``fused_kernels``: torch.compile, Unsloth or Liger fuse the elementwise
+    chains (fewer bytes and kernels, :mod:`engine.time.memory_bound`, :mod:`engine.time.overhead`).
+    """
+    kernel = est.attention_kernel
+    w = _work(arch, sc, kernel, fused_kernels)
+    bw, mm = rates.hbm_bytes_per_s, rates.matmul_flops
+    g = {phase: roof.seconds(mm, bw) for phase, roof in w.gemms.items()}
+    c = precision_spec(sc.precision).compute_bytes
+    a_fwd, a_bwd, _ = attention_seconds(arch, kernel, float(sc.tokens_per_micro_batch), sc.seq_len, c, rates)
+    ckpt = sc.gradient_checkpointing
+    a_rec = a_fwd if ckpt else 0.0
+    elem_fwd = w.elem_fwd_bytes / bw
+    mb_fwd = elem_fwd + w.casts_fwd_bytes / bw
+    mb_bwd = BACKWARD_FACTOR * elem_fwd + (w.casts_bwd_bytes + w.head_bytes + w.embed_grad_bytes) / bw
+    mb_rec = mb_fwd if ckpt else 0.0
+    dq = w.dequant_bytes / bw
+    dq_rec = dq if ckpt else 0.0
+
+    # Each pass: GPU time or the host's kernel launches, whichever is longer.
+    gpu_fwd = g["forward"] + a_fwd + mb_fwd + dq
+    gpu_bwd = g["backward"] + g["recompute"] + a_bwd + a_rec + mb_bwd + mb_rec + dq + dq_rec
+    host = (max(0.0, w.kernels_fwd * SECONDS_PER_KERNEL - gpu_fwd)
+            + max(0.0, w.kernels_bwd * SECONDS_PER_KERNEL - gpu_bwd))
+    gas = sc.gradient_accumulation_steps
+
+    # The optimizer step, sharded over the GPUs by every ZeRO stage and FSDP.
+    shards = num_gpus if strategy is not Strategy.DDP else 1
+    parts = est.parts_by_key
+    states = sum(p.bytes for p in est.parts if p.key == "optimizer_states")
+    grads = parts["gradients"].bytes if "gradients" in parts else 0.0
+    trainable_w = parts["weights"].bytes if sc.method is Method.FULL else \
+        est.trainable_parameters * (4 if sc.framework is Framework.HF else precision_spec(sc.precision).weight_bytes)
+    opt_bytes = optimizer_bytes(trainable_w, states, grads, sc.optimizer, clip=sc.framework is Framework.HF)
+    opt_gpu = opt_bytes / shards / bw
+    opt = max(opt_gpu, optimizer_host_seconds(sc.optimizer, -(-w.tensors // shards)))
+
+    comm, link = _communication(arch, sc, est, gpu, num_gpus, strategy, gpu_fwd, gpu_bwd)
+    breakdown = {
+        "matmul": gas * (g["forward"] + g["backward"] + g["recompute"]),
+        "attention": gas * (a_fwd + a_bwd + a_rec),
+        "memory_bound": gas * (mb_fwd + mb_bwd + mb_rec),
+        "dequantization": gas * (2 * dq + dq_rec),
+        "optimizer": opt_gpu,
+        "communication": comm,
+        "overhead": gas * host + STEP_SECONDS + (opt - opt_gpu),
+    }
+    return StepTime.model_construct(
+        tokens=sc.tokens_per_micro_batch * gas, breakdown_s=breakdown, executed_flops=w.executed_flops * gas,
+        model_flops=w.model_flops * gas, attention_kernel=kernel, link=link,
+    )
+
+
+def _trainable_tensors(arch: Architecture, sc: Scenario, targets: list) -> int:
+    """Trainable parameter tensors (the optimizer's per-tensor work)."""
+    if sc.method is Method.FULL:
+        return sum(gr.count for gr in arch.tensors)
+    return 2 * sum(lin.count * lin.blocks(arch.num_layers) for lin in targets)
+
+
+def _communication(arch: Architecture, sc: Scenario, est: MemoryEstimate, gpu: Gpu, n: int, strategy: Strategy,
+                   gpu_fwd: float, gpu_bwd: float) -> tuple[float, str | None]:
+    """Exposed seconds of the data-parallel collectives of one optimizer step, and the link's name.
+
+    DDP: one all-reduce of the gradients per optimizer step (``no_sync`` on accumulation micro batches), in
+    :data:`DDP_BUCKET_BYTES` buckets, under the last backward. ZeRO-1: a reduce-scatter per step, then an all-gather
+    of the updated 16-bit weights (not hidden). ZeRO-2 / FSDP SHARD_GRAD_OP: the reduce-scatter every micro batch
+    (under backward) and the all-gather once. ZeRO-3 / FSDP FULL_SHARD: every micro batch all-gathers the weights
+    in forward and again in backward and reduce-scatters the gradients, one call per block, prefetched under
+    compute (Rajbhandari et al. 2020, "ZeRO", sec. 7: 1.5x DDP's volume).
+    """
+    if n <= 1:
+        return 0.0, None
+    link = cc.data_parallel_link(gpu, n)
+    parts = est.parts_by_key
+    grads = parts["gradients"].bytes if "gradients" in parts else 0.0
+    weights = parts["weights"].bytes
+    gas = sc.gradient_accumulation_steps
+    calls = arch.num_layers
+    if strategy is Strategy.DDP:
+        ar = cc.all_reduce_seconds(grads, n, link, calls=max(1, int(grads // DDP_BUCKET_BYTES) + 1))
+        return cc.exposed_seconds(ar, gpu_bwd), link.name
+    gather_w = 2.0 * est.trainable_parameters if sc.method is Method.FULL else 0.0  # updated 16-bit weights
+    if strategy is Strategy.ZERO1:
+        rs = cc.reduce_scatter_seconds(grads, n, link, calls)
+        return cc.exposed_seconds(rs, gpu_bwd) + cc.all_gather_seconds(gather_w, n, link, calls), link.name
+    if strategy in (Strategy.ZERO2, Strategy.FSDP_SHARD_GRAD_OP):
+        rs = cc.reduce_scatter_seconds(grads, n, link, calls)
+        return gas * cc.exposed_seconds(rs, gpu_bwd) + cc.all_gather_seconds(gather_w, n, link, calls), link.name
+    ag = cc.all_gather_seconds(weights, n, link, calls)
+    rs = cc.reduce_scatter_seconds(grads, n, link, calls)
+    return gas * (cc.exposed_seconds(ag, gpu_fwd) + cc.exposed_seconds(ag + rs, gpu_bwd)), link.name

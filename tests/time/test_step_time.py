@@ -1,0 +1,188 @@
+"""The step-time model (issue 15): hand-checked pieces (GEMM roofline, collectives, rates), the attention kernel
+SDPA would pick, the accuracy against every expressible published row (median and largest |error|, fit and
+hold-out), and the trends the issue asks for.
+
+Uses the bundled catalog (data/models), so it runs without ../shared/reference.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.errors import ScenarioError
+from engine.hardware.gpus import find_gpu
+from engine.memory.estimate import estimate_memory
+from engine.memory.parallel import Strategy
+from engine.model.build import architecture_from_config
+from engine.model.catalog import catalog_model
+from engine.scenario.training import Scenario
+from engine.time import collectives as cc
+from engine.time.gemm import Gemm, gemm_seconds, tile_efficiency
+from engine.time.rates import HBM_FRACTION, TRAINING_GEMM_EFFICIENCY, gpu_rates
+from engine.time.step import CATEGORIES
+from engine.time.throughput import calibrate, estimate_throughput
+from engine.validation.throughput import compare_measurements, error_summary, not_expressible
+
+
+def arch_of(repo_id: str):
+    return architecture_from_config(catalog_model(repo_id).config)
+
+
+LLAMA8 = arch_of("meta-llama/Llama-3.1-8B")
+LLAMA3B = arch_of("meta-llama/Llama-3.2-3B")
+A100 = find_gpu("A100 80GB")
+
+
+def tps(arch, gpu, n=1, strategy=Strategy.DDP, **fields) -> float:
+    sc = Scenario.build(**fields)
+    return estimate_throughput(arch, sc, gpu, num_gpus=n, strategy=strategy,
+                               estimate=estimate_memory(arch, sc, gpu)).tokens_per_second
+
+
+# --- pieces by hand -------------------------------------------------------------------------------------------------
+
+
+def test_rates_of_the_a100_and_the_l40s():
+    a100 = gpu_rates(A100, Scenario().precision)
+    assert a100.achievable_matmul_flops == 271.2e12  # measured MAMF (ml-engineering table)
+    assert a100.matmul_flops == pytest.approx(271.2e12 * TRAINING_GEMM_EFFICIENCY)
+    assert a100.hbm_bytes_per_s == pytest.approx(2_039e9 * HBM_FRACTION)
+    l40s = gpu_rates(find_gpu("L40S"), Scenario().precision)  # no MAMF published: 0.80 x the 362.05 dense peak
+    assert l40s.achievable_matmul_flops == pytest.approx(0.80 * 362.05e12) and "no published" in l40s.matmul_source
+
+
+def test_gemm_roofline_and_tile_quantization():
+    assert tile_efficiency(4096, 4096, 4096) == 1.0
+    assert tile_efficiency(4096 + 1, 4096, 4096) == pytest.approx(4097 / 4224)  # one more row costs a whole tile
+    big = Gemm("block", "forward", 4096, 4096, 4096, 1.0, 2)
+    assert gemm_seconds(big, 200e12, 2e12) == pytest.approx(2 * 4096**3 / 200e12)  # compute-bound
+    lora_a = Gemm("lora", "forward", 4096, 16, 4096, 1.0, 2)  # x @ A: rank 16, skinny
+    traffic = (4096 * 4096 + 4096 * 16 + 4096 * 16) * 2 / 2e12
+    assert gemm_seconds(lora_a, 1000e12, 2e12) == pytest.approx(traffic)  # bandwidth-bound
+    # at 200 TFLOP/s the 16-wide output fills 1/8 of each 128-wide tile: compute, not traffic, sets the time
+    assert gemm_seconds(lora_a, 200e12, 2e12) == pytest.approx(2 * 4096 * 16 * 4096 / (200e12 * 16 / 128))
+
+
+def test_ring_collectives_by_hand():
+    link = cc.Link(name="test", bus_bytes_per_s=100e9, latency_s=0.0)
+    assert cc.all_reduce_seconds(8e9, 8, link) == pytest.approx(2 * 7 / 8 * 8e9 / 100e9)
+    assert cc.reduce_scatter_seconds(8e9, 8, link) == pytest.approx(7 / 8 * 8e9 / 100e9)
+    assert cc.all_gather_seconds(8e9, 8, link) == cc.reduce_scatter_seconds(8e9, 8, link)
+    assert cc.all_reduce_seconds(8e9, 1, link) == 0
+    assert cc.exposed_seconds(1.0, 10.0) == pytest.approx(0.1) and cc.exposed_seconds(1.0, 0.0) == 1.0
+    nvlink = cc.data_parallel_link(find_gpu("H100"), 8)
+    assert nvlink.name == "NVLink" and nvlink.bus_bytes_per_s == pytest.approx(0.80 * 450e9)  # ~367 GB/s measured
+    pcie = cc.data_parallel_link(find_gpu("L40S"), 8)
+    assert pcie.name == "PCIe" and pcie.bus_bytes_per_s == 10e9  # 8 GPUs cross the CPU sockets
+    assert cc.data_parallel_link(find_gpu("RTX 3090"), 2).name == "NVLink"  # the bridge links a pair only
+    assert cc.data_parallel_link(find_gpu("RTX 3090"), 4).name == "PCIe"
+    nodes = cc.data_parallel_link(find_gpu("A100 80GB"), 64)
+    assert nodes.bus_bytes_per_s == pytest.approx(min(0.8 * 300e9, 24e9 * 63 / 7))
+
+
+def test_breakdown_adds_up_and_mfu_hfu_are_results():
+    sc = Scenario.build(method="full", precision="bf16", seq_len=2048, gradient_checkpointing=True)
+    tp = estimate_throughput(LLAMA8, sc, find_gpu("H100"))
+    assert set(tp.breakdown_s) == set(CATEGORIES)
+    assert tp.step_time_s == pytest.approx(sum(tp.breakdown_s.values()))
+    assert tp.tokens_per_second == pytest.approx(2048 / tp.step_time_s)
+    # HFU counts the recompute: one more forward of the GEMMs and attention.
+    assert tp.hfu > tp.mfu and tp.hfu / tp.mfu == pytest.approx(tp.step.executed_flops / tp.step.model_flops)
+    assert 0.2 < tp.mfu < 0.8
+
+
+def test_calibration_scales_every_plan():
+    sc = Scenario.build(method="lora")
+    raw = estimate_throughput(LLAMA8, sc, A100)
+    cal = calibrate(raw.tokens_per_second / 2, raw)
+    assert cal.factor == pytest.approx(0.5) and cal.raw_error == pytest.approx(1.0)
+    other = estimate_throughput(LLAMA8, sc, find_gpu("H100"))
+    scaled = estimate_throughput(LLAMA8, sc, find_gpu("H100"), calibration=cal.factor)
+    assert scaled.tokens_per_second == pytest.approx(other.tokens_per_second / 2)
+    assert scaled.step_time_s == pytest.approx(2 * other.step_time_s)
+    with pytest.raises(ScenarioError):
+        calibrate(raw.tokens_per_second * 20, raw)
+    with pytest.raises(ScenarioError):
+        calibrate(0, raw)
+
+
+# --- the attention kernel (issue 16, item 3) -------------------------------------------------------------------------
+
+
+def test_sdpa_on_a_v100_is_not_flash():
+    v100 = find_gpu("V100 32GB")
+    mha = arch_of("meta-llama/Llama-2-7b-hf")  # no grouped-query attention: memory-efficient takes it
+    fp16 = Scenario.build(method="lora", precision="amp_fp16", attention="sdpa")
+    assert estimate_memory(mha, fp16, v100).attention_kernel == "memory_efficient"
+    assert estimate_memory(LLAMA8, fp16, v100).attention_kernel == "math"  # GQA: memory-efficient refuses enable_gqa
+    assert estimate_memory(LLAMA8, fp16, A100).attention_kernel == "flash"
+    assert estimate_throughput(mha, fp16, v100).attention_kernel == "memory_efficient"
+    with pytest.raises(ScenarioError, match="Ampere"):
+        estimate_memory(mha, Scenario.build(precision="amp_fp16", attention="flash_attention_2"), v100)
+
+
+# --- accuracy against published runs -----------------------------------------------------------------------------------
+
+
+def test_accuracy_against_every_expressible_row():
+    rows = compare_measurements()
+    assert len(rows) >= 20
+    summary = error_summary()
+    assert summary.median_abs_error <= 0.15, summary
+    assert summary.max_abs_error <= 0.40, summary
+    assert error_summary("holdout").rows >= 10 and error_summary("holdout").max_abs_error <= 0.40
+    for m in not_expressible():
+        assert len(m.why_not_expressible) > 20
+
+
+# --- trends ---------------------------------------------------------------------------------------------------------------
+
+
+def test_qlora_micro_batch_1_gains_tokens_per_second_from_1k_to_8k_on_an_a100():
+    base = dict(method="qlora", micro_batch_size=1, gradient_checkpointing=True)
+    short, long_ = tps(LLAMA8, A100, seq_len=1024, **base), tps(LLAMA8, A100, seq_len=8192, **base)
+    assert long_ > 1.05 * short
+
+
+def test_flash_attention_2_is_faster_than_eager_at_4k():
+    base = dict(method="lora", precision="bf16", seq_len=4096, gradient_checkpointing=True)
+    assert tps(LLAMA8, A100, attention="flash_attention_2", **base) > 1.2 * tps(LLAMA8, A100, attention="eager", **base)
+
+
+def test_l40s_trains_a_3b_model_slower_than_an_a100_80gb():
+    base = dict(method="full", precision="amp_bf16", seq_len=2048, optimizer="adamw")
+    assert tps(LLAMA3B, find_gpu("L40S"), **base) < 0.9 * tps(LLAMA3B, A100, **base)
+
+
+def test_checkpointing_costs_20_to_35_percent_for_full_fine_tuning():
+    base = dict(method="full", precision="bf16", seq_len=2048, micro_batch_size=4)
+    for arch in (LLAMA8, LLAMA3B):
+        cost = 1 - tps(arch, A100, gradient_checkpointing=True, **base) / tps(arch, A100, **base)
+        assert 0.20 <= cost <= 0.35, cost
+
+
+def test_8_gpus_over_pcie_scale_worse_than_8_over_nvlink():
+    base = dict(method="full", precision="bf16", seq_len=2048, micro_batch_size=2)
+
+    def scaling(gpu, strategy):
+        return tps(LLAMA8, gpu, 8, strategy, **base) / (8 * tps(LLAMA8, gpu, **base))
+
+    for strategy in (Strategy.DDP, Strategy.ZERO3):
+        nvlink, pcie = scaling(find_gpu("H100"), strategy), scaling(find_gpu("H100 PCIe"), strategy)
+        assert pcie < nvlink - 0.1 and nvlink > 0.8, (strategy, nvlink, pcie)
+
+
+def test_cli_v100_sdpa_does_not_say_flash():
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    args = [sys.executable, "-m", "engine", "estimate", "--model", "meta-llama/Llama-2-7b-hf", "--offline", "--method",
+            "lora", "--precision", "amp_fp16", "--gpu", "V100 32GB", "--attention", "sdpa", "--dataset-tokens", "1000000"]
+    out = json.loads(subprocess.run(args, cwd=root, capture_output=True, text=True, timeout=60, check=True).stdout)
+    assert out["attention_kernel"] == "memory_efficient" and out["time_cost"]["attention_kernel"] == "memory_efficient"
+    assert "flash" not in json.dumps(out["assumptions"]).replace("flash needs", "")
+    fa2 = subprocess.run(args[:-2] + ["--attention", "flash_attention_2"], cwd=root, capture_output=True, text=True, timeout=60)
+    assert fa2.returncode == 2 and "Ampere" in fa2.stderr and len(fa2.stderr.strip().splitlines()) == 1

@@ -1,0 +1,50 @@
+"""Plotly figures of the step-time model: where the time goes per technique, tokens/s against shape."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from engine.time.step import CATEGORIES
+from engine.time.sweep import TechniqueTime
+
+CATEGORY_STYLE = {
+    "matmul": ("Matmuls (GEMMs)", "#4C78A8"), "attention": ("Attention", "#F58518"),
+    "memory_bound": ("Memory-bound ops", "#54A24B"), "dequantization": ("4/8-bit dequantization", "#B279A2"),
+    "optimizer": ("Optimizer step", "#E45756"), "communication": ("Communication (exposed)", "#72B7B2"),
+    "overhead": ("Launch and host overhead", "#9D755D"),
+}
+
+
+def time_stack_figure(rows: list[TechniqueTime]) -> go.Figure:
+    """Stacked bars of each technique's step time per 1,000 tokens by category (ms), labelled with tokens/s."""
+    ok = [r for r in rows if r.throughput is not None]
+    x = [r.label.replace(" · ", "<br>") + (" ◀" if r.is_current else "") for r in ok]
+    data: list[dict] = []
+    for key in CATEGORIES:
+        label, color = CATEGORY_STYLE[key]
+        values = [r.throughput.breakdown_s[key] / r.throughput.step.tokens * 1e6 for r in ok]  # type: ignore[union-attr]
+        if any(values):
+            data.append({"type": "bar", "name": label, "x": x, "y": values, "marker": {"color": color},
+                         "hovertemplate": f"{label}: %{{y:,.2f}} ms per 1k tokens<extra></extra>"})
+    totals = [r.throughput.step_time_s / r.throughput.step.tokens * 1e6 for r in ok]  # type: ignore[union-attr]
+    data.append({"type": "scatter", "x": x, "y": totals, "mode": "text", "showlegend": False, "hoverinfo": "skip",
+                 "text": [f"<b>{r.throughput.tokens_per_second:,.0f} tok/s</b>" for r in ok],  # type: ignore[union-attr]
+                 "textposition": "top center"})
+    layout = {"barmode": "stack", "yaxis": {"title": {"text": "Step time per 1,000 tokens (ms)"},
+                                            "range": [0, max(totals + [1e-9]) * 1.15]},
+              "legend": {"title": {"text": "Where the time goes"}}, "margin": {"t": 30, "b": 10}, "height": 480}
+    return go.Figure({"data": data, "layout": layout})
+
+
+def shape_figure(curves: dict[int, list[tuple[int, float]]], current_seq: int, current_mbs: int) -> go.Figure:
+    """Tokens/s against sequence length (log axis), one line per micro batch size."""
+    data = [{"type": "scatter", "mode": "lines+markers", "name": f"micro batch {mbs}" + (" ◀" if mbs == current_mbs else ""),
+             "x": [s for s, _ in pts], "y": [t for _, t in pts],
+             "hovertemplate": f"micro batch {mbs}, %{{x:,}} tokens: %{{y:,.0f}} tokens/s<extra></extra>"}
+            for mbs, pts in curves.items() if pts]
+    layout = {"xaxis": {"type": "log", "title": {"text": "Sequence length (tokens)"}},
+              "yaxis": {"title": {"text": "Tokens/s (one GPU)"}, "rangemode": "tozero"}, "height": 420,
+              "margin": {"t": 30, "b": 10},
+              "shapes": [{"type": "line", "xref": "x", "yref": "paper", "x0": current_seq, "x1": current_seq, "y0": 0, "y1": 1,
+                          "line": {"dash": "dot", "color": "grey"}}]}
+    return go.Figure({"data": data, "layout": layout})
