@@ -178,11 +178,13 @@ def parallel_sidebar() -> ParallelInputs:
 
 def inference_inputs(max_context: int | None) -> InferenceScenario | None:
     """Serving inputs drawn in the page: weight precision, KV cache dtype, concurrent sequences, context."""
-    for key, value in (("inf_weight_precision", WeightPrecision.BF16), ("inf_kv_dtype", KvCacheDtype.BF16),
+    for key, value in (("inf_weight_precision", None), ("inf_kv_dtype", KvCacheDtype.BF16),
                        ("inf_concurrency", 1), ("inf_seq_len", min(8192, max_context or 8192))):
         st.session_state.setdefault(key, value)
     c1, c2, c3, c4 = st.columns(4)
-    wp = c1.selectbox("Weight precision", list(WeightPrecision), format_func=WEIGHT_LABELS.get, key="inf_weight_precision")
+    wp = c1.selectbox("Weight precision", [None, *WeightPrecision], key="inf_weight_precision",
+                      format_func=lambda w: "as stored (bf16 if not quantized)" if w is None else WEIGHT_LABELS[w],
+                      help="A checkpoint stored quantized (its quantization_config: FP8, GPTQ, AWQ, bitsandbytes) is served as stored.")
     kv = c2.selectbox("KV cache dtype", list(KvCacheDtype), format_func=lambda k: k.value, key="inf_kv_dtype")
     conc = c3.number_input("Concurrent sequences", min_value=1, max_value=1 << 20, step=1, key="inf_concurrency")
     seq = c4.number_input("Context per sequence", min_value=1, max_value=1 << 21, step=1024, key="inf_seq_len",

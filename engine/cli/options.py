@@ -119,7 +119,8 @@ def add_parallel_inference_options(p: argparse.ArgumentParser) -> None:
     s.add_argument("--concurrency", type=int, default=None, metavar="N", help="sequences served at once (default 1)")
     s.add_argument("--kv-cache-dtype", choices=[k.value for k in KvCacheDtype], default=None, help="KV cache element type (default bf16)")
     s.add_argument("--weight-precision", choices=[w.value for w in WeightPrecision], default=None,
-                   help="serving precision of the linear weights: bf16, fp16, int8, fp8, int4 (GPTQ/AWQ group 128) (default bf16)")
+                   help="serving precision of the linear weights: bf16, fp16, int8, fp8, int4 (GPTQ/AWQ group 128) (default: as the "
+                        "checkpoint stores them (its quantization_config), bf16 when not quantized)")
 
 
 def gpus_per_node(args: argparse.Namespace) -> int:

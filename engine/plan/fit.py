@@ -49,7 +49,8 @@ def precision_advice(gpu: Gpu, scenario: Scenario | InferenceScenario) -> tuple[
     PyTorch then emulates bf16 matmuls slowly or refuses them. Mixed fp16 has the same memory here.
     """
     if isinstance(scenario, InferenceScenario):
-        if "bf16" in (scenario.weight_precision.value, scenario.kv_cache_dtype.value) and not gpu.bf16:
+        weights = scenario.weight_precision.value if scenario.weight_precision else "bf16"
+        if "bf16" in (weights, scenario.kv_cache_dtype.value) and not gpu.bf16:
             return (f"{gpu.name} has no bf16 support; serve in fp16 instead (same memory).",)
         return ()
     if scenario.precision in BF16_MODES and not gpu.bf16:
