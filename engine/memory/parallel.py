@@ -360,7 +360,7 @@ def plan_parallel(
             bucket_note = (f"DDP reducer buckets (bucket_cap_mb={DDP_BUCKET_CAP_MB}) hold a copy of all {trainable:,} "
                            f"gradients x {grad_b:g} B (gradient_as_bucket_view=False)")
     keep_copies = getattr(scenario, "method", None) is Method.QLORA  # the dequantized 4-bit weight is a temporary, not a cache
-    master = _deepspeed_master_split(est, scenario, strategy) if not inference else None
+    master = _deepspeed_master_split(est, arch, scenario, strategy) if not inference else None
     if master is not None:
         sharded_keys = sharded_keys + ("master_weights",)
         if offload is not Offload.NONE:
@@ -395,7 +395,7 @@ def plan_parallel(
                         gathered_unit=unit_desc, bucket_bytes=bucket, bucket_note=bucket_note)
 
 
-def _deepspeed_master_split(est: MemoryEstimate, scenario: Scenario, strategy: Strategy) -> tuple[float, float] | None:
+def _deepspeed_master_split(est: MemoryEstimate, arch: Architecture, scenario: Scenario, strategy: Strategy) -> tuple[float, float] | None:
     """(16-bit weights on the GPU, fp32 master weights) for DeepSpeed with mixed precision, else None.
 
     Trainer's autocast keeps fp32 weights and caches 16-bit copies; DeepSpeed's ``bf16``/``fp16`` modes instead
@@ -408,7 +408,13 @@ def _deepspeed_master_split(est: MemoryEstimate, scenario: Scenario, strategy: S
         return None
     if scenario.method is Method.QLORA:
         return None
-    return est.total_parameters * spec.compute_bytes, est.trainable_parameters * 4.0
+    # A checkpoint stored quantized keeps its packed linears as stored: only its float weights become 16-bit.
+    stored = arch.stored_quantization
+    packed = sum(g.parameters for g in arch.tensors if g.linear) if stored is not None else 0
+    adapters = est.trainable_parameters if scenario.method is not Method.FULL else 0  # LoRA adapters: 16-bit as well
+    float_params = est.total_parameters - packed + adapters
+    weights = packed * (stored.bytes_per_param if stored is not None else 0.0) + float_params * spec.compute_bytes
+    return weights, est.trainable_parameters * 4.0
 
 
 # --------------------------------------------------------------------------------------------------
