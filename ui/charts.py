@@ -16,6 +16,7 @@ COMPONENT_STYLE = {
     "weights": ("Weights", "#1f77b4"),
     "weight_copies": ("Low-precision weight copies", "#aec7e8"),
     "master_weights": ("fp32 master weights (DeepSpeed)", "#c5b0d5"),
+    "master_gradients": ("fp32 gradient partition (DeepSpeed step)", "#f7b6d2"),
     "gradients": ("Gradients", "#ff7f0e"),
     "gradient_temporaries": ("Backward temporaries (tied embedding)", "#ffbb78"),
     "optimizer_states": ("Optimizer states", "#2ca02c"),

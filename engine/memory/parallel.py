@@ -45,7 +45,11 @@ FSDP ``NO_SHARD`` is DDP. Buffers:
 - DeepSpeed with mixed precision (``bf16``/``fp16`` in its config, Trainer ``bf16=True``) runs a 16-bit model and
   keeps fp32 master weights inside the optimizer: the ``weights`` component becomes 16-bit and a
   ``master_weights`` component (4 B per trainable parameter) is partitioned and offloaded with the optimizer states;
-  there are no autocast copies. FSDP keeps Trainer's fp32 weights and autocast (``MixedPrecision`` is not modelled).
+  there are no autocast copies. Gradients are those of the 16-bit model (2 B per trainable parameter: ZeRO-2/3
+  keep each rank's 16-bit partition, ZeRO-1 all of them), and the optimizer step upcasts the rank's partition to
+  fp32 (``master_gradients``, 4 B per trainable parameter / N, at the step only): 2 + 18/N B per parameter for
+  ZeRO-2 at the step (16-bit weights; 16-bit and fp32 gradients, fp32 masters, Adam's two states over N), the
+  multipliers DeepSpeed's own estimator uses since PR 5099 (DeepSpeed 0.14.3). FSDP keeps Trainer's fp32 weights and autocast (``MixedPrecision`` is not modelled).
 - FSDP reduce-scatters each unit's gradient from an unsharded gradient of the unit: one unit's trainable
   parameters in the gradient dtype.
 
@@ -344,6 +348,13 @@ def plan_parallel(
         per = (quantized_bytes_per_param(scenario.double_quant, scenario.quant_type) if scenario.method is Method.QLORA
                else precision_spec(scenario.precision).compute_bytes)
         gathered = params * per
+    keep_copies = getattr(scenario, "method", None) is Method.QLORA  # the dequantized 4-bit weight is a temporary, not a cache
+    master = _deepspeed_master_split(est, arch, scenario, strategy) if not inference else None
+    if master is not None:
+        sharded_keys = sharded_keys + ("master_weights", "master_gradients")
+        if offload is not Offload.NONE:
+            offloaded_keys = offloaded_keys + ("master_weights", "master_gradients")
+        grad_b = float(precision_spec(scenario.precision).compute_bytes)  # the 16-bit model's gradients
     if not inference and trainable:
         if strategy in DEEPSPEED:
             elems = min(bucket_elements, trainable)
@@ -359,18 +370,16 @@ def plan_parallel(
             bucket = trainable * grad_b
             bucket_note = (f"DDP reducer buckets (bucket_cap_mb={DDP_BUCKET_CAP_MB}) hold a copy of all {trainable:,} "
                            f"gradients x {grad_b:g} B (gradient_as_bucket_view=False)")
-    keep_copies = getattr(scenario, "method", None) is Method.QLORA  # the dequantized 4-bit weight is a temporary, not a cache
-    master = _deepspeed_master_split(est, arch, scenario, strategy) if not inference else None
-    if master is not None:
-        sharded_keys = sharded_keys + ("master_weights",)
-        if offload is not Offload.NONE:
-            offloaded_keys = offloaded_keys + ("master_weights",)
     phases = []
     for ph in phases_of:
         comps = est.components_at(ph)
         if master is not None and comps.get("weights"):
             comps = {**{k: v for k, v in comps.items() if k != "weight_copies"},
                      "weights": master[0], "master_weights": master[1]}
+            if comps.get("gradients"):
+                comps["gradients"] = trainable * grad_b
+            if ph == "optimizer_step":
+                comps["master_gradients"] = trainable * 4.0
         sharded: dict[str, float] = {}
         replicated: dict[str, float] = {}
         offloaded: dict[str, float] = {}
@@ -442,18 +451,20 @@ def largest_module_parameters(arch: Architecture) -> int:
 def deepspeed_zero2_model_states(total_params: int, num_gpus_per_node: int = 1, num_nodes: int = 1,
                                  cpu_offload: bool = True, additional_buffer_factor: float = 1.5) -> tuple[int, int]:
     """(cpu_mem, gpu_mem) bytes: DeepSpeed ``deepspeed.runtime.zero.stage_1_and_2.estimate_zero2_model_states_mem_needs``
-    (formula as in DeepSpeed's ``stage_1_and_2.py``, unchanged across the 0.x releases we read; it assumes
-    fp16/bf16 weights + fp32 Adam, 2 + 2 + 12 = 16 B per parameter).
+    as in DeepSpeed 0.14.3 and later (PR 5099, merged 2024-06-04, still the formula in the 0.19 releases).
 
     offload: GPU 2 x params (16-bit weights); CPU params x max(4 x total_gpus, 16) x 1.5.
-    no offload: GPU 4 x params + 16 x params / total_gpus; CPU params x 4 x gpus_per_node x 1.5.
+    no offload: GPU 2 x params + 18 x params / total_gpus (2 = 16-bit weights; 18 = 16-bit gradients 2 + fp32
+    gradients 4 + fp32 master weights 4 + Adam momentum and variance 8, partitioned); CPU params x 4 x
+    gpus_per_node x 1.5. Before PR 5099 the GPU figure was 4 x params + 16 x params / total_gpus, which counted the
+    16-bit gradients whole on every GPU although ZeRO-2 partitions them.
     """
     total_gpus = num_nodes * num_gpus_per_node
     if cpu_offload:
         gpu_mem = 2 * total_params
         cpu_mem = total_params * max(4 * total_gpus, 16) * additional_buffer_factor
     else:
-        gpu_mem = 4 * total_params + int(16 * total_params / total_gpus)
+        gpu_mem = 2 * total_params + int(18 * total_params / total_gpus)
         cpu_mem = total_params * 4 * num_gpus_per_node * additional_buffer_factor
     return int(cpu_mem), int(gpu_mem)
 
@@ -498,7 +509,9 @@ def deepspeed_estimate(arch: Architecture, strategy: Strategy, offload: Offload,
     if strategy is Strategy.ZERO2:
         cpu, gpu = deepspeed_zero2_model_states(total, per_node, nodes, cpu_offload=offload is not Offload.NONE)
         return DeepSpeedEstimate(function="deepspeed.runtime.zero.stage_1_and_2.estimate_zero2_model_states_mem_needs",
-                                 gpu_bytes_per_gpu=gpu, cpu_bytes_per_node=cpu, note=why)
+                                 gpu_bytes_per_gpu=gpu, cpu_bytes_per_node=cpu,
+                                 note=why + "; its formula as in DeepSpeed 0.14.3 and later (PR 5099): 2P + 18P/N per GPU "
+                                      "without offload (earlier releases printed 4P + 16P/N)")
     if strategy is Strategy.ZERO3:
         largest = largest_module_parameters(arch)
         cpu, gpu, _ = deepspeed_zero3_model_states(total, largest, per_node, nodes,
