@@ -138,6 +138,8 @@ if par.is_multi:
     notes = [f"One GPU would need {fmt_bytes(est.total_bytes, unit)}; activations and loss tensors are per GPU and never divided."]
     if plan.gathered_unit:
         notes.append(f"Gathered at once: {plan.gathered_unit}.")
+    if plan.replicated_note:
+        notes.append(f"Not sharded: {plan.replicated_note}.")
     if plan.bucket_note:
         notes.append(f"Buckets: {plan.bucket_note}.")
     st.caption(" ".join(notes))

@@ -148,6 +148,8 @@ def _per_gpu_json(arch: Architecture, scenario: Scenario, args: argparse.Namespa
         "cpu_bytes": round(plan.cpu_bytes_per_node(n, per_node)),
         "cpu_bytes_per_gpu": round(plan.cpu_bytes_per_gpu(n)),
         "gathered_unit": plan.gathered_unit or None,
+        "replicated_quantized_weights_bytes": round(plan.replicated_quantized_bytes),
+        "replicated_quantized_weights": plan.replicated_note or None,
         "comm_buckets": plan.bucket_note or None,
         "deepspeed_estimate": None if ds is None else {
             "function": ds.function, "gpu_bytes_per_gpu": ds.gpu_bytes_per_gpu, "cpu_bytes_per_node": ds.cpu_bytes_per_node,

@@ -24,7 +24,7 @@ from engine.model.sources import config_from_catalog, config_from_file, config_f
 from engine.plan.cost import CHEAPEST_LISTED, Dataset
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.precision import PrecisionMode
-from engine.scenario.training import Attention, Framework, Method, QuantType, Scenario
+from engine.scenario.training import Attention, Framework, Method, QuantStorage, QuantType, Scenario
 from engine.time.throughput import DEFAULT_MFU, DEFAULT_SCALING_EFFICIENCY
 
 INFERENCE = "inference"
@@ -75,6 +75,9 @@ def add_scenario_options(p: argparse.ArgumentParser) -> None:
                    help="comma-separated target modules, e.g. q_proj,v_proj, or all-linear (default: the attention projections)")
     p.add_argument("--quant-type", choices=[q.value for q in QuantType], default=d.quant_type.value, help="QLoRA base quantization: 4-bit nf4/fp4 or 8-bit int8 (LLM.int8) (default: %(default)s)")
     p.add_argument("--no-double-quant", action="store_true", help="QLoRA without double quantization")
+    p.add_argument("--quant-storage", choices=[q.value for q in QuantStorage], default=d.quant_storage.value,
+                   help="QLoRA bnb_4bit_quant_storage: FSDP/ZeRO-3 shard the 4-bit base only in a float dtype, e.g. bf16 "
+                        "(default: %(default)s, as transformers)")
     p.add_argument("--no-prepare-kbit", action="store_true", help="QLoRA without prepare_model_for_kbit_training (no fp32 upcast)")
     p.add_argument("--framework", choices=[f.value for f in Framework], default=d.framework.value,
                    help="training stack: hf = transformers + PEFT + Trainer; litgpt; torchtune (default: %(default)s)")
@@ -85,7 +88,7 @@ def add_scenario_options(p: argparse.ArgumentParser) -> None:
 SCENARIO_FIELDS = (
     "method", "precision", "optimizer", "micro_batch_size", "seq_len", "gradient_accumulation_steps",
     "gradient_checkpointing", "attention", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "quant_type",
-    "fused_cross_entropy", "framework",
+    "fused_cross_entropy", "framework", "quant_storage",
 )
 
 

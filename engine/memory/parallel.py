@@ -40,8 +40,14 @@ FSDP ``NO_SHARD`` is DDP. Buffers:
   DeepSpeed ``stage3_prefetch_bucket_size``): at the start of backward, the peak phase, the LM head is in
   use and the last decoder layer is prefetched, so the gathered bytes are the largest unit plus one decoder
   layer. Autocast's cached 16-bit copies of the whole model (``weight_copies``) are replaced by these
-  gathered copies; QLoRA's dequantized weight stays, and QLoRA gathers its units in the 4-bit storage size
-  (``bnb_4bit_quant_storage`` set to the compute dtype lets FSDP shard the packed weights).
+  gathered copies; the dequantized weight of a quantized base stays, and QLoRA gathers its units in the 4-bit
+  storage size.
+- Quantized frozen weights are sharded only when they are floating-point parameters (FSDP flattens, and ZeRO-3
+  partitions, ``nn.Parameter`` s of a float dtype): bitsandbytes 4-bit weights with a float
+  ``bnb_4bit_quant_storage`` (``Scenario.quant_storage``; transformers' default ``uint8`` is not), FP8 checkpoints.
+  GPTQ/AWQ packed weights are int32 *buffers* and LLM.int8 weights int8 parameters: every GPU holds them whole
+  (:func:`replicated_quantized_weights`; ``ParallelPlan.replicated_note`` says so), and units gather only their
+  float weights. So a GPTQ-LoRA over 8 GPUs can hold more per GPU than a bf16 LoRA, whose base is sharded.
 - DeepSpeed with mixed precision (``bf16``/``fp16`` in its config, Trainer ``bf16=True``) runs a 16-bit model and
   keeps fp32 master weights inside the optimizer: the ``weights`` component becomes 16-bit and a
   ``master_weights`` component (4 B per trainable parameter) is partitioned and offloaded with the optimizer states;
@@ -49,7 +55,8 @@ FSDP ``NO_SHARD`` is DDP. Buffers:
   keep each rank's 16-bit partition, ZeRO-1 all of them), and the optimizer step upcasts the rank's partition to
   fp32 (``master_gradients``, 4 B per trainable parameter / N, at the step only): 2 + 18/N B per parameter for
   ZeRO-2 at the step (16-bit weights; 16-bit and fp32 gradients, fp32 masters, Adam's two states over N), the
-  multipliers DeepSpeed's own estimator uses since PR 5099 (DeepSpeed 0.14.3). FSDP keeps Trainer's fp32 weights and autocast (``MixedPrecision`` is not modelled).
+  multipliers DeepSpeed's own estimator uses since PR 5099 (DeepSpeed 0.14.3). FSDP keeps Trainer's fp32 weights
+  and autocast (``MixedPrecision`` is not modelled).
 - FSDP reduce-scatters each unit's gradient from an unsharded gradient of the unit: one unit's trainable
   parameters in the gradient dtype.
 
@@ -80,9 +87,9 @@ from engine.errors import ScenarioError
 from engine.memory.device import DeviceMemory, device_memory
 from engine.memory.result import MemoryEstimate
 from engine.memory.components import Phase
-from engine.memory.weights import quantized_bytes_per_param
+from engine.memory.weights import quantized_bytes_per_param, split_tensors
 from engine.scenario.precision import precision_spec
-from engine.scenario.training import Method, Scenario
+from engine.scenario.training import Method, QuantType, Scenario
 
 MAX_GPUS = 1024
 """Largest number of GPUs searched for :meth:`ParallelPlan.min_gpus`."""
@@ -220,6 +227,9 @@ class ParallelPlan(BaseModel):
     gathered_unit: str = ""
     bucket_bytes: float = 0.0
     bucket_note: str = ""
+    replicated_quantized_bytes: float = 0.0
+    """Frozen quantized weights every GPU holds whole although the strategy shards weights (see the module docstring)."""
+    replicated_note: str = ""
 
     def per_gpu_bytes(self, num_gpus: int) -> float:
         """Peak bytes on each of ``num_gpus`` GPUs: the largest phase's total."""
@@ -309,6 +319,33 @@ def gathered_parameters(arch: Architecture) -> tuple[int, str]:
     return unit + layer, f"{what} + the next decoder layer prefetched ({layer:,} parameters)"
 
 
+def replicated_quantized_weights(arch: Architecture, scenario: Scenario) -> tuple[float, int, str]:
+    """(bytes, parameters, why) of the frozen quantized weights FSDP / ZeRO-3 cannot shard: GPTQ/AWQ packed int32
+    buffers, LLM.int8 int8 weights, bitsandbytes 4-bit weights in ``uint8`` storage; (0, 0, "") when there are none
+    or they are floating-point parameters (bitsandbytes with a float ``bnb_4bit_quant_storage``, FP8).
+
+    Raises:
+        ScenarioError: as :func:`engine.memory.weights.split_tensors` (full fine-tuning of a stored-quantized model).
+    """
+    stored = arch.stored_quantization
+    if stored is None and scenario.method is not Method.QLORA:
+        return 0.0, 0, ""
+    t = split_tensors(arch, scenario, precision_spec(scenario.precision))
+    params = sum(g.parameters for g in t.quantized)
+    if stored is not None:
+        if stored.shardable:
+            return 0.0, 0, ""
+        why = f"{stored.description}: {stored.storage_note or 'not float parameters'}"
+    elif scenario.quant_type is QuantType.INT8:
+        why = "LLM.int8 weights are int8 parameters: FSDP and ZeRO-3 shard float parameters only"
+    elif scenario.quant_storage.is_float:
+        return 0.0, 0, ""
+    else:
+        why = ("bitsandbytes 4-bit weights in bnb_4bit_quant_storage uint8 (transformers' default): FSDP and ZeRO-3 shard "
+               "float parameters only; set bnb_4bit_quant_storage to the compute dtype (--quant-storage bf16) to shard them")
+    return params * t.quantized_bpp, params, why
+
+
 def _grad_bytes_per_param(est: MemoryEstimate) -> float:
     grads = est.parts_by_key.get("gradients")
     if grads is None or not est.trainable_parameters:
@@ -343,12 +380,23 @@ def plan_parallel(
     bucket = 0.0
     bucket_note = ""
     full_shard = strategy in FULL_SHARD and not inference
+    kept_whole, kept_params, kept_why = (replicated_quantized_weights(arch, scenario) if full_shard else (0.0, 0, ""))
     if full_shard:
         params, unit_desc = gathered_parameters(arch)
         per = (quantized_bytes_per_param(scenario.double_quant, scenario.quant_type) if scenario.method is Method.QLORA
                else precision_spec(scenario.precision).compute_bytes)
         gathered = params * per
-    keep_copies = getattr(scenario, "method", None) is Method.QLORA  # the dequantized 4-bit weight is a temporary, not a cache
+        if kept_params:
+            # The packed linears are on every GPU already: a unit gathers only its float weights (norms; the
+            # embedding / LM head matrix, which is never quantized) in the compute dtype.
+            compute = precision_spec(scenario.precision).compute_bytes
+            unit, _ = largest_gathered_unit(arch)
+            layer_float = decoder_layer_parameters(arch) - kept_params // arch.num_layers
+            matrix = unit if unit > decoder_layer_parameters(arch) else layer_float
+            gathered = (matrix + layer_float) * compute
+            unit_desc += "; the quantized linears are replicated, so only their float weights are gathered"
+    # The dequantized weight of a quantized base is a temporary, not autocast's cache: it stays under full sharding.
+    keep_copies = getattr(scenario, "method", None) is Method.QLORA or arch.stored_quantization is not None
     master = _deepspeed_master_split(est, arch, scenario, strategy) if not inference else None
     if master is not None:
         sharded_keys = sharded_keys + ("master_weights", "master_gradients")
@@ -386,6 +434,9 @@ def plan_parallel(
         for k, v in comps.items():
             if k == "weight_copies" and full_shard and not keep_copies:
                 continue
+            if k == "weights" and kept_whole and v:
+                replicated[k] = kept_whole  # buffers / int parameters: neither sharded nor offloaded
+                v -= kept_whole
             if k in offloaded_keys and not inference:
                 offloaded[k] = v
                 continue
@@ -400,8 +451,11 @@ def plan_parallel(
             replicated["gathered_weights"] = gathered
         phases.append(PhaseSplit(phase=ph, sharded_parts=sharded, replicated_parts=replicated,
                                  multi_gpu_parts=multi, offloaded_parts=offloaded))
+    note = (f"{kept_params:,} quantized weights ({kept_whole / 1e9:.2f} GB) replicated on every GPU: {kept_why}"
+            if kept_whole else "")
     return ParallelPlan(strategy=strategy, offload=offload, phases=tuple(phases), gathered_bytes=gathered,
-                        gathered_unit=unit_desc, bucket_bytes=bucket, bucket_note=bucket_note)
+                        gathered_unit=unit_desc, bucket_bytes=bucket, bucket_note=bucket_note,
+                        replicated_quantized_bytes=kept_whole, replicated_note=note)
 
 
 def _deepspeed_master_split(est: MemoryEstimate, arch: Architecture, scenario: Scenario, strategy: Strategy) -> tuple[float, float] | None:

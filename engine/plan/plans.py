@@ -36,7 +36,7 @@ from engine.scenario.lora import ALL_LINEAR, default_targets
 from engine.memory.estimate import estimate_memory
 from engine.memory.parallel import Strategy
 from engine.scenario.precision import PrecisionMode
-from engine.scenario.training import Framework, Method, QuantType, Scenario
+from engine.scenario.training import Framework, Method, QuantStorage, QuantType, Scenario
 from engine.model.sources import config_from_catalog
 from engine.time.throughput import DEFAULT_MFU
 
@@ -388,6 +388,7 @@ def _targets(plan: Plan, arch: Architecture | None) -> list[str] | str:
 
 
 _ZERO_STAGES = {"zero1": 1, "zero2": 2, "zero3": 3}
+_TORCH_DTYPES = {QuantStorage.BF16: "torch.bfloat16", QuantStorage.FP16: "torch.float16", QuantStorage.FP32: "torch.float32"}
 _FSDP = {"fsdp_full_shard": "full_shard auto_wrap", "fsdp_shard_grad_op": "shard_grad_op auto_wrap"}
 
 
@@ -460,6 +461,8 @@ def training_code(plan: Plan, config: dict[str, Any] | None = None) -> str:
                 f"    bnb_4bit_quant_type={plan.quant_type.value!r},",
                 f"    bnb_4bit_use_double_quant={plan.double_quant!r},",
                 f"    bnb_4bit_compute_dtype={compute},",
+                *([f"    bnb_4bit_quant_storage={_TORCH_DTYPES[plan.quant_storage]},  # lets FSDP / ZeRO-3 shard the 4-bit base"]
+                  if plan.quant_storage.is_float else []),
                 ")",
                 "",
             ]

@@ -69,6 +69,22 @@ class Framework(str, Enum):
     TORCHTUNE = "torchtune"
 
 
+class QuantStorage(str, Enum):
+    """``bnb_4bit_quant_storage``: the dtype the packed 4-bit weights are stored in (two values per byte either way).
+    transformers' ``BitsAndBytesConfig`` default is ``uint8``; FSDP and DeepSpeed ZeRO-3 shard only floating-point
+    parameters, so the PEFT / Accelerate FSDP-QLoRA and ZeRO-3-QLoRA guides set it to the compute dtype (``bf16``)."""
+
+    UINT8 = "uint8"
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP32 = "fp32"
+
+    @property
+    def is_float(self) -> bool:
+        """Whether FSDP / ZeRO-3 can shard weights stored in this dtype."""
+        return self is not QuantStorage.UINT8
+
+
 FRAMEWORK_LABELS = {Framework.HF: "Hugging Face (Trainer + PEFT)", Framework.LITGPT: "LitGPT", Framework.TORCHTUNE: "torchtune"}
 
 METHOD_LABELS = {Method.FULL: "Full fine-tuning", Method.LORA: "LoRA", Method.QLORA: "QLoRA"}
@@ -82,6 +98,7 @@ class Scenario(BaseModel):
     ``fused_cross_entropy``: the LM head and the loss computed in chunks without materialising the logits
     (Liger Kernel's fused linear cross-entropy, ``TrainingArguments(use_liger_kernel=True)``).
     ``framework``: see :class:`Framework` (the Hugging Face stack by default).
+    ``quant_storage``: QLoRA's ``bnb_4bit_quant_storage`` (:class:`QuantStorage`; matters only over many GPUs).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
@@ -100,6 +117,7 @@ class Scenario(BaseModel):
     lora_targets: tuple[str, ...] | None = None
     quant_type: QuantType = QuantType.NF4
     double_quant: bool = True
+    quant_storage: QuantStorage = QuantStorage.UINT8
     prepare_kbit_training: bool = True
     fused_cross_entropy: bool = False
     framework: Framework = Framework.HF
