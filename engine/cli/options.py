@@ -24,7 +24,7 @@ from engine.model.sources import config_from_catalog, config_from_file, config_f
 from engine.plan.cost import CHEAPEST_LISTED, Dataset
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.precision import PrecisionMode
-from engine.scenario.training import Attention, Framework, Method, QuantStorage, QuantType, Scenario
+from engine.scenario.training import DEFAULT_PRECISION, Attention, Framework, Method, QuantStorage, QuantType, Scenario
 from engine.time.throughput import DEFAULT_MFU, DEFAULT_SCALING_EFFICIENCY
 
 INFERENCE = "inference"
@@ -60,8 +60,9 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
 def add_scenario_options(p: argparse.ArgumentParser) -> None:
     d = Scenario()  # the engine's defaults, so the CLI and the app start from the same scenario
     p.add_argument("--method", choices=[m.value for m in Method], default=d.method.value, help=f"full fine-tuning, LoRA or QLoRA (default: {d.method.value})")
-    p.add_argument("--precision", choices=[m.value for m in PrecisionMode], default=d.precision.value,
-                   help="fp32; amp_bf16/amp_fp16 = mixed precision with fp32 weights; bf16/fp16 = pure 16-bit weights (default: %(default)s)")
+    p.add_argument("--precision", choices=[m.value for m in PrecisionMode], default=None,
+                   help="fp32; amp_bf16/amp_fp16 = mixed precision with fp32 weights; bf16/fp16 = pure 16-bit weights "
+                        "(default: the method's usual one: " + ", ".join(f"{m.value} {p.value}" for m, p in DEFAULT_PRECISION.items()) + ")")
     p.add_argument("--optimizer", choices=[o.value for o in Optimizer], default=d.optimizer.value, help="optimizer (default: %(default)s; adamw is torch foreach)")
     p.add_argument("--micro-batch-size", type=int, default=d.micro_batch_size, metavar="N", help="sequences per forward pass per GPU (default: %(default)s)")
     p.add_argument("--seq-len", type=int, default=d.seq_len, metavar="N", help="tokens per sequence (default: %(default)s)")

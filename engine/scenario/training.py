@@ -89,11 +89,37 @@ FRAMEWORK_LABELS = {Framework.HF: "Hugging Face (Trainer + PEFT)", Framework.LIT
 
 METHOD_LABELS = {Method.FULL: "Full fine-tuning", Method.LORA: "LoRA", Method.QLORA: "QLoRA"}
 
+DEFAULT_PRECISION: dict[Method, PrecisionMode] = {
+    Method.FULL: PrecisionMode.AMP_BF16,
+    Method.LORA: PrecisionMode.BF16,
+    Method.QLORA: PrecisionMode.BF16,
+}
+"""The precision a scenario gets when none is chosen: what the Hugging Face docs and PEFT examples do per method.
+
+- Full fine-tuning: the model loaded in fp32 and ``TrainingArguments(bf16=True)``: mixed bf16 with fp32 master
+  weights (transformers "Methods and tools for efficient training on a single GPU", mixed precision).
+- LoRA: the base loaded with ``torch_dtype=torch.bfloat16`` and ``bf16=True`` (PEFT quicktour and LoRA examples,
+  TRL ``SFTTrainer`` + ``peft_config`` examples): pure bf16 frozen weights, adapters fp32 (PEFT
+  ``autocast_adapter_dtype=True``).
+- QLoRA: ``BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16)`` with
+  ``torch_dtype=torch.bfloat16`` (transformers bitsandbytes docs, PEFT QLoRA examples): 4-bit base, bf16 compute.
+
+A method missing here (added later) falls back to mixed bf16. Other precisions stay one choice away (and the
+technique chart, :mod:`engine.memory.sweep`, shows them side by side).
+"""
+
+
+def default_precision(method: "Method | str") -> PrecisionMode:
+    """:data:`DEFAULT_PRECISION` of ``method`` (mixed bf16 for a method not listed). Raises ``ValueError`` for a name
+    that is no method."""
+    return DEFAULT_PRECISION.get(Method(method), PrecisionMode.AMP_BF16)
+
 
 class Scenario(BaseModel):
     """One fine-tuning run on one GPU.
 
     Sizes are counts (tokens, sequences); ``lora_targets=None`` means the model's attention projections.
+    ``precision`` not given (or None): the method's :data:`DEFAULT_PRECISION` (LoRA/QLoRA pure bf16, full mixed bf16).
     Build it with :meth:`build` to get a :class:`~engine.errors.ScenarioError` instead of pydantic's error.
     ``fused_cross_entropy``: the LM head and the loss computed in chunks without materialising the logits
     (Liger Kernel's fused linear cross-entropy, ``TrainingArguments(use_liger_kernel=True)``).
@@ -121,6 +147,17 @@ class Scenario(BaseModel):
     prepare_kbit_training: bool = True
     fused_cross_entropy: bool = False
     framework: Framework = Framework.HF
+
+    @model_validator(mode="before")
+    @classmethod
+    def _method_default_precision(cls, data: Any) -> Any:
+        # No precision chosen (absent or None): the method's usual one (DEFAULT_PRECISION), not one for all methods.
+        if isinstance(data, dict) and data.get("precision") is None:
+            try:
+                return {**data, "precision": default_precision(data.get("method", Method.FULL))}
+            except ValueError:
+                return data  # an invalid method: its own field error says so
+        return data
 
     @field_validator("lora_targets", mode="before")
     @classmethod

@@ -252,7 +252,7 @@ def test_lora_code_resolves_the_default_targets_and_fp4():
 
 
 def test_cli_plan_writes_the_csv_of_the_estimate_options(tmp_path, capsysbinary):
-    args = ["plan", "--model", LLAMA_8B, "--offline", "--method", "qlora", "--optimizer", "paged_adamw_8bit",
+    args = ["plan", "--model", LLAMA_8B, "--offline", "--method", "qlora", "--precision", "amp_bf16", "--optimizer", "paged_adamw_8bit",
             "--micro-batch-size", "2", "--seq-len", "1024", "--gradient-accumulation-steps", "8", "--gradient-checkpointing",
             "--lora-r", "32", "--lora-alpha", "64", "--lora-targets", "q_proj,v_proj", "--gpu", "a100 80gb",
             "--num-gpus", "2", "--strategy", "zero3", "--examples", "10000", "--avg-tokens", "512", "--epochs", "3",
