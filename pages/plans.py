@@ -17,6 +17,7 @@ from ui.plans import (
     STAMP_KEY, add_plans, memory_compare_figure, remove_plan, resolve_config, saved_plans, time_cost_compare_figure,
 )
 from ui.scenario_form import time_cost_sidebar
+from ui.verdict import verdict_label
 
 model, scenario = scenario_page("Plans: save, compare, export")
 tc = time_cost_sidebar()
@@ -51,7 +52,7 @@ else:
     c1, c2 = st.columns([3, 1])
     c1.text_input("Plan name", key="plan_name", placeholder=current.name)
     st.caption(f"{current.num_gpus} x {current.gpu} ({current.strategy.value}) · peak {fmt_bytes(result.per_gpu_peak_bytes, unit)} "
-               f"per GPU · {'fits' if result.fits else 'does not fit'} · {fmt_hours(result.hours)} · "
+               f"per GPU · {verdict_label(result.verdict)} · {fmt_hours(result.hours)} · "
                f"{fmt_usd(result.cost_usd_on_demand)} on demand · {fmt_usd(result.cost_usd_spot)} spot")
     if c2.button("Save plan", key="plan_save", type="primary"):
         add_plans([(current, result)])
@@ -81,7 +82,7 @@ if not plans:
 st.subheader("Compare")
 rows = [plan_record(p, r) for p, r in plans]
 table = pd.DataFrame(rows)[["name", "model_repo_id", "method", "precision", "micro_batch_size", "seq_len", "gpu", "num_gpus",
-                            "strategy", "per_gpu_peak_gb", "fits", "tokens_per_second", "train_hours",
+                            "strategy", "per_gpu_peak_gb", "fits", "verdict", "tokens_per_second", "train_hours",
                             "cost_on_demand_usd", "cost_spot_usd"]]
 st.dataframe(table, hide_index=True, width="stretch", key="plans_table")
 st.plotly_chart(memory_compare_figure(plans, unit), width="stretch", key="plans_memory_chart")

@@ -18,6 +18,7 @@ from ui.charts import (
 from ui.catalog_session import session_gpus, session_prices
 from ui.layout import scenario_page
 from ui.scenario_form import time_cost_sidebar
+from ui.verdict import show_tight
 
 model, scenario = scenario_page("Training time and cost")
 tc = time_cost_sidebar()
@@ -58,6 +59,7 @@ elif not plan.fits:
                f"of tensors per GPU, {fmt_bytes(gpu.usable_memory_bytes - plan.headroom_bytes, unit)} as nvidia-smi would show "
                f"it (allocator reserve and CUDA context added), against {fmt_bytes(gpu.usable_memory_bytes, unit)} per GPU. "
                f"Time and cost are for reference only{f'; the fewest {gpu.name} that fit: {fewest}' if fewest else ''}.")
+show_tight(plan.verdict, plan.label)
 for note in plan.notes:
     st.warning(note)
 if tc.dataset.padding_waste(scenario.seq_len) > 0:

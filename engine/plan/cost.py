@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from engine.model.architecture import Architecture
 from engine.errors import CatalogError, ScenarioError
 from engine.plan.fit import check_fit
+from engine.plan.verdict import Verdict
 from engine.hardware.gpus import Gpu, GpuPrice, find_gpu, load_gpus, load_prices
 from engine.memory.result import MemoryEstimate
 from engine.memory.estimate import estimate_memory
@@ -250,6 +251,8 @@ class PlanEstimate(BaseModel):
     run: RunCost
     price: PriceQuote
     notes: tuple[str, ...] = ()
+    verdict: Verdict = Verdict.FITS
+    """fits / tight / does_not_fit (:mod:`engine.plan.verdict`)."""
 
     @property
     def label(self) -> str:
@@ -264,7 +267,7 @@ class PlanEstimate(BaseModel):
         """A flat row for a table or a CSV download."""
         return {
             "gpu": self.gpu, "num_gpus": self.num_gpus, "strategy": self.strategy.value, "fits": self.fits,
-            "per_gpu_peak_bytes": round(self.per_gpu_peak_bytes), "headroom_bytes": round(self.headroom_bytes),
+            "verdict": self.verdict.value, "per_gpu_peak_bytes": round(self.per_gpu_peak_bytes), "headroom_bytes": round(self.headroom_bytes),
             "tokens_per_second": round(self.run.tokens_per_second, 1), "hours": self.run.hours,
             "gpu_hours": self.run.gpu_hours, "cost_usd_on_demand": self.run.cost_usd_on_demand,
             "cost_usd_spot": self.run.cost_usd_spot, "on_demand_usd_per_gpu_hour": self.price.on_demand_usd_per_hour,
@@ -313,8 +316,8 @@ def estimate_plan(
     if num_gpus > GPUS_PER_NODE:
         notes.append(f"more than {GPUS_PER_NODE} GPUs span several nodes: inter-node bandwidth is not modelled")
     return PlanEstimate(
-        gpu=gpu.name, num_gpus=num_gpus, strategy=strategy, fits=fit.fits, per_gpu_peak_bytes=fit.peak_bytes,
-        headroom_bytes=fit.headroom_bytes, min_gpus=fit.min_gpus, throughput=tp, run=run, price=quote, notes=tuple(notes),
+        gpu=gpu.name, num_gpus=num_gpus, strategy=strategy, fits=fit.fits, verdict=fit.verdict,
+        per_gpu_peak_bytes=fit.peak_bytes, headroom_bytes=fit.headroom_bytes, min_gpus=fit.min_gpus, throughput=tp, run=run, price=quote, notes=tuple(notes),
     )
 
 

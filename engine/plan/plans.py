@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from engine.model.architecture import Architecture
 from engine.model.build import architecture_or_approximation
 from engine.plan.cost import CHEAPEST_LISTED, Dataset, estimate_plan, resolve_price_source
+from engine.plan.verdict import Verdict
 from engine.errors import EngineError, explain_validation
 from engine.hardware.gpus import Gpu, GpuPrice, load_gpus
 from engine.scenario.lora import ALL_LINEAR, default_targets
@@ -139,6 +140,8 @@ class PlanResult(BaseModel):
     cost_usd_spot: float | None
     price_source: str
     notes: tuple[str, ...] = ()
+    verdict: Verdict = Verdict.FITS
+    """fits / tight / does_not_fit (:mod:`engine.plan.verdict`)."""
 
 
 def evaluate_plan(
@@ -171,7 +174,7 @@ def evaluate_plan(
         total_parameters=est.total_parameters, trainable_parameters=est.trainable_parameters,
         components_bytes={k: float(comps.get(k, 0.0)) for k in COMPONENT_KEYS} | {k: v for k, v in comps.items() if k not in COMPONENT_KEYS},
         total_bytes=est.total_bytes, peak_phase=est.peak_phase, per_gpu_peak_bytes=pe.per_gpu_peak_bytes,
-        usable_memory_bytes=float(gpu.usable_memory_bytes), headroom_bytes=pe.headroom_bytes, fits=pe.fits,
+        usable_memory_bytes=float(gpu.usable_memory_bytes), headroom_bytes=pe.headroom_bytes, fits=pe.fits, verdict=pe.verdict,
         min_gpus=pe.min_gpus, tokens_per_second=pe.run.tokens_per_second, hours=pe.run.hours, gpu_hours=pe.run.gpu_hours,
         cost_usd_on_demand=pe.run.cost_usd_on_demand, cost_usd_spot=pe.run.cost_usd_spot, price_source=source,
         notes=tuple(n for n in (*est.warnings, *pe.notes, pe.price.reason) if n),
@@ -204,7 +207,7 @@ OUTPUT_COLUMNS: tuple[str, ...] = (
     "total_parameters", "trainable_parameters",
     *(f"mem_{k}_bytes" for k in COMPONENT_KEYS), "mem_other_bytes",
     "total_bytes", "total_gb", "peak_phase", "per_gpu_peak_bytes", "per_gpu_peak_gb", "usable_memory_bytes",
-    "headroom_bytes", "fits", "min_gpus", "tokens_per_second", "train_hours", "gpu_hours", "cost_on_demand_usd",
+    "headroom_bytes", "fits", "verdict", "min_gpus", "tokens_per_second", "train_hours", "gpu_hours", "cost_on_demand_usd",
     "cost_spot_usd", "notes",
 )
 STAMP_COLUMNS: tuple[str, ...] = ("app_version", "exported_at")
@@ -237,7 +240,8 @@ def plan_record(plan: Plan, result: PlanResult) -> dict[str, Any]:
         "total_bytes": round(result.total_bytes), "total_gb": round(result.total_bytes / 1e9, 3),
         "peak_phase": result.peak_phase, "per_gpu_peak_bytes": round(result.per_gpu_peak_bytes),
         "per_gpu_peak_gb": round(result.per_gpu_peak_bytes / 1e9, 3), "usable_memory_bytes": round(result.usable_memory_bytes),
-        "headroom_bytes": round(result.headroom_bytes), "fits": result.fits, "min_gpus": result.min_gpus,
+        "headroom_bytes": round(result.headroom_bytes), "fits": result.fits, "verdict": result.verdict.value,
+        "min_gpus": result.min_gpus,
         "tokens_per_second": result.tokens_per_second, "train_hours": result.hours, "gpu_hours": result.gpu_hours,
         "cost_on_demand_usd": result.cost_usd_on_demand, "cost_spot_usd": result.cost_usd_spot,
         "notes": "; ".join(result.notes),
