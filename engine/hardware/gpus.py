@@ -51,7 +51,7 @@ _OPTIONAL_NUMBERS = ("bf16_tflops", "fp16_tflops", "fp32_tflops", "fp8_tflops", 
 class Gpu(BaseModel):
     """One GPU (as one device) with its memory, throughput, links and sources. See the module docstring."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, allow_inf_nan=False)  # NaN/inf in an edited table: an error
 
     name: str = Field(min_length=1)
     vendor: Literal["NVIDIA", "AMD"]
@@ -107,7 +107,7 @@ class Gpu(BaseModel):
 class GpuPrice(BaseModel):
     """Price of one GPU-hour from one source on one date. ``gpu`` is the catalog name."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, allow_inf_nan=False)
 
     gpu: str = Field(min_length=1)
     source_name: str = Field(min_length=1)

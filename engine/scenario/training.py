@@ -127,7 +127,8 @@ class Scenario(BaseModel):
     ``quant_storage``: QLoRA's ``bnb_4bit_quant_storage`` (:class:`QuantStorage`; matters only over many GPUs).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+    # allow_inf_nan=False: NaN or Infinity in a file or a link is an error, never a number (every float field).
+    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False, allow_inf_nan=False)
 
     method: Method = Method.FULL
     precision: PrecisionMode = PrecisionMode.AMP_BF16
@@ -138,7 +139,7 @@ class Scenario(BaseModel):
     gradient_checkpointing: bool = False
     attention: Attention = Attention.SDPA
     lora_r: int = Field(16, ge=1, le=65_536)
-    lora_alpha: float = Field(32.0, gt=0)
+    lora_alpha: float = Field(32.0, gt=0, le=1e6)
     lora_dropout: float = Field(0.05, ge=0.0, lt=1.0)
     lora_targets: tuple[str, ...] | None = None
     quant_type: QuantType = QuantType.NF4
