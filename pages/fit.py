@@ -21,6 +21,7 @@ from ui.charts import fit_heatmap
 from ui.layout import scenario_page
 from ui.scenario_form import display_sidebar, keep_choice
 from ui.verdict import show_tight
+from ui.downloads import csv_bytes
 
 # The matrices cost tens of milliseconds per rerun (every catalog model x GPU x technique), so they and their heatmaps are
 # kept for all sessions, keyed by the JSON of their inputs (the engine's results are unchanged; a session's edited GPU
@@ -78,7 +79,7 @@ except EngineError as exc:
 
 def _download(matrix, name: str, key: str) -> None:
     frame = pd.DataFrame(matrix.records())
-    st.download_button(f"Download {name} (CSV)", frame.to_csv(index=False).encode(), file_name=f"{name}.csv",
+    st.download_button(f"Download {name} (CSV)", csv_bytes(frame), file_name=f"{name}.csv",
                        mime="text/csv", key=key)
 
 

@@ -7,7 +7,7 @@ import streamlit as st
 from engine.errors import EngineError
 from engine.plan.fit import check_fit
 from engine.memory.estimate import estimate_memory
-from engine.plan.plans import Plan, evaluate_plan, plan_record, plans_from_csv, plans_to_csv, training_code
+from engine.plan.plans import Plan, evaluate_plan, plan_record, plans_from_csv, plans_to_csv, training_code, unique_plan_name
 from engine.units import fmt_bytes
 from engine.memory.parallel import Strategy
 from ui.catalog_session import session_gpus, session_prices
@@ -36,7 +36,9 @@ else:
                                             estimate=estimate_memory(model.arch, scenario)).min_gpus or 1
         d = tc.dataset
         current = Plan(
-            name=st.session_state.get("plan_name") or f"{repo_id.split('/')[-1]} {scenario.method.value} {num_gpus}x{tc.gpu.name}",
+            # The default name is never a saved plan's (a typed one may be: replacing it needs the explicit choice).
+            name=st.session_state.get("plan_name") or unique_plan_name(
+                f"{repo_id.split('/')[-1]} {scenario.method.value} {num_gpus}x{tc.gpu.name}", [p.name for p, _ in saved_plans()]),
             model_repo_id=repo_id, model_revision=model.origin.revision,
             **scenario.model_dump(),  # every scenario field is a plan input of the same name
             # one GPU trains without sharding (no DeepSpeed config for a single GPU)
@@ -54,9 +56,15 @@ else:
     st.caption(f"{current.num_gpus} x {current.gpu} ({current.strategy.value}) · peak {fmt_bytes(result.per_gpu_peak_bytes, unit)} "
                f"per GPU · {verdict_label(result.verdict)} · {fmt_hours(result.hours)} · "
                f"{fmt_usd(result.cost_usd_on_demand)} on demand · {fmt_usd(result.cost_usd_spot)} spot")
+    clash = any(p.name == current.name for p, _ in saved_plans())
+    overwrite = clash and c1.checkbox(f"Replace the saved plan '{current.name}'", key="plan_overwrite")
     if c2.button("Save plan", key="plan_save", type="primary"):
-        add_plans([(current, result)])
-        st.success(f"Saved plan '{current.name}'.")
+        if clash and not overwrite:
+            st.warning(f"A plan named '{current.name}' is already saved: tick 'Replace the saved plan' to replace it, "
+                       "or choose another name.")
+        else:
+            add_plans([(current, result)], overwrite=overwrite)
+            st.success(f"{'Replaced' if clash else 'Saved'} plan '{current.name}'.")
 
 # --- Import ----------------------------------------------------------------------------------------------------------
 with st.expander("Import plans from CSV", expanded=not saved_plans()):
@@ -64,14 +72,21 @@ with st.expander("Import plans from CSV", expanded=not saved_plans()):
     if upload is not None and st.session_state.get("_plans_import_id") != upload.file_id:
         st.session_state["_plans_import_id"] = upload.file_id
         imported = plans_from_csv(upload.getvalue(), resolve_config, gpus=session_gpus(), prices=session_prices())
-        add_plans(list(imported.plans), (imported.app_version, imported.exported_at))
-        st.session_state["_plans_import_report"] = (len(imported.plans), [(e.row, e.reason) for e in imported.errors])
+        renamed = add_plans(list(imported.plans), (imported.app_version, imported.exported_at))
+        st.session_state["_plans_import_report"] = (len(imported.plans), [(e.row, e.reason) for e in imported.errors if e.row],
+                                                    imported.file_error, imported.warnings, renamed)
     report = st.session_state.get("_plans_import_report")
     if report:
-        if report[0]:
-            st.success(f"Loaded {report[0]} plan(s), each recomputed from its inputs.")
-        if report[1]:
-            st.error("Rows not loaded:\n" + "\n".join(f"- row {row}: {reason}" for row, reason in report[1]))
+        count, rows, file_error, file_warnings, renamed = report
+        if file_error:
+            st.error(f"The file was not loaded: {file_error}.")
+        for warning in file_warnings:
+            st.warning(f"In the file, {warning}.")
+        if count:
+            st.success(f"Loaded {count} plan(s), each recomputed from its inputs."
+                       + "".join(f" '{old}' was saved as '{new}' (a plan of that name exists)." for old, new in renamed))
+        if rows:
+            st.error("Rows not loaded:\n" + "\n".join(f"- row {row}: {reason}" for row, reason in rows))
 
 plans = saved_plans()
 if not plans:

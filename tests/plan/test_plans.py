@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from engine.time.throughput import DEFAULT_MFU
+
 from engine.cli import main
 from engine.plan.cost import estimate_plan
 from engine.model.build import architecture_from_config
@@ -145,23 +147,25 @@ def test_import_row_with_a_missing_cell(exported):
     only_second_loads(plans_from_csv(b"\n".join(lines)), "cells for")
 
 
-def test_import_missing_required_column_lists_every_row(exported):
+def test_import_missing_required_column_refuses_the_file_once(exported):
+    # issue 16 items 8 and 13: one file-level reason (row 0), not one per row, and no plan loads.
     rows = list(csv.reader(io.StringIO(exported.decode())))
     col = rows[0].index("gpu")
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerows([r[:col] + r[col + 1:] for r in rows])
     imported = plans_from_csv(buf.getvalue().encode())
-    assert imported.plans == () and [e.row for e in imported.errors] == [1, 2]
-    assert all("missing column 'gpu'" in e.reason for e in imported.errors)
+    assert imported.plans == () and [e.row for e in imported.errors] == [0]
+    assert "missing required column 'gpu'" in imported.file_error
 
 
-def test_import_missing_optional_column_uses_its_default(exported):
+def test_import_missing_optional_column_uses_its_default_and_says_so(exported):
     rows = list(csv.reader(io.StringIO(exported.decode())))
     col = rows[0].index("mfu")
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerows([r[:col] + r[col + 1:] for r in rows])
     imported = plans_from_csv(buf.getvalue().encode())
     assert imported.errors == () and len(imported.plans) == 2
+    assert imported.warnings == (f"column 'mfu' is missing: every plan uses its default, '{DEFAULT_MFU!r}'",)
 
 
 def test_import_non_utf8_row(exported):
