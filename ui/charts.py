@@ -230,7 +230,7 @@ def time_vs_dataset_figure(
     if seed_hours is not None:
         data.append({"type": "scatter", "x": sizes, "y": seed_hours, "mode": "lines", "name": "seed rule",
                      "line": {"dash": "dash"}, "hovertemplate": "%{x:,.3s} tokens: %{y:,.3g} h<extra>seed rule</extra>"})
-    layout = {"xaxis": {"type": "log", "title": {"text": "dataset size (tokens, one epoch)"}},
+    layout = {"xaxis": {"type": "log", "title": {"text": "tokens processed per epoch (after truncation / padding)"}},
               "yaxis": {"type": "log", "title": {"text": "wall time (hours)"}}, "height": 380,
               "margin": {"t": 30, "b": 10}, "legend": {"orientation": "h", "y": -0.25},
               **_log_axes_vline(current_size, "your dataset")}
@@ -242,7 +242,7 @@ def cost_vs_dataset_figure(series: dict[str, tuple[list[float], list[float]]], c
     data = [{"type": "scatter", "x": sizes, "y": costs, "mode": "lines", "name": label,
              "hovertemplate": f"{label}<br>%{{x:,.3s}} tokens: $%{{y:,.2f}}<extra></extra>"}
             for label, (sizes, costs) in series.items()]
-    layout = {"xaxis": {"type": "log", "title": {"text": "dataset size (tokens, one epoch)"}},
+    layout = {"xaxis": {"type": "log", "title": {"text": "tokens processed per epoch (after truncation / padding)"}},
               "yaxis": {"type": "log", "title": {"text": f"cost, {BASIS_LABEL.get(basis, basis)} (USD)"}},
               "height": 420, "margin": {"t": 30, "b": 10}, "legend": {"orientation": "h", "y": -0.25},
               **_log_axes_vline(current_size, "your dataset")}

@@ -223,6 +223,7 @@ def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Dataset, ar
             "tokens": run.tokens,
             "tokens_per_epoch": dataset.tokens_per_epoch(scenario.seq_len),
             "padding_waste": dataset.padding_waste(scenario.seq_len),
+            "truncated_tokens": dataset.truncated_tokens(scenario.seq_len),
             "epochs": dataset.epochs,
             "runs": dataset.runs,
             "mfu": tp.mfu,

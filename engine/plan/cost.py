@@ -32,6 +32,11 @@ from engine.scenario.training import Scenario
 from engine.time.throughput import DEFAULT_MFU, Throughput, estimate_throughput, peak_flops_for
 
 
+MAX_DATASET_TOKENS = 10**15
+"""Largest dataset size accepted (tokens or examples): 1,000 trillion, far above any published training set (~15T
+tokens for Llama 3); larger is a typo."""
+
+
 class Dataset(BaseModel):
     """What one epoch processes. Give ``total_tokens``, or ``examples`` and ``avg_tokens``.
 
@@ -40,11 +45,11 @@ class Dataset(BaseModel):
     concatenated into full sequences and an epoch processes ``examples x avg_tokens``.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, allow_inf_nan=False)
 
-    total_tokens: int | None = Field(None, ge=1)
-    examples: int | None = Field(None, ge=1)
-    avg_tokens: float | None = Field(None, gt=0)
+    total_tokens: int | None = Field(None, ge=1, le=MAX_DATASET_TOKENS)
+    examples: int | None = Field(None, ge=1, le=MAX_DATASET_TOKENS)
+    avg_tokens: float | None = Field(None, gt=0, le=MAX_DATASET_TOKENS)
     epochs: float = Field(1.0, gt=0, le=10_000)
     packing: bool = True
     runs: int = Field(1, ge=1, le=10_000)
@@ -76,6 +81,32 @@ class Dataset(BaseModel):
         if self.examples is None or self.avg_tokens is None:
             return self.model_copy(update={"total_tokens": max(1, round((self.total_tokens or 0) * factor))})
         return self.model_copy(update={"examples": max(1, round(self.examples * factor))})
+
+    def truncated_tokens(self, seq_len: int) -> float:
+        """Tokens of the data cut off because examples are longer than ``seq_len`` (every example is truncated to
+        the sequence length, with or without packing: TRL ``SFTTrainer`` ``max_length`` truncation, which its default
+        best-fit packing keeps); 0 for a token total."""
+        if self.examples is None or self.avg_tokens is None:
+            return 0.0
+        return self.examples * max(0.0, self.avg_tokens - seq_len)
+
+    def token_notes(self, seq_len: int) -> tuple[str, ...]:
+        """What truncation and packing (or padding) do to the token count, in plain words (empty for a token total)."""
+        if self.examples is None or self.avg_tokens is None:
+            return ()
+        per_epoch, data = self.tokens_per_epoch(seq_len), self.dataset_tokens
+        notes = []
+        cut = self.truncated_tokens(seq_len)
+        if cut:
+            notes.append(
+                f"truncation: each example is cut to the sequence length ({seq_len:,} tokens), so {self.examples:,} examples x "
+                f"{self.avg_tokens:,.0f} tokens = {data / 1e6:,.2f}M tokens of data give {per_epoch / 1e6:,.2f}M tokens per "
+                f"epoch; {cut / 1e6:,.2f}M ({cut / data:.0%}) are never trained on: raise the sequence length or split the "
+                "examples to use them")
+        if not self.packing and self.avg_tokens < seq_len:
+            notes.append(f"no packing: every example is padded to {seq_len:,} tokens, so an epoch processes "
+                         f"{per_epoch / 1e6:,.2f}M tokens for {data / 1e6:,.2f}M of data ({self.padding_waste(seq_len):.0%} padding)")
+        return tuple(notes)
 
     def padding_waste(self, seq_len: int) -> float:
         """Fraction of processed tokens that are padding (0 with packing or a token total)."""
@@ -309,7 +340,7 @@ def estimate_plan(
                              scaling_efficiency=scaling_efficiency, estimate=est)
     quote = quote_price(gpu, price_source, prices)
     run = run_cost(dataset, sc.seq_len, tp.tokens_per_second, num_gpus, quote.on_demand_usd_per_hour, quote.spot_usd_per_hour)
-    notes = [n for n in (tp.peak.note, *fit.warnings) if n]
+    notes = [n for n in (tp.peak.note, *fit.warnings, *dataset.token_notes(sc.seq_len)) if n]
     if num_gpus > 1 and gpu.gpu_link_gbps == 0:
         notes.append(f"{gpu.name} has no GPU-to-GPU link: {strategy.value} traffic goes over PCIe, so the scaling "
                      f"efficiency is likely below the {tp.scaling_efficiency:g} assumed")
