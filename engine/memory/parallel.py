@@ -89,7 +89,7 @@ from engine.memory.result import MemoryEstimate
 from engine.memory.components import Phase
 from engine.memory.weights import quantized_bytes_per_param, split_tensors
 from engine.scenario.precision import precision_spec
-from engine.scenario.training import Method, QuantType, Scenario
+from engine.scenario.training import Framework, Method, QuantType, Scenario
 
 MAX_GPUS = 1024
 """Largest number of GPUs searched for :meth:`ParallelPlan.min_gpus`."""
@@ -322,7 +322,8 @@ def gathered_parameters(arch: Architecture) -> tuple[int, str]:
 def replicated_quantized_weights(arch: Architecture, scenario: Scenario) -> tuple[float, int, str]:
     """(bytes, parameters, why) of the frozen quantized weights FSDP / ZeRO-3 cannot shard: GPTQ/AWQ packed int32
     buffers, LLM.int8 int8 weights, bitsandbytes 4-bit weights in ``uint8`` storage; (0, 0, "") when there are none
-    or they are floating-point parameters (bitsandbytes with a float ``bnb_4bit_quant_storage``, FP8).
+    or they are shardable (bitsandbytes with a float ``bnb_4bit_quant_storage``, FP8, torchtune's QLoRA, whose
+    torchao ``NF4Tensor`` FSDP2 shards: torchtune's 8-GPU Llama-3.1-405B QLoRA, data/measured_memory.csv m008).
 
     Raises:
         ScenarioError: as :func:`engine.memory.weights.split_tensors` (full fine-tuning of a stored-quantized model).
@@ -336,6 +337,8 @@ def replicated_quantized_weights(arch: Architecture, scenario: Scenario) -> tupl
         if stored.shardable:
             return 0.0, 0, ""
         why = f"{stored.description}: {stored.storage_note or 'not float parameters'}"
+    elif scenario.framework is Framework.TORCHTUNE:
+        return 0.0, 0, ""  # torchao's NF4Tensor implements FSDP2's sharding: torchtune's QLoRA shards its 4-bit base
     elif scenario.quant_type is QuantType.INT8:
         why = "LLM.int8 weights are int8 parameters: FSDP and ZeRO-3 shard float parameters only"
     elif scenario.quant_storage.is_float:

@@ -127,3 +127,11 @@ def test_cli_says_which_quantized_weights_are_replicated(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["replicated_quantized_weights_bytes"] == round(6_476_005_376 * GPTQ_BPP)
     assert "replicated on every GPU" in out["replicated_quantized_weights"]
+
+
+def test_torchtune_qlora_shards_its_nf4_base_under_fsdp():
+    # torchtune's QLoRA keeps the base as torchao NF4Tensors, which FSDP2 shards (its 8-GPU Llama-3.1-405B QLoRA run,
+    # data/measured_memory.csv m008, fits 8 x 80 GB only so).
+    sc = Scenario.build(method="qlora", precision="bf16", framework="torchtune", seq_len=512)
+    arch = _llama()
+    assert plan_parallel(estimate_memory(arch, sc), arch, sc, Strategy.FSDP_FULL_SHARD).replicated_quantized_bytes == 0
