@@ -59,6 +59,12 @@ class ConflictingKeysError(TrainingConfigError):
     ``fp16`` both true; a DeepSpeed micro batch that differs from ``per_device_train_batch_size``)."""
 
 
+def _shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a 5,000-digit number stays a one-line message)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def explain_validation(exc: Any, default_where: str = "", *, all_errors: bool = False) -> str:
     """A pydantic ``ValidationError`` as one line: ``field: what is wrong (got value)``.
 
@@ -70,7 +76,7 @@ def explain_validation(exc: Any, default_where: str = "", *, all_errors: bool = 
     for err in errors:
         where = ".".join(str(p) for p in err["loc"]) or default_where
         message = err["msg"].removeprefix("Value error, ")
-        parts.append(f"{where}: {message} (got {err.get('input')!r})" if where else message)
+        parts.append(f"{where}: {message} (got {_shown(err.get('input'))})" if where else message)
     return "; ".join(parts)
 
 

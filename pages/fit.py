@@ -20,6 +20,8 @@ from engine.units import fmt_bytes, fmt_count, to_unit
 from ui.charts import fit_heatmap
 from ui.layout import scenario_page
 from ui.scenario_form import display_sidebar, keep_choice
+from ui.verdict import show_tight
+from ui.downloads import csv_bytes
 
 # The matrices cost tens of milliseconds per rerun (every catalog model x GPU x technique), so they and their heatmaps are
 # kept for all sessions, keyed by the JSON of their inputs (the engine's results are unchanged; a session's edited GPU
@@ -61,7 +63,7 @@ strategy = st.selectbox("Multi-GPU strategy for the fewest GPUs", list(Strategy)
                         help="DDP: every GPU holds the whole model, so more GPUs never help memory. ZeRO-3 / FSDP full shard: "
                              "weights, gradients and optimizer states are divided by the number of GPUs.")
 st.caption(
-    f"Each cell: ✓ fits on one GPU / ✗ does not, the headroom (+) or shortfall (−) in {unit} against the GPU's usable memory "
+    f"Each cell: ✓ fits on one GPU / ≈ tight: may not fit (under 10% of the peak to spare) / ✗ does not, the headroom (+) or shortfall (−) in {unit} against the GPU's usable memory "
     "(the total nvidia-smi / rocm-smi reports, before the CUDA context and allocator reserve), and ×N the fewest GPUs of that kind "
     "with the strategy (×– none up to 1,024). ⚠ a bf16 scenario on a GPU without bf16. Hover for the breakdown."
 )
@@ -77,7 +79,7 @@ except EngineError as exc:
 
 def _download(matrix, name: str, key: str) -> None:
     frame = pd.DataFrame(matrix.records())
-    st.download_button(f"Download {name} (CSV)", frame.to_csv(index=False).encode(), file_name=f"{name}.csv",
+    st.download_button(f"Download {name} (CSV)", csv_bytes(frame), file_name=f"{name}.csv",
                        mime="text/csv", key=key)
 
 
@@ -119,6 +121,7 @@ except EngineError as exc:
     st.stop()
 for warning in fit.warnings:
     st.warning(warning)
+show_tight(fit.verdict, f"{num_gpus} x {gpu.name}")
 m1, m2, m3, m4, m5 = st.columns(5)
 m1.metric("Per-GPU peak", fmt_bytes(fit.peak_bytes, unit),
           help=f"{fit.peak_bytes:,.0f} bytes of tensors (max_memory_allocated), {fit.peak_phase.replace('_', ' ')}")

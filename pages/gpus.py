@@ -6,6 +6,7 @@ import streamlit as st
 from engine.errors import CatalogError
 from ui.catalog_session import apply_edits, is_edited, reset_edits, session_gpus, session_prices
 from ui.layout import page_setup
+from ui.downloads import csv_bytes
 
 page_setup()
 st.title("GPUs and prices")
@@ -44,5 +45,5 @@ if right.button("Restore the bundled catalog"):
     st.rerun()
 
 c1, c2 = st.columns(2)
-c1.download_button("Download GPUs (CSV)", edited_gpus.to_csv(index=False).encode(), "gpus.csv", "text/csv")
-c2.download_button("Download prices (CSV)", edited_prices.to_csv(index=False).encode(), "gpu_prices.csv", "text/csv")
+c1.download_button("Download GPUs (CSV)", csv_bytes(edited_gpus), "gpus.csv", "text/csv")
+c2.download_button("Download prices (CSV)", csv_bytes(edited_prices), "gpu_prices.csv", "text/csv")

@@ -19,6 +19,8 @@ from ui.config_import import config_import_section
 from ui.layout import scenario_page
 from ui.scenario_form import display_sidebar, inference_inputs, parallel_sidebar
 from ui.trace_panel import trace_panel
+from ui.verdict import TIGHT_NOTE, verdict_box
+from engine.plan.verdict import Verdict, fit_verdict
 
 TRAINING, INFERENCE = "Fine-tuning", "Inference"
 
@@ -58,8 +60,10 @@ def inference_view() -> None:
         # Same rule as training: what nvidia-smi would show (allocator reserve and CUDA context) against the GPU.
         headroom = gpu.usable_memory_bytes - est.device_used_bytes
         lim = inference_limits(arch, isc, tensor_budget(gpu.usable_memory_bytes))
-        (st.success if headroom >= 0 else st.warning)(
+        verdict = fit_verdict(est.total_bytes, gpu.usable_memory_bytes)
+        verdict_box(verdict)(
             f"{'Fits on' if headroom >= 0 else 'Does not fit on'} one {gpu.name} "
+            f"{'(tight: may not fit) ' if verdict is Verdict.TIGHT else ''}"
             f"({'headroom' if headroom >= 0 else 'short by'} {fmt_bytes(abs(headroom), unit)}). Longest context at "
             f"{isc.concurrency} sequences: {lim.max_seq_len or 0:,} tokens; most sequences at {isc.seq_len:,} tokens: "
             f"{lim.max_concurrency or 0:,}."
@@ -120,12 +124,14 @@ if gpu is not None:
     headroom = gpu.usable_memory_bytes - device.device_used
     paged_headroom = headroom + device.pageable  # the driver can move paged states to CPU RAM instead of failing
     which = "one" if not par.is_multi else "each"
+    verdict = fit_verdict(device.allocated, gpu.usable_memory_bytes)
     if headroom >= 0 or paged_headroom < 0:
-        (st.success if headroom >= 0 else st.warning)(
+        verdict_box(verdict)(
             f"What nvidia-smi would show {'fits on' if headroom >= 0 else 'does not fit on'} {which} {gpu.name} "
             f"({fmt_bytes(gpu.usable_memory_bytes, unit)} usable): "
             f"{'headroom' if headroom >= 0 else 'short by'} {fmt_bytes(abs(headroom), unit)}, the allocator reserve and "
-            "the CUDA context included."
+            "the CUDA context included." + (f" Tight: may not fit ({TIGHT_NOTE.removeprefix('tight: may not fit: ')})."
+                                             if verdict is Verdict.TIGHT else "")
         )
     else:
         st.info(f"Fits on {which} {gpu.name} only with paging: without the paged optimizer states it leaves "
@@ -144,6 +150,8 @@ if par.is_multi:
     notes = [f"One GPU would need {fmt_bytes(est.total_bytes, unit)}; activations and loss tensors are per GPU and never divided."]
     if plan.gathered_unit:
         notes.append(f"Gathered at once: {plan.gathered_unit}.")
+    if plan.replicated_note:
+        notes.append(f"Not sharded: {plan.replicated_note}.")
     if plan.bucket_note:
         notes.append(f"Buckets: {plan.bucket_note}.")
     st.caption(" ".join(notes))

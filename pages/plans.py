@@ -9,7 +9,7 @@ from engine.plan.cost import calibration_for
 from engine.plan.fit import check_fit
 from engine.memory.estimate import estimate_memory
 from engine.plan.config_export import config_files
-from engine.plan.plans import Plan, evaluate_plan, plan_record, plans_from_csv, plans_to_csv, training_code
+from engine.plan.plans import Plan, evaluate_plan, plan_record, plans_from_csv, plans_to_csv, training_code, unique_plan_name
 from engine.units import fmt_bytes
 from engine.memory.parallel import Strategy
 from ui.catalog_session import session_gpus, session_prices
@@ -19,6 +19,7 @@ from ui.plans import (
     STAMP_KEY, add_plans, memory_compare_figure, remove_plan, resolve_config, saved_plans, time_cost_compare_figure,
 )
 from ui.scenario_form import time_cost_sidebar
+from ui.verdict import verdict_label
 
 model, scenario = scenario_page("Plans: save, compare, export")
 tc = time_cost_sidebar()
@@ -39,7 +40,9 @@ else:
         cal = calibration_for(model.arch, scenario, tc.gpu, num_gpus, tc.strategy if num_gpus > 1 else Strategy.DDP,
                               tc.measured_tokens_per_second, fused_kernels=tc.fused_kernels)
         current = Plan(
-            name=st.session_state.get("plan_name") or f"{repo_id.split('/')[-1]} {scenario.method.value} {num_gpus}x{tc.gpu.name}",
+            # The default name is never a saved plan's (a typed one may be: replacing it needs the explicit choice).
+            name=st.session_state.get("plan_name") or unique_plan_name(
+                f"{repo_id.split('/')[-1]} {scenario.method.value} {num_gpus}x{tc.gpu.name}", [p.name for p, _ in saved_plans()]),
             model_repo_id=repo_id, model_revision=model.origin.revision,
             **scenario.model_dump(),  # every scenario field is a plan input of the same name
             # one GPU trains without sharding (no DeepSpeed config for a single GPU)
@@ -55,11 +58,17 @@ else:
     c1, c2 = st.columns([3, 1])
     c1.text_input("Plan name", key="plan_name", placeholder=current.name)
     st.caption(f"{current.num_gpus} x {current.gpu} ({current.strategy.value}) · peak {fmt_bytes(result.per_gpu_peak_bytes, unit)} "
-               f"per GPU · {'fits' if result.fits else 'does not fit'} · {fmt_hours(result.hours)} · "
+               f"per GPU · {verdict_label(result.verdict)} · {fmt_hours(result.hours)} · "
                f"{fmt_usd(result.cost_usd_on_demand)} on demand · {fmt_usd(result.cost_usd_spot)} spot")
+    clash = any(p.name == current.name for p, _ in saved_plans())
+    overwrite = clash and c1.checkbox(f"Replace the saved plan '{current.name}'", key="plan_overwrite")
     if c2.button("Save plan", key="plan_save", type="primary"):
-        add_plans([(current, result)])
-        st.success(f"Saved plan '{current.name}'.")
+        if clash and not overwrite:
+            st.warning(f"A plan named '{current.name}' is already saved: tick 'Replace the saved plan' to replace it, "
+                       "or choose another name.")
+        else:
+            add_plans([(current, result)], overwrite=overwrite)
+            st.success(f"{'Replaced' if clash else 'Saved'} plan '{current.name}'.")
 
 # --- Import ----------------------------------------------------------------------------------------------------------
 with st.expander("Import plans from CSV", expanded=not saved_plans()):
@@ -67,14 +76,21 @@ with st.expander("Import plans from CSV", expanded=not saved_plans()):
     if upload is not None and st.session_state.get("_plans_import_id") != upload.file_id:
         st.session_state["_plans_import_id"] = upload.file_id
         imported = plans_from_csv(upload.getvalue(), resolve_config, gpus=session_gpus(), prices=session_prices())
-        add_plans(list(imported.plans), (imported.app_version, imported.exported_at))
-        st.session_state["_plans_import_report"] = (len(imported.plans), [(e.row, e.reason) for e in imported.errors])
+        renamed = add_plans(list(imported.plans), (imported.app_version, imported.exported_at))
+        st.session_state["_plans_import_report"] = (len(imported.plans), [(e.row, e.reason) for e in imported.errors if e.row],
+                                                    imported.file_error, imported.warnings, renamed)
     report = st.session_state.get("_plans_import_report")
     if report:
-        if report[0]:
-            st.success(f"Loaded {report[0]} plan(s), each recomputed from its inputs.")
-        if report[1]:
-            st.error("Rows not loaded:\n" + "\n".join(f"- row {row}: {reason}" for row, reason in report[1]))
+        count, rows, file_error, file_warnings, renamed = report
+        if file_error:
+            st.error(f"The file was not loaded: {file_error}.")
+        for warning in file_warnings:
+            st.warning(f"In the file, {warning}.")
+        if count:
+            st.success(f"Loaded {count} plan(s), each recomputed from its inputs."
+                       + "".join(f" '{old}' was saved as '{new}' (a plan of that name exists)." for old, new in renamed))
+        if rows:
+            st.error("Rows not loaded:\n" + "\n".join(f"- row {row}: {reason}" for row, reason in rows))
 
 plans = saved_plans()
 if not plans:
@@ -85,7 +101,7 @@ if not plans:
 st.subheader("Compare")
 rows = [plan_record(p, r) for p, r in plans]
 table = pd.DataFrame(rows)[["name", "model_repo_id", "method", "precision", "micro_batch_size", "seq_len", "gpu", "num_gpus",
-                            "strategy", "per_gpu_peak_gb", "fits", "tokens_per_second", "train_hours",
+                            "strategy", "per_gpu_peak_gb", "fits", "verdict", "tokens_per_second", "train_hours",
                             "cost_on_demand_usd", "cost_spot_usd"]]
 st.dataframe(table, hide_index=True, width="stretch", key="plans_table")
 st.plotly_chart(memory_compare_figure(plans, unit), width="stretch", key="plans_memory_chart")

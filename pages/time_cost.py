@@ -21,6 +21,8 @@ from ui.catalog_session import session_gpus, session_prices
 from ui.layout import scenario_page
 from ui.scenario_form import time_cost_sidebar
 from ui.time_charts import CATEGORY_STYLE, shape_figure, time_stack_figure
+from ui.verdict import show_tight
+from ui.downloads import csv_bytes
 
 model, scenario = scenario_page("Training time and cost")
 tc = time_cost_sidebar()
@@ -67,6 +69,7 @@ elif not plan.fits:
                f"of tensors per GPU, {fmt_bytes(gpu.usable_memory_bytes - plan.headroom_bytes, unit)} as nvidia-smi would show "
                f"it (allocator reserve and CUDA context added), against {fmt_bytes(gpu.usable_memory_bytes, unit)} per GPU. "
                f"Time and cost are for reference only{f'; the fewest {gpu.name} that fit: {fewest}' if fewest else ''}.")
+show_tight(plan.verdict, plan.label)
 for note in plan.notes:
     st.warning(note)
 if tc.dataset.padding_waste(scenario.seq_len) > 0:
@@ -128,11 +131,12 @@ else:
 
 st.subheader("Time against dataset size")
 sweep = dataset_sweep(tc.dataset, scenario.seq_len, run.tokens_per_second, num_gpus)
-sizes = [d.dataset_tokens for d, _ in sweep]
+# One figure everywhere: tokens processed per epoch (after truncation to the sequence length, or padding to it).
+sizes = [d.tokens_per_epoch(scenario.seq_len) for d, _ in sweep]
 seed_hours = None
 if seed is not None:
     seed_hours = [r.hours for _, r in dataset_sweep(tc.dataset, scenario.seq_len, seed.tokens_per_second, num_gpus)]
-st.plotly_chart(time_vs_dataset_figure(sizes, [r.hours for _, r in sweep], seed_hours, tc.dataset.dataset_tokens, plan.label),
+st.plotly_chart(time_vs_dataset_figure(sizes, [r.hours for _, r in sweep], seed_hours, tc.dataset.tokens_per_epoch(scenario.seq_len), plan.label),
                 width="stretch", key="tc_time_dataset_chart")
 
 st.subheader(f"Cost against dataset size ({BASIS_LABEL[basis]})")
@@ -144,8 +148,8 @@ for p in curve_plans:
     points = dataset_sweep(tc.dataset, scenario.seq_len, p.run.tokens_per_second, p.num_gpus,
                            p.price.on_demand_usd_per_hour, p.price.spot_usd_per_hour)
     costs = [(r.cost_usd_on_demand if basis == "on_demand" else r.cost_usd_spot) for _, r in points]
-    series[p.label + ("" if p.fits else " (does not fit)")] = ([d.dataset_tokens for d, _ in points], costs)  # type: ignore[misc]
-st.plotly_chart(cost_vs_dataset_figure(series, tc.dataset.dataset_tokens, basis), width="stretch", key="tc_cost_dataset_chart")
+    series[p.label + ("" if p.fits else " (does not fit)")] = ([d.tokens_per_epoch(scenario.seq_len) for d, _ in points], costs)  # type: ignore[misc]
+st.plotly_chart(cost_vs_dataset_figure(series, tc.dataset.tokens_per_epoch(scenario.seq_len), basis), width="stretch", key="tc_cost_dataset_chart")
 st.caption(f"The GPU kinds cheapest for your dataset, each at its cheapest count that fits ({BASIS_LABEL[basis]} prices from "
            f"'{search.price_source}'), and your plan. Cost grows linearly with the tokens."
            if series else f"No fitting plan has a price ({BASIS_LABEL[basis]}) in '{search.price_source}'.")
@@ -164,10 +168,10 @@ curves = (
      for x, (_, r) in zip(sizes, sweep)]
     + [{"curve": "cost_vs_dataset", "plan": label, "dataset_tokens": x, "hours": None, "cost_usd": y}
        for label, (xs, ys) in series.items() for x, y in zip(xs, ys)]
-    + [{"curve": "gpu_count", "plan": p.label, "dataset_tokens": tc.dataset.dataset_tokens, "hours": p.run.hours,
+    + [{"curve": "gpu_count", "plan": p.label, "dataset_tokens": tc.dataset.tokens_per_epoch(scenario.seq_len), "hours": p.run.hours,
         "cost_usd": p.cost(basis)} for p in counts]
 )
-st.download_button("Download the curves (CSV)", pd.DataFrame(curves).to_csv(index=False).encode(),
+st.download_button("Download the curves (CSV)", csv_bytes(pd.DataFrame(curves)),
                    file_name="time_cost_curves.csv", mime="text/csv", key="tc_curves_csv")
 
 st.subheader("Every plan that fits: time against cost")
@@ -197,7 +201,7 @@ if not frame.empty:
     shown = frame[["gpu", "num_gpus", "tokens_per_second", "hours", "gpu_hours", "cost_usd_on_demand", "cost_usd_spot",
                    "pareto", "cheapest", "fastest", "notes"]]
     st.dataframe(shown, hide_index=True, width="stretch", key="tc_plans_table")
-st.download_button("Download the plans (CSV)", frame.to_csv(index=False).encode(), file_name="training_plans.csv",
+st.download_button("Download the plans (CSV)", csv_bytes(frame), file_name="training_plans.csv",
                    mime="text/csv", key="tc_plans_csv")
 if search.excluded:
     with st.expander(f"GPU kinds with no plan ({len(search.excluded)})"):

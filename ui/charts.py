@@ -10,12 +10,15 @@ from engine.hardware.gpus import Gpu
 from engine.plan.cost import PlanEstimate, PlanSearch
 from engine.plan.fit import FitMatrix
 from engine.memory.sweep import SweepRow
+from engine.plan.verdict import Verdict
 from engine.units import Unit, fmt_bytes, to_unit
+from ui.verdict import VERDICT_MARKS, verdict_label
 
 COMPONENT_STYLE = {
     "weights": ("Weights", "#1f77b4"),
     "weight_copies": ("Low-precision weight copies", "#aec7e8"),
     "master_weights": ("fp32 master weights (DeepSpeed)", "#c5b0d5"),
+    "master_gradients": ("fp32 gradient partition (DeepSpeed step)", "#f7b6d2"),
     "gradients": ("Gradients", "#ff7f0e"),
     "gradient_temporaries": ("Backward temporaries (tied embedding)", "#ffbb78"),
     "optimizer_states": ("Optimizer states", "#2ca02c"),
@@ -124,13 +127,13 @@ def short_gpu_name(name: str) -> str:
     return name.removeprefix("NVIDIA ").removeprefix("AMD Instinct ").replace(" (one GCD)", " GCD")
 
 
-def _cell_text(headroom: float, fits: bool, min_gpus: int | None, unit: Unit, warning: bool) -> str:
+def _cell_text(headroom: float, verdict: Verdict, min_gpus: int | None, unit: Unit, warning: bool) -> str:
     value = to_unit(headroom, unit)
     sign = "+" if headroom >= 0 else "−"
     n = "–" if min_gpus is None else ("1" if min_gpus == 1 else f"{min_gpus}")
     # Short enough for ~28 GPU columns: no decimal from 10 on (the hover has the exact figure).
     size = f"{abs(value):,.0f}" if abs(value) >= 10 else f"{abs(value):.1f}"
-    return f"{'✓' if fits else '✗'}{sign}{size}{'⚠' if warning else ''}<br>×{n}"
+    return f"{VERDICT_MARKS[verdict]}{sign}{size}{'⚠' if warning else ''}<br>×{n}"
 
 
 def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "") -> go.Figure:
@@ -154,13 +157,13 @@ def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "") -> go.Figure:
         zr, tr, hr = [], [], []
         for gpu, usable, cell in zip(matrix.gpus, matrix.usable_bytes, row.cells):
             zr.append(to_unit(cell.headroom_bytes, unit))
-            tr.append(_cell_text(cell.headroom_bytes, cell.fits, cell.min_gpus, unit, cell.warning is not None))
+            tr.append(_cell_text(cell.headroom_bytes, cell.verdict, cell.min_gpus, unit, cell.warning is not None))
             many = ("none up to 1024" if cell.min_gpus is None
                     else f"{cell.min_gpus} ({fmt_bytes(cell.per_gpu_bytes_at_min or 0, unit)} per GPU)")
             hr.append(
                 f"<b>{row.label}</b> on <b>{gpu}</b><br>"
                 f"peak on one GPU: {fmt_bytes(cell.peak_bytes, unit)} ({cell.peak_phase.replace('_', ' ')})<br>"
-                f"usable: {fmt_bytes(usable, unit)}<br>"
+                f"usable: {fmt_bytes(usable, unit)}: {verdict_label(cell.verdict)}<br>"
                 f"{'headroom' if cell.fits else 'short by'}: {fmt_bytes(abs(cell.headroom_bytes), unit)}<br>"
                 f"fewest GPUs ({row.strategy.value}): {many}<br>"
                 f"single-GPU estimate at its peak:<br>{parts}"
@@ -227,7 +230,7 @@ def time_vs_dataset_figure(
     if seed_hours is not None:
         data.append({"type": "scatter", "x": sizes, "y": seed_hours, "mode": "lines", "name": "seed rule",
                      "line": {"dash": "dash"}, "hovertemplate": "%{x:,.3s} tokens: %{y:,.3g} h<extra>seed rule</extra>"})
-    layout = {"xaxis": {"type": "log", "title": {"text": "dataset size (tokens, one epoch)"}},
+    layout = {"xaxis": {"type": "log", "title": {"text": "tokens processed per epoch (after truncation / padding)"}},
               "yaxis": {"type": "log", "title": {"text": "wall time (hours)"}}, "height": 380,
               "margin": {"t": 30, "b": 10}, "legend": {"orientation": "h", "y": -0.25},
               **_log_axes_vline(current_size, "your dataset")}
@@ -239,7 +242,7 @@ def cost_vs_dataset_figure(series: dict[str, tuple[list[float], list[float]]], c
     data = [{"type": "scatter", "x": sizes, "y": costs, "mode": "lines", "name": label,
              "hovertemplate": f"{label}<br>%{{x:,.3s}} tokens: $%{{y:,.2f}}<extra></extra>"}
             for label, (sizes, costs) in series.items()]
-    layout = {"xaxis": {"type": "log", "title": {"text": "dataset size (tokens, one epoch)"}},
+    layout = {"xaxis": {"type": "log", "title": {"text": "tokens processed per epoch (after truncation / padding)"}},
               "yaxis": {"type": "log", "title": {"text": f"cost, {BASIS_LABEL.get(basis, basis)} (USD)"}},
               "height": 420, "margin": {"t": 30, "b": 10}, "legend": {"orientation": "h", "y": -0.25},
               **_log_axes_vline(current_size, "your dataset")}

@@ -9,7 +9,7 @@ import streamlit as st
 from plotly.subplots import make_subplots
 
 from engine.errors import EngineError
-from engine.plan.plans import COMPONENT_KEYS, Plan, PlanResult
+from engine.plan.plans import COMPONENT_KEYS, Plan, PlanResult, unique_plan_name
 from engine.model.sources import config_from_catalog
 from engine.units import Unit, to_unit
 
@@ -22,14 +22,25 @@ def saved_plans() -> list[tuple[Plan, PlanResult]]:
     return st.session_state.setdefault(PLANS_KEY, [])
 
 
-def add_plans(items: list[tuple[Plan, PlanResult]], stamp: tuple[str | None, str | None] | None = None) -> None:
-    """Add plans (a plan with the same name is replaced). ``stamp``: keep an imported file's version and time
-    for re-export while the set of plans is exactly that file's."""
+def add_plans(items: list[tuple[Plan, PlanResult]], stamp: tuple[str | None, str | None] | None = None,
+              *, overwrite: bool = False) -> list[tuple[str, str]]:
+    """Add plans. A plan named like a saved one replaces it only with ``overwrite``; otherwise it is saved under a
+    new name (``name (2)``, engine.plan.plans.unique_plan_name). Returns the (old, new) names of renamed plans.
+    ``stamp``: keep an imported file's version and time for re-export while the set of plans is exactly that file's."""
     plans = saved_plans()
     fresh = not plans
-    names = {p.name for p, _ in items}
-    plans[:] = [x for x in plans if x[0].name not in names] + list(items)
-    st.session_state[STAMP_KEY] = stamp if (stamp and fresh and all(stamp)) else None
+    renamed: list[tuple[str, str]] = []
+    if overwrite:
+        names = {p.name for p, _ in items}
+        plans[:] = [x for x in plans if x[0].name not in names]
+    for plan, result in items:
+        name = unique_plan_name(plan.name, [p.name for p, _ in plans])
+        if name != plan.name:
+            renamed.append((plan.name, name))
+            plan = plan.model_copy(update={"name": name})
+        plans.append((plan, result))
+    st.session_state[STAMP_KEY] = stamp if (stamp and fresh and all(stamp) and not renamed) else None
+    return renamed
 
 
 def remove_plan(name: str) -> None:

@@ -17,9 +17,9 @@ from engine.errors import ScenarioError, explain_validation
 from engine.scenario.lora import ALL_LINEAR, default_targets
 from engine.scenario.optimizer import Optimizer
 from engine.memory.inference import WEIGHT_LABELS, InferenceScenario, KvCacheDtype, WeightPrecision
-from engine.memory.parallel import FULL_SHARD, OFFLOAD_LABELS, STRATEGY_LABELS, Offload, Strategy
+from engine.memory.parallel import OFFLOAD_LABELS, STRATEGY_LABELS, Offload, Strategy
 from engine.scenario.precision import PrecisionMode, precision_spec
-from engine.scenario.training import FRAMEWORK_LABELS, METHOD_LABELS, Attention, Framework, Method, QuantType, Scenario
+from engine.scenario.training import FRAMEWORK_LABELS, METHOD_LABELS, Attention, Framework, Method, QuantType, Scenario, default_precision
 from engine.units import Unit
 
 OPTIMIZER_LABELS = {
@@ -41,7 +41,7 @@ def _init_defaults(arch: Architecture) -> None:
     state kept across pages never conflicts with a widget default)."""
     d = Scenario()
     defaults = {
-        "method": d.method, "precision": d.precision, "optimizer": d.optimizer, "micro_batch_size": d.micro_batch_size,
+        "method": d.method, "precision": default_precision(st.session_state.get("method", d.method)), "optimizer": d.optimizer, "micro_batch_size": d.micro_batch_size,
         "seq_len": d.seq_len, "grad_accum": d.gradient_accumulation_steps, "gradient_checkpointing": d.gradient_checkpointing,
         "attention": d.attention, "lora_r": d.lora_r, "lora_alpha": d.lora_alpha, "lora_dropout": d.lora_dropout,
         "quant_type": d.quant_type, "double_quant": d.double_quant, "prepare_kbit": d.prepare_kbit_training,
@@ -50,6 +50,16 @@ def _init_defaults(arch: Architecture) -> None:
     }
     for key, value in defaults.items():
         st.session_state.setdefault(key, value)
+
+
+def _method_default_precision() -> None:
+    # A new method starts at its usual precision (engine DEFAULT_PRECISION) until the user picks one.
+    if not st.session_state.get("precision_chosen"):
+        st.session_state["precision"] = default_precision(st.session_state["method"])
+
+
+def _precision_chosen() -> None:
+    st.session_state["precision_chosen"] = True
 
 
 def _targets_key(arch: Architecture) -> str:
@@ -62,9 +72,11 @@ def scenario_sidebar(arch: Architecture) -> Scenario | None:
     _init_defaults(arch)
     with st.sidebar:
         st.header("Training scenario")
-        method = st.radio("Method", list(Method), format_func=METHOD_LABELS.get, key="method", horizontal=True)
+        method = st.radio("Method", list(Method), format_func=METHOD_LABELS.get, key="method", horizontal=True,
+                          on_change=_method_default_precision)
         precision = st.selectbox(
             "Precision", list(PrecisionMode), format_func=lambda m: precision_spec(m).label, key="precision",
+            on_change=_precision_chosen,
             help="Mixed precision keeps fp32 weights and runs matmuls in bf16/fp16 (Trainer bf16=True on an fp32 model); "
             "pure bf16 loads the model with torch_dtype=bfloat16.",
         )
@@ -177,11 +189,13 @@ def parallel_sidebar() -> ParallelInputs:
 
 def inference_inputs(max_context: int | None) -> InferenceScenario | None:
     """Serving inputs drawn in the page: weight precision, KV cache dtype, concurrent sequences, context."""
-    for key, value in (("inf_weight_precision", WeightPrecision.BF16), ("inf_kv_dtype", KvCacheDtype.BF16),
+    for key, value in (("inf_weight_precision", None), ("inf_kv_dtype", KvCacheDtype.BF16),
                        ("inf_concurrency", 1), ("inf_seq_len", min(8192, max_context or 8192))):
         st.session_state.setdefault(key, value)
     c1, c2, c3, c4 = st.columns(4)
-    wp = c1.selectbox("Weight precision", list(WeightPrecision), format_func=WEIGHT_LABELS.get, key="inf_weight_precision")
+    wp = c1.selectbox("Weight precision", [None, *WeightPrecision], key="inf_weight_precision",
+                      format_func=lambda w: "as stored (bf16 if not quantized)" if w is None else WEIGHT_LABELS[w],
+                      help="A checkpoint stored quantized (its quantization_config: FP8, GPTQ, AWQ, bitsandbytes) is served as stored.")
     kv = c2.selectbox("KV cache dtype", list(KvCacheDtype), format_func=lambda k: k.value, key="inf_kv_dtype")
     conc = c3.number_input("Concurrent sequences", min_value=1, max_value=1 << 20, step=1, key="inf_concurrency")
     seq = c4.number_input("Context per sequence", min_value=1, max_value=1 << 21, step=1024, key="inf_seq_len",

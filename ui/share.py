@@ -131,6 +131,8 @@ def read_query_params() -> None:
             st.session_state[key] = parse(params[key])
         except ValueError as exc:
             bad.append(f"{key}={params[key]!r}: {exc}")
+    if "precision" in st.session_state and "precision" in params:
+        st.session_state["precision_chosen"] = True  # the link's precision, not the method's default
     if "lora_targets" in params:
         st.session_state[_PENDING_TARGETS] = [t for t in params["lora_targets"].split(",") if t]
     known = {*PARSERS, "model", "hub", "rev", "lora_targets"}

@@ -24,6 +24,7 @@ from engine.memory.seed_rules import seed_quick_rule
 from engine.model.architecture import Architecture
 from engine.plan.cost import CHEAPEST_LISTED, Dataset, estimate_plan
 from engine.plan.fit import check_fit
+from engine.plan.verdict import SAFETY_MARGIN_FRACTION, Verdict
 from engine.scenario.lora import resolve_targets
 from engine.scenario.precision import PrecisionMode
 from engine.scenario.training import Method, Scenario
@@ -140,6 +141,7 @@ def _fit_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace) 
         "strategy": fit.strategy.value,
         "per_gpu_peak_bytes": round(fit.peak_bytes),
         "fits": fit.fits,
+        "verdict": fit.verdict.value,
         "headroom_bytes": round(fit.headroom_bytes),
         "min_gpus": fit.min_gpus,
         "gpu_warnings": list(fit.warnings),
@@ -171,6 +173,8 @@ def _per_gpu_json(arch: Architecture, scenario: Scenario, args: argparse.Namespa
         "cpu_bytes": round(plan.cpu_bytes_per_node(n, per_node)),
         "cpu_bytes_per_gpu": round(plan.cpu_bytes_per_gpu(n)),
         "gathered_unit": plan.gathered_unit or None,
+        "replicated_quantized_weights_bytes": round(plan.replicated_quantized_bytes),
+        "replicated_quantized_weights": plan.replicated_note or None,
         "comm_buckets": plan.bucket_note or None,
         "deepspeed_estimate": None if ds is None else {
             "function": ds.function, "gpu_bytes_per_gpu": ds.gpu_bytes_per_gpu, "cpu_bytes_per_node": ds.cpu_bytes_per_node,
@@ -212,7 +216,7 @@ def _inference_json(arch: Architecture, origin: dict[str, Any], args: argparse.N
         out.update({
             "gpu": {"name": gpu.name, "usable_memory_bytes": gpu.usable_memory_bytes, "memory_bytes": gpu.memory_bytes},
             "num_gpus": fit.num_gpus, "strategy": "replicas", "per_gpu_peak_bytes": round(fit.peak_bytes), "fits": fit.fits,
-            "headroom_bytes": round(fit.headroom_bytes), "min_gpus": fit.min_gpus, "gpu_warnings": list(fit.warnings),
+            "verdict": fit.verdict.value, "headroom_bytes": round(fit.headroom_bytes), "min_gpus": fit.min_gpus, "gpu_warnings": list(fit.warnings),
             "max_seq_len": lim.max_seq_len, "max_concurrency": lim.max_concurrency,
         })
     elif args.num_gpus is not None:
@@ -256,6 +260,7 @@ def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Dataset, ar
             "tokens": run.tokens,
             "tokens_per_epoch": dataset.tokens_per_epoch(scenario.seq_len),
             "padding_waste": dataset.padding_waste(scenario.seq_len),
+            "truncated_tokens": dataset.truncated_tokens(scenario.seq_len),
             "epochs": dataset.epochs,
             "runs": dataset.runs,
             "tokens_per_step": tp.step.tokens * plan.num_gpus,
@@ -275,6 +280,7 @@ def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Dataset, ar
             "spot_usd_per_gpu_hour": price.spot_usd_per_hour,
             "spot_source": price.spot_source,
             "fits": plan.fits,
+            "verdict": plan.verdict.value,
             "seed_rule": None if seed is None else {
                 "tokens_per_second": seed.tokens_per_second,
                 "hours": dataset.tokens_per_epoch(scenario.seq_len) * dataset.epochs * dataset.runs / seed.tokens_per_second / 3600,
@@ -286,7 +292,13 @@ def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Dataset, ar
 
 
 def _warn_if_not_fitting(out: dict[str, Any], args: argparse.Namespace) -> None:
-    """Say at the top level when the plan does not fit (times and costs are then for reference only)."""
+    """Say at the top level when the plan does not fit (times and costs are then for reference only), or fits with
+    less than the safety margin to spare (:mod:`engine.plan.verdict`)."""
+    if out.get("verdict") == Verdict.TIGHT.value:
+        out.setdefault("warnings", []).append(
+            f"tight: may not fit on {args.num_gpus or 1} x {args.gpu}: {out.get('headroom_bytes', 0):,} bytes to spare, less "
+            f"than the {SAFETY_MARGIN_FRACTION:.0%} of the peak by which the allocator's reserve can exceed the modelled one")
+        return
     if out.get("fits") is not False:
         return
     strategy = args.strategy or "ddp"

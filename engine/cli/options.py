@@ -24,7 +24,7 @@ from engine.model.sources import config_from_catalog, config_from_file, config_f
 from engine.plan.cost import CHEAPEST_LISTED, Dataset
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.precision import PrecisionMode
-from engine.scenario.training import Attention, Framework, Method, QuantType, Scenario
+from engine.scenario.training import DEFAULT_PRECISION, Attention, Framework, Method, QuantStorage, QuantType, Scenario
 
 INFERENCE = "inference"
 """The ``--method`` value of a serving estimate (not a training method)."""
@@ -60,8 +60,9 @@ def add_model_options(p: argparse.ArgumentParser, required: bool = True) -> None
 def add_scenario_options(p: argparse.ArgumentParser) -> None:
     d = Scenario()  # the engine's defaults, so the CLI and the app start from the same scenario
     p.add_argument("--method", choices=[m.value for m in Method], default=d.method.value, help=f"full fine-tuning, LoRA or QLoRA (default: {d.method.value})")
-    p.add_argument("--precision", choices=[m.value for m in PrecisionMode], default=d.precision.value,
-                   help="fp32; amp_bf16/amp_fp16 = mixed precision with fp32 weights; bf16/fp16 = pure 16-bit weights (default: %(default)s)")
+    p.add_argument("--precision", choices=[m.value for m in PrecisionMode], default=None,
+                   help="fp32; amp_bf16/amp_fp16 = mixed precision with fp32 weights; bf16/fp16 = pure 16-bit weights "
+                        "(default: the method's usual one: " + ", ".join(f"{m.value} {p.value}" for m, p in DEFAULT_PRECISION.items()) + ")")
     p.add_argument("--optimizer", choices=[o.value for o in Optimizer], default=d.optimizer.value, help="optimizer (default: %(default)s; adamw is torch foreach)")
     p.add_argument("--micro-batch-size", type=int, default=d.micro_batch_size, metavar="N", help="sequences per forward pass per GPU (default: %(default)s)")
     p.add_argument("--seq-len", type=int, default=d.seq_len, metavar="N", help="tokens per sequence (default: %(default)s)")
@@ -75,6 +76,9 @@ def add_scenario_options(p: argparse.ArgumentParser) -> None:
                    help="comma-separated target modules, e.g. q_proj,v_proj, or all-linear (default: the attention projections)")
     p.add_argument("--quant-type", choices=[q.value for q in QuantType], default=d.quant_type.value, help="QLoRA base quantization: 4-bit nf4/fp4 or 8-bit int8 (LLM.int8) (default: %(default)s)")
     p.add_argument("--no-double-quant", action="store_true", help="QLoRA without double quantization")
+    p.add_argument("--quant-storage", choices=[q.value for q in QuantStorage], default=d.quant_storage.value,
+                   help="QLoRA bnb_4bit_quant_storage: FSDP/ZeRO-3 shard the 4-bit base only in a float dtype, e.g. bf16 "
+                        "(default: %(default)s, as transformers)")
     p.add_argument("--no-prepare-kbit", action="store_true", help="QLoRA without prepare_model_for_kbit_training (no fp32 upcast)")
     p.add_argument("--framework", choices=[f.value for f in Framework], default=d.framework.value,
                    help="training stack: hf = transformers + PEFT + Trainer; litgpt; torchtune (default: %(default)s)")
@@ -85,7 +89,7 @@ def add_scenario_options(p: argparse.ArgumentParser) -> None:
 SCENARIO_FIELDS = (
     "method", "precision", "optimizer", "micro_batch_size", "seq_len", "gradient_accumulation_steps",
     "gradient_checkpointing", "attention", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "quant_type",
-    "fused_cross_entropy", "framework",
+    "fused_cross_entropy", "framework", "quant_storage",
 )
 
 
@@ -119,7 +123,8 @@ def add_parallel_inference_options(p: argparse.ArgumentParser) -> None:
     s.add_argument("--concurrency", type=int, default=None, metavar="N", help="sequences served at once (default 1)")
     s.add_argument("--kv-cache-dtype", choices=[k.value for k in KvCacheDtype], default=None, help="KV cache element type (default bf16)")
     s.add_argument("--weight-precision", choices=[w.value for w in WeightPrecision], default=None,
-                   help="serving precision of the linear weights: bf16, fp16, int8, fp8, int4 (GPTQ/AWQ group 128) (default bf16)")
+                   help="serving precision of the linear weights: bf16, fp16, int8, fp8, int4 (GPTQ/AWQ group 128) (default: as the "
+                        "checkpoint stores them (its quantization_config), bf16 when not quantized)")
 
 
 def gpus_per_node(args: argparse.Namespace) -> int:

@@ -60,10 +60,15 @@ def run(args: argparse.Namespace) -> int:
             except OSError as exc:
                 raise ScenarioError(f"cannot read {args.input}: {exc.strerror}") from None
             imported = plans_from_csv(data, _plan_resolver(args.offline))
+            if imported.file_error:
+                raise ScenarioError(f"{args.input}: {imported.file_error}")
+            if not imported.plans:  # one line: why no row loaded
+                raise ScenarioError(f"no plan in {args.input} loaded: "
+                                    + "; ".join(f"row {e.row}: {e.reason}" for e in imported.errors))
+            for warning in imported.warnings:
+                print(f"warning: {warning}", file=sys.stderr)
             for err in imported.errors:
                 print(f"row {err.row}: {err.reason}", file=sys.stderr)
-            if not imported.plans:
-                raise ScenarioError("no plan in the file loaded")
             out = plans_to_csv(imported.plans, version=imported.app_version, exported_at=imported.exported_at)
         else:
             if not (args.model or args.config):

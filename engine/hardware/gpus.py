@@ -61,7 +61,7 @@ _OPTIONAL_RATES = ("compute_capability", "sm_count", "matmul_bf16_tflops", "matm
 class Gpu(BaseModel):
     """One GPU (as one device) with its memory, throughput, links and sources. See the module docstring."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, allow_inf_nan=False)  # NaN/inf in an edited table: an error
 
     name: str = Field(min_length=1)
     vendor: Literal["NVIDIA", "AMD"]
@@ -141,7 +141,7 @@ class Gpu(BaseModel):
 class GpuPrice(BaseModel):
     """Price of one GPU-hour from one source on one date. ``gpu`` is the catalog name."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, allow_inf_nan=False)
 
     gpu: str = Field(min_length=1)
     source_name: str = Field(min_length=1)

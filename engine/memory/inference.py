@@ -17,7 +17,11 @@ token and layer (vLLM's MLA cache; transformers' eager path caches decompressed 
 Weights: linear layers of the decoder at the serving precision; embeddings, norms and the LM head stay
 16-bit, as GPTQ/AWQ/bitsandbytes/FP8 checkpoints keep them. int4 = 0.5 B + an fp16 scale and zero point
 per group of 128 (GPTQ/AWQ ``group_size=128``): 0.53125 B; int8 and FP8 = 1 B (per-channel or per-tensor
-scales, a few bytes per row, left out).
+scales, a few bytes per row, left out). A checkpoint stored quantized (its config's ``quantization_config``:
+FP8 / compressed-tensors, GPTQ, AWQ, bitsandbytes; :func:`engine.model.quantization.stored_quantization`, the same
+reader training uses) is served as stored: vLLM and transformers load its packed weights and run them with
+their own kernels, so its bytes per weight replace the serving precision (``weight_precision=None``, the
+default, means "as stored; bf16 when unquantized"; an explicit other choice is reported as ignored).
 
 Activation workspace: inference keeps no activations for backward; the transient peak is one decoder layer
 over the tokens processed at once (a prefill chunk, vLLM ``max_num_batched_tokens``, default here 2,048):
@@ -80,7 +84,8 @@ class InferenceScenario(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    weight_precision: WeightPrecision = WeightPrecision.BF16
+    weight_precision: WeightPrecision | None = None
+    """None: as the checkpoint stores them (its ``quantization_config``), bf16 when it is not quantized."""
     kv_cache_dtype: KvCacheDtype = KvCacheDtype.BF16
     concurrency: int = Field(1, ge=1, le=MAX_CONCURRENCY)
     seq_len: int = Field(4096, ge=1, le=MAX_CONTEXT)
@@ -128,15 +133,31 @@ def kv_cache_bytes(arch: Architecture, seq_len: int, concurrency: int = 1, dtype
     return per_layer_token * tokens * concurrency
 
 
+def serving_weight_precision(arch: Architecture, isc: "InferenceScenario") -> tuple[float, str, str | None]:
+    """(bytes per linear weight, label, warning) of serving ``arch``: the checkpoint's stored format when it has a
+    ``quantization_config``, else ``isc.weight_precision`` (bf16 when None). The warning says when an explicit
+    precision differs from the stored one (the stored one is what loads)."""
+    stored = arch.stored_quantization
+    if stored is not None:
+        warning = None
+        if isc.weight_precision is not None:
+            warning = (f"This checkpoint is stored quantized ({stored.description}); it is served as stored, not at "
+                       f"the chosen weight precision {isc.weight_precision.value}.")
+        return stored.bytes_per_param, f"{stored.description}, as stored in the checkpoint", warning
+    wp = isc.weight_precision or WeightPrecision.BF16
+    return WEIGHT_BYTES[wp], wp.value, None
+
+
 def _weights(arch: Architecture, isc: InferenceScenario) -> MemoryComponent:
     lin = sum(g.parameters for g in arch.tensors if g.linear)
     other = arch.total_parameters - lin
-    b = WEIGHT_BYTES[isc.weight_precision]
+    b, label, _ = serving_weight_precision(arch, isc)
     return MemoryComponent(
         key="weights", label="Weights", bytes=lin * b + other * 2.0, phases=("inference",),
-        formula=f"{lin:,} linear-layer params x {b:g} B ({isc.weight_precision.value}) + {other:,} other params "
+        formula=f"{lin:,} linear-layer params x {b:.4g} B ({label}) + {other:,} other params "
                 f"(embeddings, norms, LM head) x 2 B",
-        source="GPTQ/AWQ group 128 (0.5 B + fp16 scale and zero per 128); int8/FP8 1 B; embeddings and LM head kept 16-bit",
+        source="the checkpoint's quantization_config when stored quantized (engine.model.quantization); else GPTQ/AWQ "
+               "group 128 (0.5 B + fp16 scale and zero per 128); int8/FP8 1 B; embeddings and LM head kept 16-bit",
     )
 
 
@@ -174,6 +195,9 @@ def estimate_inference(arch: Architecture, isc: InferenceScenario) -> MemoryEsti
     """Serving memory of ``isc`` on one GPU, as a one-phase :class:`~engine.memory.result.MemoryEstimate`."""
     parts = (_weights(arch, isc), _kv(arch, isc), _workspace(arch, isc))
     warnings = []
+    stored_warning = serving_weight_precision(arch, isc)[2]
+    if stored_warning:
+        warnings.append(stored_warning)
     if arch.max_position_embeddings and isc.seq_len > arch.max_position_embeddings:
         warnings.append(f"Context {isc.seq_len:,} exceeds max_position_embeddings ({arch.max_position_embeddings:,}).")
     return MemoryEstimate(

@@ -40,12 +40,23 @@ FSDP ``NO_SHARD`` is DDP. Buffers:
   DeepSpeed ``stage3_prefetch_bucket_size``): at the start of backward, the peak phase, the LM head is in
   use and the last decoder layer is prefetched, so the gathered bytes are the largest unit plus one decoder
   layer. Autocast's cached 16-bit copies of the whole model (``weight_copies``) are replaced by these
-  gathered copies; QLoRA's dequantized weight stays, and QLoRA gathers its units in the 4-bit storage size
-  (``bnb_4bit_quant_storage`` set to the compute dtype lets FSDP shard the packed weights).
+  gathered copies; the dequantized weight of a quantized base stays, and QLoRA gathers its units in the 4-bit
+  storage size.
+- Quantized frozen weights are sharded only when they are floating-point parameters (FSDP flattens, and ZeRO-3
+  partitions, ``nn.Parameter`` s of a float dtype): bitsandbytes 4-bit weights with a float
+  ``bnb_4bit_quant_storage`` (``Scenario.quant_storage``; transformers' default ``uint8`` is not), FP8 checkpoints.
+  GPTQ/AWQ packed weights are int32 *buffers* and LLM.int8 weights int8 parameters: every GPU holds them whole
+  (:func:`replicated_quantized_weights`; ``ParallelPlan.replicated_note`` says so), and units gather only their
+  float weights. So a GPTQ-LoRA over 8 GPUs can hold more per GPU than a bf16 LoRA, whose base is sharded.
 - DeepSpeed with mixed precision (``bf16``/``fp16`` in its config, Trainer ``bf16=True``) runs a 16-bit model and
   keeps fp32 master weights inside the optimizer: the ``weights`` component becomes 16-bit and a
   ``master_weights`` component (4 B per trainable parameter) is partitioned and offloaded with the optimizer states;
-  there are no autocast copies. FSDP keeps Trainer's fp32 weights and autocast (``MixedPrecision`` is not modelled).
+  there are no autocast copies. Gradients are those of the 16-bit model (2 B per trainable parameter: ZeRO-2/3
+  keep each rank's 16-bit partition, ZeRO-1 all of them), and the optimizer step upcasts the rank's partition to
+  fp32 (``master_gradients``, 4 B per trainable parameter / N, at the step only): 2 + 18/N B per parameter for
+  ZeRO-2 at the step (16-bit weights; 16-bit and fp32 gradients, fp32 masters, Adam's two states over N), the
+  multipliers DeepSpeed's own estimator uses since PR 5099 (DeepSpeed 0.14.3). FSDP keeps Trainer's fp32 weights
+  and autocast (``MixedPrecision`` is not modelled).
 - FSDP reduce-scatters each unit's gradient from an unsharded gradient of the unit: one unit's trainable
   parameters in the gradient dtype.
 
@@ -76,9 +87,9 @@ from engine.errors import ScenarioError
 from engine.memory.device import DeviceMemory, device_memory
 from engine.memory.result import MemoryEstimate
 from engine.memory.components import Phase
-from engine.memory.weights import quantized_bytes_per_param
+from engine.memory.weights import quantized_bytes_per_param, split_tensors
 from engine.scenario.precision import precision_spec
-from engine.scenario.training import Method, Scenario
+from engine.scenario.training import Framework, Method, QuantType, Scenario
 
 MAX_GPUS = 1024
 """Largest number of GPUs searched for :meth:`ParallelPlan.min_gpus`."""
@@ -216,6 +227,9 @@ class ParallelPlan(BaseModel):
     gathered_unit: str = ""
     bucket_bytes: float = 0.0
     bucket_note: str = ""
+    replicated_quantized_bytes: float = 0.0
+    """Frozen quantized weights every GPU holds whole although the strategy shards weights (see the module docstring)."""
+    replicated_note: str = ""
 
     def per_gpu_bytes(self, num_gpus: int) -> float:
         """Peak bytes on each of ``num_gpus`` GPUs: the largest phase's total."""
@@ -305,6 +319,36 @@ def gathered_parameters(arch: Architecture) -> tuple[int, str]:
     return unit + layer, f"{what} + the next decoder layer prefetched ({layer:,} parameters)"
 
 
+def replicated_quantized_weights(arch: Architecture, scenario: Scenario) -> tuple[float, int, str]:
+    """(bytes, parameters, why) of the frozen quantized weights FSDP / ZeRO-3 cannot shard: GPTQ/AWQ packed int32
+    buffers, LLM.int8 int8 weights, bitsandbytes 4-bit weights in ``uint8`` storage; (0, 0, "") when there are none
+    or they are shardable (bitsandbytes with a float ``bnb_4bit_quant_storage``, FP8, torchtune's QLoRA, whose
+    torchao ``NF4Tensor`` FSDP2 shards: torchtune's 8-GPU Llama-3.1-405B QLoRA, data/measured_memory.csv m008).
+
+    Raises:
+        ScenarioError: as :func:`engine.memory.weights.split_tensors` (full fine-tuning of a stored-quantized model).
+    """
+    stored = arch.stored_quantization
+    if stored is None and scenario.method is not Method.QLORA:
+        return 0.0, 0, ""
+    t = split_tensors(arch, scenario, precision_spec(scenario.precision))
+    params = sum(g.parameters for g in t.quantized)
+    if stored is not None:
+        if stored.shardable:
+            return 0.0, 0, ""
+        why = f"{stored.description}: {stored.storage_note or 'not float parameters'}"
+    elif scenario.framework is Framework.TORCHTUNE:
+        return 0.0, 0, ""  # torchao's NF4Tensor implements FSDP2's sharding: torchtune's QLoRA shards its 4-bit base
+    elif scenario.quant_type is QuantType.INT8:
+        why = "LLM.int8 weights are int8 parameters: FSDP and ZeRO-3 shard float parameters only"
+    elif scenario.quant_storage.is_float:
+        return 0.0, 0, ""
+    else:
+        why = ("bitsandbytes 4-bit weights in bnb_4bit_quant_storage uint8 (transformers' default): FSDP and ZeRO-3 shard "
+               "float parameters only; set bnb_4bit_quant_storage to the compute dtype (--quant-storage bf16) to shard them")
+    return params * t.quantized_bpp, params, why
+
+
 def _grad_bytes_per_param(est: MemoryEstimate) -> float:
     grads = est.parts_by_key.get("gradients")
     if grads is None or not est.trainable_parameters:
@@ -339,11 +383,29 @@ def plan_parallel(
     bucket = 0.0
     bucket_note = ""
     full_shard = strategy in FULL_SHARD and not inference
+    kept_whole, kept_params, kept_why = (replicated_quantized_weights(arch, scenario) if full_shard else (0.0, 0, ""))
     if full_shard:
         params, unit_desc = gathered_parameters(arch)
         per = (quantized_bytes_per_param(scenario.double_quant, scenario.quant_type) if scenario.method is Method.QLORA
                else precision_spec(scenario.precision).compute_bytes)
         gathered = params * per
+        if kept_params:
+            # The packed linears are on every GPU already: a unit gathers only its float weights (norms; the
+            # embedding / LM head matrix, which is never quantized) in the compute dtype.
+            compute = precision_spec(scenario.precision).compute_bytes
+            unit, _ = largest_gathered_unit(arch)
+            layer_float = decoder_layer_parameters(arch) - kept_params // arch.num_layers
+            matrix = unit if unit > decoder_layer_parameters(arch) else layer_float
+            gathered = (matrix + layer_float) * compute
+            unit_desc += "; the quantized linears are replicated, so only their float weights are gathered"
+    # The dequantized weight of a quantized base is a temporary, not autocast's cache: it stays under full sharding.
+    keep_copies = getattr(scenario, "method", None) is Method.QLORA or arch.stored_quantization is not None
+    master = _deepspeed_master_split(est, arch, scenario, strategy) if not inference else None
+    if master is not None:
+        sharded_keys = sharded_keys + ("master_weights", "master_gradients")
+        if offload is not Offload.NONE:
+            offloaded_keys = offloaded_keys + ("master_weights", "master_gradients")
+        grad_b = float(precision_spec(scenario.precision).compute_bytes)  # the 16-bit model's gradients
     if not inference and trainable:
         if strategy in DEEPSPEED:
             elems = min(bucket_elements, trainable)
@@ -359,24 +421,25 @@ def plan_parallel(
             bucket = trainable * grad_b
             bucket_note = (f"DDP reducer buckets (bucket_cap_mb={DDP_BUCKET_CAP_MB}) hold a copy of all {trainable:,} "
                            f"gradients x {grad_b:g} B (gradient_as_bucket_view=False)")
-    keep_copies = getattr(scenario, "method", None) is Method.QLORA  # the dequantized 4-bit weight is a temporary, not a cache
-    master = _deepspeed_master_split(est, scenario, strategy) if not inference else None
-    if master is not None:
-        sharded_keys = sharded_keys + ("master_weights",)
-        if offload is not Offload.NONE:
-            offloaded_keys = offloaded_keys + ("master_weights",)
     phases = []
     for ph in phases_of:
         comps = est.components_at(ph)
         if master is not None and comps.get("weights"):
             comps = {**{k: v for k, v in comps.items() if k != "weight_copies"},
                      "weights": master[0], "master_weights": master[1]}
+            if comps.get("gradients"):
+                comps["gradients"] = trainable * grad_b
+            if ph == "optimizer_step":
+                comps["master_gradients"] = trainable * 4.0
         sharded: dict[str, float] = {}
         replicated: dict[str, float] = {}
         offloaded: dict[str, float] = {}
         for k, v in comps.items():
             if k == "weight_copies" and full_shard and not keep_copies:
                 continue
+            if k == "weights" and kept_whole and v:
+                replicated[k] = kept_whole  # buffers / int parameters: neither sharded nor offloaded
+                v -= kept_whole
             if k in offloaded_keys and not inference:
                 offloaded[k] = v
                 continue
@@ -391,11 +454,14 @@ def plan_parallel(
             replicated["gathered_weights"] = gathered
         phases.append(PhaseSplit(phase=ph, sharded_parts=sharded, replicated_parts=replicated,
                                  multi_gpu_parts=multi, offloaded_parts=offloaded))
+    note = (f"{kept_params:,} quantized weights ({kept_whole / 1e9:.2f} GB) replicated on every GPU: {kept_why}"
+            if kept_whole else "")
     return ParallelPlan(strategy=strategy, offload=offload, phases=tuple(phases), gathered_bytes=gathered,
-                        gathered_unit=unit_desc, bucket_bytes=bucket, bucket_note=bucket_note)
+                        gathered_unit=unit_desc, bucket_bytes=bucket, bucket_note=bucket_note,
+                        replicated_quantized_bytes=kept_whole, replicated_note=note)
 
 
-def _deepspeed_master_split(est: MemoryEstimate, scenario: Scenario, strategy: Strategy) -> tuple[float, float] | None:
+def _deepspeed_master_split(est: MemoryEstimate, arch: Architecture, scenario: Scenario, strategy: Strategy) -> tuple[float, float] | None:
     """(16-bit weights on the GPU, fp32 master weights) for DeepSpeed with mixed precision, else None.
 
     Trainer's autocast keeps fp32 weights and caches 16-bit copies; DeepSpeed's ``bf16``/``fp16`` modes instead
@@ -408,7 +474,13 @@ def _deepspeed_master_split(est: MemoryEstimate, scenario: Scenario, strategy: S
         return None
     if scenario.method is Method.QLORA:
         return None
-    return est.total_parameters * spec.compute_bytes, est.trainable_parameters * 4.0
+    # A checkpoint stored quantized keeps its packed linears as stored: only its float weights become 16-bit.
+    stored = arch.stored_quantization
+    packed = sum(g.parameters for g in arch.tensors if g.linear) if stored is not None else 0
+    adapters = est.trainable_parameters if scenario.method is not Method.FULL else 0  # LoRA adapters: 16-bit as well
+    float_params = est.total_parameters - packed + adapters
+    weights = packed * (stored.bytes_per_param if stored is not None else 0.0) + float_params * spec.compute_bytes
+    return weights, est.trainable_parameters * 4.0
 
 
 # --------------------------------------------------------------------------------------------------
@@ -436,18 +508,20 @@ def largest_module_parameters(arch: Architecture) -> int:
 def deepspeed_zero2_model_states(total_params: int, num_gpus_per_node: int = 1, num_nodes: int = 1,
                                  cpu_offload: bool = True, additional_buffer_factor: float = 1.5) -> tuple[int, int]:
     """(cpu_mem, gpu_mem) bytes: DeepSpeed ``deepspeed.runtime.zero.stage_1_and_2.estimate_zero2_model_states_mem_needs``
-    (formula as in DeepSpeed's ``stage_1_and_2.py``, unchanged across the 0.x releases we read; it assumes
-    fp16/bf16 weights + fp32 Adam, 2 + 2 + 12 = 16 B per parameter).
+    as in DeepSpeed 0.14.3 and later (PR 5099, merged 2024-06-04, still the formula in the 0.19 releases).
 
     offload: GPU 2 x params (16-bit weights); CPU params x max(4 x total_gpus, 16) x 1.5.
-    no offload: GPU 4 x params + 16 x params / total_gpus; CPU params x 4 x gpus_per_node x 1.5.
+    no offload: GPU 2 x params + 18 x params / total_gpus (2 = 16-bit weights; 18 = 16-bit gradients 2 + fp32
+    gradients 4 + fp32 master weights 4 + Adam momentum and variance 8, partitioned); CPU params x 4 x
+    gpus_per_node x 1.5. Before PR 5099 the GPU figure was 4 x params + 16 x params / total_gpus, which counted the
+    16-bit gradients whole on every GPU although ZeRO-2 partitions them.
     """
     total_gpus = num_nodes * num_gpus_per_node
     if cpu_offload:
         gpu_mem = 2 * total_params
         cpu_mem = total_params * max(4 * total_gpus, 16) * additional_buffer_factor
     else:
-        gpu_mem = 4 * total_params + int(16 * total_params / total_gpus)
+        gpu_mem = 2 * total_params + int(18 * total_params / total_gpus)
         cpu_mem = total_params * 4 * num_gpus_per_node * additional_buffer_factor
     return int(cpu_mem), int(gpu_mem)
 
@@ -492,7 +566,9 @@ def deepspeed_estimate(arch: Architecture, strategy: Strategy, offload: Offload,
     if strategy is Strategy.ZERO2:
         cpu, gpu = deepspeed_zero2_model_states(total, per_node, nodes, cpu_offload=offload is not Offload.NONE)
         return DeepSpeedEstimate(function="deepspeed.runtime.zero.stage_1_and_2.estimate_zero2_model_states_mem_needs",
-                                 gpu_bytes_per_gpu=gpu, cpu_bytes_per_node=cpu, note=why)
+                                 gpu_bytes_per_gpu=gpu, cpu_bytes_per_node=cpu,
+                                 note=why + "; its formula as in DeepSpeed 0.14.3 and later (PR 5099): 2P + 18P/N per GPU "
+                                      "without offload (earlier releases printed 4P + 16P/N)")
     if strategy is Strategy.ZERO3:
         largest = largest_module_parameters(arch)
         cpu, gpu, _ = deepspeed_zero3_model_states(total, largest, per_node, nodes,

@@ -97,6 +97,9 @@ def prequantized(
 ) -> ParamTensors:
     """A checkpoint saved quantized (GPTQ, AWQ, FP8, bitsandbytes): its block linears keep the stored
     format and only adapters can train (transformers loads such weights frozen; PEFT trains LoRA on top).
+    Its other frozen weights (embeddings, norms, LM head) are 16-bit under mixed precision (``amp_bf16`` /
+    ``amp_fp16`` load no fp32 copy of a quantized checkpoint), fp32 only in fp32 mode or after
+    ``prepare_model_for_kbit_training`` (QLoRA).
 
     Raises:
         ScenarioError: full fine-tuning, which needs the unquantized weights.
@@ -106,7 +109,10 @@ def prequantized(
             f"this checkpoint is stored quantized ({stored.description}); full fine-tuning needs the unquantized "
             "weights: choose LoRA/QLoRA, or load the original model"
         )
-    other_bytes = 4.0 if sc.method is Method.QLORA and sc.prepare_kbit_training else spec.weight_bytes
+    # The stored format of frozen weights never depends on the autocast mode: the packed linears keep their bytes,
+    # and the checkpoint's other weights load in 16 bits under mixed precision too (transformers' GPTQ, AWQ and
+    # bitsandbytes quantizers set torch_dtype=float16 when none is given; an fp32 load must ask for it: fp32 mode).
+    other_bytes = 4.0 if sc.method is Method.QLORA and sc.prepare_kbit_training else float(spec.compute_bytes)
     return ParamTensors(
         trainable=[(g, adapter_bytes(sc, spec)) for g in adapter_tensors(arch, sc.lora_r, sc.lora_targets)],
         frozen=[(g, other_bytes) for g in arch.tensors if not g.linear] + vision,
@@ -123,7 +129,7 @@ def weights_component(t: ParamTensors, sc: Scenario, spec: PrecisionSpec) -> Mem
     q_bpp = t.quantized_bpp
     if t.quantized:
         kept = ("fp32 after prepare_model_for_kbit_training" if sc.method is Method.QLORA and sc.prepare_kbit_training
-                else f"{spec.weight_bytes} B")
+                else f"{t.frozen[0][1]:g} B" if t.frozen else f"{spec.weight_bytes} B")
         formula = (
             f"block linears {q_params / 1e9:.3f}B x {q_bpp:.4f} B ({t.quantized_label}) + embeddings/norms/LM head "
             f"({kept}) + adapters x {adapter_bytes(sc, spec):g} B"

@@ -7,9 +7,47 @@ number in a config is a typo, not a model.
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 from engine.errors import ConfigError
+
+MAX_INT_DIGITS = 20
+"""Most digits accepted in an integer of a config.json: every real value fits 64 bits (at most 20 digits); Python
+refuses to even convert integers of over 4,300 digits, so longer ones are refused here with a one-line message."""
+
+
+def _int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise ConfigError(f"holds a {digits:,}-digit integer; no config value has more than {MAX_INT_DIGITS} digits")
+    return int(text)
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ConfigError(f"holds the number {text[:40]}, beyond the range of a 64-bit float")
+    return value
+
+
+def _constant(name: str) -> Any:
+    raise ConfigError(f"holds {name}, which is not a number (JSON has no NaN or Infinity)")
+
+
+def load_config_json(data: str | bytes, name: str = "config.json") -> Any:
+    """``json.loads`` with every number range-checked: integers of at most :data:`MAX_INT_DIGITS` digits, finite
+    floats, no ``NaN`` / ``Infinity`` (which Python's json accepts and JSON does not).
+
+    Raises:
+        ConfigError: such a number, named with ``name`` (one line).
+        json.JSONDecodeError, UnicodeDecodeError, RecursionError: as ``json.loads`` (the callers word them).
+    """
+    try:
+        return json.loads(data, parse_int=_int, parse_float=_float, parse_constant=_constant)
+    except ConfigError as exc:
+        raise ConfigError(f"{name} {exc}: check the file") from None
 
 def read_value(config: dict[str, Any], *keys: str, default: Any = None, required: bool = True) -> Any:
     """First present, non-null key of ``keys``; ``ConfigError`` naming the keys when required and absent."""
@@ -19,6 +57,12 @@ def read_value(config: dict[str, Any], *keys: str, default: Any = None, required
     if required and default is None:
         raise ConfigError(f"config.json has no '{keys[0]}'" + (f" (nor {', '.join(keys[1:])})" if keys[1:] else ""))
     return default
+
+
+def _shown(value: int) -> str:
+    """A large integer as people can read it in a one-line message."""
+    text = f"{value:,}"
+    return text if len(text) <= 30 else f"a {len(str(value)):,}-digit number"
 
 
 MAX_SIZE = 1 << 24
@@ -32,7 +76,7 @@ def read_size(config: dict[str, Any], *keys: str, default: int | None = None) ->
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ConfigError(f"config.json field '{keys[0]}' must be a positive integer, got {value!r}")
     if value > MAX_SIZE:
-        raise ConfigError(f"config.json field '{keys[0]}' is {value:,}, implausibly large (at most {MAX_SIZE:,})")
+        raise ConfigError(f"config.json field '{keys[0]}' is {_shown(value)}, implausibly large (at most {MAX_SIZE:,})")
     return value
 
 

@@ -42,6 +42,7 @@ from engine.errors import (
     InvalidRepoIdError,
     RepoNotFoundError,
 )
+from engine.model.config_fields import load_config_json
 
 __all__ = [
     "CONFIG_FILENAME", "DEFAULT_ENDPOINT", "DEFAULT_TIMEOUT_S", "MAX_CONFIG_BYTES", "TIMEOUT_ENV", "fetch_config",
@@ -290,7 +291,7 @@ def _unavailable(repo_id: str, reason: str) -> HubUnavailableError:
 def _parse_config(repo_id: str, body: bytes) -> dict[str, Any]:
     """Decode ``body`` as a JSON object. Raises ConfigError for anything else."""
     try:
-        data = json.loads(body)  # bytes: UTF-8/16/32 detected per RFC 8259
+        data = load_config_json(body, f"The {CONFIG_FILENAME} of '{repo_id}'")  # bytes: UTF-8/16/32 per RFC 8259
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         where = f" at line {exc.lineno}, column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
         failure: ConfigError = ConfigError(

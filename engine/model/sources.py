@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from engine.model import hub
 from engine.model.hub import MAX_CONFIG_BYTES
+from engine.model.config_fields import load_config_json
 from engine.model.catalog import catalog_model, load_models
 from engine.errors import CatalogError, ConfigError, HubUnavailableError
 
@@ -41,7 +42,7 @@ def parse_config_bytes(data: bytes, name: str = "config.json") -> dict[str, Any]
         raise ConfigError(f"{name} is {len(data):,} bytes; a config.json is at most {MAX_CONFIG_BYTES:,} bytes")
     try:
         # utf-8-sig: editors on Windows save JSON with a byte-order mark, which is harmless.
-        config = json.loads(data.decode("utf-8-sig"))
+        config = load_config_json(data.decode("utf-8-sig"), name)
     except UnicodeDecodeError:
         raise ConfigError(f"{name} is not UTF-8 text; upload the model's config.json") from None
     except json.JSONDecodeError as exc:

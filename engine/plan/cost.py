@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from engine.model.architecture import Architecture
 from engine.errors import CatalogError, ScenarioError
 from engine.plan.fit import check_fit
+from engine.plan.verdict import Verdict
 from engine.hardware.gpus import Gpu, GpuPrice, find_gpu, load_gpus, load_prices
 from engine.memory.result import MemoryEstimate
 from engine.memory.estimate import estimate_memory
@@ -33,6 +34,11 @@ from engine.scenario.precision import precision_spec
 from engine.time.throughput import Calibration, Throughput, calibrate, estimate_throughput, peak_flops_for
 
 
+MAX_DATASET_TOKENS = 10**15
+"""Largest dataset size accepted (tokens or examples): 1,000 trillion, far above any published training set (~15T
+tokens for Llama 3); larger is a typo."""
+
+
 class Dataset(BaseModel):
     """What one epoch processes. Give ``total_tokens``, or ``examples`` and ``avg_tokens``.
 
@@ -41,11 +47,11 @@ class Dataset(BaseModel):
     concatenated into full sequences and an epoch processes ``examples x avg_tokens``.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, allow_inf_nan=False)
 
-    total_tokens: int | None = Field(None, ge=1)
-    examples: int | None = Field(None, ge=1)
-    avg_tokens: float | None = Field(None, gt=0)
+    total_tokens: int | None = Field(None, ge=1, le=MAX_DATASET_TOKENS)
+    examples: int | None = Field(None, ge=1, le=MAX_DATASET_TOKENS)
+    avg_tokens: float | None = Field(None, gt=0, le=MAX_DATASET_TOKENS)
     epochs: float = Field(1.0, gt=0, le=10_000)
     packing: bool = True
     runs: int = Field(1, ge=1, le=10_000)
@@ -77,6 +83,32 @@ class Dataset(BaseModel):
         if self.examples is None or self.avg_tokens is None:
             return self.model_copy(update={"total_tokens": max(1, round((self.total_tokens or 0) * factor))})
         return self.model_copy(update={"examples": max(1, round(self.examples * factor))})
+
+    def truncated_tokens(self, seq_len: int) -> float:
+        """Tokens of the data cut off because examples are longer than ``seq_len`` (every example is truncated to
+        the sequence length, with or without packing: TRL ``SFTTrainer`` ``max_length`` truncation, which its default
+        best-fit packing keeps); 0 for a token total."""
+        if self.examples is None or self.avg_tokens is None:
+            return 0.0
+        return self.examples * max(0.0, self.avg_tokens - seq_len)
+
+    def token_notes(self, seq_len: int) -> tuple[str, ...]:
+        """What truncation and packing (or padding) do to the token count, in plain words (empty for a token total)."""
+        if self.examples is None or self.avg_tokens is None:
+            return ()
+        per_epoch, data = self.tokens_per_epoch(seq_len), self.dataset_tokens
+        notes = []
+        cut = self.truncated_tokens(seq_len)
+        if cut:
+            notes.append(
+                f"truncation: each example is cut to the sequence length ({seq_len:,} tokens), so {self.examples:,} examples x "
+                f"{self.avg_tokens:,.0f} tokens = {data / 1e6:,.2f}M tokens of data give {per_epoch / 1e6:,.2f}M tokens per "
+                f"epoch; {cut / 1e6:,.2f}M ({cut / data:.0%}) are never trained on: raise the sequence length or split the "
+                "examples to use them")
+        if not self.packing and self.avg_tokens < seq_len:
+            notes.append(f"no packing: every example is padded to {seq_len:,} tokens, so an epoch processes "
+                         f"{per_epoch / 1e6:,.2f}M tokens for {data / 1e6:,.2f}M of data ({self.padding_waste(seq_len):.0%} padding)")
+        return tuple(notes)
 
     def padding_waste(self, seq_len: int) -> float:
         """Fraction of processed tokens that are padding (0 with packing or a token total)."""
@@ -249,6 +281,8 @@ class PlanEstimate(BaseModel):
     run: RunCost
     price: PriceQuote
     notes: tuple[str, ...] = ()
+    verdict: Verdict = Verdict.FITS
+    """fits / tight / does_not_fit (:mod:`engine.plan.verdict`)."""
 
     @property
     def label(self) -> str:
@@ -263,7 +297,7 @@ class PlanEstimate(BaseModel):
         """A flat row for a table or a CSV download."""
         return {
             "gpu": self.gpu, "num_gpus": self.num_gpus, "strategy": self.strategy.value, "fits": self.fits,
-            "per_gpu_peak_bytes": round(self.per_gpu_peak_bytes), "headroom_bytes": round(self.headroom_bytes),
+            "verdict": self.verdict.value, "per_gpu_peak_bytes": round(self.per_gpu_peak_bytes), "headroom_bytes": round(self.headroom_bytes),
             "tokens_per_second": round(self.run.tokens_per_second, 1), "hours": self.run.hours,
             "gpu_hours": self.run.gpu_hours, "cost_usd_on_demand": self.run.cost_usd_on_demand,
             "cost_usd_spot": self.run.cost_usd_spot, "on_demand_usd_per_gpu_hour": self.price.on_demand_usd_per_hour,
@@ -311,12 +345,12 @@ def estimate_plan(
                              fused_kernels=fused_kernels, estimate=est)
     quote = quote_price(gpu, price_source, prices)
     run = run_cost(dataset, sc.seq_len, tp.tokens_per_second, num_gpus, quote.on_demand_usd_per_hour, quote.spot_usd_per_hour)
-    notes = [n for n in (tp.peak.note, *fit.warnings) if n]
+    notes = [n for n in (tp.peak.note, *fit.warnings, *dataset.token_notes(sc.seq_len)) if n]
     if num_gpus > 1 and tp.step.link and not tp.step.link.startswith("NVLink"):
         notes.append(f"{strategy.value} traffic between the {num_gpus} GPUs goes over {tp.step.link}")
     return PlanEstimate(
-        gpu=gpu.name, num_gpus=num_gpus, strategy=strategy, fits=fit.fits, per_gpu_peak_bytes=fit.peak_bytes,
-        headroom_bytes=fit.headroom_bytes, min_gpus=fit.min_gpus, throughput=tp, run=run, price=quote, notes=tuple(notes),
+        gpu=gpu.name, num_gpus=num_gpus, strategy=strategy, fits=fit.fits, verdict=fit.verdict,
+        per_gpu_peak_bytes=fit.peak_bytes, headroom_bytes=fit.headroom_bytes, min_gpus=fit.min_gpus, throughput=tp, run=run, price=quote, notes=tuple(notes),
     )
 
 

@@ -8,7 +8,7 @@ GPU by :mod:`engine.memory.parallel`) plus the caching allocator's reserve and t
 :func:`engine.memory.device.tensor_budget` of the device, which is what the searches compare against. Paged
 optimizer states count as resident (a fit that relies on eviction to CPU RAM is not reported as a fit).
 
-- :func:`check_fit`: verdict, headroom (usable minus peak; negative = shortfall) and the fewest GPUs with
+- :func:`check_fit`: verdict (fits / tight / does_not_fit, :mod:`engine.plan.verdict`), headroom (usable minus peak; negative = shortfall) and the fewest GPUs with
   a strategy.
 - :func:`fit_matrix` and its two uses, :func:`model_matrix` (models x GPUs) and :func:`technique_matrix`
   (techniques x GPUs): each row is estimated once and compared with every GPU, since the memory of a
@@ -35,6 +35,7 @@ from engine.memory.estimate import estimate_memory
 from engine.scenario.optimizer import Optimizer
 from engine.memory.inference import InferenceScenario, estimate_inference
 from engine.search import largest_true
+from engine.plan.verdict import Verdict, fit_verdict
 from engine.memory.parallel import MAX_GPUS, Offload, ParallelPlan, Strategy, plan_parallel
 from engine.scenario.precision import PrecisionMode
 from engine.scenario.training import MAX_MICRO_BATCH, MAX_SEQ_LEN, Method, Scenario
@@ -49,7 +50,8 @@ def precision_advice(gpu: Gpu, scenario: Scenario | InferenceScenario) -> tuple[
     PyTorch then emulates bf16 matmuls slowly or refuses them. Mixed fp16 has the same memory here.
     """
     if isinstance(scenario, InferenceScenario):
-        if "bf16" in (scenario.weight_precision.value, scenario.kv_cache_dtype.value) and not gpu.bf16:
+        weights = scenario.weight_precision.value if scenario.weight_precision else "bf16"
+        if "bf16" in (weights, scenario.kv_cache_dtype.value) and not gpu.bf16:
             return (f"{gpu.name} has no bf16 support; serve in fp16 instead (same memory).",)
         return ()
     if scenario.precision in BF16_MODES and not gpu.bf16:
@@ -72,6 +74,8 @@ class FitResult(BaseModel):
     fits: bool
     headroom_bytes: float
     min_gpus: int | None
+    verdict: Verdict = Verdict.FITS
+    """fits / tight / does_not_fit (:mod:`engine.plan.verdict`); ``fits`` is ``verdict.fits``."""
     warnings: tuple[str, ...] = ()
     offload: Offload = Offload.NONE
     components: dict[str, float] = Field(default_factory=dict)
@@ -123,6 +127,7 @@ def check_fit(
         device_used_bytes=used,
         peak_phase=plan.peak_phase(num_gpus),
         fits=peak <= tensor_budget(usable),
+        verdict=fit_verdict(peak, usable),
         headroom_bytes=usable - used,
         min_gpus=plan.min_gpus(tensor_budget(usable)),
         warnings=precision_advice(gpu, scenario),
@@ -148,6 +153,7 @@ class FitCell(BaseModel):
     min_gpus: int | None
     per_gpu_bytes_at_min: float | None
     warning: str | None = None
+    verdict: Verdict = Verdict.FITS
 
 
 class MatrixRow(BaseModel):
@@ -185,6 +191,7 @@ class FitMatrix(BaseModel):
                     "usable_bytes": usable,
                     "peak_bytes_one_gpu": round(cell.peak_bytes) if cell else None,
                     "fits_one_gpu": cell.fits if cell else None,
+                    "verdict_one_gpu": cell.verdict.value if cell else None,
                     "headroom_bytes_one_gpu": round(cell.headroom_bytes) if cell else None,
                     "strategy": row.strategy.value,
                     "min_gpus": cell.min_gpus if cell else None,
@@ -202,7 +209,7 @@ def _cells(plan: ParallelPlan, scenario: Scenario, gpus: Sequence[Gpu]) -> tuple
         n = plan.min_gpus(tensor_budget(usable))
         advice = precision_advice(gpu, scenario)
         cells.append(FitCell(
-            fits=one <= tensor_budget(usable), peak_bytes=one, peak_phase=phase,
+            fits=one <= tensor_budget(usable), verdict=fit_verdict(one, usable), peak_bytes=one, peak_phase=phase,
             headroom_bytes=usable - device_memory(one).device_used, min_gpus=n,
             per_gpu_bytes_at_min=plan.per_gpu_bytes(n) if n else None, warning=advice[0] if advice else None,
         ))
@@ -328,7 +335,7 @@ def _serving_row(arch: Architecture, base: Scenario, gpus: Sequence[Gpu]) -> Mat
     for gpu in gpus:
         usable, fits = gpu.usable_memory_bytes, est.total_bytes <= tensor_budget(gpu.usable_memory_bytes)
         advice = precision_advice(gpu, isc)
-        cells.append(FitCell(fits=fits, peak_bytes=est.total_bytes, peak_phase=est.peak_phase,
+        cells.append(FitCell(fits=fits, verdict=fit_verdict(est.total_bytes, usable), peak_bytes=est.total_bytes, peak_phase=est.peak_phase,
                              headroom_bytes=usable - est.device_used_bytes, min_gpus=1 if fits else None,
                              per_gpu_bytes_at_min=est.total_bytes if fits else None,
                              warning=advice[0] if advice else None))

@@ -31,13 +31,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from engine.model.architecture import Architecture
 from engine.model.build import architecture_or_approximation
 from engine.plan.cost import CHEAPEST_LISTED, Dataset, estimate_plan, resolve_price_source
+from engine.plan.verdict import Verdict
+from engine.csv_cells import neutralize, restore
 from engine.errors import EngineError, explain_validation
 from engine.hardware.gpus import Gpu, GpuPrice, load_gpus
 from engine.scenario.lora import ALL_LINEAR, default_targets
 from engine.memory.estimate import estimate_memory
 from engine.memory.parallel import Strategy
 from engine.scenario.precision import PrecisionMode
-from engine.scenario.training import Framework, Method, QuantType, Scenario
+from engine.scenario.training import DEFAULT_PRECISION, Framework, Method, QuantStorage, QuantType, Scenario
 from engine.model.sources import config_from_catalog
 
 COMPONENT_KEYS: tuple[str, ...] = (
@@ -90,6 +92,14 @@ class Plan(Scenario):
     def _empty_revision(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
 
+    @field_validator("name", "model_repo_id", "model_revision", "gpu", "price_source")
+    @classmethod
+    def _one_line(cls, value: Any) -> Any:
+        # A line break in a text cell would split the CSV row in spreadsheets (and CR is a formula trigger).
+        if isinstance(value, str) and ("\r" in value or "\n" in value):
+            raise ValueError("must be one line (no line breaks)")
+        return value
+
     @model_validator(mode="after")
     def _valid_dataset(self) -> "Plan":
         try:
@@ -139,6 +149,8 @@ class PlanResult(BaseModel):
     cost_usd_spot: float | None
     price_source: str
     notes: tuple[str, ...] = ()
+    verdict: Verdict = Verdict.FITS
+    """fits / tight / does_not_fit (:mod:`engine.plan.verdict`)."""
 
 
 def evaluate_plan(
@@ -171,7 +183,7 @@ def evaluate_plan(
         total_parameters=est.total_parameters, trainable_parameters=est.trainable_parameters,
         components_bytes={k: float(comps.get(k, 0.0)) for k in COMPONENT_KEYS} | {k: v for k, v in comps.items() if k not in COMPONENT_KEYS},
         total_bytes=est.total_bytes, peak_phase=est.peak_phase, per_gpu_peak_bytes=pe.per_gpu_peak_bytes,
-        usable_memory_bytes=float(gpu.usable_memory_bytes), headroom_bytes=pe.headroom_bytes, fits=pe.fits,
+        usable_memory_bytes=float(gpu.usable_memory_bytes), headroom_bytes=pe.headroom_bytes, fits=pe.fits, verdict=pe.verdict,
         min_gpus=pe.min_gpus, tokens_per_second=pe.run.tokens_per_second, hours=pe.run.hours, gpu_hours=pe.run.gpu_hours,
         cost_usd_on_demand=pe.run.cost_usd_on_demand, cost_usd_spot=pe.run.cost_usd_spot, price_source=source,
         notes=tuple(n for n in (*est.warnings, *pe.notes, pe.price.reason) if n),
@@ -204,7 +216,7 @@ OUTPUT_COLUMNS: tuple[str, ...] = (
     "total_parameters", "trainable_parameters",
     *(f"mem_{k}_bytes" for k in COMPONENT_KEYS), "mem_other_bytes",
     "total_bytes", "total_gb", "peak_phase", "per_gpu_peak_bytes", "per_gpu_peak_gb", "usable_memory_bytes",
-    "headroom_bytes", "fits", "min_gpus", "tokens_per_second", "train_hours", "gpu_hours", "cost_on_demand_usd",
+    "headroom_bytes", "fits", "verdict", "min_gpus", "tokens_per_second", "train_hours", "gpu_hours", "cost_on_demand_usd",
     "cost_spot_usd", "notes",
 )
 STAMP_COLUMNS: tuple[str, ...] = ("app_version", "exported_at")
@@ -221,7 +233,9 @@ def _cell(value: Any) -> str:
     if isinstance(value, str) and hasattr(value, "value"):  # str enums
         return str(value.value)
     if isinstance(value, tuple):
-        return ",".join(value)
+        return neutralize(",".join(value))
+    if isinstance(value, str):
+        return neutralize(value)  # user text: never a spreadsheet formula (engine.csv_cells)
     if isinstance(value, float):
         return repr(value) if math.isfinite(value) else ""
     return str(value)
@@ -237,7 +251,8 @@ def plan_record(plan: Plan, result: PlanResult) -> dict[str, Any]:
         "total_bytes": round(result.total_bytes), "total_gb": round(result.total_bytes / 1e9, 3),
         "peak_phase": result.peak_phase, "per_gpu_peak_bytes": round(result.per_gpu_peak_bytes),
         "per_gpu_peak_gb": round(result.per_gpu_peak_bytes / 1e9, 3), "usable_memory_bytes": round(result.usable_memory_bytes),
-        "headroom_bytes": round(result.headroom_bytes), "fits": result.fits, "min_gpus": result.min_gpus,
+        "headroom_bytes": round(result.headroom_bytes), "fits": result.fits, "verdict": result.verdict.value,
+        "min_gpus": result.min_gpus,
         "tokens_per_second": result.tokens_per_second, "train_hours": result.hours, "gpu_hours": result.gpu_hours,
         "cost_on_demand_usd": result.cost_usd_on_demand, "cost_spot_usd": result.cost_usd_spot,
         "notes": "; ".join(result.notes),
@@ -269,7 +284,8 @@ def plans_to_csv(
 
 
 class RowError(BaseModel):
-    """A CSV row that did not load: its row number (1 = the first row after the header) and why."""
+    """A CSV row that did not load: its row number (1 = the first row after the header) and why. Row 0 is the file
+    itself (not UTF-8, empty, required columns missing): then no row loads, and it is reported once."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -278,8 +294,9 @@ class RowError(BaseModel):
 
 
 class PlanImport(BaseModel):
-    """What :func:`plans_from_csv` read: the plans that loaded (recomputed), the rows that did not, and the file's
-    stamp (version and export time of its first loaded row)."""
+    """What :func:`plans_from_csv` read: the plans that loaded (recomputed), the rows that did not, the file's
+    stamp (version and export time of its first loaded row), and warnings about the file (optional input columns
+    missing, each with the default used)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -287,9 +304,30 @@ class PlanImport(BaseModel):
     errors: tuple[RowError, ...] = ()
     app_version: str | None = None
     exported_at: str | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def file_error(self) -> str | None:
+        """Why the whole file was refused (row 0), or None."""
+        return next((e.reason for e in self.errors if e.row == 0), None)
 
 
 ConfigResolver = Callable[[str, str | None], dict[str, Any]]
+
+REQUIRED_COLUMNS: tuple[str, ...] = (
+    "name", "model_repo_id", "gpu", "method", "micro_batch_size", "seq_len", "num_gpus", "strategy",
+)
+"""Input columns a plans CSV must have: without them a plan would load as another plan (a QLoRA plan without
+``method`` and ``seq_len`` would come back as full fine-tuning at 2,048 tokens), so the file is refused."""
+DATASET_COLUMNS: tuple[str, ...] = ("dataset_total_tokens", "dataset_examples")
+"""At least one of these (a dataset size) must be a column."""
+
+
+def _default_text(name: str) -> str:
+    if name == "precision":
+        return "the method's usual precision (" + ", ".join(f"{m.value} {p.value}" for m, p in DEFAULT_PRECISION.items()) + ")"
+    default = Plan.model_fields[name].default
+    return "none" if default is None else repr(_cell(default))
 
 
 def _parse_row(values: dict[str, str]) -> dict[str, Any]:
@@ -297,7 +335,9 @@ def _parse_row(values: dict[str, str]) -> dict[str, Any]:
     for name in INPUT_COLUMNS:
         if name not in values:
             continue
-        text = values[name].strip()
+        raw = values[name]
+        # A cell neutralised on export keeps its exact text (a leading tab is part of it); others are trimmed.
+        text = restore(raw) if raw.startswith("'") else raw.strip()
         if text == "":
             if Plan.model_fields[name].is_required():
                 fields[name] = text  # let pydantic say it is too short
@@ -306,6 +346,18 @@ def _parse_row(values: dict[str, str]) -> dict[str, Any]:
             continue
         fields[name] = text
     return fields
+
+
+def _utf8(cells: list[str]) -> bool:
+    try:
+        "".join(cells).encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _file_error(reason: str) -> PlanImport:
+    return PlanImport(errors=(RowError(row=0, reason=reason),))
 
 
 def plans_from_csv(
@@ -318,34 +370,43 @@ def plans_from_csv(
     """Read plans from CSV bytes: each row is validated as a :class:`Plan` and recomputed by :func:`evaluate_plan`.
 
     ``resolve_config(repo_id, revision)`` gives the config of a model (default: the bundled catalog). Output columns
-    of the file are ignored (recomputed); unknown columns too. A row that is not UTF-8, has the wrong number of cells,
-    lacks a required column, or does not validate or evaluate, is listed in ``errors`` with why.
+    of the file are ignored (recomputed); unknown columns too. Text cells neutralised against formula injection on
+    export (:mod:`engine.csv_cells`) are restored. The file is refused, with one reason (row 0), when it is empty,
+    not UTF-8 text, not CSV, or lacks a :data:`REQUIRED_COLUMNS` column or any dataset size column; an optional
+    input column that is missing gives one warning naming the default every plan then uses. A row with the wrong
+    number of cells, or that does not validate or evaluate, is listed in ``errors`` with why.
     """
-    lines = data.splitlines()
-    if not lines:
-        return PlanImport(errors=(RowError(row=0, reason="the file is empty"),))
+    if not data.strip():
+        return _file_error("the file is empty")
+    # Bytes that are not UTF-8 become lone surrogates, so a row can say so; a file that is not UTF-8 says it once.
+    text = data.decode("utf-8-sig", errors="surrogateescape")
     try:
-        header_text = lines[0].decode("utf-8-sig")
-    except UnicodeDecodeError:
-        return PlanImport(errors=(RowError(row=0, reason="the header is not UTF-8 text"),))
-    header = [h.strip() for h in next(csv.reader([header_text]))]
-    missing = [c for c in INPUT_COLUMNS if Plan.model_fields[c].is_required() and c not in header]
+        records = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as exc:
+        return _file_error(f"the file is not CSV: {exc}")
+    bad = {i for i, r in enumerate(records) if not _utf8(r)}
+    rows = [i for i, r in enumerate(records) if i and r and "".join(r).strip()]
+    if 0 in bad or (len(rows) > 1 and bad >= set(rows)):
+        return _file_error("the file is not UTF-8 text: save it as UTF-8 CSV (spreadsheets: 'CSV UTF-8')")
+    header = [h.strip() for h in records[0]]
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if not any(c in header for c in DATASET_COLUMNS):
+        missing.append("dataset_total_tokens (or dataset_examples and dataset_avg_tokens)")
+    if missing:
+        return _file_error("missing required column" + ("s " if len(missing) > 1 else " ") + ", ".join(repr(m) for m in missing)
+                           + ": without them the plans would load as other plans; add them (export a plan to see every column)")
+    optional = [c for c in INPUT_COLUMNS if c not in header and c not in REQUIRED_COLUMNS and c not in DATASET_COLUMNS
+                and c != "dataset_avg_tokens"]
+    warnings = tuple(f"column {c!r} is missing: every plan uses its default, {_default_text(c)}" for c in optional)
     loaded: list[tuple[Plan, PlanResult]] = []
     errors: list[RowError] = []
     stamp: tuple[str | None, str | None] = (None, None)
     resolver = resolve_config or (lambda repo, rev: config_from_catalog(repo)[0])
-    for number, raw in enumerate(lines[1:], start=1):
-        if not raw.strip():
+    for number, cells in enumerate(records[1:], start=1):
+        if not cells or not "".join(cells).strip():
             continue
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            errors.append(RowError(row=number, reason=f"not UTF-8 text (byte {exc.start})"))
-            continue
-        cells = next(csv.reader([text]))
-        if missing:
-            errors.append(RowError(row=number, reason="missing column" + ("s " if len(missing) > 1 else " ")
-                                   + ", ".join(repr(m) for m in missing)))
+        if number in bad:
+            errors.append(RowError(row=number, reason="not UTF-8 text"))
             continue
         if len(cells) != len(header):
             errors.append(RowError(row=number, reason=f"{len(cells)} cells for {len(header)} columns"))
@@ -362,9 +423,21 @@ def plans_from_csv(
             errors.append(RowError(row=number, reason=str(exc)))
             continue
         if not loaded:
-            stamp = (values.get("app_version") or None, values.get("exported_at") or None)
+            stamp = (restore(values.get("app_version") or "") or None, restore(values.get("exported_at") or "") or None)
         loaded.append((plan, result))
-    return PlanImport(plans=tuple(loaded), errors=tuple(errors), app_version=stamp[0], exported_at=stamp[1])
+    return PlanImport(plans=tuple(loaded), errors=tuple(errors), app_version=stamp[0], exported_at=stamp[1],
+                      warnings=warnings)
+
+
+def unique_plan_name(name: str, taken: Sequence[str]) -> str:
+    """``name``, or ``name (2)``, ``name (3)``, ... : the first not in ``taken`` (saving never replaces a plan by
+    accident)."""
+    if name not in taken:
+        return name
+    k = 2
+    while f"{name} ({k})" in taken:
+        k += 1
+    return f"{name} ({k})"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -388,6 +461,7 @@ def _targets(plan: Plan, arch: Architecture | None) -> list[str] | str:
 
 
 _ZERO_STAGES = {"zero1": 1, "zero2": 2, "zero3": 3}
+_TORCH_DTYPES = {QuantStorage.BF16: "torch.bfloat16", QuantStorage.FP16: "torch.float16", QuantStorage.FP32: "torch.float32"}
 _FSDP = {"fsdp_full_shard": "full_shard auto_wrap", "fsdp_shard_grad_op": "shard_grad_op auto_wrap"}
 
 
@@ -465,6 +539,8 @@ def training_code(plan: Plan, config: dict[str, Any] | None = None) -> str:
                 f"    bnb_4bit_quant_type={plan.quant_type.value!r},",
                 f"    bnb_4bit_use_double_quant={plan.double_quant!r},",
                 f"    bnb_4bit_compute_dtype={compute},",
+                *([f"    bnb_4bit_quant_storage={_TORCH_DTYPES[plan.quant_storage]},  # lets FSDP / ZeRO-3 shard the 4-bit base"]
+                  if plan.quant_storage.is_float else []),
                 ")",
                 "",
             ]

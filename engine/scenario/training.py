@@ -69,22 +69,66 @@ class Framework(str, Enum):
     TORCHTUNE = "torchtune"
 
 
+class QuantStorage(str, Enum):
+    """``bnb_4bit_quant_storage``: the dtype the packed 4-bit weights are stored in (two values per byte either way).
+    transformers' ``BitsAndBytesConfig`` default is ``uint8``; FSDP and DeepSpeed ZeRO-3 shard only floating-point
+    parameters, so the PEFT / Accelerate FSDP-QLoRA and ZeRO-3-QLoRA guides set it to the compute dtype (``bf16``)."""
+
+    UINT8 = "uint8"
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP32 = "fp32"
+
+    @property
+    def is_float(self) -> bool:
+        """Whether FSDP / ZeRO-3 can shard weights stored in this dtype."""
+        return self is not QuantStorage.UINT8
+
+
 FRAMEWORK_LABELS = {Framework.HF: "Hugging Face (Trainer + PEFT)", Framework.LITGPT: "LitGPT", Framework.TORCHTUNE: "torchtune"}
 
 METHOD_LABELS = {Method.FULL: "Full fine-tuning", Method.LORA: "LoRA", Method.QLORA: "QLoRA"}
+
+DEFAULT_PRECISION: dict[Method, PrecisionMode] = {
+    Method.FULL: PrecisionMode.AMP_BF16,
+    Method.LORA: PrecisionMode.BF16,
+    Method.QLORA: PrecisionMode.BF16,
+}
+"""The precision a scenario gets when none is chosen: what the Hugging Face docs and PEFT examples do per method.
+
+- Full fine-tuning: the model loaded in fp32 and ``TrainingArguments(bf16=True)``: mixed bf16 with fp32 master
+  weights (transformers "Methods and tools for efficient training on a single GPU", mixed precision).
+- LoRA: the base loaded with ``torch_dtype=torch.bfloat16`` and ``bf16=True`` (PEFT quicktour and LoRA examples,
+  TRL ``SFTTrainer`` + ``peft_config`` examples): pure bf16 frozen weights, adapters fp32 (PEFT
+  ``autocast_adapter_dtype=True``).
+- QLoRA: ``BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16)`` with
+  ``torch_dtype=torch.bfloat16`` (transformers bitsandbytes docs, PEFT QLoRA examples): 4-bit base, bf16 compute.
+
+A method missing here (added later) falls back to mixed bf16. Other precisions stay one choice away (and the
+technique chart, :mod:`engine.memory.sweep`, shows them side by side).
+"""
+
+
+def default_precision(method: "Method | str") -> PrecisionMode:
+    """:data:`DEFAULT_PRECISION` of ``method`` (mixed bf16 for a method not listed). Raises ``ValueError`` for a name
+    that is no method."""
+    return DEFAULT_PRECISION.get(Method(method), PrecisionMode.AMP_BF16)
 
 
 class Scenario(BaseModel):
     """One fine-tuning run on one GPU.
 
     Sizes are counts (tokens, sequences); ``lora_targets=None`` means the model's attention projections.
+    ``precision`` not given (or None): the method's :data:`DEFAULT_PRECISION` (LoRA/QLoRA pure bf16, full mixed bf16).
     Build it with :meth:`build` to get a :class:`~engine.errors.ScenarioError` instead of pydantic's error.
     ``fused_cross_entropy``: the LM head and the loss computed in chunks without materialising the logits
     (Liger Kernel's fused linear cross-entropy, ``TrainingArguments(use_liger_kernel=True)``).
     ``framework``: see :class:`Framework` (the Hugging Face stack by default).
+    ``quant_storage``: QLoRA's ``bnb_4bit_quant_storage`` (:class:`QuantStorage`; matters only over many GPUs).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+    # allow_inf_nan=False: NaN or Infinity in a file or a link is an error, never a number (every float field).
+    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False, allow_inf_nan=False)
 
     method: Method = Method.FULL
     precision: PrecisionMode = PrecisionMode.AMP_BF16
@@ -95,14 +139,26 @@ class Scenario(BaseModel):
     gradient_checkpointing: bool = False
     attention: Attention = Attention.SDPA
     lora_r: int = Field(16, ge=1, le=65_536)
-    lora_alpha: float = Field(32.0, gt=0)
+    lora_alpha: float = Field(32.0, gt=0, le=1e6)
     lora_dropout: float = Field(0.05, ge=0.0, lt=1.0)
     lora_targets: tuple[str, ...] | None = None
     quant_type: QuantType = QuantType.NF4
     double_quant: bool = True
+    quant_storage: QuantStorage = QuantStorage.UINT8
     prepare_kbit_training: bool = True
     fused_cross_entropy: bool = False
     framework: Framework = Framework.HF
+
+    @model_validator(mode="before")
+    @classmethod
+    def _method_default_precision(cls, data: Any) -> Any:
+        # No precision chosen (absent or None): the method's usual one (DEFAULT_PRECISION), not one for all methods.
+        if isinstance(data, dict) and data.get("precision") is None:
+            try:
+                return {**data, "precision": default_precision(data.get("method", Method.FULL))}
+            except ValueError:
+                return data  # an invalid method: its own field error says so
+        return data
 
     @field_validator("lora_targets", mode="before")
     @classmethod

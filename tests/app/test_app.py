@@ -77,9 +77,10 @@ def sidebar_captions(at: AppTest) -> list[str]:
 
 
 def default_form_scenario(**overrides) -> Scenario:
-    """The sidebar form's defaults (ui/scenario_form.py): full fine-tuning, mixed bf16, micro batch 1,
-    sequence 2048, no accumulation or checkpointing, sdpa; torch fused AdamW (the Trainer default)."""
-    fields = dict(method=Method.FULL, precision=PrecisionMode.AMP_BF16, optimizer=Optimizer.ADAMW_FUSED, micro_batch_size=1,
+    """The sidebar form's defaults (ui/scenario_form.py): full fine-tuning, the method's default precision (mixed bf16
+    for full, pure bf16 for LoRA/QLoRA: engine.scenario.training.DEFAULT_PRECISION), micro batch 1, sequence 2048,
+    no accumulation or checkpointing, sdpa; torch fused AdamW (the Trainer default)."""
+    fields = dict(method=Method.FULL, optimizer=Optimizer.ADAMW_FUSED, micro_batch_size=1,
                   seq_len=2048, gradient_accumulation_steps=1, gradient_checkpointing=False, attention=Attention.SDPA)
     return Scenario.build(**{**fields, **overrides})
 
@@ -133,11 +134,11 @@ def test_changing_the_method_changes_trainable_parameters_and_peak(app, method):
     assert peak_bytes(app) < full_peak
 
 
-def test_qlora_needs_less_than_lora_with_fp32_base_weights(app):
+def test_qlora_needs_less_than_lora_with_bf16_base_weights(app):
     app.radio(key="method").set_value(Method.LORA).run()
     lora = peak_bytes(app)
     app.radio(key="method").set_value(Method.QLORA).run()
-    # Mixed bf16 keeps LoRA's frozen base in fp32 (4 B/param); QLoRA stores the decoder linears in 4 bits.
+    # LoRA's default keeps the frozen base in bf16 (2 B/param); QLoRA stores the decoder linears in 4 bits.
     assert peak_bytes(app) < lora
 
 

@@ -28,6 +28,11 @@ fields of DeepSeek-V3's published config.json (tests/fixtures/configs/deepseek-a
 | YAML bomb, wrong type,     | ConflictingKeysError                | import section (Memory page); the estimate stays     |
 | conflicting keys, a path   | (tests/importers/test_bad_configs)  |                                                      |
 | config naming no Hub repo  | RepoNotFoundError                   | the picker's st.error after "Apply"                  |
+| 5,000-digit int, 1e999, NaN, Infinity in config.json (file or Hub) | ConfigError | st.error "... holds a 5,000-digit integer ..." |
+| plans CSV: required columns missing, not UTF-8, no row loads (CLI) | PlanImport.file_error | exit 2, one line on stderr |
+
+The CLI rows (:data:`CLI_ROWS`) run ``python -m engine`` in a subprocess: exit status 2, exactly one line on stderr,
+never a traceback (issue 16).
 """
 
 from __future__ import annotations
@@ -77,6 +82,14 @@ def _without(config: dict, key: str) -> dict:
     return {k: v for k, v in config.items() if k != key}
 
 
+def _numbers(**raw: str) -> bytes:
+    """LLAMA_1B's config.json with the given fields' values written as raw JSON text (numbers json.dumps cannot make)."""
+    text = json.dumps({**LLAMA_1B, **{k: 0 for k in raw}})
+    for key, value in raw.items():
+        text = text.replace(f'"{key}": 0', f'"{key}": {value}', 1)
+    return text.encode()
+
+
 # --- engine rows ------------------------------------------------------------------------------------------------------
 
 
@@ -122,6 +135,18 @@ ENGINE_ROWS = [
               ("'num_hidden_layers' must be a positive integer, got 0",)),
     EngineRow("config_negative_size", lambda s: architecture_from_config({**LLAMA_1B, "vocab_size": -5}), ConfigError,
               ("'vocab_size' must be a positive integer, got -5",)),
+    EngineRow("config_5000_digit_integer", lambda s: parse_config_bytes(_numbers(hidden_size="9" * 5000)), ConfigError,
+              ("config.json holds a 5,000-digit integer; no config value has more than 20 digits: check the file",)),
+    EngineRow("config_huge_float", lambda s: parse_config_bytes(_numbers(rms_norm_eps="1e999")), ConfigError,
+              ("config.json holds the number 1e999, beyond the range of a 64-bit float",)),
+    EngineRow("config_nan", lambda s: parse_config_bytes(_numbers(hidden_size="NaN")), ConfigError,
+              ("config.json holds NaN, which is not a number (JSON has no NaN or Infinity)",)),
+    EngineRow("config_infinity", lambda s: parse_config_bytes(_numbers(rms_norm_eps="-Infinity")), ConfigError,
+              ("config.json holds -Infinity, which is not a number",)),
+    EngineRow("hub_config_5000_digit_integer", lambda s: fetch_config("acme/digits"), ConfigError,
+              ("The config.json of 'acme/digits' holds a 5,000-digit integer",)),
+    EngineRow("scenario_infinite_lora_alpha", lambda s: Scenario.build(lora_alpha=float("inf")), ScenarioError,
+              ("lora_alpha: Input should be a finite number",)),
     EngineRow("unsupported_model_type", lambda s: architecture_from_config({**LLAMA_1B, "model_type": "bogus"}),
               UnsupportedModelError, ("model_type 'bogus' is not supported yet; supported types: bert,", "llama")),
     EngineRow("batch_zero", lambda s: Scenario.build(micro_batch_size=0), ScenarioError,
@@ -153,6 +178,7 @@ def test_engine_raises_a_typed_error_that_says_what_to_do(hub_stub, row):
     hub_stub.valid_tokens.add(GOOD)
     hub_stub.add("acme/html", StubRepo(config=b"<html>Sign in</html>"))
     hub_stub.add("acme/huge", StubRepo(config=b"{" + b" " * (MAX_CONFIG_BYTES + 10) + b"}"))
+    hub_stub.add("acme/digits", StubRepo(config=_numbers(vocab_size="9" * 5000)))
     if row.repo:
         hub_stub.add(*row.repo)
     with pytest.raises(row.error) as info:
@@ -257,6 +283,10 @@ APP_ROWS = [
            ("'num_attention_heads' must be a positive integer, got 0", "check the file")),
     AppRow("config_negative_size", lambda at: upload(at, json.dumps({**LLAMA_1B, "intermediate_size": -8192}).encode()),
            ("'intermediate_size' must be a positive integer, got -8192", "check the file")),
+    AppRow("config_5000_digit_integer", lambda at: upload(at, _numbers(hidden_size="9" * 5000)),
+           ("config.json holds a 5,000-digit integer", "check the file")),
+    AppRow("config_nan", lambda at: upload(at, _numbers(num_attention_heads="NaN")),
+           ("config.json holds NaN, which is not a number",)),
     AppRow("unsupported_model_type_without_sizes", lambda at: upload(at, b'{"model_type": "bogus"}'),
            ("model_type 'bogus' is not supported yet; supported types: bert,",)),
 ]
@@ -476,3 +506,73 @@ def test_app_config_import_unknown_model_is_the_pickers_error(new_app, stub_repo
     no_exception(at)
     errs = errors(at)
     assert len(errs) == 1 and "'acme/does-not-exist' was not found on the Hub" in errs[0], errs
+
+
+# --- the CLI: exit 2, one line on stderr, never a traceback --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CliRow:
+    id: str
+    files: Callable[[], dict[str, bytes]]  # file name -> bytes, written to a temporary folder
+    argv: tuple[str, ...]  # {dir} is that folder
+    needles: tuple[str, ...]
+
+
+def _plans_csv(method: str = "qlora", n: int = 3) -> bytes:
+    from engine.plan.plans import Plan, evaluate_plan, plans_to_csv
+
+    plans = [Plan(name=f"p{i}", model_repo_id="meta-llama/Llama-3.2-1B", method=method, seq_len=512, gpu="NVIDIA A100 80GB",
+                  dataset_total_tokens=1_000_000) for i in range(n)]
+    return plans_to_csv([(p, evaluate_plan(p)) for p in plans], version="0.1.0", exported_at="2026-01-01T00:00:00Z")
+
+
+def _drop(data: bytes, *names: str) -> bytes:
+    import csv
+    import io
+
+    rows = list(csv.reader(io.StringIO(data.decode())))
+    keep = [i for i, h in enumerate(rows[0]) if h not in names]
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows([[r[i] for i in keep] for r in rows])
+    return buf.getvalue().encode()
+
+
+CLI_ROWS = [
+    CliRow("config_5000_digit_integer", lambda: {"config.json": _numbers(hidden_size="9" * 5000)},
+           ("estimate", "--config", "{dir}/config.json"), ("5,000-digit integer",)),
+    CliRow("config_huge_float", lambda: {"config.json": _numbers(rms_norm_eps="1e999")},
+           ("estimate", "--config", "{dir}/config.json"), ("1e999, beyond the range of a 64-bit float",)),
+    CliRow("config_nan", lambda: {"config.json": _numbers(hidden_size="NaN")},
+           ("estimate", "--config", "{dir}/config.json"), ("holds NaN",)),
+    CliRow("config_infinity", lambda: {"config.json": _numbers(vocab_size="Infinity")},
+           ("params", "--config", "{dir}/config.json"), ("holds Infinity",)),
+    CliRow("plans_missing_method_and_seq_len", lambda: {"plans.csv": _drop(_plans_csv(), "method", "seq_len")},
+           ("plan", "--input", "{dir}/plans.csv", "--offline"), ("missing required columns 'method', 'seq_len'",)),
+    CliRow("plans_not_utf8", lambda: {"plans.csv": _plans_csv(n=50).replace(b"NVIDIA A100 80GB", "NVIDIA A100 80GB é".encode())
+                                      .decode("utf-8").encode("latin-1")},
+           ("plan", "--input", "{dir}/plans.csv", "--offline"), ("not UTF-8 text",)),
+    CliRow("plans_no_row_loads", lambda: {"plans.csv": _plans_csv(n=1).replace(b"NVIDIA A100 80GB", b"Voodoo 5 6000")},
+           ("plan", "--input", "{dir}/plans.csv", "--offline"), ("no plan in", "row 1: unknown GPU 'Voodoo 5 6000'")),
+    CliRow("plans_nan_epochs", lambda: {"plans.csv": _drop(_plans_csv(n=1), "epochs").replace(b"dataset_total_tokens,", b"epochs,dataset_total_tokens,", 1)
+                                        .replace(b",1000000,", b",nan,1000000,", 1)},
+           ("plan", "--input", "{dir}/plans.csv", "--offline"), ("no plan in",)),
+]
+
+
+@pytest.mark.parametrize("row", CLI_ROWS, ids=lambda r: r.id)
+def test_cli_bad_input_exits_2_with_one_line_on_stderr(tmp_path, row):
+    import subprocess
+    import sys
+
+    for name, data in row.files().items():
+        (tmp_path / name).write_bytes(data)
+    argv = [a.replace("{dir}", str(tmp_path)) for a in row.argv]
+    done = subprocess.run([sys.executable, "-m", "engine", *argv], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert "Traceback" not in done.stderr
+    for needle in row.needles:
+        assert needle in lines[0], lines[0]

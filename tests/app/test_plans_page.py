@@ -148,3 +148,37 @@ def test_time_cost_page_offers_the_curves_as_csv(new_app):
     no_exception(at)
     labels = [b.proto.label for b in at.get("download_button")]
     assert "Download the curves (CSV)" in labels and "Download the plans (CSV)" in labels
+
+
+def test_saving_under_an_existing_name_never_replaces_a_plan_silently(page):
+    # issue 16 item 9: the default name is made unique; a typed existing name needs the explicit "Replace" choice.
+    page.button(key="plan_save").click().run()
+    page.button(key="plan_save").click().run()
+    no_exception(page)
+    names = [p.name for p, _ in page.session_state["saved_plans"]]
+    assert len(names) == 2 and names[1] == names[0] + " (2)"
+    page.radio(key="method").set_value(Method.LORA).run()
+    page.text_input(key="plan_name").input(names[0]).run()
+    page.button(key="plan_save").click().run()
+    no_exception(page)
+    assert any(f"A plan named '{names[0]}' is already saved" in w.value for w in page.warning)
+    assert [p.method.value for p, _ in page.session_state["saved_plans"]] == ["full", "full"]  # nothing replaced
+    page.checkbox(key="plan_overwrite").check().run()
+    page.button(key="plan_save").click().run()
+    no_exception(page)
+    plans = page.session_state["saved_plans"]
+    assert [p.name for p, _ in plans] == [names[1], names[0]] and plans[1][0].method.value == "lora"
+    assert any(f"Replaced plan '{names[0]}'" in s.value for s in page.success)
+
+
+def test_import_of_a_file_missing_required_columns_is_one_error(page):
+    data = exported_file()
+    rows = list(csv.reader(io.StringIO(data.decode())))
+    keep = [i for i, h in enumerate(rows[0]) if h not in ("method", "seq_len")]
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows([[r[i] for i in keep] for r in rows])
+    page.file_uploader(key="plans_import").set_value(("plans.csv", buf.getvalue().encode(), "text/csv")).run()
+    no_exception(page)
+    errs = [e.value for e in page.error]
+    assert len(errs) == 1 and "The file was not loaded: missing required columns 'method', 'seq_len'" in errs[0]
+    assert "saved_plans" not in page.session_state or page.session_state["saved_plans"] == []

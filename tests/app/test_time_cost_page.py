@@ -120,3 +120,20 @@ def test_time_cost_inputs_survive_a_visit_to_another_page(page):
     assert at.number_input(key="tc_epochs").value == 5.0
     assert at.selectbox(key="tc_gpu").value == "NVIDIA H100 80GB"
     assert metric(at, "Tokens to process") == "25.60M"
+
+
+def test_truncated_examples_are_said_and_one_token_figure_is_used_everywhere(page):
+    # issue 16 item 12: 10,000 examples x 4,000 tokens at a 512-token sequence: 5.12M tokens processed per epoch
+    # (each example cut to 512), said in a warning; the metric, the curves' x axis and the "your dataset" marker all
+    # use that figure (not the 40M tokens of data).
+    at = page
+    at.number_input(key="seq_len").set_value(512).run()
+    at.number_input(key="tc_avg_tokens").set_value(4000.0).run()
+    no_exception(at)
+    assert any("34.88M (87%) are never trained on" in w.value for w in at.warning), [w.value for w in at.warning]
+    epochs = 3  # the page's default
+    assert metric(at, "Tokens to process") == f"{5.12 * epochs:.2f}M"
+    time_fig, cost_fig = charts(at)[:2]
+    for fig in (time_fig, cost_fig):
+        assert fig["layout"]["shapes"][0]["x0"] == 5_120_000
+    assert 5_120_000 in time_fig["data"][0]["x"]

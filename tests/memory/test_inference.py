@@ -103,3 +103,35 @@ def test_cli_method_inference(capsys):
     assert main(base + ["--strategy", "zero3", "--gpu", "H100"]) == 2
     assert main(["estimate", "--model", "meta-llama/Llama-3.1-8B", "--offline", "--concurrency", "4"]) == 2
     assert "need --method inference" in capsys.readouterr().err
+
+
+# --- issue 16 item 1: serving reads the checkpoint's stored format ---------------------------------------------------
+
+from pathlib import Path  # noqa: E402
+
+QUANTIZED = Path(__file__).resolve().parents[1] / "fixtures" / "quantized"
+FP8_CONFIG = QUANTIZED / "neuralmagic__Meta-Llama-3.1-8B-Instruct-FP8.json"  # published quantization_config (README)
+
+
+def test_fp8_checkpoint_is_served_at_its_stored_one_byte_per_weight():
+    arch = architecture_from_config(json.loads(FP8_CONFIG.read_text()))
+    assert arch.stored_quantization.method == "compressed-tensors" and arch.stored_quantization.bytes_per_param == 1.0
+    # Llama-3.1-8B: 32 x (2 x 4096^2 + 2 x 4096 x 1024 + 3 x 4096 x 14336) = 6,979,321,856 block-linear weights at
+    # 1 B (FP8, one scale per tensor); the other 1,050,939,392 (embeddings, LM head, norms) stay bf16.
+    linear = 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336)
+    assert linear == 6_979_321_856
+    other = 8_030_261_248 - linear
+    est = estimate_inference(arch, InferenceScenario())
+    assert est.components["weights"] == linear * 1 + other * 2 == 9_081_200_640  # about 9.1 GB, not 16.1 GB
+    # An explicit serving precision does not turn the stored FP8 weights into bf16: the stored format loads, and
+    # the estimate says the choice was ignored.
+    explicit = estimate_inference(arch, InferenceScenario(weight_precision=WeightPrecision.BF16))
+    assert explicit.components["weights"] == est.components["weights"]
+    assert any("served as stored" in w for w in explicit.warnings)
+
+
+def test_cli_inference_of_a_stored_fp8_checkpoint(capsys):
+    assert main(["estimate", "--config", str(FP8_CONFIG), "--method", "inference"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["components"]["weights"] == 9_081_200_640
+    assert "as stored in the checkpoint" in out["formulas"]["weights"]

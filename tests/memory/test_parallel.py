@@ -153,7 +153,9 @@ def test_offload_a_strategy_does_not_offer_is_an_error(llama, strategy, offload)
 
 
 def test_qlora_under_fsdp_shards_the_4bit_base_and_gathers_4bit_units(llama):
-    sc = Scenario.build(method="qlora", precision="amp_bf16", seq_len=512, gradient_checkpointing=True)
+    # bnb_4bit_quant_storage=bfloat16, as the FSDP-QLoRA guides set it (the uint8 default is replicated:
+    # tests/memory/test_quantized_bases.py).
+    sc = Scenario.build(method="qlora", precision="amp_bf16", seq_len=512, gradient_checkpointing=True, quant_storage="bf16")
     est = estimate_memory(llama, sc)
     plan = plan_parallel(est, llama, sc, Strategy.FSDP_FULL_SHARD)
     backward = next(p for p in plan.phases if p.phase == "backward").gpu_parts(8)
@@ -181,12 +183,35 @@ def test_deepspeed_zero3_estimator_reproduces_its_printed_t5_small_figures():
 
 
 def test_deepspeed_zero2_estimator_formula():
-    """estimate_zero2_model_states_mem_needs (deepspeed.runtime.zero.stage_1_and_2): 4P + 16P/N on the GPU
-    without offload, 2P with it; CPU 4P x GPUs/node x 1.5, or max(4 x GPUs, 16) x P x 1.5 with offload."""
+    """estimate_zero2_model_states_mem_needs (deepspeed.runtime.zero.stage_1_and_2, DeepSpeed >= 0.14.3 after PR
+    5099): 2P + 18P/N on the GPU without offload (was 4P + 16P/N), 2P with it; CPU 4P x GPUs/node x 1.5, or
+    max(4 x GPUs, 16) x P x 1.5 with offload."""
     p = 1_000_000_000
-    assert deepspeed_zero2_model_states(p, 8, 1, cpu_offload=False) == (int(p * 4 * 8 * 1.5), 4 * p + 2 * p)
+    assert deepspeed_zero2_model_states(p, 8, 1, cpu_offload=False) == (int(p * 4 * 8 * 1.5), 2 * p + 18 * p // 8)
+    assert deepspeed_zero2_model_states(p, 8, 1, cpu_offload=False)[1] == 4_250_000_000  # the old formula: 6e9
     assert deepspeed_zero2_model_states(p, 8, 1, cpu_offload=True) == (int(p * 32 * 1.5), 2 * p)
     assert deepspeed_zero2_model_states(p, 2, 1, cpu_offload=True) == (int(p * 16 * 1.5), 2 * p)
+
+
+def test_our_zero2_keeps_the_16bit_gradient_partition_and_matches_deepspeeds_multipliers(llama):
+    """DeepSpeed ZeRO-2 with bf16 (Trainer bf16=True under DeepSpeed), full fine-tuning of Llama 3.1 8B on 8 GPUs: at
+    the optimizer step each GPU holds the 16-bit weights (2P), its partition of the 16-bit gradients (2P/8), the fp32
+    gradient partition the step upcasts (4P/8), fp32 master weights (4P/8) and AdamW's states (8P/8): 2P + 18P/8,
+    DeepSpeed's own multipliers (PR 5099), plus our reduce bucket in 16 bits. ZeRO-1 keeps every 16-bit gradient."""
+    sc = Scenario.build(method="full", precision="amp_bf16", optimizer="adamw_fused", seq_len=512)
+    est = estimate_memory(llama, sc)
+    step = next(p for p in plan_parallel(est, llama, sc, Strategy.ZERO2).phases if p.phase == "optimizer_step").gpu_parts(8)
+    assert step["weights"] == 2 * P_LLAMA_8B
+    assert step["gradients"] == pytest.approx(2 * P_LLAMA_8B / 8)
+    assert step["master_gradients"] == pytest.approx(4 * P_LLAMA_8B / 8)
+    assert step["master_weights"] == pytest.approx(4 * P_LLAMA_8B / 8)
+    assert step["optimizer_states"] == pytest.approx(8 * P_LLAMA_8B / 8)
+    model_states = sum(step[k] for k in ("weights", "gradients", "master_gradients", "master_weights", "optimizer_states"))
+    _, ds_gpu = deepspeed_zero2_model_states(P_LLAMA_8B, 8, 1, cpu_offload=False)
+    assert model_states == pytest.approx(ds_gpu, abs=8)
+    assert step["comm_buckets"] == 2 * DEEPSPEED_BUCKET_ELEMENTS  # 5e8 elements of 16-bit gradients
+    zero1 = next(p for p in plan_parallel(est, llama, sc, Strategy.ZERO1).phases if p.phase == "optimizer_step").gpu_parts(8)
+    assert zero1["gradients"] == 2 * P_LLAMA_8B and zero1["master_gradients"] == pytest.approx(4 * P_LLAMA_8B / 8)
 
 
 def test_deepspeed_estimate_beside_ours_counts_model_states_only(llama):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+
 from engine.cli import main
 from engine.plan.cost import estimate_plan
 from engine.model.build import architecture_from_config
@@ -145,17 +146,18 @@ def test_import_row_with_a_missing_cell(exported):
     only_second_loads(plans_from_csv(b"\n".join(lines)), "cells for")
 
 
-def test_import_missing_required_column_lists_every_row(exported):
+def test_import_missing_required_column_refuses_the_file_once(exported):
+    # issue 16 items 8 and 13: one file-level reason (row 0), not one per row, and no plan loads.
     rows = list(csv.reader(io.StringIO(exported.decode())))
     col = rows[0].index("gpu")
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerows([r[:col] + r[col + 1:] for r in rows])
     imported = plans_from_csv(buf.getvalue().encode())
-    assert imported.plans == () and [e.row for e in imported.errors] == [1, 2]
-    assert all("missing column 'gpu'" in e.reason for e in imported.errors)
+    assert imported.plans == () and [e.row for e in imported.errors] == [0]
+    assert "missing required column 'gpu'" in imported.file_error
 
 
-def test_import_missing_optional_column_uses_its_default(exported):
+def test_import_missing_optional_column_uses_its_default_and_says_so(exported):
     rows = list(csv.reader(io.StringIO(exported.decode())))
     col = rows[0].index("calibration")
     buf = io.StringIO()
@@ -163,6 +165,7 @@ def test_import_missing_optional_column_uses_its_default(exported):
     imported = plans_from_csv(buf.getvalue().encode())
     assert imported.errors == () and len(imported.plans) == 2
     assert all(plan.calibration == 1.0 for plan, _ in imported.plans)
+    assert imported.warnings == ("column 'calibration' is missing: every plan uses its default, '1.0'",)
 
 
 def test_import_non_utf8_row(exported):
@@ -253,7 +256,7 @@ def test_lora_code_resolves_the_default_targets_and_fp4():
 
 
 def test_cli_plan_writes_the_csv_of_the_estimate_options(tmp_path, capsysbinary):
-    args = ["plan", "--model", LLAMA_8B, "--offline", "--method", "qlora", "--optimizer", "paged_adamw_8bit",
+    args = ["plan", "--model", LLAMA_8B, "--offline", "--method", "qlora", "--precision", "amp_bf16", "--optimizer", "paged_adamw_8bit",
             "--micro-batch-size", "2", "--seq-len", "1024", "--gradient-accumulation-steps", "8", "--gradient-checkpointing",
             "--lora-r", "32", "--lora-alpha", "64", "--lora-targets", "q_proj,v_proj", "--gpu", "a100 80gb",
             "--num-gpus", "2", "--strategy", "zero3", "--examples", "10000", "--avg-tokens", "512", "--epochs", "3",
