@@ -133,7 +133,7 @@ def test_truncated_examples_are_said_and_one_token_figure_is_used_everywhere(pag
     assert any("34.88M (87%) are never trained on" in w.value for w in at.warning), [w.value for w in at.warning]
     epochs = 3  # the page's default
     assert metric(at, "Tokens to process") == f"{5.12 * epochs:.2f}M"
-    time_fig, cost_fig = charts(at)[:2]
+    time_fig, cost_fig = charts(at)[2:4]  # after "where the time goes" and the shape curves
     for fig in (time_fig, cost_fig):
         assert fig["layout"]["shapes"][0]["x0"] == 5_120_000
     assert 5_120_000 in time_fig["data"][0]["x"]
