@@ -176,5 +176,8 @@ def _check_peft(sc: Scenario) -> None:
         raise ValueError("use_rslora / loraplus_lr_ratio apply to LoRA's A and B: use method lora, qlora or dora")
     if sc.modules_to_save and sc.method is Method.FULL:
         raise ValueError("modules_to_save is for PEFT methods; full fine-tuning already trains every module")
+    if sc.method is Method.PREFIX_TUNING and sc.gradient_checkpointing:
+        raise ValueError("PEFT 0.21 rejects prefix tuning with gradient checkpointing ('PREFIX_TUNING does not work with "
+                         "gradient checkpointing'); turn one of them off")
     if sc.gradient_checkpointing_offload and not sc.gradient_checkpointing:
         raise ValueError("gradient_checkpointing_offload offloads the checkpointed layer inputs: turn on gradient_checkpointing")
