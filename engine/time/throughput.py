@@ -39,7 +39,7 @@ import math
 from engine.model.architecture import Architecture
 from engine.errors import CatalogError, ScenarioError
 from engine.hardware.gpus import Gpu, find_gpu
-from engine.scenario.lora import adapter_tensors
+from engine.memory.adapter_time import adapter_flops_per_token, galore_flops_per_step
 from engine.memory.result import MemoryEstimate
 from engine.memory.estimate import estimate_memory
 from engine.memory.weights import quantized_bytes_per_param
@@ -110,8 +110,9 @@ def flops_per_token(arch: Architecture, sc: Scenario) -> FlopsPerToken:
     attn_fwd = 4 * arch.num_layers * arch.q_out * sc.seq_len
     frozen = sc.method is not Method.FULL
     adapters = 0.0
-    if frozen:
-        adapters = 6.0 * sum(g.parameters for g in adapter_tensors(arch, sc.lora_r, sc.lora_targets))
+    if frozen:  # PEFT methods' own terms (engine.memory.adapter_time); GaLore's projections spread over the step
+        adapters = adapter_flops_per_token(arch, sc, 4.0 * n + 3.0 * attn_fwd)
+    adapters += galore_flops_per_step(arch, sc) / (sc.micro_batch_size * sc.seq_len * sc.gradient_accumulation_steps)
     return FlopsPerToken(
         matmul_parameters=n,
         dense=(4.0 if frozen else 6.0) * n,
