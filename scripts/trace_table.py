@@ -86,6 +86,30 @@ def design() -> list[dict[str, Any]]:
     return rows
 
 
+PEFT_MODELS = ("llama", "qwen")
+"""The PEFT methods' rows (issue 18) are traced on two Llama-style architectures: Llama-3.2-1B (no biases) and
+Qwen2.5-0.5B (q/k/v biases, a 151,936-token vocabulary)."""
+
+
+def peft_design() -> list[dict[str, Any]]:
+    """Scenario fields of the PEFT-method rows of one model: every method in pure bf16 without checkpointing and in
+    mixed bf16 with checkpointing (b=1, s=512, adapters on the attention projections unless said), 26 rows."""
+    rows: list[dict[str, Any]] = []
+    variants = [dict(method=m) for m in ("dora", "ia3", "vera", "loha", "lokr", "adalora", "prompt_tuning",
+                                         "prefix_tuning", "p_tuning")]
+    variants += [dict(method="lora", modules_to_save="lm_head"), dict(method="lora", modules_to_save="embed_tokens"),
+                 dict(method="lora", optimizer="lora_fa"), dict(method="full", optimizer="galore_adamw")]
+    for v in variants:
+        # PEFT 0.21 rejects prefix tuning with gradient checkpointing: its second row is mixed bf16 without it.
+        gc_second = v["method"] != "prefix_tuning"
+        for precision, gc in (("bf16", False), ("amp_bf16", gc_second)):
+            row = dict(method="full", precision=precision, optimizer="adamw_fused", attention="sdpa",
+                       gradient_checkpointing=gc, micro_batch_size=1, seq_len=512)
+            row.update(v)
+            rows.append(row)
+    return rows
+
+
 def _row(model: str, repo: str, scenario: Scenario, result: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {"model": model, "config_source": f"catalog:{repo}"}
     for name, value in scenario.model_dump(mode="json").items():
@@ -99,6 +123,21 @@ def _row(model: str, repo: str, scenario: Scenario, result: dict[str, Any]) -> d
                trainable_parameters=result["trainable_parameters"], trace_seconds=result["trace_seconds"],
                torch_version=v["torch"], transformers_version=v["transformers"], peft_version=v["peft"])
     return row
+
+
+def _existing(path: str) -> list[dict[str, Any]]:
+    """The rows already in ``path``, with the scenario fields added since they were traced set to their defaults."""
+    if not os.path.exists(path):
+        return []
+    defaults = Scenario().model_dump(mode="json")
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        for name in SCENARIO_FIELDS:
+            if name not in row:
+                value = defaults[name]
+                row[name] = ",".join(value) if isinstance(value, list) else ("" if value is None else value)
+    return rows
 
 
 def _run_batch(jobs: list[tuple[str, str, Scenario, dict]]) -> list[dict[str, Any]]:
@@ -127,12 +166,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated short names: " + ", ".join(MODELS))
     ap.add_argument("--jobs", type=int, default=2, help="worker processes in parallel (default 2)")
     ap.add_argument("--limit", type=int, default=0, help="rows per model (0: all)")
+    ap.add_argument("--design", choices=("base", "peft"), default="base",
+                    help="base: the 33 rows per model; peft: the PEFT methods' rows (models: %s)" % ",".join(PEFT_MODELS))
+    ap.add_argument("--append", action="store_true", help="keep the rows already in --out and add the new ones")
     args = ap.parse_args(argv)
     jobs = []
-    for model in args.models.split(","):
+    models = args.models.split(",") if args.design == "base" or args.models != ",".join(MODELS) else list(PEFT_MODELS)
+    for model in models:
         repo = MODELS[model]
         config = catalog_model(repo).config
-        rows = design()[: args.limit or None]
+        rows = (design() if args.design == "base" else peft_design())[: args.limit or None]
         for fields in rows:
             scenario = Scenario.build(**fields)
             check_traceable(scenario, config)
@@ -145,10 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     order = {id(j): i for i, j in enumerate(jobs)}
     keyed = sorted((order[id(j)], r) for part, chunk in zip(parts, chunks) for r, j in zip(part, chunk) if r is not None)
     rows = [r for _, r in keyed]
+    kept = _existing(args.out) if args.append else []
     with open(args.out, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
         w.writeheader()
-        for _, row in keyed:
+        for row in kept + rows:
             w.writerow(row)
     print(f"{len(rows)} rows -> {args.out} in {time.perf_counter() - t0:.0f} s")
     return 0

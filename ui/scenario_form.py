@@ -19,6 +19,8 @@ from engine.scenario.optimizer import Optimizer
 from engine.memory.inference import WEIGHT_LABELS, InferenceScenario, KvCacheDtype, WeightPrecision
 from engine.memory.parallel import OFFLOAD_LABELS, STRATEGY_LABELS, Offload, Strategy
 from engine.scenario.precision import PrecisionMode, precision_spec
+from engine.scenario.peft import uses_targets
+from ui.peft_form import peft_inputs
 from engine.scenario.training import FRAMEWORK_LABELS, METHOD_LABELS, Attention, Framework, Method, QuantType, Scenario, default_precision
 from engine.units import Unit
 
@@ -33,6 +35,8 @@ OPTIMIZER_LABELS = {
     Optimizer.ADAFACTOR: "Adafactor (transformers)",
     Optimizer.SGD: "SGD (no momentum)",
     Optimizer.SGD_MOMENTUM: "SGD with momentum 0.9",
+    Optimizer.GALORE_ADAMW: "GaLore AdamW (galore-torch, full fine-tuning)",
+    Optimizer.LORA_FA: "LoRA-FA (PEFT, frozen lora_A)",
 }
 
 
@@ -98,8 +102,8 @@ def scenario_sidebar(arch: Architecture) -> Scenario | None:
             "batch x sequence x vocabulary logits and their fp32 gradients are never materialised.",
         )
         lora: dict = {}
-        if method is not Method.FULL:
-            st.subheader("LoRA")
+        if uses_targets(method):
+            st.subheader("Adapter (rank, targets)")
             c1, c2 = st.columns(2)
             lora["lora_r"] = c1.number_input("Rank r", min_value=1, max_value=65_536, step=1, key="lora_r")
             lora["lora_alpha"] = c2.number_input("Alpha", min_value=1.0, step=1.0, key="lora_alpha")
@@ -116,6 +120,7 @@ def scenario_sidebar(arch: Architecture) -> Scenario | None:
                 "prepare_model_for_kbit_training", key="prepare_kbit",
                 help="PEFT's helper casts the non-quantized parameters (embeddings, norms, LM head) to fp32.",
             )
+        lora.update(peft_inputs(method, optimizer, checkpointing))
     try:
         return Scenario.build(
             method=method, precision=precision, optimizer=optimizer, micro_batch_size=int(micro_batch),

@@ -24,6 +24,7 @@ from engine.model.sources import config_from_catalog, config_from_file, config_f
 from engine.plan.cost import CHEAPEST_LISTED, Dataset
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.precision import PrecisionMode
+from engine.cli.peft_options import add_peft_options, peft_fields
 from engine.scenario.training import DEFAULT_PRECISION, Attention, Framework, Method, QuantStorage, QuantType, Scenario
 
 INFERENCE = "inference"
@@ -59,7 +60,7 @@ def add_model_options(p: argparse.ArgumentParser, required: bool = True) -> None
 
 def add_scenario_options(p: argparse.ArgumentParser) -> None:
     d = Scenario()  # the engine's defaults, so the CLI and the app start from the same scenario
-    p.add_argument("--method", choices=[m.value for m in Method], default=d.method.value, help=f"full fine-tuning, LoRA or QLoRA (default: {d.method.value})")
+    p.add_argument("--method", choices=[m.value for m in Method], default=d.method.value, help=f"full fine-tuning, LoRA, QLoRA or another PEFT method (default: {d.method.value})")
     p.add_argument("--precision", choices=[m.value for m in PrecisionMode], default=None,
                    help="fp32; amp_bf16/amp_fp16 = mixed precision with fp32 weights; bf16/fp16 = pure 16-bit weights "
                         "(default: the method's usual one: " + ", ".join(f"{m.value} {p.value}" for m, p in DEFAULT_PRECISION.items()) + ")")
@@ -84,6 +85,7 @@ def add_scenario_options(p: argparse.ArgumentParser) -> None:
                    help="training stack: hf = transformers + PEFT + Trainer; litgpt; torchtune (default: %(default)s)")
     p.add_argument("--fused-cross-entropy", action="store_true",
                    help="chunked LM head + loss (Liger Kernel, TrainingArguments(use_liger_kernel=True)): no vocabulary-sized logits")
+    add_peft_options(p)
 
 
 SCENARIO_FIELDS = (
@@ -94,8 +96,10 @@ SCENARIO_FIELDS = (
 
 
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
+    fields = {name: getattr(args, name) for name in SCENARIO_FIELDS}
+    fields.update(peft_fields(args))
     return Scenario.build(
-        **{name: getattr(args, name) for name in SCENARIO_FIELDS},
+        **fields,
         double_quant=not args.no_double_quant,
         prepare_kbit_training=not args.no_prepare_kbit,
     )

@@ -13,8 +13,9 @@ from pydantic import BaseModel, ConfigDict
 from engine.errors import ScenarioError
 from engine.hardware.gpus import Gpu
 from engine.memory.components import MemoryComponent
-from engine.model.architecture import Architecture, LinearLayer
-from engine.scenario.lora import resolve_targets
+from engine.model.architecture import Architecture
+from engine.memory.adapters import offloaded_inputs_bytes, saved_per_layer, saved_per_token
+from engine.scenario.peft import trains_lm_head
 from engine.scenario.precision import PrecisionSpec
 from engine.scenario.training import Attention, Framework, Method, Scenario
 
@@ -157,32 +158,21 @@ def _mlp(arch: Architecture, c: int, framework: Framework = Framework.HF, autoca
     return (c + last) * i
 
 
-def _lora_extra(arch: Architecture, sc: Scenario, c: int, autocast: bool = False) -> float:
-    """Bytes per token each block's LoRA modules add: the input lora_A saves, dropout's 1-byte mask, and
-    lora_B's r-wide input.
+def _liger_norm_saved(arch: Architecture, resid: int, h: int, trainable: bool) -> float:
+    """Bytes per token Liger Kernel's RMSNorm saves: its input in the input dtype and one fp32 1/rms per row
+    (``LigerRMSNormFunction``: ``save_for_backward(X, W, RSTD)``, liger-kernel 0.5), whether or not the weight
+    trains; a LayerNorm model keeps torch's norm (Liger's LayerNorm is not patched in by transformers)."""
+    if arch.norm not in ("rmsnorm", "gemma_rmsnorm"):
+        return _norm_saved(arch, resid, not trainable) * h
+    return resid * h + 4
 
-    PEFT keeps adapters in fp32 and casts the input to fp32: lora_A saves that fp32 tensor (4 B) or, under
-    autocast, its 16-bit cast (c); lora_B's input is fp32 (16-bit under autocast). LitGPT and torchtune keep
-    adapters in the compute dtype: c bytes each.
-    """
-    if sc.method is Method.FULL:
+
+def _liger_swiglu_saving(arch: Architecture, c: int) -> float:
+    """Bytes per token Liger's SwiGLU saves over transformers' gated MLP: ``LigerSiLUMulFunction`` keeps the gate and
+    up outputs and recomputes SiLU in backward, so the activation's c x intermediate output is not kept."""
+    if arch.mlp != "gated" or arch.num_experts:
         return 0.0
-    if sc.framework is Framework.HF:
-        width = c if autocast else 4
-    else:
-        width = c
-    mask = 1 if sc.lora_dropout > 0 else 0
-    total = 0.0
-    for lin in resolve_targets(arch, sc.lora_targets):
-        # Averaged over blocks: a module present in some blocks only (cross-attention) counts for those.
-        share = _token_share(arch, lin) * lin.blocks(arch.num_layers) / arch.num_layers
-        total += share * ((width + mask) * lin.in_features + width * sc.lora_r)
-    return total
-
-
-def _token_share(arch: Architecture, lin: LinearLayer) -> float:
-    """Expert modules see top-k/E of the tokens each (count x share = top-k)."""
-    return lin.count * arch.experts_per_token / arch.num_experts if lin.count > 1 else 1.0
+    return float(c * arch.intermediate_size)
 
 
 class BlockActivations(BaseModel):
@@ -192,7 +182,9 @@ class BlockActivations(BaseModel):
     the inputs of the first linears of attention and MLP (they read the norm's output); ``inner``: everything
     after the input projections (attention core, MLP intermediates, q/k norms, LoRA tensors); ``scores``: the
     s x s probabilities per token and per position of the sequence (0 for fused kernels). ``per_token`` is the
-    block's total at the scenario's sequence length, ``head`` the final norm and LM-head input per token.
+    block's total at the scenario's sequence length, ``head`` the final norm and LM-head input per token,
+    ``per_layer`` the bytes per block that do not scale with tokens (PEFT methods' weight-sized saved tensors: DoRA's cast
+    weight, LoHa / LoKr's delta weight; :mod:`engine.memory.adapters`).
     :mod:`engine.scaleout` splits these over tensor and context parallel ranks (Korthikanti et al. 2022, sec. 4.2).
     """
 
@@ -206,6 +198,7 @@ class BlockActivations(BaseModel):
     head: float
     resid: float
     kernel: str
+    per_layer: float = 0.0
 
 
 def block_activations(arch: Architecture, sc: Scenario, spec: PrecisionSpec, gpu: Gpu | None = None) -> BlockActivations:
@@ -220,11 +213,12 @@ def block_activations(arch: Architecture, sc: Scenario, spec: PrecisionSpec, gpu
     h = arch.hidden_size
     # LoRA/QLoRA freeze every base weight. A frozen torch linear saves no input, since only its weight gradient
     # would need it (autograd saves an operand only when the gradient that uses it is required); the adapters
-    # save their own copies (_lora_extra). bitsandbytes' 4-bit matmul (QLoRA) saves its input whenever any
+    # save their own copies (engine.memory.adapters). bitsandbytes' 4-bit matmul (QLoRA) saves its input whenever any
     # input needs a gradient (MatMul4Bit: ctx.tensors = (A, B)), so QLoRA keeps them. Frozen norm weights
     # save nothing in either case.
-    frozen = sc.method is Method.LORA
-    norm = _norm_saved(arch, resid, sc.method is not Method.FULL) * h
+    frozen = sc.method not in (Method.FULL, Method.QLORA)  # every PEFT method but QLoRA keeps torch's frozen linears
+    norm = (_liger_norm_saved(arch, resid, h, sc.method is not Method.FULL) if sc.liger_kernels
+            else _norm_saved(arch, resid, sc.method is not Method.FULL) * h)
     attn_in = 0.0 if frozen else _linear_inputs(1 if arch.mlp == "plain" or arch.model_type == "phi3" else 3, resid, c, casts) * h
     mlp_in = 0.0 if frozen else _linear_inputs(
         1 if arch.mlp == "plain" or arch.model_type == "phi3" or arch.num_experts else 2, resid, c, casts) * h
@@ -232,16 +226,18 @@ def block_activations(arch: Architecture, sc: Scenario, spec: PrecisionSpec, gpu
     qk_norm = _norm_saved(arch, c, sc.method is not Method.FULL) * (arch.q_out + arch.kv_out) if arch.qk_norm else 0.0  # Qwen3 q/k norms
     dropout_masks = 2 * h if arch.hidden_dropout > 0 else 0.0
     core = _attention_core(arch, sc, c, kernel, frozen)
-    mlp = _mlp(arch, c, sc.framework, spec.autocast, frozen)
-    lora = _lora_extra(arch, sc, c, spec.autocast)
-    per_token = 2 * norm + attn_in + mlp_in + extra_norms + qk_norm + dropout_masks + core + mlp + lora
+    mlp = _mlp(arch, c, sc.framework, spec.autocast, frozen) - (_liger_swiglu_saving(arch, c) if sc.liger_kernels else 0.0)
+    adapters = saved_per_token(arch, sc, c, spec.autocast)
+    per_token = 2 * norm + attn_in + mlp_in + extra_norms + qk_norm + dropout_masks + core + mlp + adapters
     scores = _attention_scores(arch, sc, c, kernel, spec.autocast)
     per_token += scores * sc.seq_len
-    # final norm + LM head input (the LM head is a torch linear, frozen under LoRA and QLoRA)
-    head = norm + (0.0 if sc.method is not Method.FULL else _linear_inputs(1, resid, c, casts) * h)
+    # final norm + LM head input (the LM head is a torch linear, frozen under PEFT unless modules_to_save copies it)
+    head_trains = sc.method is Method.FULL or trains_lm_head(sc)
+    head = norm + (_linear_inputs(1, resid, c, casts) * h if head_trains else 0.0)
     return BlockActivations(norms=2 * norm + extra_norms + dropout_masks, linear_inputs=attn_in + mlp_in,
-                            inner=qk_norm + core + mlp + lora, scores=scores, per_token=per_token, head=head,
-                            resid=resid, kernel=kernel)
+                            inner=qk_norm + core + mlp + adapters, scores=scores, per_token=per_token, head=head,
+                            resid=resid, kernel=kernel,
+                            per_layer=saved_per_layer(arch, sc, c, spec.autocast, spec.weight_bytes))
 
 
 def activations_components(arch: Architecture, sc: Scenario, spec: PrecisionSpec, block_copies: float = 0.0,
@@ -252,7 +248,7 @@ def activations_components(arch: Architecture, sc: Scenario, spec: PrecisionSpec
     b = block_activations(arch, sc, spec, gpu)
     resid, kernel, per_token, h = b.resid, b.kernel, b.per_token, arch.hidden_size
     tokens = sc.tokens_per_micro_batch
-    layer = per_token * tokens
+    layer = per_token * tokens + b.per_layer
     head = b.head * tokens
     recompute = None
     if sc.gradient_checkpointing:
@@ -262,10 +258,14 @@ def activations_components(arch: Architecture, sc: Scenario, spec: PrecisionSpec
         formula = (
             f"{arch.num_layers} layers x {resid} B x seq x batch x hidden (checkpointed inputs) + final norm/LM head input"
         )
+        offloaded = offloaded_inputs_bytes(arch, sc, resid)
+        if offloaded:  # Unsloth-style: the block inputs wait in CPU RAM; one comes back for its recompute
+            total -= offloaded
+            formula = f"final norm/LM head input; {arch.num_layers} checkpointed block inputs offloaded to CPU RAM"
         recompute = MemoryComponent(
             key="recomputed_layer",
             label="Recomputed block",
-            bytes=layer + block_copies,
+            bytes=layer + block_copies + (resid * h * tokens if offloaded else 0.0),
             phases=("recompute",),
             formula=f"one block's saved tensors again ({per_token / h:.1f} B x seq x batch x hidden)"
             + (" + its 16-bit weight copies" if block_copies else ""),

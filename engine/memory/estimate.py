@@ -32,10 +32,12 @@ from engine.memory.logits import logits_component, logits_forward_component
 from engine.memory.optimizer_states import optimizer_components
 from engine.memory.weights import ParamTensors, low_precision_copies, split_tensors, weights_component
 from engine.model.architecture import Architecture
-from engine.scenario.lora import resolve_targets
+from engine.memory.adapters import adalora_scores_component, forward_transient_component, prefix_kv_component
+from engine.memory.components import step_phases
+from engine.scenario.peft import LORA_FAMILY, effective_seq_len, targeted
 from engine.scenario.optimizer import is_paged
 from engine.scenario.precision import precision_spec
-from engine.scenario.training import Framework, Method, Scenario
+from engine.scenario.training import METHOD_LABELS, Framework, Method, Scenario
 
 
 NOT_MODELLED = (
@@ -67,9 +69,12 @@ def estimate_memory(arch: Architecture, scenario: Scenario, gpu: Gpu | None = No
     spec = precision_spec(scenario.precision)
     tensors = split_tensors(arch, scenario, spec)
     copies, block_copies = low_precision_copies(arch, tensors, scenario, spec)
-    activations, recompute, kernel = activations_components(arch, scenario, spec, block_copies, gpu)
-    kernel_reason = attention_choice(arch, scenario, spec, gpu).reason
-    optional = (recompute, logits_forward_component(arch, scenario, spec))
+    # Prompt tuning and P-tuning prepend their virtual tokens: every layer and the loss run on s + n tokens.
+    run = scenario.model_copy(update={"seq_len": effective_seq_len(scenario)})
+    activations, recompute, kernel = activations_components(arch, run, spec, block_copies, gpu)
+    kernel_reason = attention_choice(arch, run, spec, gpu).reason
+    optional = (recompute, logits_forward_component(arch, run, spec), forward_transient_component(arch, scenario, spec),
+                prefix_kv_component(arch, scenario, spec), adalora_scores_component(arch, scenario, step_phases(scenario)))
     parts = (
         weights_component(tensors, scenario, spec),
         copies,
@@ -77,7 +82,7 @@ def estimate_memory(arch: Architecture, scenario: Scenario, gpu: Gpu | None = No
         gradient_temporaries(arch, tensors, scenario, spec),
         *optimizer_components(tensors, scenario),
         activations,
-        logits_component(arch, scenario, spec),
+        logits_component(arch, run, spec),
         *(p for p in optional if p is not None),
     )
     trainable = sum(g.parameters for g, _ in tensors.trainable)
@@ -88,8 +93,9 @@ def estimate_memory(arch: Architecture, scenario: Scenario, gpu: Gpu | None = No
     if scenario.framework is not Framework.HF:
         assumptions[0] = f"{scenario.framework.value} single-device fine-tuning (see engine.scenario.training.Framework)"
     if scenario.method is not Method.FULL:
-        assumptions.append("LoRA adapters in fp32 (PEFT autocast_adapter_dtype=True)" if scenario.framework is Framework.HF
-                           else "LoRA adapters in the weight dtype")
+        name = METHOD_LABELS[scenario.method]
+        assumptions.append(f"{name} adapters in fp32 (PEFT 0.21 autocast_adapter_dtype=True)" if scenario.framework is Framework.HF
+                           else f"{name} adapters in the weight dtype")
     pageable = sum(p.bytes for p in parts if p.key == "optimizer_states") if is_paged(scenario.optimizer) else 0.0
     return MemoryEstimate(
         pageable_bytes=pageable,
@@ -112,8 +118,8 @@ def scenario_warnings(arch: Architecture, sc: Scenario) -> tuple[str, ...]:
             f"Sequence length {sc.seq_len:,} exceeds this model's max_position_embeddings "
             f"({arch.max_position_embeddings:,}); training beyond it needs RoPE scaling or gives poor results."
         )
-    if sc.method is not Method.FULL:
-        narrow = [lin for lin in resolve_targets(arch, sc.lora_targets) if sc.lora_r > min(lin.in_features, lin.out_features)]
+    if sc.method in LORA_FAMILY or sc.method in (Method.ADALORA, Method.LOHA):
+        narrow = [lin for lin in targeted(arch, sc) if sc.lora_r > min(lin.in_features, lin.out_features)]
         if narrow:
             lin = narrow[0]
             out.append(

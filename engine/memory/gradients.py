@@ -15,6 +15,10 @@ def gradients_component(t: ParamTensors, sc: Scenario) -> MemoryComponent:
     # so they are alive at the start of the next backward too; otherwise Trainer's zero_grad(set_to_none)
     # frees them before the forward.
     phases: tuple[Phase, ...] = step_phases(sc) if sc.gradient_accumulation_steps > 1 else ("backward_end", "optimizer_step")
+    if sc.method is Method.ADALORA and len(phases) == 2:
+        # AdaLoRA adds an orthogonality penalty on lora_A/lora_B to the loss (PEFT 0.21 AdaLoraModel.forward): its
+        # backward runs first, so the adapters' gradients exist from the start of backward.
+        phases = tuple(p for p in step_phases(sc) if p != "forward")
     return MemoryComponent(
         key="gradients",
         label="Gradients",

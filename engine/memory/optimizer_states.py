@@ -10,8 +10,8 @@ from engine.scenario.training import Scenario
 
 
 def optimizer_components(t: ParamTensors, sc: Scenario) -> list[MemoryComponent]:
-    states = optimizer_state_bytes(t.trainable, sc.optimizer)
-    temps = step_temporary_bytes(t.trainable, sc.optimizer)
+    states = optimizer_state_bytes(t.trainable, sc.optimizer, sc.galore_rank)
+    temps = step_temporary_bytes(t.trainable, sc.optimizer, sc.galore_rank)
     paged = " (paged: unified memory, may be evicted to CPU RAM)" if is_paged(sc.optimizer) else ""
     return [
         MemoryComponent(

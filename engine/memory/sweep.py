@@ -16,9 +16,9 @@ from engine.errors import ScenarioError
 from engine.memory.result import MemoryEstimate
 from engine.memory.estimate import estimate_memory
 from engine.scenario.precision import PrecisionMode, precision_spec
-from engine.scenario.training import Method, Scenario
+from engine.scenario.training import METHOD_LABELS, Method, Scenario
 
-METHOD_SHORT = {Method.FULL: "Full FT", Method.LORA: "LoRA", Method.QLORA: "QLoRA"}
+METHOD_SHORT = {**METHOD_LABELS, Method.FULL: "Full FT"}
 
 DEFAULT_METHODS = (Method.FULL, Method.LORA, Method.QLORA)
 DEFAULT_PRECISIONS = (PrecisionMode.FP32, PrecisionMode.AMP_BF16, PrecisionMode.BF16)
@@ -43,7 +43,10 @@ def sweep_techniques(
     methods: Sequence[Method] = DEFAULT_METHODS,
     precisions: Sequence[PrecisionMode] = DEFAULT_PRECISIONS,
 ) -> list[SweepRow]:
-    """Estimate ``base`` with each method x precision; the base's own pair is flagged ``is_current``."""
+    """Estimate ``base`` with each method x precision; the base's own pair is flagged ``is_current``. A PEFT method
+    beyond the defaults (DoRA, IA3, ...) that ``base`` uses is added after them, so the chart shows it too."""
+    if base.method not in methods:
+        methods = (*methods, base.method)
     rows = []
     for method in methods:
         for precision in precisions:

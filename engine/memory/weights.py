@@ -10,7 +10,7 @@ from engine.errors import ScenarioError
 from engine.memory.components import MemoryComponent, Phase, step_phases
 from engine.model.architecture import Architecture, TensorGroup
 from engine.model.quantization import StoredQuantization
-from engine.scenario.lora import adapter_tensors
+from engine.memory.adapters import peft_tensor_bytes
 from engine.scenario.precision import PrecisionSpec
 from engine.scenario.training import Framework, Method, QuantType, Scenario
 
@@ -62,9 +62,10 @@ def split_tensors(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> Para
         return prequantized(arch, sc, spec, stored, vision)
     if sc.method is Method.FULL:
         return ParamTensors(trainable=[(g, spec.weight_bytes) for g in arch.tensors], frozen=vision, quantized=[])
-    adapters = [(g, adapter_bytes(sc, spec)) for g in adapter_tensors(arch, sc.lora_r, sc.lora_targets)]
-    if sc.method is Method.LORA:
-        return ParamTensors(trainable=adapters, frozen=[(g, spec.weight_bytes) for g in arch.tensors] + vision, quantized=[])
+    adapters, buffers = peft_tensor_bytes(arch, sc, spec)  # LoRA's A/B or another PEFT method's tensors
+    if sc.method is not Method.QLORA:
+        return ParamTensors(trainable=adapters, frozen=[(g, spec.weight_bytes) for g in arch.tensors] + vision + buffers,
+                            quantized=[])
     # bitsandbytes replaces every nn.Linear but the LM head, the vision tower's included.
     other_bytes = 4.0 if sc.prepare_kbit_training else spec.weight_bytes
     everything = list(arch.tensors) + list(arch.vision_tensors)
@@ -114,7 +115,7 @@ def prequantized(
     # bitsandbytes quantizers set torch_dtype=float16 when none is given; an fp32 load must ask for it: fp32 mode).
     other_bytes = 4.0 if sc.method is Method.QLORA and sc.prepare_kbit_training else float(spec.compute_bytes)
     return ParamTensors(
-        trainable=[(g, adapter_bytes(sc, spec)) for g in adapter_tensors(arch, sc.lora_r, sc.lora_targets)],
+        trainable=peft_tensor_bytes(arch, sc, spec)[0],
         frozen=[(g, other_bytes) for g in arch.tensors if not g.linear] + vision,
         quantized=[g for g in arch.tensors if g.linear],
         quantized_bpp=stored.bytes_per_param,
@@ -174,7 +175,7 @@ def low_precision_copies(arch: Architecture, t: ParamTensors, sc: Scenario, spec
             phases = ("forward",)  # checkpointed blocks saved none of them; the cache dies with the forward
             block = per_layer * spec.compute_bytes
             notes.append("freed after the forward (checkpointing); one block's copies again when it is recomputed")
-    elif spec.autocast and sc.method is Method.LORA and not t.quantized:
+    elif spec.autocast and sc.method is not Method.QLORA and not t.quantized:
         layers = 0 if sc.gradient_checkpointing else arch.num_layers
         nbytes += (per_layer * layers + lm_head_params(arch)) * spec.compute_bytes
         block = per_layer * spec.compute_bytes if sc.gradient_checkpointing else 0.0

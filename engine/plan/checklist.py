@@ -48,7 +48,7 @@ from engine.memory.estimate import estimate_memory
 from engine.scenario.optimizer import Optimizer
 from engine.memory.parallel import Strategy, plan_parallel
 from engine.scenario.precision import PrecisionMode
-from engine.scenario.training import Attention, Method, Scenario
+from engine.scenario.training import METHOD_LABELS, Attention, Method, Scenario
 from engine.time.throughput import estimate_throughput
 
 
@@ -205,9 +205,11 @@ def _apply(t: Technique, sc: Scenario, user: Scenario, seq_len: int, micro_batch
         else:
             fields = {"method": user.method, "lora_r": user.lora_r, "lora_alpha": user.lora_alpha,
                       "lora_targets": user.lora_targets, "quant_type": user.quant_type, "double_quant": user.double_quant,
-                      "prepare_kbit_training": user.prepare_kbit_training}
+                      "prepare_kbit_training": user.prepare_kbit_training,
+                      "num_virtual_tokens": user.num_virtual_tokens, "modules_to_save": user.modules_to_save}
         method = fields["method"]
-        label = "QLoRA (4-bit base + LoRA)" if method is Method.QLORA else "LoRA (frozen base + adapters)"
+        label = ("QLoRA (4-bit base + LoRA)" if method is Method.QLORA
+                 else f"{METHOD_LABELS[method]} (frozen base + adapters)")  # LoRA, DoRA, IA3, prompt tuning, ...
         return (fields, label, f"method full -> {method.value}, rank {fields['lora_r']}",
                 "frozen base: no weight gradients (4N FLOPs per token instead of 6N); QLoRA dequantizes each 4-bit weight "
                 "on every use")

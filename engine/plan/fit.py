@@ -292,6 +292,9 @@ TECHNIQUES: tuple[Technique, ...] = (
               overrides={"method": Method.FULL, "precision": PrecisionMode.AMP_BF16, "optimizer": Optimizer.ADAMW_8BIT}),
     Technique(key="lora", label="LoRA · bf16 base", overrides={"method": Method.LORA, "precision": PrecisionMode.BF16}),
     Technique(key="qlora", label="QLoRA · 4-bit base", overrides={"method": Method.QLORA, "precision": PrecisionMode.BF16}),
+    Technique(key="dora", label="DoRA · bf16 base", overrides={"method": Method.DORA, "precision": PrecisionMode.BF16}),
+    Technique(key="full_galore", label="Full · pure bf16 + GaLore AdamW",
+              overrides={"method": Method.FULL, "precision": PrecisionMode.BF16, "optimizer": Optimizer.GALORE_ADAMW}),
     Technique(key="full_zero3", label="Full · mixed bf16, ZeRO-3 (min GPUs)",
               overrides={"method": Method.FULL, "precision": PrecisionMode.AMP_BF16}, strategy=Strategy.ZERO3),
 )

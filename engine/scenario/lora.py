@@ -48,6 +48,8 @@ def resolve_targets(arch: Architecture, targets: tuple[str, ...] | None) -> list
         raise ScenarioError(
             f"LoRA target(s) {', '.join(unknown)} match no linear layer of this {arch.model_type} model; "
             f"available: {', '.join(arch.linear_target_names())} (or {ALL_LINEAR})"
+            + ("; to train the LM head (or the embeddings) in full, use modules_to_save (--modules-to-save lm_head)"
+               if any(t in ("lm_head", "embed_tokens") for t in unknown) else "")
         )
     return [lin for lin in arch.layer_linears if any(lin.matches(t) for t in targets)]
 

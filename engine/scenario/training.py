@@ -28,6 +28,16 @@ class Method(str, Enum):
     FULL = "full"
     LORA = "lora"
     QLORA = "qlora"
+    # PEFT methods beyond LoRA (trainable tensors: engine.scenario.peft)
+    DORA = "dora"
+    IA3 = "ia3"
+    VERA = "vera"
+    LOHA = "loha"
+    LOKR = "lokr"
+    ADALORA = "adalora"
+    PROMPT_TUNING = "prompt_tuning"
+    PREFIX_TUNING = "prefix_tuning"
+    P_TUNING = "p_tuning"
 
 
 class Attention(str, Enum):
@@ -87,12 +97,13 @@ class QuantStorage(str, Enum):
 
 FRAMEWORK_LABELS = {Framework.HF: "Hugging Face (Trainer + PEFT)", Framework.LITGPT: "LitGPT", Framework.TORCHTUNE: "torchtune"}
 
-METHOD_LABELS = {Method.FULL: "Full fine-tuning", Method.LORA: "LoRA", Method.QLORA: "QLoRA"}
+METHOD_LABELS = {Method.FULL: "Full fine-tuning", Method.LORA: "LoRA", Method.QLORA: "QLoRA", Method.DORA: "DoRA",
+                 Method.IA3: "IA3", Method.VERA: "VeRA", Method.LOHA: "LoHa", Method.LOKR: "LoKr",
+                 Method.ADALORA: "AdaLoRA", Method.PROMPT_TUNING: "Prompt tuning",
+                 Method.PREFIX_TUNING: "Prefix tuning", Method.P_TUNING: "P-tuning"}
 
 DEFAULT_PRECISION: dict[Method, PrecisionMode] = {
-    Method.FULL: PrecisionMode.AMP_BF16,
-    Method.LORA: PrecisionMode.BF16,
-    Method.QLORA: PrecisionMode.BF16,
+    m: PrecisionMode.AMP_BF16 if m is Method.FULL else PrecisionMode.BF16 for m in Method
 }
 """The precision a scenario gets when none is chosen: what the Hugging Face docs and PEFT examples do per method.
 
@@ -104,7 +115,8 @@ DEFAULT_PRECISION: dict[Method, PrecisionMode] = {
 - QLoRA: ``BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16)`` with
   ``torch_dtype=torch.bfloat16`` (transformers bitsandbytes docs, PEFT QLoRA examples): 4-bit base, bf16 compute.
 
-A method missing here (added later) falls back to mixed bf16. Other precisions stay one choice away (and the
+Every other PEFT method (DoRA, IA3, VeRA, LoHa, LoKr, AdaLoRA, prompt / prefix / P-tuning) is set up like LoRA in
+the PEFT examples: a bf16 base. Other precisions stay one choice away (and the
 technique chart, :mod:`engine.memory.sweep`, shows them side by side).
 """
 
@@ -125,6 +137,11 @@ class Scenario(BaseModel):
     (Liger Kernel's fused linear cross-entropy, ``TrainingArguments(use_liger_kernel=True)``).
     ``framework``: see :class:`Framework` (the Hugging Face stack by default).
     ``quant_storage``: QLoRA's ``bnb_4bit_quant_storage`` (:class:`QuantStorage`; matters only over many GPUs).
+    PEFT methods and tricks (:mod:`engine.scenario.peft`): ``num_virtual_tokens`` (prompt/prefix/P-tuning),
+    ``modules_to_save`` (trainable copies, e.g. ``embed_tokens``, ``lm_head``), ``use_rslora`` (scaling alpha/sqrt(r):
+    no memory effect), ``loraplus_lr_ratio`` (LoRA+: B's learning rate ratio, no memory effect), ``galore_rank``
+    (``optim=galore_adamw``), ``gradient_checkpointing_offload`` (Unsloth-style: checkpointed layer inputs in CPU
+    RAM), ``liger_kernels`` (Liger's RMSNorm, SwiGLU and RoPE kernels; the fused loss is ``fused_cross_entropy``).
     """
 
     # allow_inf_nan=False: NaN or Infinity in a file or a link is an error, never a number (every float field).
@@ -148,6 +165,13 @@ class Scenario(BaseModel):
     prepare_kbit_training: bool = True
     fused_cross_entropy: bool = False
     framework: Framework = Framework.HF
+    num_virtual_tokens: int = Field(20, ge=1, le=65_536)
+    modules_to_save: tuple[str, ...] | None = None
+    use_rslora: bool = False
+    loraplus_lr_ratio: float | None = Field(None, gt=0)
+    galore_rank: int = Field(128, ge=1, le=65_536)
+    gradient_checkpointing_offload: bool = False
+    liger_kernels: bool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -160,7 +184,7 @@ class Scenario(BaseModel):
                 return data  # an invalid method: its own field error says so
         return data
 
-    @field_validator("lora_targets", mode="before")
+    @field_validator("lora_targets", "modules_to_save", mode="before")
     @classmethod
     def _split_targets(cls, value: Any) -> Any:
         # Accept "q_proj,v_proj" as well as a list, as users type it on the command line.
@@ -172,6 +196,7 @@ class Scenario(BaseModel):
     def _consistent(self) -> "Scenario":
         if self.attention is Attention.FLASH_ATTENTION_2 and self.precision is PrecisionMode.FP32:
             raise ValueError("flash_attention_2 runs only in fp16/bf16; choose a 16-bit or mixed precision, or sdpa/eager")
+        _check_peft(self)
         return self
 
     @property
@@ -190,3 +215,24 @@ class Scenario(BaseModel):
             return cls(**fields)
         except ValidationError as exc:
             raise ScenarioError(explain_validation(exc, all_errors=True)) from None
+
+
+_LORA_PAIRS = (Method.LORA, Method.QLORA, Method.DORA)
+
+
+def _check_peft(sc: Scenario) -> None:
+    """Combinations PEFT, transformers or the optimizer would reject (ValueError, shown by :meth:`Scenario.build`)."""
+    name = sc.optimizer.value
+    if name == "galore_adamw" and sc.method is not Method.FULL:
+        raise ValueError("galore_adamw projects the gradients of full weights: use it with method full")
+    if name == "lora_fa" and sc.method not in _LORA_PAIRS:
+        raise ValueError("lora_fa freezes LoRA's A matrices: use it with method lora, qlora or dora")
+    if (sc.use_rslora or sc.loraplus_lr_ratio is not None) and sc.method not in _LORA_PAIRS:
+        raise ValueError("use_rslora / loraplus_lr_ratio apply to LoRA's A and B: use method lora, qlora or dora")
+    if sc.modules_to_save and sc.method is Method.FULL:
+        raise ValueError("modules_to_save is for PEFT methods; full fine-tuning already trains every module")
+    if sc.method is Method.PREFIX_TUNING and sc.gradient_checkpointing:
+        raise ValueError("PEFT 0.21 rejects prefix tuning with gradient checkpointing ('PREFIX_TUNING does not work with "
+                         "gradient checkpointing'); turn one of them off")
+    if sc.gradient_checkpointing_offload and not sc.gradient_checkpointing:
+        raise ValueError("gradient_checkpointing_offload offloads the checkpointed layer inputs: turn on gradient_checkpointing")

@@ -95,6 +95,12 @@ def data_parallel_link(gpu: Gpu, num_gpus: int, gpus_per_node: int = GPUS_PER_NO
     return Link(name=name, bus_bytes_per_s=intra)
 
 
+def host_link_bytes_per_s(gpu: Gpu) -> float:
+    """Bytes/s one way between a GPU and its host (CPU RAM): PCIe at :data:`PCIE_BUS_EFFICIENCY` of its per-direction
+    figure (a PCIe 3.0 x16 link's 15.75 GB/s when the catalog has none). Used for CPU offload traffic."""
+    return (gpu.pcie_gbps_per_direction or 15.75) * 1e9 * PCIE_BUS_EFFICIENCY
+
+
 def all_reduce_seconds(nbytes: float, n: int, link: Link, calls: int = 1) -> float:
     """Ring all-reduce of ``nbytes`` per rank over ``n`` ranks in ``calls`` buckets: ``2(n-1)/n x S / busbw``
     + latency per call. 0 for one rank."""

@@ -25,10 +25,11 @@ from engine.hardware.gpus import Gpu
 from engine.memory.parallel import Strategy
 from engine.memory.result import MemoryEstimate
 from engine.model.architecture import Architecture
-from engine.scenario.lora import resolve_targets
+from engine.scenario.peft import LORA_FAMILY, effective_seq_len, targeted
 from engine.scenario.precision import precision_spec
 from engine.scenario.training import Framework, Method, Scenario
 from engine.time import collectives as cc
+from engine.time.adapters import extra_adapter_flops, galore_flops_per_step, offload_transfer_bytes
 from engine.time.attention import attention_seconds, attention_work
 from engine.time.gemm import Roofline, gemm_work, step_gemms
 from engine.time.memory_bound import (
@@ -87,6 +88,8 @@ class _Work(NamedTuple):
     kernels_fwd: float
     kernels_bwd: float
     tensors: int
+    adapter_flops: float  # PEFT methods' work beyond the base and LoRA GEMMs (engine.time.adapters)
+    offload_bytes: float  # Unsloth-style offloaded checkpointing: block inputs to the CPU and back, per micro batch
 
 
 _WORK: dict[tuple[int, Scenario, bool, str], tuple[Architecture, _Work]] = {}
@@ -106,7 +109,8 @@ def _work(arch: Architecture, sc: Scenario, kernel: str, fused: bool) -> _Work:
     t = float(sc.tokens_per_micro_batch)
     layers = arch.num_layers
     resid = 4 if (spec.weight_bytes == 4 or (sc.method is Method.QLORA and sc.prepare_kbit_training)) else spec.weight_bytes
-    targets = resolve_targets(arch, sc.lora_targets) if sc.method is not Method.FULL else []
+    adapted = targeted(arch, sc)  # the modules a PEFT method adapts (LoRA's A/B GEMMs only for the LoRA family)
+    targets = adapted if sc.method in LORA_FAMILY else []
     works: dict[str, list[tuple[float, float]]] = {"forward": [], "backward": [], "recompute": []}
     gemm_flops = recompute_flops = 0.0
     for gm in step_gemms(arch, sc, c, targets):
@@ -123,7 +127,7 @@ def _work(arch: Architecture, sc: Scenario, kernel: str, fused: bool) -> _Work:
     executed = model_flops + recompute_flops + (full if sc.gradient_checkpointing else 0.0)
     linear_params = sum(gr.parameters for gr in arch.tensors if gr.linear)
     cast_f, cast_b = cast_bytes_per_use(spec.autocast and spec.weight_bytes == 4)
-    k_layer = layer_kernels(arch, sc, kernel, fused, sum(lin.count for lin in targets))
+    k_layer = layer_kernels(arch, sc, kernel, fused, sum(lin.count for lin in adapted))
     k_fwd = layers * k_layer + HEAD_KERNELS
     w = _Work(
         gemms={phase: Roofline(items) for phase, items in works.items()}, model_flops=model_flops, executed_flops=executed, attention_full=full,
@@ -137,6 +141,8 @@ def _work(arch: Architecture, sc: Scenario, kernel: str, fused: bool) -> _Work:
         kernels_fwd=k_fwd,
         kernels_bwd=BACKWARD_HOST_FACTOR * k_fwd + (layers * k_layer if sc.gradient_checkpointing else 0.0),
         tensors=_trainable_tensors(arch, sc, targets),
+        adapter_flops=extra_adapter_flops(arch, sc),
+        offload_bytes=offload_transfer_bytes(arch, sc, resid),
     )
     if len(_WORK) >= _WORK_SIZE:
         _WORK.clear()
@@ -155,6 +161,11 @@ def step_time(
     chains (fewer bytes and kernels, :mod:`engine.time.memory_bound`, :mod:`engine.time.overhead`).
     """
     kernel = est.attention_kernel
+    # Prompt tuning and P-tuning prepend virtual tokens: the model runs on s + n tokens per sequence (the tokens
+    # trained on, and so tokens/s, stay the user's s).
+    user_tokens = sc.tokens_per_micro_batch
+    if effective_seq_len(sc) != sc.seq_len:
+        sc = sc.model_copy(update={"seq_len": effective_seq_len(sc)})
     w = _work(arch, sc, kernel, fused_kernels)
     bw, mm = rates.hbm_bytes_per_s, rates.matmul_flops
     g = {phase: roof.seconds(mm, bw) for phase, roof in w.gemms.items()}
@@ -170,8 +181,12 @@ def step_time(
     dq_rec = dq if ckpt else 0.0
 
     # Each pass: GPU time or the host's kernel launches, whichever is longer.
-    gpu_fwd = g["forward"] + a_fwd + mb_fwd + dq
-    gpu_bwd = g["backward"] + g["recompute"] + a_bwd + a_rec + mb_bwd + mb_rec + dq + dq_rec
+    # PEFT methods' extra work (a forward and two backward matmuls per adapted module, engine.time.adapters), at
+    # the GEMM rate: a third in the forward (and the recompute), two thirds in the backward.
+    ad = w.adapter_flops / mm
+    ad_fwd, ad_bwd = ad / 3, 2 * ad / 3 + (ad / 3 if ckpt else 0.0)
+    gpu_fwd = g["forward"] + a_fwd + mb_fwd + dq + ad_fwd
+    gpu_bwd = g["backward"] + g["recompute"] + a_bwd + a_rec + mb_bwd + mb_rec + dq + dq_rec + ad_bwd
     host = (max(0.0, w.kernels_fwd * SECONDS_PER_KERNEL - gpu_fwd)
             + max(0.0, w.kernels_bwd * SECONDS_PER_KERNEL - gpu_bwd))
     gas = sc.gradient_accumulation_steps
@@ -184,21 +199,24 @@ def step_time(
     trainable_w = parts["weights"].bytes if sc.method is Method.FULL else \
         est.trainable_parameters * (4 if sc.framework is Framework.HF else precision_spec(sc.precision).weight_bytes)
     opt_bytes = optimizer_bytes(trainable_w, states, grads, sc.optimizer, clip=sc.framework is Framework.HF)
-    opt_gpu = opt_bytes / shards / bw
+    # GaLore projects every gradient and the update (and refreshes its SVD every update_proj_gap steps): matmul work.
+    opt_gpu = opt_bytes / shards / bw + galore_flops_per_step(arch, sc) / shards / mm
     opt = max(opt_gpu, optimizer_host_seconds(sc.optimizer, -(-w.tensors // shards)))
 
     comm, link = _communication(arch, sc, est, gpu, num_gpus, strategy, gpu_fwd, gpu_bwd)
+    # Offloaded checkpointing copies overlap compute (non_blocking); what the passes do not hide is exposed.
+    offload = gas * max(0.0, w.offload_bytes / cc.host_link_bytes_per_s(gpu) - gpu_fwd - gpu_bwd)
     breakdown = {
-        "matmul": gas * (g["forward"] + g["backward"] + g["recompute"]),
+        "matmul": gas * (g["forward"] + g["backward"] + g["recompute"] + ad_fwd + ad_bwd),
         "attention": gas * (a_fwd + a_bwd + a_rec),
         "memory_bound": gas * (mb_fwd + mb_bwd + mb_rec),
         "dequantization": gas * (2 * dq + dq_rec),
         "optimizer": opt_gpu,
-        "communication": comm,
+        "communication": comm + offload,
         "overhead": gas * host + STEP_SECONDS + (opt - opt_gpu),
     }
     return StepTime.model_construct(
-        tokens=sc.tokens_per_micro_batch * gas, breakdown_s=breakdown, executed_flops=w.executed_flops * gas,
+        tokens=user_tokens * gas, breakdown_s=breakdown, executed_flops=w.executed_flops * gas,
         model_flops=w.model_flops * gas, attention_kernel=kernel, link=link,
     )
 

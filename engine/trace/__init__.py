@@ -48,8 +48,9 @@ DEFAULT_TIMEOUT_S = 300.0
 """Default limit for one trace (worker start, first build of the extension, model build, two steps)."""
 REQUIRED = ("torch", "transformers", "peft")
 
-TRACEABLE_OPTIMIZERS = {"adamw", "adamw_fused", "adafactor", "sgd", "sgd_momentum"}
-"""Optimizers the worker can build (torch's AdamW foreach/fused and SGD, transformers' Adafactor)."""
+TRACEABLE_OPTIMIZERS = {"adamw", "adamw_fused", "adafactor", "sgd", "sgd_momentum", "galore_adamw", "lora_fa"}
+"""Optimizers the worker can build (torch's AdamW foreach/fused and SGD, transformers' Adafactor, galore-torch's
+GaLoreAdamW, PEFT's LoRA-FA)."""
 
 
 def tracer_available() -> tuple[bool, str]:
@@ -90,6 +91,14 @@ def check_traceable(scenario: Scenario, config: dict[str, Any] | None = None) ->
         raise NotTraceableError(
             "the fused linear cross-entropy is not traceable: Liger Kernel's loss runs Triton GPU kernels "
             "(no fake-tensor implementation); trace without it to see the logits it would save")
+    if getattr(scenario, "liger_kernels", False):
+        raise NotTraceableError(
+            "Liger Kernel's RMSNorm, SwiGLU and RoPE are Triton GPU kernels (no fake-tensor implementation); "
+            "trace without liger_kernels to see what the unfused modules save")
+    if getattr(scenario, "gradient_checkpointing_offload", False):
+        raise NotTraceableError(
+            "Unsloth-style offloaded checkpointing is Unsloth's own autograd function, and Unsloth imports only with a "
+            "CUDA GPU (its Triton kernels); trace gradient checkpointing without offload instead")
     quant = (config or {}).get("quantization_config")
     if quant:
         method = quant.get("quant_method", "unknown") if isinstance(quant, dict) else "unknown"
@@ -102,12 +111,17 @@ def _request(config: dict[str, Any], scenario: Scenario) -> dict[str, Any]:
     """The worker's input. LoRA's default targets are resolved by the engine (every attention projection,
     :func:`engine.scenario.lora.default_targets`), not left to PEFT's per-model default (often q_proj, v_proj only)."""
     spec = scenario.model_dump(mode="json")
-    if scenario.method is Method.LORA and scenario.lora_targets is None:
+    from engine.scenario.peft import is_feedforward, method_default_targets, targeted, uses_targets
+
+    if uses_targets(scenario.method):
         from engine.model.build import architecture_or_approximation
-        from engine.scenario.lora import default_targets
 
         try:
-            spec["lora_targets"] = list(default_targets(architecture_or_approximation(config)[0]))
+            arch = architecture_or_approximation(config)[0]
+            if scenario.lora_targets is None:
+                spec["lora_targets"] = list(method_default_targets(arch, scenario.method))
+            if scenario.method is Method.IA3:  # which targets IA3 scales at their input
+                spec["ia3_feedforward_modules"] = [lin.module for lin in targeted(arch, scenario) if is_feedforward(arch, lin)]
         except EngineError:  # the engine cannot read this config: let PEFT pick its default
             pass
     return {"config": config, "scenario": spec}

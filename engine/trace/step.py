@@ -27,6 +27,7 @@ from typing import Any, Callable
 import torch
 
 from engine.trace import patches
+from engine.trace.peft_build import after_step as peft_after_step
 from engine.trace.counter import AllocationLog, CountingMode, storage_key
 from engine.trace.result import PHASES
 
@@ -71,14 +72,13 @@ def build_model(config: dict[str, Any], spec: dict[str, Any], device: str) -> to
 
 
 def add_lora(model: torch.nn.Module, spec: dict[str, Any]) -> torch.nn.Module:
-    """Wrap ``model`` with PEFT LoRA adapters as ``get_peft_model(model, LoraConfig(...))`` does."""
-    from peft import LoraConfig, get_peft_model
+    """Wrap ``model`` with the PEFT adapters of ``spec['method']`` as ``get_peft_model(model, config)`` does
+    (LoRA and the other PEFT methods: :func:`engine.trace.peft_build.peft_config`)."""
+    from peft import get_peft_model
 
-    targets = spec["lora_targets"]
-    if targets is not None and "all-linear" in targets:
-        targets = "all-linear"
-    cfg = LoraConfig(r=spec["lora_r"], lora_alpha=spec["lora_alpha"], lora_dropout=spec["lora_dropout"],
-                     target_modules=targets, task_type="CAUSAL_LM")
+    from engine.trace.peft_build import peft_config
+
+    cfg = peft_config(spec)
     # PEFT moves each new adapter to its base layer's device and dtype with Module.to(). For FakeTensor
     # parameters, Module._apply insists on swapping tensors in place (torch.utils.swap_tensors), which
     # fails while other references exist; for the time of the wrapping, parameters are replaced by new
@@ -107,8 +107,16 @@ def _apply_by_replacement(self: torch.nn.Module, fn, recurse: bool = True) -> to
     return self
 
 
-def make_optimizer(model: torch.nn.Module, name: str) -> torch.optim.Optimizer:
-    """The optimizer ``TrainingArguments(optim=...)`` builds, over Trainer's two parameter groups."""
+def make_optimizer(model: torch.nn.Module, name: str, spec: dict[str, Any] | None = None) -> torch.optim.Optimizer:
+    """The optimizer ``TrainingArguments(optim=...)`` builds, over Trainer's two parameter groups (GaLore and
+    LoRA-FA build their own groups: :mod:`engine.trace.peft_build`)."""
+    from engine.trace import peft_build
+
+    if name == "galore_adamw":
+        return peft_build.galore_adamw()(peft_build.galore_groups(model, spec or {}), lr=LEARNING_RATE,
+                                         no_deprecation_warning=True)
+    if name == "lora_fa":
+        return peft_build.lorafa(model, spec or {}, LEARNING_RATE)
     no_decay_modules = {n for n, m in model.named_modules() if isinstance(m, torch.nn.LayerNorm)}
     decay, other = [], []
     for n, p in model.named_parameters():
@@ -164,10 +172,10 @@ def run(config: dict[str, Any], spec: dict[str, Any], device: str = "cuda", fake
         model = build_model(config, spec, device)
         if spec["gradient_checkpointing"]:
             model.activation_checkpointing_enable()
-        if spec["method"] == "lora":
+        if spec["method"] != "full":
             model = add_lora(model, spec)
         model.train()
-        optimizer = make_optimizer(model, spec["optimizer"])
+        optimizer = make_optimizer(model, spec["optimizer"], spec)
         log = AllocationLog(device_type=torch.device(device).type)
         weights = {storage_key(p) for p in model.parameters()}
         for p in model.parameters():
@@ -220,6 +228,7 @@ def _train_step(model, optimizer, trainable, spec, device, log: AllocationLog, s
     log.mark(step, "optimizer")
     torch.nn.utils.clip_grad_norm_(trainable, MAX_GRAD_NORM)
     optimizer.step()
+    peft_after_step(model, spec, step)
     for state in optimizer.state.values():
         for value in state.values():
             if isinstance(value, torch.Tensor):

@@ -177,6 +177,8 @@ class MeasuredMemory(BaseModel):
     expressible: bool
     reason: str = ""
     assumptions: str = ""
+    num_virtual_tokens: int | None = Field(None, ge=1)
+    use_rslora: bool | None = None
 
     @field_validator("*", mode="before")
     @classmethod
@@ -208,11 +210,16 @@ class MeasuredMemory(BaseModel):
 
 
 _OPTIONAL_NUMBERS = {"measured_value", "micro_batch_size", "seq_len", "gradient_checkpointing", "lora_r", "lora_alpha",
-                     "double_quant", "prepare_kbit_training"}
+                     "double_quant", "prepare_kbit_training", "num_virtual_tokens", "use_rslora"}
+
+
+PEFT_MEASURED_MEMORY_FILE = "peft_measured_memory.csv"
+"""Published peaks of the PEFT methods (issue 18), in the schema of ``measured_memory.csv`` plus
+``num_virtual_tokens`` and ``use_rslora``: PEFT's own method comparison (MetaMathQA, Llama-3.2-3B on one L40S)."""
 
 
 @lru_cache(maxsize=1)
-def load_measured_memory() -> tuple[MeasuredMemory, ...]:
+def load_measured_memory(filename: str = MEASURED_MEMORY_FILE) -> tuple[MeasuredMemory, ...]:
     """Every row of ``data/measured_memory.csv``, in file order (the order of the published reference table).
 
     Raises:
@@ -220,7 +227,7 @@ def load_measured_memory() -> tuple[MeasuredMemory, ...]:
             or an expressible row whose ``catalog_model`` is not bundled.
     """
     out: list[MeasuredMemory] = []
-    for label, row in labelled_csv_rows(MEASURED_MEMORY_FILE):
+    for label, row in labelled_csv_rows(filename):
         m = validated_row(MeasuredMemory, row, label)
         if any(o.id == m.id for o in out):
             raise CatalogError(f"{label}: duplicate id")

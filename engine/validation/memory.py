@@ -92,7 +92,8 @@ def row_scenario(m: MeasuredMemory) -> Scenario:
         "micro_batch_size": m.micro_batch_size, "seq_len": m.seq_len, "gradient_checkpointing": m.gradient_checkpointing,
         "attention": m.attention or None, "lora_r": m.lora_r, "lora_alpha": m.lora_alpha,
         "lora_targets": m.lora_targets or None, "double_quant": m.double_quant,
-        "prepare_kbit_training": m.prepare_kbit_training,
+        "prepare_kbit_training": m.prepare_kbit_training, "num_virtual_tokens": m.num_virtual_tokens,
+        "use_rslora": m.use_rslora or None,
     }
     fields.update({k: v for k, v in optional.items() if v is not None})
     return Scenario.build(**fields)

@@ -110,13 +110,13 @@ def test_shared_url_reproduces_the_memory_totals(new_app):
 
 def test_bad_url_values_are_ignored_with_a_warning(new_app):
     at = new_app()
-    for k, v in {"method": "dora", "micro_batch_size": "-2", "seq_len": "abc", "model": "acme/nope",
+    for k, v in {"method": "bitfit", "micro_batch_size": "-2", "seq_len": "abc", "model": "acme/nope",
                  "lora_targets": "nonexistent_proj", "precision": "bf16"}.items():
         at.query_params[k] = v
     at.run()
     no_exception(at)
     text = " ".join(w.value for w in at.warning)
-    for needle in ("method='dora'", "micro_batch_size='-2'", "seq_len='abc'", "model='acme/nope'"):
+    for needle in ("method='bitfit'", "micro_batch_size='-2'", "seq_len='abc'", "model='acme/nope'"):
         assert needle in text
     assert at.selectbox(key="precision").value.value == "bf16"  # the good value is kept
     assert at.number_input(key="micro_batch_size").value == 1

@@ -168,7 +168,7 @@ def test_default_optimizer_is_the_trainer_default():
 
 
 def test_scenario_validation():
-    for bad in [{"micro_batch_size": 0}, {"seq_len": 10_000_000}, {"method": "dora"}, {"lora_r": 0},
+    for bad in [{"micro_batch_size": 0}, {"seq_len": 10_000_000}, {"method": "bitfit"}, {"lora_r": 0},
                 {"precision": "fp32", "attention": "flash_attention_2"}, {"optimizer": "adam"}]:
         with pytest.raises(ScenarioError):
             Scenario.build(**bad)

@@ -167,7 +167,7 @@ def test_model_matrix_estimates_each_model_once_and_agrees_with_check_fit(catalo
 def test_technique_matrix_rows(llama):
     gpus = load_gpus()
     m = technique_matrix(llama, Scenario(), gpus)
-    assert [r.label for r in m.rows] == [t.label for t in TECHNIQUES] + ["Inference · bf16 serving"] and len(TECHNIQUES) == 8
+    assert [r.label for r in m.rows] == [t.label for t in TECHNIQUES] + ["Inference · bf16 serving"] and len(TECHNIQUES) == 10
     serving = m.rows[-1]
     # Serving Llama-3.1-8B in bf16 with 2,048 tokens of KV cache (128 KiB/token = 256 MiB): about 15.4 GiB, so one
     # replica fits a 24 GB card and not a 16 GB T4.

@@ -137,7 +137,7 @@ def test_import_negative_batch(exported):
 
 
 def test_import_unknown_method(exported):
-    only_second_loads(plans_from_csv(corrupt(exported, "method", "dora")), "method")
+    only_second_loads(plans_from_csv(corrupt(exported, "method", "bitfit")), "method")
 
 
 def test_import_row_with_a_missing_cell(exported):

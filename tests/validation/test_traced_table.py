@@ -18,8 +18,9 @@ from engine.trace.result import CATEGORIES, PHASES
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = ROOT / "data" / "traced_scenarios.csv"
 MODELS = {"gpt2", "llama", "qwen", "mistral"}
-INT_FIELDS = ("micro_batch_size", "seq_len", "gradient_accumulation_steps", "lora_r")
-BOOL_FIELDS = ("gradient_checkpointing", "double_quant", "prepare_kbit_training", "fused_cross_entropy")
+INT_FIELDS = ("micro_batch_size", "seq_len", "gradient_accumulation_steps", "lora_r", "num_virtual_tokens", "galore_rank")
+BOOL_FIELDS = ("gradient_checkpointing", "double_quant", "prepare_kbit_training", "fused_cross_entropy", "use_rslora",
+               "gradient_checkpointing_offload", "liger_kernels")
 
 
 def _rows() -> list[dict[str, str]]:
@@ -44,8 +45,10 @@ def scenario_of(row: dict[str, str]) -> Scenario:
             fields[name] = text == "True"
         elif name in ("lora_alpha", "lora_dropout"):
             fields[name] = float(text)
-        elif name == "lora_targets":
+        elif name in ("lora_targets", "modules_to_save"):
             fields[name] = text or None
+        elif name == "loraplus_lr_ratio":
+            fields[name] = float(text) if text else None
         else:
             fields[name] = text
     return Scenario.build(**fields)
@@ -79,16 +82,16 @@ def test_row_is_consistent(i):
     assert all(v >= 0 and v % 512 == 0 for v in parts.values())  # 512-byte allocator blocks
     assert row["peak_phase"] in PHASES and phases[row["peak_phase"]] == peak == max(phases.values())
     total, trainable = int(row["total_parameters"]), int(row["trainable_parameters"])
-    if scenario.method.value == "lora":
-        assert 0 < trainable < total / 10
+    if scenario.method.value != "full":  # PEFT: adapters, or a trainable copy of the embedding / LM head
+        assert 0 < trainable < total / (4 if scenario.modules_to_save else 10)
     else:
         assert trainable == total
     if scenario.attention.value == "eager":
         assert row["attention_kernel"] == "eager"
     else:
         assert row["attention_kernel"] in ("flash", "memory_efficient", "math")
-    if not scenario.precision.value.startswith("amp_"):
-        assert parts["weight_copies"] == 0  # only autocast casts weights
+    if not scenario.precision.value.startswith("amp_") and scenario.method.value != "dora":
+        assert parts["weight_copies"] == 0  # only autocast casts weights (and DoRA, to its fp32 input's dtype)
     weight_bytes = 2 if scenario.precision.value in ("bf16", "fp16") else 4
     if scenario.method.value == "full":
         assert parts["parameters"] >= weight_bytes * total

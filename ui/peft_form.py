@@ -1,0 +1,34 @@
+"""Sidebar inputs of the PEFT methods and training tricks (issue 18); no formula here."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from engine.scenario.optimizer import Optimizer
+from engine.scenario.peft import PROMPT_METHODS, SAVEABLE
+from engine.scenario.training import Method
+
+
+def peft_inputs(method: Method, optimizer: Optimizer, checkpointing: bool) -> dict:
+    """Draw the inputs that apply to ``method`` / ``optimizer``; return their Scenario fields."""
+    out: dict = {}
+    if method in PROMPT_METHODS:
+        out["num_virtual_tokens"] = int(st.number_input("Virtual tokens", min_value=1, max_value=65_536, value=20, step=1,
+                                                        key="num_virtual_tokens"))
+    if method is not Method.FULL:
+        saved = st.multiselect("Modules to save (trained in full)", sorted(SAVEABLE), key="modules_to_save",
+                               help="PEFT modules_to_save: a trainable copy of the embedding / LM head, e.g. after adding tokens.")
+        out["modules_to_save"] = tuple(saved) or None
+    if method in (Method.LORA, Method.QLORA, Method.DORA):
+        out["use_rslora"] = st.toggle("rsLoRA scaling (alpha / sqrt(r))", key="use_rslora",
+                                      help="Changes the scaling only: no effect on memory or time.")
+    if optimizer is Optimizer.GALORE_ADAMW:
+        out["galore_rank"] = int(st.number_input("GaLore rank", min_value=1, max_value=65_536, value=128, step=1,
+                                                 key="galore_rank"))
+    with st.expander("Kernels and offload"):
+        out["liger_kernels"] = st.toggle("Liger RMSNorm / SwiGLU / RoPE", key="liger_kernels")
+        if checkpointing:
+            out["gradient_checkpointing_offload"] = st.toggle(
+                "Offload checkpointed inputs to CPU (Unsloth)", key="gc_offload",
+                help="Unsloth-style: each checkpointed layer input waits in CPU RAM until its backward.")
+    return out
