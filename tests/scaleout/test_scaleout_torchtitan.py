@@ -94,3 +94,15 @@ def test_torchtitan_default_pipeline_split():
     assert torchtitan_stage_layers(126, 8, 2) == (15, 16, 16, 16, 16, 16, 16, 15)
     assert torchtitan_stage_layers(32, 4) == (8, 8, 8, 8)
     assert torchtitan_stage_layers(30, 4) == (7, 8, 8, 7)
+
+
+def test_exports_name_the_right_recompute():
+    from engine.errors import ScenarioError
+    from engine.scaleout.exports import megatron_args, torchtitan_toml
+    sc = Scenario(seq_len=8192, precision="amp_bf16")
+    op = Layout(data_parallel=8, zero=3, recompute="selective_op")
+    assert 'mode = "selective"\nselective_ac_option = "op"' in torchtitan_toml(LLAMA31_8B, sc, op, None)
+    # Korthikanti's selective has no torchtitan setting; with flash SDPA it keeps what "none" keeps
+    assert 'mode = "none"' in torchtitan_toml(LLAMA31_8B, sc, Layout(data_parallel=8, zero=3, recompute="selective"), None)
+    with pytest.raises(ScenarioError, match="op-level"):
+        megatron_args(LLAMA31_8B, sc, Layout(data_parallel=8, zero=1, recompute="selective_op"), None)
