@@ -1,5 +1,5 @@
 """``python -m engine estimate`` with a parallel layout: ``--tensor-parallel N --pipeline-parallel N --context-parallel N
---expert-parallel N --sequence-parallel --recompute {none,selective,full} --virtual-pipeline N --num-nodes N`` and
+--expert-parallel N --sequence-parallel --recompute {none,selective,selective_op,full} --virtual-pipeline N --num-nodes N`` and
 ``--precision fp8 --fp8-recipe te|torchao`` (:mod:`engine.scaleout`).
 
 JSON adds ``per_rank`` (one entry per pipeline stage: ``stage``, ``peak_allocated_bytes``, ``components``),
@@ -44,7 +44,8 @@ def add_scaleout_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--expert-parallel", type=positive_int, default=None, metavar="N", help="EP degree, inside DP x CP (default 1)")
     g.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism (needs TP > 1)")
     g.add_argument("--recompute", choices=[r.value for r in Recompute], default=None,
-                   help="activation recomputation: none, selective (core attention), full (default none)")
+                   help="activation recomputation: none, selective (core attention, Megatron), selective_op (torchtitan's "
+                        "op-level SAC: every second matmul and the attention output kept), full (default none)")
     g.add_argument("--recompute-layers", type=int, default=None, metavar="N",
                    help="with --recompute full: layers recomputed per stage (Megatron --recompute-num-layers, block)")
     g.add_argument("--virtual-pipeline", type=positive_int, default=None, metavar="N",

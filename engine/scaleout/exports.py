@@ -56,6 +56,9 @@ def megatron_args(arch: Architecture, sc: Scenario, layout: Layout, fp8: Fp8Reci
               f"--moe-token-dispatcher-type {'alltoall' if layout.expert_parallel > 1 else 'allgather'}"]
         if layout.moe_capacity_factor:
             a.append(f"--moe-expert-capacity-factor {layout.moe_capacity_factor:g}")
+    if layout.recompute is Recompute.SELECTIVE_OP:
+        raise ScenarioError("torchtitan's op-level selective checkpointing has no Megatron-LM setting: choose selective "
+                            "(core attention, --recompute-granularity selective) or full")
     if layout.recompute is Recompute.SELECTIVE:
         a.append("--recompute-granularity selective")
     elif layout.recompute is Recompute.FULL:
@@ -88,9 +91,16 @@ def torchtitan_toml(arch: Architecture, sc: Scenario, layout: Layout, fp8: Fp8Re
              f'pipeline_parallel_schedule = "{schedule}"', f"pipeline_parallel_microbatch_size = {layout.micro_batch_size}",
              f"context_parallel_degree = {layout.context_parallel}", f"expert_parallel_degree = {layout.expert_parallel}",
              f"expert_tensor_parallel_degree = {layout.expert_tensor_parallel}", "",
-             "[activation_checkpoint]", f'mode = "{layout.recompute.value}"']
+             "[activation_checkpoint]"]
     if layout.recompute is Recompute.SELECTIVE:
-        lines.append('selective_ac_option = "op"')
+        # torchtitan has no attention-core-only recompute; its SDPA (flash) keeps no s x s scores, so Korthikanti's
+        # selective saves nothing over "none" there.
+        lines += ["# Korthikanti's selective recompute has no torchtitan setting; with flash SDPA it equals none",
+                  'mode = "none"']
+    elif layout.recompute is Recompute.SELECTIVE_OP:
+        lines += ['mode = "selective"', 'selective_ac_option = "op"']
+    else:
+        lines.append(f'mode = "{layout.recompute.value}"')
     if fp8 is not None:
         lines += ["", "[model]", 'converters = ["quantize.linear.float8"]', "", "[quantize.linear.float8]",
                   'recipe_name = "tensorwise"', f"enable_fsdp_float8_all_gather = {'true' if layout.zero == 3 else 'false'}",

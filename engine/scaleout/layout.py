@@ -30,10 +30,18 @@ class Recompute(str, Enum):
     """Activation recomputation (Megatron ``--recompute-granularity``; torchtitan ``activation_checkpoint.mode``).
 
     ``selective``: the core attention (QK^T, softmax, dropout, attention over V) is recomputed in backward
-    (Korthikanti et al. 2022, sec. 4.3); ``full``: each block keeps only its input and runs again in backward."""
+    (Korthikanti et al. 2022, sec. 4.3; Megatron ``--recompute-granularity selective``, whose default
+    ``recompute_modules`` is ``["core_attn"]``, ``transformer_config.py`` at d98e8a64); ``selective_op``:
+    torchtitan's op-level selective checkpointing (``activation_checkpoint.mode = "selective"``,
+    ``selective_ac_option = "op"``): every block is checkpointed and only the outputs of the ops in its
+    ``_save_list`` are kept (every second matmul, the SDPA outputs, TP reduce-scatters), see
+    :mod:`engine.scaleout.recompute`; ``full``: each block keeps only its input and runs again in backward
+    (torchtitan's layer option ``selective_ac_option = "k"``, every k-th block, is ``full`` with
+    ``recompute_layers``: :func:`engine.scaleout.recompute.torchtitan_layer_sac_layers`)."""
 
     NONE = "none"
     SELECTIVE = "selective"
+    SELECTIVE_OP = "selective_op"
     FULL = "full"
 
 

@@ -15,12 +15,27 @@ of its components is divided the way the layout divides it, and the layout's buf
   :func:`engine.memory.activations.block_activations`, the attention and MLP inner tensors / TP, the norm region and
   the linears' inputs / TP only with sequence parallelism (without it they are whole on every TP rank: the "10" in
   sbh(10 + 24/t)); everything / CP (CP splits every activation along the sequence); selective recompute drops the
-  s x s attention scores; full recompute keeps each block's input (/ TP with SP) and recomputes one block at a time.
+  s x s attention scores; full recompute keeps each block's input (/ TP with SP) and recomputes one block at a time;
+  torchtitan's op-level selective checkpointing keeps each block's input and the outputs of its saved ops
+  (:mod:`engine.scaleout.recompute`) and also recomputes one block at a time.
 - **pipeline**: stage r holds the activations of min(PP - r, m) micro batches under 1F1B (Megatron's warm-up of
   PP - r - 1 forwards, Korthikanti eq. 5: the first stage stores L layers' worth, the last one micro batch), of
   min(2(PP - r - 1) + (v - 1)PP + 1, m v) model chunks of L/(PP v) layers interleaved (Megatron ``schedules.py``
   warm-up; the first stage gets Korthikanti's 1 + (PP - 1)/(PP v)), and of all m with GPipe. The last stage holds
   the logits and loss (vocabulary-parallel cross-entropy: / TP).
+- **ZeRO-3 / FSDP** (PyTorch FSDP2 ``fully_shard`` as torchtitan applies it, ``apply_fsdp`` in
+  ``parallelize_llama.py`` at 9dec370): with mixed precision the sharded parameter is the fp32 one
+  (``MixedPrecisionPolicy(param_dtype=bf16)`` casts at the all-gather), so there is no sharded 16-bit copy:
+  fp32 weights + fp32 gradients + Adam = 16 B per parameter / (DP x CP) (DeepSpeed ZeRO-3 also keeps a 16-bit
+  partition, 2 B / N more, not modelled). Gathered in the compute dtype (1 B with torchao's float8 all-gather):
+  without PP the block in use and the one prefetched, plus the root module (embeddings, final norm, output
+  layer), which FSDP2 never reshards after forward (``FSDPState._lazy_init``: "For the root, do not reshard after
+  forward"); with PP the whole stage, since torchtitan sets ``reshard_after_forward=False`` for every block when
+  PP is on ("to avoid per-microbatch all-gathers") and ``torch.distributed.pipelining``'s
+  ``PipelineStage.backward_maybe_with_nosync`` runs every micro batch's backward with
+  ``set_reshard_after_backward(False)`` and ``set_requires_gradient_sync(False)``, so the stage's gradients
+  accumulate unsharded in the fp32 reduce dtype (``FSDPParam.to_accumulated_grad_if_needed``) until the last
+  micro batch's reduce-scatter.
 - **buffers**: :mod:`engine.scaleout.buffers`; FP8 copies: :mod:`engine.scaleout.fp8`.
 """
 
@@ -37,7 +52,7 @@ from engine.memory.device import device_memory
 from engine.memory.estimate import estimate_memory
 from engine.memory.result import MemoryEstimate
 from engine.model.architecture import Architecture
-from engine.scaleout import buffers
+from engine.scaleout import buffers, recompute
 from engine.scaleout.fp8 import Fp8Recipe, fp8_scaling_bytes, fp8_weight_cache_bytes, linear_input_factor
 from engine.scaleout.layout import Layout, Recompute, Schedule, layout_problems
 from engine.scaleout.partition import ParameterSplit, parameter_split
@@ -99,10 +114,11 @@ class Context:
 
 def effective_scenario(scenario: Scenario, layout: Layout) -> Scenario:
     """The one-GPU scenario a rank of ``layout`` runs: its micro batch, its micro batches as gradient accumulation
-    steps, full recompute as gradient checkpointing."""
+    steps, full recompute (and torchtitan's op-level SAC, which also checkpoints every block) as gradient
+    checkpointing."""
     return scenario.model_copy(update={
         "micro_batch_size": layout.micro_batch_size, "gradient_accumulation_steps": layout.micro_batches,
-        "gradient_checkpointing": layout.recompute is Recompute.FULL})
+        "gradient_checkpointing": layout.recompute in (Recompute.FULL, Recompute.SELECTIVE_OP)})
 
 
 def check_layout(arch: Architecture, scenario: Scenario, layout: Layout) -> None:
@@ -174,13 +190,18 @@ def stage_parts(ctx: Context, layout: Layout, stage: int, explain: bool = True) 
         add(key, comp.bytes * factor, phases or comp.phases, lambda: f"{why()}; one GPU: {comp.formula}")
 
     w_div = shards if (zero == 3 or (zero == 1 and ctx.master)) else 1
-    scaled("weights", share / w_div, lambda: f"{local / 1e9:.3f}B of {split.total / 1e9:.3f}B parameters on this rank"
-           + (f", / {w_div} (sharded)" if w_div > 1 else ""))
+    fsdp2_master = zero == 3 and "master_weights" in est  # FSDP2: the fp32 shard is the only sharded copy
+    scaled("weights", 0.0 if fsdp2_master else share / w_div, lambda: (
+        "none sharded: FSDP2 keeps the fp32 shard (master weights) and gathers 16-bit units" if fsdp2_master else
+        f"{local / 1e9:.3f}B of {split.total / 1e9:.3f}B parameters on this rank"
+        + (f", / {w_div} (sharded)" if w_div > 1 else "")))
     if zero != 3:
         scaled("weight_copies", share, lambda: "this rank's share", phases_all if zero == 1 and ctx.master else None)
     else:
         add("weight_copies", 0.0, est["weight_copies"].phases, lambda: "replaced by the gathered FSDP units")
-    scaled("gradients", share / (shards if zero == 3 else 1), lambda: "this rank's share" + (" / DP x CP" if zero == 3 else ""))
+    # FSDP + PP: the sharded gradients appear at the last micro batch's reduce-scatter (they accumulate unsharded).
+    scaled("gradients", share / (shards if zero == 3 else 1), lambda: "this rank's share" + (" / DP x CP" if zero == 3 else ""),
+           ("backward_end", "optimizer_step") if zero == 3 and p > 1 and shards > 1 else None)
     tied_here = split.tied and p == 1
     scaled("gradient_temporaries", (1.0 / t) if tied_here else 0.0, lambda: "tied embedding on one rank, vocabulary / TP")
     if "master_weights" in est:
@@ -195,21 +216,33 @@ def stage_parts(ctx: Context, layout: Layout, stage: int, explain: bool = True) 
     count, chunks = in_flight(layout, stage)
     per_chunk = layers[stage] / chunks
     full = layout.recompute is Recompute.FULL
+    op_sac = layout.recompute is Recompute.SELECTIVE_OP
     n_ckpt = (per_chunk if layout.recompute_layers is None else min(layout.recompute_layers, per_chunk)) if full else 0
     ckpt = ctx.blocks.resid * arch.hidden_size * tokens / sp_div
+    if op_sac:
+        n_ckpt = per_chunk
+        ckpt = recompute.saved_per_token(arch, ctx.blocks.resid, spec.compute_bytes, ctx.blocks.kernel, t,
+                                         layout.sequence_parallel) * tokens
     is_last = stage == p - 1
     last_count = in_flight(layout, p - 1)[0]
     head = ctx.blocks.head * tokens / sp_div * last_count if is_last else 0.0
     acts = count * ((per_chunk - n_ckpt) * layer + n_ckpt * ckpt) + head
-    if p == 1 and c == 1 and t == 1 and n_ckpt in (0, arch.num_layers):
+    if p == 1 and c == 1 and t == 1 and n_ckpt in (0, arch.num_layers) and not op_sac:
         # The one-GPU formula, in its own order of operations (the same value, to the last bit).
         acts = (arch.num_layers * layer if not full else arch.num_layers * ctx.blocks.resid * arch.hidden_size * tokens) + head
-    add("activations", acts, ACTIVE if full else ("forward", "backward"), lambda: (
-        f"{count} x {per_chunk:g} layers in flight x {layer / max(tokens * arch.hidden_size, 1):.1f} B x tokens/CP x hidden"
+    per_h = lambda x: x / max(tokens * arch.hidden_size, 1)  # noqa: E731
+    add("activations", acts, ACTIVE if (full or op_sac) else ("forward", "backward"), lambda: (
+        f"{count} x {per_chunk:g} layers in flight x "
+        + (f"{per_h(ckpt):.1f} B (op-level SAC: input + saved ops)" if op_sac else f"{per_h(layer):.1f} B")
+        + " x tokens/CP x hidden"
         + (f", {n_ckpt:g} of them recomputed (input only)" if full else "") + (" + final norm/LM head input" if is_last else "")),
+        "torchtitan op-level SAC, parallelize_llama.py _save_list at 9dec370 (engine.scaleout.recompute)" if op_sac else
         "Korthikanti et al. 2022 Table 2 and eq. 5 on the block's saved tensors (engine.memory.activations)")
     if full:
         add("recomputed_layer", layer + ctx.block_copies / t, ("recompute",), lambda: "one block's saved tensors again")
+    elif op_sac:
+        add("recomputed_layer", max(layer - ckpt, 0.0) + ctx.block_copies / t, ("recompute",),
+            lambda: "one block's recomputed tensors (its saved tensors less the cached op outputs)")
     for key in ("logits_loss", "logits_forward"):
         if key in est:
             scaled(key, (last_count / (t * c)) if is_last else 0.0, lambda: "last stage, vocabulary-parallel / TP, tokens / CP")
@@ -230,9 +263,25 @@ def stage_parts(ctx: Context, layout: Layout, stage: int, explain: bool = True) 
             "Megatron MoEAlltoAllTokenDispatcher; moe_utils.get_capacity", "Expert all-to-all buffers")
     if zero == 3 and shards > 1:
         unit = max(split.block_parameters(i, t, ept) for i in range(first, last)) if last > first else 0.0
-        gathered, grad = buffers.fsdp_unit_bytes(unit, cb)
-        add("gathered_weights", gathered, ACTIVE, lambda: f"2 blocks x {unit / 1e6:.1f}M parameters x {cb} B",
-            "PyTorch FSDP2 fully_shard (reshard after forward, prefetch one block)", "Gathered weights (FSDP units)")
+        gather_b = 1 if ctx.fp8 is Fp8Recipe.TORCHAO else cb  # torchao float8 all-gather: 1-byte block weights
+        gathered, grad = buffers.fsdp_unit_bytes(unit, gather_b)
+        if p > 1:
+            gathered = local * gather_b
+            add("gathered_weights", gathered, ACTIVE, lambda: f"the stage's {local / 1e9:.3f}B parameters x {gather_b} B, "
+                "kept gathered across micro batches", "torchtitan apply_fsdp (pp_enabled: reshard_after_forward=False), "
+                "9dec370; torch.distributed.pipelining PipelineStage.backward_maybe_with_nosync",
+                "Gathered weights (FSDP + PP, no reshard)")
+            add("fsdp_accumulated_grads", local * 4, ("backward", "recompute"),
+                lambda: f"the stage's {local / 1e9:.3f}B parameters x 4 B (fp32 reduce dtype), reduce-scattered after the "
+                "last micro batch", "FSDP2 FSDPParam.to_accumulated_grad_if_needed with requires_gradient_sync=False "
+                "(pipelining); torchtitan mixed_precision_reduce float32", "Unsharded accumulated gradients (FSDP + PP)")
+        else:
+            root = (split.vocab_embedding / t + split.other_embedding + split.final
+                    + (split.head / t if not split.tied else 0.0))
+            add("gathered_weights", gathered + root * cb, ACTIVE, lambda: f"2 blocks x {unit / 1e6:.1f}M parameters x "
+                f"{gather_b} B + the root unit's {root / 1e6:.1f}M (embeddings, final norm, output) x {cb} B",
+                "PyTorch FSDP2 fully_shard (reshard after forward, prefetch one block; the root is not resharded, "
+                "FSDPState._lazy_init)", "Gathered weights (FSDP units)")
         add("fsdp_grad_unit", grad, ("backward", "recompute"), lambda: "one block's unsharded fp32 gradient",
             "torchtitan mixed_precision_reduce float32", "Unsharded gradient before reduce-scatter")
     if ctx.fp8 is Fp8Recipe.TE:

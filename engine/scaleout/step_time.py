@@ -29,6 +29,7 @@ from engine.model.architecture import Architecture
 from engine.scaleout.comm_volumes import Collective, Link, bubble_fraction
 from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.layout import Layout, Recompute
+from engine.scaleout.recompute import recompute_flops_per_token
 from engine.scenario.training import Scenario
 from engine.time.throughput import flops_per_token, peak_flops_for
 
@@ -96,11 +97,16 @@ def compute_seconds(arch: Architecture, sc: Scenario, layout: Layout, gpu: Gpu, 
 
     Every rank does 1/(TP x CP x PP) of its replica's FLOPs (EP ranks are DP ranks for the dense part and hold 1/EP
     of the experts with 1/EP of the routed tokens, so the same share). Selective recompute runs the attention
-    core's forward again; FP8 runs the block linears at the FP8 peak (``fp8_tflops``), the LM head and attention in
-    bf16."""
+    core's forward again, torchtitan's op-level SAC the matmuls it does not keep
+    (:func:`engine.scaleout.recompute.recompute_flops_per_token`), full recompute the whole forward; FP8 runs the
+    block linears at the FP8 peak (``fp8_tflops``), the LM head and attention in bf16."""
+    # The memory context checkpoints op-SAC blocks too; only full recompute reruns every block's forward.
+    sc = sc.model_copy(update={"gradient_checkpointing": layout.recompute is Recompute.FULL})
     flops = flops_per_token(arch, sc)
     tokens = layout.micro_batches * layout.micro_batch_size * layout.data_parallel * sc.seq_len
     executed = flops.total + (flops.attention / 3 if layout.recompute is Recompute.SELECTIVE else 0.0)
+    if layout.recompute is Recompute.SELECTIVE_OP:
+        executed += recompute_flops_per_token(arch)
     peak = peak_flops_for(gpu, sc.precision).flops or 0.0
     if peak <= 0:
         raise ValueError(f"{gpu.name}: no dense peak for {sc.precision.value}")

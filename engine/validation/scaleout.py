@@ -23,9 +23,10 @@ from engine.model.build import architecture_from_config
 from engine.model.sources import config_from_catalog
 from engine.scaleout.estimate import estimate_layout
 from engine.scaleout.fp8 import Fp8Recipe
-from engine.scaleout.layout import Layout
+from engine.scaleout.layout import Layout, Recompute
 from engine.scaleout.step_time import Cluster
 from engine.scenario.training import Scenario
+from engine.time.throughput import flops_per_token
 
 RUNS_FILE = "large_runs.csv"
 GIB = 2**30
@@ -101,13 +102,44 @@ def _arch(row: dict, seq: int) -> tuple[Architecture | None, str]:
     return arch, f"GPT-style config from the row's sizes, vocab {vocab}"
 
 
-def _recompute(text: str) -> str:
+def _is_torchtitan(row: dict) -> bool:
+    """A run made with torchtitan (its own benchmarks, torchao's float8 tables, which ran torchtitan)."""
+    return "torchtitan" in (row["source"] + " " + row["notes"]).lower()
+
+
+def _recompute(text: str, torchtitan: bool = False) -> str:
+    """The row's recompute in our terms. torchtitan's "selective" is its op-level SAC: ``selective_ac_option =
+    "op"`` in ``train_configs/llama3_8b.toml`` at 9dec370 and ``models/llama3/train_configs/llama3_8b.toml`` at
+    e7c0cae (the configs of its benchmarks), "per-op SAC" in torchao's table; Megatron's is Korthikanti's."""
     t = text.lower()
     if "full" in t:
         return "full"
     if "selective" in t or "sac" in t or "default" in t:
-        return "selective"
+        return "selective_op" if torchtitan else "selective"
     return "none"
+
+
+def torchtitan_stage_layers(num_layers: int, pp: int, stages_per_rank: int = 1) -> tuple[int, ...]:
+    """Layers per pipeline rank as torchtitan splits them without ``pipeline_parallel_split_points``
+    (``generate_split_points`` in ``torchtitan/parallelisms/pipelining_utils.py`` at 9dec370): L // S layers per
+    stage for S = PP x stages per rank, the first stage gets no extra layer, the remainder goes one each to the next
+    stages; rank r holds stages r, r + PP, ..."""
+    total = pp * stages_per_rank
+    base, extra = divmod(num_layers, total)
+    sizes = [base]
+    for _ in range(1, total - 1):
+        sizes.append(base + (1 if extra > 0 else 0))
+        extra -= 1 if extra > 0 else 0
+    sizes.append(num_layers - sum(sizes))
+    return tuple(sum(sizes[r + k * pp] for k in range(stages_per_rank)) for r in range(pp))
+
+
+def _local_batch(row: dict, dp: int) -> int | None:
+    m = re.search(r"local batch size (\d+)", row["notes"])
+    if m:
+        return int(m.group(1))
+    gbs = _num(row["global_batch"])
+    return int(gbs) // dp if gbs else None
 
 
 def _fp8(row: dict) -> Fp8Recipe | None:
@@ -134,6 +166,15 @@ def compare_row(row: dict) -> list[RunComparison] | str:
     dp = world // (tp * pp * cp)
     mb = _int(row["micro_batch"], 1)
     gbs = _int(row["global_batch"], mb * dp)
+    torchtitan = _is_torchtitan(row)
+    split = None
+    local = _local_batch(row, dp)
+    if torchtitan and pp > 1 and local and not row["micro_batch"]:
+        # torchtitan at 9dec370 splits the local batch into pipeline_parallel_microbatches micro batches, by default
+        # the PP degree (build_pipeline_schedule in pipelining_utils.py), and its stages as generate_split_points does
+        # (Interleaved1F1B's two stages per rank give every rank the same layer count here: 126 layers, PP 8).
+        mb, gbs = max(local // pp, 1), local * dp
+        split = torchtitan_stage_layers(arch.num_layers, pp, 2 if "interleaved" in row["notes"].lower() else 1)
     gbs = max(gbs - gbs % (mb * dp), mb * dp)
     vp = re.search(r"VP=(\d+)", row["notes"])
     v = int(vp.group(1)) if vp and pp > 1 else 1
@@ -143,7 +184,9 @@ def compare_row(row: dict) -> list[RunComparison] | str:
     try:
         layout = Layout.build(tensor_parallel=tp, pipeline_parallel=pp, context_parallel=cp, expert_parallel=ep,
                               data_parallel=dp, sequence_parallel=tp > 1 and "no" not in row["sequence_parallel"].lower()[:2],
-                              recompute=_recompute(row["recompute"] or ("none" if "megatron_h100" in row["id"] else "selective")),
+                              recompute=_recompute(row["recompute"] or ("none" if "megatron_h100" in row["id"] else "selective"),
+                                                   torchtitan),
+                              layers_per_stage=split,
                               virtual_pipeline=v if v > 1 and (arch.num_layers % (pp * v) == 0) and (gbs // (mb * dp)) % pp == 0 else 1,
                               zero=zero, micro_batch_size=mb, global_batch_size=gbs)
         sc = Scenario(seq_len=seq, micro_batch_size=mb, precision=precision)
@@ -154,6 +197,9 @@ def compare_row(row: dict) -> list[RunComparison] | str:
         return f"not expressible: {exc}"
     assumed += "; " + "; ".join(x for x in (
         f"recompute {layout.recompute.value}" + (" (not stated)" if not row["recompute"] else ""),
+        (f"torchtitan PP: local batch {local} = {layout.micro_batches} micro batches (PP degree) of {mb}, layers per "
+         f"rank {list(split)}" + (" (Interleaved1F1B modelled as 1F1B on the same per-rank layers)"
+                                  if "interleaved" in row["notes"].lower() else "")) if split else "",
         f"ZeRO {zero}" + (" (not stated)" if not row["zero_or_fsdp"] else ""),
         f"{inter:g} Gb/s per GPU between nodes", "16-bit model with fp32 master weights") if x)
     out = []
@@ -175,6 +221,11 @@ def compare_row(row: dict) -> list[RunComparison] | str:
         pub = _num(row["tflops_per_gpu"])
         peak = (gpu.bf16_tflops or gpu.fp16_tflops or 1.0)
         ours = t.mfu * peak
+        if "counts recompute" in row["notes"]:
+            # Narayanan et al. 2021 eq. 3 (96 B s l h^2 ...) counts the recompute forward: the published figure is
+            # hardware FLOP/s, so compare our executed FLOPs (model FLOPs x executed / model), not MFU x peak.
+            flops = flops_per_token(arch, sc.model_copy(update={"gradient_checkpointing": layout.recompute is Recompute.FULL}))
+            ours *= flops.total / flops.model_flops
         out.append(RunComparison(metric="tflops_per_gpu", published=pub, ours=ours, error_pct=100 * (ours - pub) / pub, **base))
     return out or "the row publishes no memory or throughput figure"
 
