@@ -166,7 +166,8 @@ def _feedforward(r: Reading, ff: Any) -> None:
     if ff is None:
         return
     targets = set(r.settings.get("lora_targets") or ff)
-    if set(ff) != {t for t in targets if t in FEEDFORWARD_NAMES}:
+    every = ALL_LINEAR in targets  # all-linear: the MLP output projections are among them
+    if not (set(ff) <= set(FEEDFORWARD_NAMES) if every else set(ff) == {t for t in targets if t in FEEDFORWARD_NAMES}):
         r.mapped.pop("feedforward_modules", None)
         r.unsupported["feedforward_modules"] = (
             "IA3 scales the input of these modules: the estimate scales the input of the MLP's output projection "
