@@ -13,9 +13,12 @@ from typing import Any
 
 from engine.errors import ConflictingKeysError, TrainingConfigError
 from engine.importers import bnb, deepspeed
-from engine.importers.table import IGNORE, Handling, Map, Reading, Sub, Unmodelled, Unsupported, collect
-from engine.importers.trainer import _DS_FILE, _LIGER_REST
-from engine.importers.values import boolean, choice, hf_fsdp, hf_optimizer, integer, names, number, optim_args, sharding, text
+from engine.importers.table import IGNORE, Handling, Map, Reading, Several, Sub, Unmodelled, Unsupported, check, collect
+from engine.importers.trainer import _DS_FILE, finish_galore, liger_kernels
+from engine.importers.values import (
+    boolean, choice, galore_targets, hf_fsdp, hf_optimizer, integer, names, number, optim_args, positive, saveable, sharding,
+    text,
+)
 from engine.memory.parallel import Offload, Strategy
 from engine.scenario.lora import ALL_LINEAR
 from engine.scenario.training import Attention, QuantType
@@ -30,8 +33,8 @@ weight_decay adam_beta1 adam_beta2 adam_epsilon max_grad_norm logging_steps save
 save_strategy save_total_limit evals_per_epoch eval_steps eval_strategy eval_batch_size eval_sample_packing
 special_tokens tokens chat_template seed strict wandb_project wandb_entity wandb_name wandb_watch wandb_log_model
 wandb_run_id mlflow_tracking_uri resume_from_checkpoint auto_resume_from_checkpoints train_on_inputs group_by_length
-early_stopping_patience local_rank xformers_attention_fallback plugins peft_use_rslora peft_init_lora_weights
-loraplus_lr_ratio loraplus_lr_embedding gradient_checkpointing_kwargs pad_to_sequence_len sample_packing_eff_est
+early_stopping_patience local_rank xformers_attention_fallback plugins peft_init_lora_weights
+loraplus_lr_embedding gradient_checkpointing_kwargs pad_to_sequence_len sample_packing_eff_est
 sample_packing_group_size sample_packing_bin_size multipack_real_batches remove_unused_columns deepspeed_config
 ddp_timeout ddp_bucket_cap_mb ddp_broadcast_buffers debug lora_fan_in_fan_out lora_model_dir tf32 warmup_steps
 num_processes bnb_config_kwargs.bnb_4bit_compute_dtype bnb_config_kwargs.bnb_4bit_quant_storage
@@ -49,11 +52,18 @@ def _bf16(value: Any, key: str) -> str:
 
 
 def _gc(value: Any, key: str) -> Any:
-    """``gradient_checkpointing``: true/false, or ``offload`` / ``offload_disk`` (Unsloth-style offloaded inputs)."""
+    """``gradient_checkpointing``: true/false, or the deprecated ``offload`` / ``offload_disk``, which axolotl 0.19
+    turns into checkpointing plus ``activation_offloading: true`` / ``disk`` (``check_gradient_checkpointing_w_offload``)."""
     if isinstance(value, str) and value.lower() in ("offload", "offload_disk"):
-        return Unmodelled("gradient checkpointing with the layer inputs offloaded to CPU memory (or disk): fewer "
-                          "activations on the GPU than plain checkpointing; not modelled yet")
-    return boolean(value, key)
+        return Several(gradient_checkpointing=True, ax_offload=True if value.lower() == "offload" else "disk")
+    check(isinstance(value, bool), key, "true, false, offload or offload_disk", value)
+    return value
+
+
+OFFLOADING = {True: True, False: False, "legacy": True, "hidden_states": True, "disk": "disk"}
+"""``activation_offloading`` (requires checkpointing): ``true`` TRL's offloader, ``legacy`` axolotl's Unsloth-style
+offloaded checkpointer, ``hidden_states`` the checkpoints' inputs; under checkpointing each leaves only the layer inputs
+to move, to CPU memory. ``disk`` writes them to disk instead."""
 
 
 KEYS: dict[str, Handling] = {
@@ -67,10 +77,9 @@ KEYS: dict[str, Handling] = {
     "lora_r": Map("lora_r", integer()), "lora_alpha": Map("lora_alpha", number(0.0)),
     "lora_dropout": Map("lora_dropout", number(0.0, below=1.0)),
     "lora_target_modules": Map("ax_targets", names), "lora_target_linear": Map("ax_target_linear", boolean),
-    "lora_modules_to_save": Unsupported("modules_to_save: full trainable copies of these modules (weights, gradients, "
-                                        "optimizer states); not modelled yet"),
-    "peft_use_dora": Unsupported("DoRA: a magnitude vector per adapted layer and a weight-norm computation in every "
-                                 "forward (more memory and time than LoRA); not modelled yet"),
+    "lora_modules_to_save": Map("modules_to_save", saveable),
+    "peft_use_dora": Map("use_dora", boolean), "peft_use_rslora": Map("use_rslora", boolean),
+    "loraplus_lr_ratio": Map("loraplus_lr_ratio", positive),
     "peft_layers_to_transform": Unsupported("adapters on these layers only: fewer trainable parameters than every layer"),
     "peft_autocast_adapter_dtype": Unsupported("false keeps the adapters in the model's dtype instead of fp32"),
     "sequence_len": Map("seq_len", integer()), "sample_packing": Map("packing", boolean),
@@ -81,7 +90,7 @@ KEYS: dict[str, Handling] = {
     "num_epochs": Map("epochs", number(0.0)),
     "max_steps": Unsupported("training stops after this many steps: the time follows the steps, not the dataset size"),
     "optimizer": Map("optimizer", hf_optimizer), "optim_args": Map("optim_args", optim_args),
-    "optim_target_modules": Unsupported("GaLore target modules: their optimizer states are projected; not modelled yet"),
+    "optim_target_modules": Map("galore_targets", galore_targets),
     "bf16": Map("ax_bf16", _bf16), "fp16": Map("ax_fp16", boolean),
     "bfloat16": Map("ax_load", choice({True: "bf16", False: "off"})),
     "float16": Map("ax_load", choice({True: "fp16", False: "off"})),
@@ -93,8 +102,7 @@ KEYS: dict[str, Handling] = {
     "attn_implementation": Map("attention", choice({"eager": Attention.EAGER, "sdpa": Attention.SDPA,
                                                     "flash_attention_2": Attention.FLASH_ATTENTION_2})),
     "gradient_checkpointing": Map("gradient_checkpointing", _gc),
-    "activation_offloading": Unsupported("saved activations moved to CPU memory: fewer activations on the GPU; not "
-                                         "modelled yet"),
+    "activation_offloading": Map("ax_offload", choice(OFFLOADING)),
     "deepspeed": Sub(deepspeed.read, _DS_FILE),
     "fsdp": Map("fsdp", hf_fsdp), "fsdp_version": IGNORE,
     "fsdp_config.reshard_after_forward": Map("ax_reshard", sharding),
@@ -111,8 +119,13 @@ KEYS: dict[str, Handling] = {
     "liger_fused_linear_cross_entropy": Map("fused_cross_entropy", boolean),
     "liger_cross_entropy": Unsupported("Liger's cross-entropy without the fused LM head: saves the fp32 copies of the "
                                        "logits, not the logits; not modelled"),
-    **{k: Unsupported(_LIGER_REST) for k in ("liger_rope", "liger_rms_norm", "liger_rms_norm_gated", "liger_layer_norm",
-                                            "liger_swiglu", "liger_glu_activation")},
+    "liger_rms_norm": Map("ax_liger_rms", boolean), "liger_rope": Map("ax_liger_rope", boolean),
+    "liger_glu_activation": Map("ax_liger_glu", boolean), "liger_swiglu": Map("ax_liger_glu", boolean),  # old name
+    "liger_layer_norm": Unsupported("Liger's LayerNorm kernel: saves less than torch's LayerNorm; not modelled (its "
+                                    "RMSNorm is)"),
+    "liger_rms_norm_gated": Unsupported("Liger's gated RMSNorm (RMSNorm x SiLU gate, linear-attention layers): not "
+                                        "modelled"),
+    "liger_use_token_scaling": IGNORE, "liger_kernel_impl": IGNORE,
     "cut_cross_entropy": Unsupported("cut cross-entropy never materialises the logits, like the fused cross-entropy "
                                      "switch (turn it on for a close estimate)"),
     "chunked_cross_entropy": Unsupported("chunked cross-entropy: logits in chunks, like the fused cross-entropy switch "
@@ -123,8 +136,10 @@ KEYS: dict[str, Handling] = {
     **{k: Unsupported("tensor/context/sequence parallelism or a sharded data-parallel mesh: not modelled")
        for k in ("tensor_parallel_size", "context_parallel_size", "dp_shard_size", "dp_replicate_size",
                  "sequence_parallel_degree", "tiled_mlp")},
-    "unsloth_cross_entropy_loss": Unsupported("Unsloth's chunked cross-entropy: not modelled"),
-    "unsloth_lora_mlp": Unsupported("Unsloth's fused LoRA MLP: not modelled"),
+    **{k: Unsupported("removed in axolotl 0.19, which refuses the file (use lora_mlp_kernel, lora_qkv_kernel, "
+                      "lora_o_kernel); Unsloth's kernels are not modelled")
+       for k in ("unsloth_cross_entropy_loss", "unsloth_lora_mlp", "unsloth_lora_qkv", "unsloth_lora_o",
+                 "unsloth_rms_norm", "unsloth_rope")},
 }
 
 
@@ -154,7 +169,9 @@ def read(doc: dict[str, Any]) -> Reading:
     _targets(r)
     _precision(r)
     _attention(r)
-    args = s.pop("optim_args", None)
+    _liger(r)
+    _peft_only(r, adapter)
+    args = finish_galore(r, s.pop("optim_args", None), "optim_target_modules")
     if args:
         r.unsupported["optim_args"] = "optimizer arguments are not modelled"
     s.pop("fsdp_by_reshard", None)
@@ -167,6 +184,7 @@ def read(doc: dict[str, Any]) -> Reading:
             s["offload"] = Offload.OPTIMIZER_AND_PARAMS if offload else Offload.NONE
         if fsdp_gc:
             s["gradient_checkpointing"] = True  # FSDP does the checkpointing instead of the Trainer
+    _offload(r)
     r.defaults.update(seq_len=512, micro_batch_size=1, gradient_accumulation_steps=1, lora_dropout=0.0)
     return r
 
@@ -211,3 +229,48 @@ def _attention(r: Reading) -> None:
     if on:
         r.set("attention", on[0], "flash_attention" if on[0] is Attention.FLASH_ATTENTION_2 else
               "sdp_attention" if on[0] is Attention.SDPA else "eager_attention")
+
+
+def _offload(r: Reading) -> None:
+    """``activation_offloading`` needs checkpointing (axolotl refuses it otherwise); to CPU memory it is the offloaded
+    checkpointing the estimate models."""
+    s = r.settings
+    if "ax_offload" not in s:
+        return
+    how, key = s.pop("ax_offload"), r.sources["ax_offload"]
+    if how and not s.get("gradient_checkpointing"):
+        raise TrainingConfigError(f"{key}: activation_offloading requires gradient_checkpointing (axolotl refuses it "
+                                  "otherwise)")
+    if how == "disk":
+        r.mapped.pop(key, None)
+        r.unsupported[key] = ("checkpointed layer inputs offloaded to disk: off the GPU like the CPU offload, but the "
+                              "copies go through the disk (time, no CPU RAM); not modelled")
+    elif how:
+        r.set("gradient_checkpointing_offload", True, key)
+
+
+def _liger(r: Reading) -> None:
+    """The Liger plugin's kernels (axolotl 0.19 ``integrations/liger/args.py``; ``liger_swiglu`` is the old name of
+    ``liger_glu_activation``); the fused linear cross-entropy is its own key."""
+    s = r.settings
+    parts = {n: s.pop(n, None) for n in ("ax_liger_rms", "ax_liger_glu", "ax_liger_rope")}
+    if all(v is None for v in parts.values()):
+        return
+    said = next(r.sources[n] for n, v in parts.items() if v is not None)
+    pick = lambda n: (bool(parts[n]), r.sources.get(n, said))  # noqa: E731
+    liger_kernels(r, pick("ax_liger_rms"), pick("ax_liger_glu"), pick("ax_liger_rope"))
+
+
+_PEFT_ONLY = ("use_dora", "use_rslora", "loraplus_lr_ratio", "modules_to_save")
+
+
+def _peft_only(r: Reading, adapter: Any) -> None:
+    """axolotl reads the LoRA keys only when an adapter is trained (loaders/adapter.py): without one they do nothing."""
+    if adapter:
+        return
+    for name in _PEFT_ONLY:
+        if name in r.settings:
+            r.settings.pop(name)
+            key = r.sources[name]
+            r.mapped.pop(key, None)
+            r.ignored.append(key)

@@ -20,7 +20,7 @@ from engine.importers.parse import parse_training_config
 from engine.importers.table import Reading
 from engine.memory.parallel import Offload, Strategy
 from engine.scenario.precision import PrecisionMode
-from engine.scenario.training import Method, QuantType, Scenario
+from engine.scenario.training import METHOD_LABELS, Method, QuantType, Scenario
 
 FORMATS: tuple[tuple[str, Callable[[dict], bool], Callable[[dict], Reading]], ...] = (
     ("peft", peft.matches, peft.read),
@@ -197,6 +197,7 @@ def _precision(s: dict[str, Any], where: dict[str, str], out: ImportResult) -> N
 
 def _method(s: dict[str, Any], where: dict[str, str], out: ImportResult) -> None:
     adapter, q4, q8 = s.pop("adapter", None), s.pop("load_in_4bit", None), s.pop("load_in_8bit", None)
+    dora = s.pop("use_dora", None)
     if q4 and q8:
         raise ConflictingKeysError(f"{where['load_in_4bit']} and {where['load_in_8bit']} are both true; a base is "
                                    "quantized to 4 or to 8 bits (transformers refuses both)")
@@ -205,6 +206,14 @@ def _method(s: dict[str, Any], where: dict[str, str], out: ImportResult) -> None
         s["quant_type"] = QuantType.INT8
     elif q4 and s.get("quant_type") is QuantType.INT8:
         s["quant_type"] = QuantType.NF4
+    if dora and adapter == "lora":
+        if quantized:  # QDoRA: the engine's quantized base is QLoRA's only; the base dominates, so QLoRA is closer
+            _unsupported(out, where["use_dora"], "DoRA over a quantized base (QDoRA): its magnitude vectors and "
+                         "weight-norm work over the dequantized weights are not modelled; estimated as QLoRA")
+        else:
+            adapter = "dora"
+    elif dora:
+        out.notes.append(f"{where['use_dora']}: no LoRA adapter is trained, so DoRA has no effect")
     if adapter == "lora":
         s["method"] = Method.QLORA if quantized else Method.LORA
     elif adapter == "none":
@@ -212,6 +221,20 @@ def _method(s: dict[str, Any], where: dict[str, str], out: ImportResult) -> None
             raise TrainingConfigError(f"{where.get('load_in_4bit') or where.get('load_in_8bit')}: a 4-bit or 8-bit base "
                                       "cannot be fully fine-tuned; train an adapter (LoRA) on it")
         s["method"] = Method.FULL
+    elif adapter is not None:  # another PEFT method (engine.scenario.peft)
+        s["method"] = Method(adapter)
+        if quantized:
+            key = where.get("load_in_4bit") or where.get("load_in_8bit")
+            _unsupported(out, key, f"a {'4' if q4 else '8'}-bit base under {METHOD_LABELS[s['method']]}: only QLoRA's "
+                         "quantized base is modelled; the estimate keeps a 16-bit base")
+            for name in ("quant_type", "double_quant", "quant_storage"):
+                s.pop(name, None)
     elif quantized:
         s["method"] = Method.QLORA
         out.notes.append("a quantized base with no adapter named: QLoRA assumed (a 4/8-bit base trains only adapters)")
+
+
+def _unsupported(out: ImportResult, key: str, effect: str) -> None:
+    """Move ``key`` from mapped to unsupported (a value this combination of files cannot be modelled with)."""
+    out.mapped.pop(key, None)
+    out.unsupported[key] = effect

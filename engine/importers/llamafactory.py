@@ -14,9 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.errors import TrainingConfigError
 from engine.importers.table import IGNORE, Handling, Map, Reading, Unmodelled, Unsupported, collect
-from engine.importers.trainer import HF_KEYS, _LIGER_REST, finish_trainer_keys
-from engine.importers.values import boolean, choice, integer, negated, number, text
+from engine.importers.trainer import HF_KEYS, finish_offload, finish_trainer_keys
+from engine.importers.values import (
+    boolean, choice, galore_gap, galore_proj_type, galore_targets, integer, negated, number, positive, saveable, text,
+)
+from engine.scenario.optimizer import Optimizer
 from engine.scenario.lora import ALL_LINEAR
 from engine.scenario.training import Attention, QuantType
 
@@ -27,7 +31,7 @@ trust_remote_code template dataset dataset_dir eval_dataset preprocessing_num_wo
 max_samples_eval val_size tokenized_path streaming buffer_size mix_strategy interleave_probs plot_loss
 adapter_name_or_path cache_dir use_fast_tokenizer resize_vocab split_special_tokens new_special_tokens
 model_revision hf_hub_token ms_hub_token om_hub_token print_param_status create_new_adapter pissa_init pissa_iter
-pissa_convert loraplus_lr_ratio loraplus_lr_embedding use_rslora use_reentrant_gc neat_packing train_on_prompt
+pissa_convert loraplus_lr_embedding use_reentrant_gc neat_packing train_on_prompt
 mask_history default_system enable_thinking tool_format export_dir export_size export_device export_quantization_bit
 export_legacy_format export_hub_model_id infer_backend do_sample temperature top_p max_new_tokens lora_rank_pattern
 quantization_device_map rope_scaling shift_attn mixture_of_depths moe_aux_loss_coef disable_shuffling
@@ -66,9 +70,9 @@ KEYS: dict[str, Handling] = {
     "finetuning_type": Map("lf_finetuning", choice(FINETUNING)),
     "lora_rank": Map("lora_r", integer()), "lora_alpha": Map("lora_alpha", number(0.0)),
     "lora_dropout": Map("lora_dropout", number(0.0, below=1.0)), "lora_target": Map("lora_targets", _lora_target),
-    "additional_target": _unsupported("modules_to_save: full trainable copies of these modules; not modelled yet"),
-    "use_dora": _unsupported("DoRA: a magnitude vector per adapted layer and a weight-norm computation in every "
-                             "forward (more memory and time than LoRA); not modelled yet"),
+    "additional_target": Map("modules_to_save", saveable),
+    "use_dora": Map("use_dora", boolean), "use_rslora": Map("use_rslora", boolean),
+    "loraplus_lr_ratio": Map("loraplus_lr_ratio", positive),
     "quantization_bit": Map("lf_bits", choice({4: 4, 8: 8, **{b: Unmodelled(f"{b}-bit (HQQ) quantization: not modelled")
                                                             for b in (1, 2, 3, 5, 6)}})),
     "quantization_method": Map("lf_quant_method", choice(QUANT_METHODS)),
@@ -78,9 +82,9 @@ KEYS: dict[str, Handling] = {
     "flash_attn": Map("lf_flash_attn", choice(FLASH_ATTN)),
     "pure_bf16": Map("lf_pure_bf16", boolean),
     "disable_gradient_checkpointing": Map("gradient_checkpointing", negated),
-    "use_unsloth_gc": _unsupported("Unsloth-style checkpointing: checkpointed layer inputs offloaded to CPU memory "
-                                   "(fewer activations on the GPU); not modelled yet"),
-    "enable_liger_kernel": (Map("fused_cross_entropy", boolean), _unsupported(_LIGER_REST)),
+    "use_unsloth_gc": Map("lf_unsloth_gc", boolean),
+    # apply_liger_kernel with the model's defaults: fused linear cross-entropy, RMSNorm, SwiGLU, RoPE
+    "enable_liger_kernel": (Map("fused_cross_entropy", boolean), Map("liger_kernels", boolean)),
     "use_unsloth": _unsupported("Unsloth's kernels and offloaded checkpointing: less memory and time; not modelled"),
     "upcast_layernorm": _unsupported("norm weights in fp32: slightly more weight memory; not modelled"),
     "upcast_lmhead_output": _unsupported("fp32 LM head output: the logits in fp32 from the start; not modelled"),
@@ -89,9 +93,12 @@ KEYS: dict[str, Handling] = {
     "freeze_trainable_layers": _unsupported("freeze tuning: layers trained; not modelled"),
     "freeze_trainable_modules": _unsupported("freeze tuning: modules trained; not modelled"),
     "freeze_extra_modules": _unsupported("freeze tuning: extra modules trained; not modelled"),
-    **{k: _unsupported("GaLore: projected optimizer states of the targeted matrices; not modelled yet")
-       for k in ("use_galore", "galore_target", "galore_rank", "galore_update_interval", "galore_scale",
-                 "galore_proj_type", "galore_layerwise")},
+    "use_galore": Map("lf_galore", boolean), "galore_rank": Map("lf_galore_rank", integer()),
+    "galore_target": Map("lf_galore_target", galore_targets),
+    "galore_update_interval": Map("lf_galore_gap", galore_gap), "galore_proj_type": Map("lf_galore_proj", galore_proj_type),
+    "galore_scale": IGNORE,  # multiplies the update only
+    "galore_layerwise": _unsupported("layer-wise GaLore: each gradient is freed right after its own update, so the "
+                                     "whole model's gradients are never alive at once; not modelled"),
     **{k: _unsupported(f"{k.removeprefix('use_')}: its optimizer states are not modelled")
        for k in ("use_apollo", "use_badam", "use_adam_mini", "use_muon")},
     "use_llama_pro": _unsupported("LLaMA Pro: adds and trains expanded blocks; not modelled"),
@@ -135,7 +142,55 @@ def read(doc: dict[str, Any]) -> Reading:
         s["attention"] = attn
     r.defaults.update(seq_len=2048, gradient_checkpointing=True)
     _precision(r, finetuning)
+    _galore(r, finetuning)
+    unsloth_gc = s.pop("lf_unsloth_gc", None)
+    if unsloth_gc is not None:
+        s["gc_offload"] = unsloth_gc  # used only when checkpointing is on (model_utils/checkpointing.py)
+        r.sources["gc_offload"] = "use_unsloth_gc"
+    finish_offload(r, default_gc=True)
     return r
+
+
+GALORE_OPTIM = {Optimizer.ADAMW: Optimizer.GALORE_ADAMW,
+                Optimizer.ADAMW_8BIT: "GaLoreAdamW8bit (8-bit states of the projected gradients)",
+                Optimizer.PAGED_ADAMW_8BIT: "GaLoreAdamW8bit (8-bit states of the projected gradients)",
+                Optimizer.ADAFACTOR: "GaLoreAdafactor (factored states of the projected gradients)"}
+"""``optim`` -> the optimizer ``use_galore`` builds (llamafactory 0.9.5 ``train/trainer_utils.py``
+``_create_galore_optimizer``; any other ``optim`` raises there)."""
+
+
+def _galore(r: Reading, finetuning: str | None) -> None:
+    """``use_galore``: GaLore over the ``galore_target`` linears at ``galore_rank`` (16 by default), full fine-tuning
+    only (LLaMA-Factory refuses it with LoRA)."""
+    s = r.settings
+    on = s.pop("lf_galore", None)
+    keys = {n: r.sources.get(n) for n in ("lf_galore_rank", "lf_galore_target")}
+    rank, _ = s.pop("lf_galore_rank", None), s.pop("lf_galore_target", None)
+    if not on:
+        for key in filter(None, keys.values()):
+            r.mapped.pop(key, None)
+            r.ignored.append(key)
+        return
+    if finetuning != "none":
+        raise TrainingConfigError("use_galore: LLaMA-Factory refuses GaLore with LoRA ('Cannot use LoRA with GaLore'); "
+                                  "set finetuning_type: full")
+    optim = s.get("optimizer")
+    if optim is None:
+        r.notes.append("use_galore without optim: GaLoreAdamW (optim adamw_torch) assumed; LLaMA-Factory raises for "
+                       "transformers' default adamw_torch_fused, so name adamw_torch")
+        optim = Optimizer.ADAMW
+    built = GALORE_OPTIM.get(optim)
+    if built is None:
+        raise TrainingConfigError(f"use_galore: LLaMA-Factory builds GaLore for optim adamw_torch, adamw_8bit, "
+                                  f"paged_adamw_8bit or adafactor only (got {getattr(optim, 'value', optim)})")
+    if not isinstance(built, Optimizer):
+        r.mapped.pop("use_galore", None)
+        r.unsupported["use_galore"] = f"{built}: not modelled (GaLore over adamw_torch is)"
+        return
+    s["optimizer"] = built
+    r.sources["optimizer"] = "use_galore"
+    s["galore_rank"] = rank if rank is not None else 16  # FinetuningArguments.galore_rank default
+    r.sources["galore_rank"] = keys["lf_galore_rank"] or "use_galore"
 
 
 def _precision(r: Reading, finetuning: str | None) -> None:

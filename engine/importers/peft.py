@@ -1,56 +1,93 @@
-"""PEFT ``adapter_config.json`` (peft 0.21.2 ``peft/config.py``, ``peft/tuners/lora/config.py``; 0.17.1 for files
-without ``peft_version``), written by ``PeftModel.save_pretrained``.
+"""PEFT ``adapter_config.json`` (peft 0.21.2 ``peft/config.py``, ``peft/tuners/*/config.py``; 0.17.1 for files without
+``peft_version``), written by ``PeftModel.save_pretrained``: ``asdict(config)``, so a file holds its own method's keys.
 
-``peft_type: LORA`` -> LoRA with ``r``, ``lora_alpha``, ``lora_dropout``, ``target_modules`` (a list, or
-``"all-linear"``; null = PEFT's per-model default, the attention projections in the estimate), base model
-``base_model_name_or_path``. The other PEFT methods (and DoRA, ``modules_to_save``) are reported unsupported, each
-with its effect, through :data:`PEFT_TYPES` and the table below.
+``peft_type`` is the method (:data:`PEFT_TYPES`; ``LORA`` + ``use_dora`` is DoRA, ``use_rslora`` rsLoRA), base model
+``base_model_name_or_path``. What each method's keys become (the scenario's ``lora_r`` is the method's rank):
+
+- LoRA / DoRA: ``r``, ``lora_alpha``, ``lora_dropout``, ``target_modules`` (a list, or ``"all-linear"``; null = PEFT's
+  per-model default); AdaLoRA the same with ``init_r`` as the rank (its tensors keep ``init_r``; ``target_r`` is only
+  the budget the masks prune to). VeRA: ``r``, ``vera_dropout``. LoHa / LoKr: ``r``, ``alpha``.
+- IA3: ``target_modules``; ``feedforward_modules`` must be the MLP output projections among them (the estimate
+  scales those modules' input and every other module's output, PEFT's IA3 rule for its default mappings).
+- Prompt / prefix / P-tuning: ``num_virtual_tokens``; ``token_dim``, ``num_layers``, ... are the model's own
+  values, which the estimate reads from the model. Prefix tuning without ``prefix_projection``; P-tuning's MLP
+  prompt encoder of width ``token_dim``.
+- Every method: ``modules_to_save`` (trainable copies of ``embed_tokens`` / ``lm_head``).
+
+What a method's file says beyond that (a projection, an LSTM encoder, LoKr's ``decompose_both``, ...) is reported
+unsupported with its effect. The defaults, when a key is absent, are the config classes' (peft 0.21.2).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from engine.importers.table import IGNORE, Handling, Map, Reading, Unmodelled, Unsupported, collect
-from engine.importers.values import choice, integer, names, number, text
+from engine.importers.table import IGNORE, SKIP, Handling, Map, Reading, Unmodelled, Unsupported, collect
+from engine.importers.values import boolean, choice, integer, names, number, saveable, text
 from engine.scenario.lora import ALL_LINEAR
 
 FORMAT, VERSION = "PEFT adapter_config.json", "peft 0.21.2"
 
 PEFT_TYPES: dict[str, Any] = {
-    "LORA": "lora",
-    "ADALORA": Unmodelled("AdaLoRA: SVD-style adapters starting at init_r and pruned to target_r, with an orthogonality "
-                          "regulariser; not modelled yet"),
-    "IA3": Unmodelled("IA3: learned scaling vectors on the targeted activations (very few trainable parameters); not "
-                      "modelled yet"),
-    "VERA": Unmodelled("VeRA: shared frozen random matrices with trained scaling vectors; not modelled yet"),
-    "LOHA": Unmodelled("LoHa: Hadamard product of two low-rank pairs per layer; not modelled yet"),
-    "LOKR": Unmodelled("LoKr: Kronecker-product adapters; not modelled yet"),
-    "PROMPT_TUNING": Unmodelled("prompt tuning: trained virtual tokens lengthen every sequence; not modelled yet"),
-    "PREFIX_TUNING": Unmodelled("prefix tuning: trained key/value prefixes in every layer lengthen attention; not "
-                                "modelled yet"),
-    "P_TUNING": Unmodelled("P-tuning: virtual tokens from a prompt encoder (MLP/LSTM) lengthen every sequence; not "
-                           "modelled yet"),
+    "LORA": "lora", "ADALORA": "adalora", "IA3": "ia3", "VERA": "vera", "LOHA": "loha", "LOKR": "lokr",
+    "PROMPT_TUNING": "prompt_tuning", "PREFIX_TUNING": "prefix_tuning", "P_TUNING": "p_tuning",
     "TRAINABLE_TOKENS": Unmodelled("trainable tokens: trains the embedding rows of chosen tokens; not modelled yet"),
 }
-"""``peft_type`` -> the engine's method, or the method's effect in words (the PEFT-methods work maps them)."""
+"""``peft_type`` -> the engine's method (:class:`~engine.scenario.training.Method`), or the method's effect in words."""
+
+RANK_KEY = {"lora": "r", "adalora": "init_r", "vera": "r", "loha": "r", "lokr": "r"}
+"""The key each method's rank comes from (AdaLoRA builds its tensors at ``init_r``)."""
+ALPHA_KEY = {"lora": "lora_alpha", "adalora": "lora_alpha", "loha": "alpha", "lokr": "alpha"}
+DROPOUT_KEY = {"lora": "lora_dropout", "adalora": "lora_dropout", "vera": "vera_dropout"}
+DEFAULTS = {"lora": dict(lora_r=8, lora_alpha=8.0, lora_dropout=0.0), "adalora": dict(lora_r=12, lora_alpha=8.0, lora_dropout=0.0),
+            "vera": dict(lora_r=256, lora_dropout=0.0), "loha": dict(lora_r=8, lora_alpha=8.0, lora_dropout=0.0),
+            "lokr": dict(lora_r=8, lora_alpha=8.0, lora_dropout=0.0), "ia3": dict(lora_dropout=0.0)}
+"""LoraConfig, AdaLoraConfig, VeraConfig, LoHaConfig, LoKrConfig defaults (peft 0.21.2)."""
+PROMPT_METHODS = ("prompt_tuning", "prefix_tuning", "p_tuning")
+FEEDFORWARD_NAMES = ("down_proj", "fc2", "mlp.c_proj", "w2", "dense_4h_to_h")
+"""The MLP output projections of the supported families (Llama/Qwen/Mistral ``down_proj``, Phi/OPT ``fc2``, GPT-2
+``mlp.c_proj``, Mixtral ``w2``, Falcon ``dense_4h_to_h``): the modules IA3 scales on the input side."""
+
+
+def _peft_type(value: Any, key: str) -> Any:
+    name = text(value, key).upper()
+    if name in PEFT_TYPES:
+        return PEFT_TYPES[name]
+    return Unmodelled(f"PEFT method {name}: not modelled (LoRA, DoRA, AdaLoRA, IA3, VeRA, LoHa, LoKr, prompt, prefix "
+                      "and P-tuning are)")
 
 
 def _targets(value: Any, key: str) -> tuple[str, ...]:
     return (ALL_LINEAR,) if value == ALL_LINEAR else names(value, key)
 
 
-_DORA = ("DoRA: a magnitude vector per adapted layer and a weight-norm computation in every forward (more memory and "
-         "time than LoRA); not modelled yet")
-_VIRTUAL = "virtual tokens lengthen every sequence (more activations and attention); not modelled yet"
+def _only(value: Any, what: str) -> Any:
+    """A converter: ``value`` is what the estimate models (ignored), anything else is ``what``, unmodelled."""
+    return lambda v, k: SKIP if v == value else Unmodelled(what)
+
+
 KEYS: dict[str, Handling] = {
-    "peft_type": Map("adapter", lambda v, k: PEFT_TYPES.get(text(v, k).upper()) or choice(PEFT_TYPES)(v, k)),
+    "peft_type": Map("adapter", _peft_type),
     "base_model_name_or_path": Map("model", text), "revision": Map("revision", text),
-    "r": Map("lora_r", integer()), "lora_alpha": Map("lora_alpha", number(0.0)),
-    "lora_dropout": Map("lora_dropout", number(0.0, below=1.0)), "target_modules": Map("lora_targets", _targets),
-    "use_dora": Unsupported(_DORA),
-    "modules_to_save": Unsupported("modules_to_save: full trainable copies of these modules (weights, gradients, "
-                                   "optimizer states); not modelled yet"),
+    # Rank, scaling, dropout and targets: which key counts depends on the method (read()).
+    **{k: Map(f"peft_{k}", integer()) for k in ("r", "init_r")},
+    **{k: Map(f"peft_{k}", number(0.0)) for k in ("lora_alpha", "alpha")},
+    **{k: Map(f"peft_{k}", number(0.0, below=1.0)) for k in ("lora_dropout", "vera_dropout")},
+    "target_modules": Map("peft_targets", _targets), "feedforward_modules": Map("peft_feedforward", names),
+    "use_dora": Map("use_dora", boolean), "use_rslora": Map("use_rslora", boolean),
+    "modules_to_save": Map("modules_to_save", saveable),
+    "num_virtual_tokens": Map("num_virtual_tokens", integer()),
+    "token_dim": Map("peft_token_dim", integer()), "encoder_hidden_size": Map("peft_encoder_hidden", integer()),
+    "encoder_reparameterization_type": Map("peft_encoder", _only("MLP", "P-tuning's LSTM prompt encoder (a bi-LSTM "
+                                           "and a 2-layer MLP): not modelled (the MLP encoder is)")),
+    "prefix_projection": Unsupported("prefix tuning with prefix_projection: an MLP builds the prefixes (more trainable "
+                                     "parameters than n x layers x 2 x KV width); not modelled"),
+    "decompose_both": Unsupported("LoKr with decompose_both: its first factor is also split in rank r; not modelled "
+                                  "(the estimate keeps it full)"),
+    "decompose_factor": Map("peft_factor", _only(-1, "LoKr with a decompose_factor: other factor shapes than the "
+                                                 "near-square ones the estimate uses; not modelled")),
+    "rank_dropout": Unsupported("LoHa/LoKr rank dropout: a mask over the delta weight's rows each step; not modelled"),
+    "module_dropout": Unsupported("LoHa/LoKr module dropout: adapters skipped at random (less work); not modelled"),
     "trainable_token_indices": Unsupported("trains the embedding rows of these tokens: not modelled yet"),
     "layers_to_transform": Unsupported("adapters on these layers only: fewer trainable parameters than every layer"),
     "exclude_modules": Unsupported("these modules get no adapter: fewer trainable parameters than the targets imply"),
@@ -66,25 +103,18 @@ KEYS: dict[str, Handling] = {
     "alora_invocation_tokens": Unsupported("activated LoRA: adapters only after these tokens; not modelled"),
     "runtime_config.ephemeral_gpu_offload": Unsupported("ephemeral GPU offload of CPU-resident adapters: not modelled"),
     "runtime_config.*": IGNORE,
-    **{k: IGNORE for k in ("task_type", "inference_mode", "auto_mapping", "peft_version", "fan_in_fan_out", "use_rslora",
+    # Initialisation, saving and the model's own sizes (which the estimate reads from the model): no effect.
+    **{k: IGNORE for k in ("task_type", "inference_mode", "auto_mapping", "peft_version", "fan_in_fan_out",
                            "init_lora_weights", "layers_pattern", "alpha_pattern", "megatron_config", "megatron_core",
                            "eva_config", "corda_config", "lora_ga_config", "qalora_group_size", "ensure_weight_tying",
                            "velora_config", "monteclora_config", "use_bdlora", "arrow_config", "kasa_config",
-                           "init_weights")},
-    # Keys of the other PEFT methods: part of a method reported through peft_type.
-    **{k: Unsupported(_VIRTUAL) for k in ("num_virtual_tokens", "token_dim", "num_transformer_submodules",
-                                          "num_attention_heads", "num_layers", "prefix_projection", "encoder_hidden_size",
-                                          "encoder_reparameterization_type", "encoder_num_layers", "encoder_dropout",
-                                          "prompt_tuning_init", "prompt_tuning_init_text", "tokenizer_name_or_path",
-                                          "tokenizer_kwargs")},
-    **{k: Unsupported("part of the IA3 configuration (peft_type)") for k in ("feedforward_modules", "init_ia3_weights")},
-    **{k: Unsupported("part of the VeRA configuration (peft_type)") for k in ("projection_prng_key", "save_projection",
-                                                                             "vera_dropout", "d_initial")},
-    **{k: Unsupported("part of the LoHa/LoKr configuration (peft_type)")
-       for k in ("alpha", "rank_dropout", "module_dropout", "use_effective_conv2d", "decompose_both", "decompose_factor",
-                 "rank_dropout_scale")},
-    **{k: Unsupported("part of the AdaLoRA configuration (peft_type)")
-       for k in ("init_r", "target_r", "tinit", "tfinal", "deltaT", "beta1", "beta2", "orth_reg_weight", "total_step")},
+                           "init_weights", "init_ia3_weights", "projection_prng_key", "save_projection", "d_initial",
+                           "use_effective_conv2d", "rank_dropout_scale", "num_transformer_submodules",
+                           "num_attention_heads", "num_layers", "prompt_tuning_init", "prompt_tuning_init_text",
+                           "tokenizer_name_or_path", "tokenizer_kwargs", "encoder_num_layers", "encoder_dropout")},
+    # AdaLoRA's budget schedule and importance smoothing: the tensors (and the three importance buffers the estimate
+    # counts) keep init_r whatever the budget.
+    **{k: IGNORE for k in ("target_r", "tinit", "tfinal", "deltaT", "beta1", "beta2", "orth_reg_weight", "total_step")},
     "token_indices": Unsupported("part of the trainable-tokens configuration (peft_type)"),
 }
 
@@ -96,15 +126,60 @@ def matches(doc: dict[str, Any]) -> bool:
 
 def read(doc: dict[str, Any]) -> Reading:
     r = collect(doc, KEYS, FORMAT, VERSION)
-    r.settings.pop("peft_bias", None)
-    if "peft_type" in r.unsupported:  # not LoRA: r / target_modules belong to that method, not to a LoRA
-        for target, key in list(r.sources.items()):
-            if target in ("lora_r", "lora_alpha", "lora_dropout", "lora_targets"):
-                r.settings.pop(target, None)
-                r.mapped.pop(key, None)
-                r.unsupported[key] = f"part of the {doc['peft_type']} configuration (peft_type)"
-    if r.settings.get("adapter") == "lora":
-        r.defaults.update(lora_r=8, lora_alpha=8.0, lora_dropout=0.0)  # LoraConfig's defaults (peft 0.21.2)
-        if "lora_targets" not in r.settings:
-            r.notes.append("target_modules null: PEFT's default for the model type (the attention projections here)")
+    s = r.settings
+    s.pop("peft_bias", None)
+    private = {r.sources[t]: s.pop(t) for t in [t for t in s if t.startswith("peft_")]}  # file key -> value
+    method = s.get("adapter")
+    if method is None:  # a method that cannot be modelled: its rank, targets and sizes set nothing
+        for target in ("num_virtual_tokens", "modules_to_save"):
+            if target in s:
+                s.pop(target)
+                private[r.sources[target]] = None
+        for key in private:
+            r.mapped.pop(key, None)
+            r.unsupported[key] = f"part of the {doc['peft_type']} configuration (peft_type), which is not modelled"
+        return r
+    wanted = {"lora_r": RANK_KEY.get(method), "lora_alpha": ALPHA_KEY.get(method),
+              "lora_dropout": DROPOUT_KEY.get(method), "lora_targets": None if method in PROMPT_METHODS else "target_modules"}
+    for target, key in wanted.items():
+        if key in private:
+            s[target] = private.pop(key)
+            r.sources[target] = key
+    if method == "ia3":
+        _feedforward(r, private.pop("feedforward_modules", None))
+    if method == "p_tuning":
+        _encoder_width(r, private.pop("encoder_hidden_size", None), private.get("token_dim"))
+    for key in private:  # keys this method does not use (AdaLoRA's inherited r, the model's token_dim)
+        r.mapped.pop(key, None)
+        r.ignored.append(key)
+    r.defaults.update(DEFAULTS.get(method, {}))
+    if method in PROMPT_METHODS and "num_virtual_tokens" not in s:
+        r.notes.append("num_virtual_tokens not given: the estimate's default (20) assumed")
+    if method not in PROMPT_METHODS and "lora_targets" not in s:
+        r.notes.append("target_modules null: PEFT's default for the model type (the estimate's per-method default: the "
+                       "attention projections; IA3's key, value and MLP output projections)")
     return r
+
+
+def _feedforward(r: Reading, ff: Any) -> None:
+    """IA3's ``feedforward_modules`` must be the MLP output projections among the targets (the estimate's rule)."""
+    if ff is None:
+        return
+    targets = set(r.settings.get("lora_targets") or ff)
+    every = ALL_LINEAR in targets  # all-linear: the MLP output projections are among them
+    if not (set(ff) <= set(FEEDFORWARD_NAMES) if every else set(ff) == {t for t in targets if t in FEEDFORWARD_NAMES}):
+        r.mapped.pop("feedforward_modules", None)
+        r.unsupported["feedforward_modules"] = (
+            "IA3 scales the input of these modules: the estimate scales the input of the MLP's output projection "
+            f"({', '.join(FEEDFORWARD_NAMES)}) and the output of every other target; not modelled")
+
+
+def _encoder_width(r: Reading, width: Any, dim: Any) -> None:
+    """P-tuning's MLP encoder is ``token_dim`` wide in the estimate (PEFT's default ``encoder_hidden_size``)."""
+    if width is not None and dim is not None and width != dim:
+        r.mapped.pop("encoder_hidden_size", None)
+        r.unsupported["encoder_hidden_size"] = (f"a {width}-wide P-tuning encoder: the estimate's MLP is token_dim "
+                                                f"({dim}) wide; not modelled")
+    elif width is not None:
+        r.mapped.pop("encoder_hidden_size", None)
+        r.ignored.append("encoder_hidden_size")

@@ -13,10 +13,12 @@ Every format module has ONE table, ``KEYS: dict[str, Handling]``, from a key (ne
   values are ignored).
 - :class:`Sub` ``(reader)``: the value is a config of another format (DeepSpeed inline in TrainingArguments,
   ``bnb_config_kwargs`` in axolotl), read by that format's table.
-- a tuple of handlings: all of them (``use_liger_kernel`` maps the fused loss and reports the other Liger kernels).
+- a tuple of handlings: all of them (LLaMA-Factory's ``enable_liger_kernel`` maps the fused loss and Liger's other
+  kernels).
 
 A key the table does not know is reported in ``unsupported`` (its effect is unchecked), never silently dropped. Mapping
-a key later (a new Scenario field, e.g. DoRA) is a change of its table entry to ``Map("use_dora", boolean)``.
+a key later (a new Scenario field) is a change of its table entry from ``Unsupported`` to ``Map``, as DoRA's
+``use_dora`` became ``Map("use_dora", boolean)``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from engine.errors import ConflictingKeysError, TrainingConfigError
 SETTINGS = {
     "mixed": "torch.autocast / DeepSpeed 16-bit compute: 'bf16', 'fp16' or 'no'",
     "weights_dtype": "dtype the model is loaded in (from_pretrained dtype): 'bf16', 'fp16', 'fp32' or 'auto'",
-    "adapter": "'lora' or 'none' (full fine-tuning)",
+    "adapter": "'lora', 'none' (full fine-tuning) or another PEFT method's name ('ia3', 'prefix_tuning', ...)",
+    "use_dora": "LoRA's use_dora: the LoRA adapter becomes DoRA (QLoRA's quantized base keeps QLoRA, DoRA reported)",
     "load_in_4bit": "bitsandbytes 4-bit base", "load_in_8bit": "bitsandbytes LLM.int8 base",
     "strategy": "multi-GPU strategy (engine.memory.parallel.Strategy)", "offload": "CPU offload (Offload)",
     "fsdp_activation_checkpointing": "FSDP checkpoints each wrapped layer (true only): checkpointing on whatever the Trainer's flag",

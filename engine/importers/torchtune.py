@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from engine.errors import TrainingConfigError
 from engine.importers.table import IGNORE, Handling, Map, Reading, Unmodelled, Unsupported, collect
 from engine.importers.values import boolean, choice, integer, names, number, text
 from engine.scenario.optimizer import Optimizer
@@ -69,8 +70,7 @@ KEYS: dict[str, Handling] = {
                                               "optimizer states are not modelled yet"),
     "model.lora_rank": Map("lora_r", integer()), "model.lora_alpha": Map("lora_alpha", number(0.0)),
     "model.lora_dropout": Map("lora_dropout", number(0.0, below=1.0)),
-    "model.use_dora": Unsupported("DoRA: a magnitude vector per adapted layer and a weight-norm computation in every "
-                                  "forward; not modelled yet"),
+    "model.use_dora": Map("use_dora", boolean),
     "model.quantize_base": Map("load_in_4bit", boolean),
     "model.*": IGNORE,
     "tokenizer.max_seq_len": Map("seq_len", integer()),
@@ -90,8 +90,7 @@ KEYS: dict[str, Handling] = {
     "lr_scheduler.*": IGNORE, "metric_logger.*": IGNORE, "profiler.*": IGNORE,
     "dtype": Map("tt_dtype", choice(DTYPES)),
     "enable_activation_checkpointing": Map("gradient_checkpointing", boolean),
-    "enable_activation_offloading": Unsupported("saved activations moved to CPU memory: fewer activations on the GPU; "
-                                                "not modelled yet"),
+    "enable_activation_offloading": Map("tt_offload", boolean),
     "compile": Unsupported("torch.compile fuses kernels: faster, and often fewer saved activations than eager"),
     "checkpointer.checkpoint_dir": Map("tt_checkpoint_dir", text),
     "checkpointer.*": IGNORE,
@@ -137,6 +136,10 @@ def read(doc: dict[str, Any]) -> Reading:
     dtype = s.pop("tt_dtype", None)
     if dtype is not None:
         s["weights_dtype"], s["mixed"] = dtype, "no"
+    _offload(r)
+    if s.get("use_dora") and s.get("adapter") == "lora":
+        r.notes.append("model.use_dora: torchtune's DoRALinear, estimated with PEFT 0.21's DoRA forward (its magnitude "
+                       "vectors, weight norm and temporaries)")
     checkpoint_dir = s.pop("tt_checkpoint_dir", None)
     r.settings["tt_model_hint"] = (checkpoint_dir, base)
     if "seq_len" not in s:
@@ -162,3 +165,16 @@ def model_from_hint(checkpoint_dir: str | None, builder: str) -> tuple[str | Non
         return repo, f"model._component_ builder {builder!r}"
     return None, (f"model._component_ builder {builder!r} and checkpoint_dir {checkpoint_dir!r} name no model this "
                   "importer knows")
+
+
+def _offload(r: Reading) -> None:
+    """``enable_activation_offloading``: torchtune's OffloadActivations moves every saved tensor to CPU memory, and the
+    recipe refuses it without activation checkpointing, so what moves are the checkpointed layer inputs (the
+    offloaded checkpointing the estimate models; torchtune 0.6.1 ``lora_finetune_single_device.py``)."""
+    s = r.settings
+    if not s.pop("tt_offload", False):
+        return
+    if not s.get("gradient_checkpointing"):
+        raise TrainingConfigError("enable_activation_offloading: torchtune refuses it without "
+                                  "enable_activation_checkpointing: true")
+    r.set("gradient_checkpointing_offload", True, "enable_activation_offloading")

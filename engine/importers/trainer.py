@@ -17,9 +17,10 @@ from typing import Any
 
 from engine.errors import ConflictingKeysError
 from engine.importers import bnb, deepspeed
-from engine.importers.table import IGNORE, only_if_true, Handling, Map, Reading, Sub, Unsupported, collect
+from engine.importers.table import IGNORE, only_if_true, Handling, Map, Reading, Sub, Unmodelled, Unsupported, collect
 from engine.importers.values import (
-    attention, boolean, choice, dtype, hf_fsdp, hf_optimizer, integer, names, number, optim_args, sharding, text,
+    attention, boolean, choice, dtype, galore_gap, galore_proj_type, galore_targets, hf_fsdp, hf_optimizer, integer,
+    names, number, optim_args, saveable, sharding, text,
 )
 from engine.memory.parallel import Offload, Strategy
 from engine.scenario.optimizer import Optimizer
@@ -28,12 +29,9 @@ from engine.scenario.training import QuantType
 FORMAT_HF, FORMAT_TRL = "TrainingArguments", "TRL SFTConfig"
 VERSION_HF, VERSION_TRL = "transformers 4.57.6 / 5.24.0", "trl 0.15.2 - 1.16.0"
 
-_LIGER_REST = ("Liger's RMSNorm, SwiGLU/GeGLU and RoPE kernels save activation memory and time; only its fused linear "
-               "cross-entropy is modelled")
 _DS_FILE = ("names a DeepSpeed config file (ZeRO stage, offload, precision): import that file as well "
             "(--from-config this.yaml ds_config.json)")
 _FSDP_CONFIG_FILE = "names an FSDP config file: import its settings as well (an accelerate config, or inline fsdp_config)"
-_GC_OFFLOAD = "checkpointed layer inputs offloaded to CPU memory: fewer activations on the GPU; not modelled yet"
 
 # Keys of TrainingArguments (5.24.0 dataclass fields, 4.57.6's removed ones too) with no effect on memory or time.
 _NO_EFFECT = """
@@ -64,7 +62,7 @@ fsdp_transformer_layer_cls_to_wrap
 _TRL_NO_EFFECT = """
 dataset_name dataset_config dataset_train_split dataset_test_split dataset_streaming dataset_text_field
 dataset_kwargs dataset_num_proc eos_token pad_token chat_template_path completion_only_loss assistant_only_loss
-loss_type packing_strategy pad_to_multiple_of eval_packing shuffle_dataset use_rslora lora_task_type
+loss_type packing_strategy pad_to_multiple_of eval_packing shuffle_dataset lora_task_type
 trust_remote_code model_revision_hub use_kernels num_of_sequences chars_per_token dataset_batch_size
 model_init_kwargs.trust_remote_code model_init_kwargs.revision model_init_kwargs.use_cache
 model_init_kwargs.low_cpu_mem_usage model_init_kwargs.device_map bnb_4bit_quant_storage padding_free
@@ -80,24 +78,26 @@ HF_KEYS: dict[str, Handling] = {
     "bf16": Map("hf_bf16", boolean), "fp16": Map("hf_fp16", boolean),
     "tf32": Unsupported("TF32 matmuls for the fp32 work: faster than the peak the time model uses for fp32"),
     "optim": Map("optimizer", hf_optimizer), "optim_args": Map("optim_args", optim_args),
-    "optim_target_modules": Unsupported("GaLore/APOLLO target modules: their optimizer states are projected; not "
-                                        "modelled yet"),
+    "optim_target_modules": Map("galore_targets", galore_targets),
     "gradient_checkpointing": Map("gradient_checkpointing", boolean),
     "activation_checkpointing": Map("gradient_checkpointing", boolean),
-    "gradient_checkpointing_kwargs.offload": Unsupported(_GC_OFFLOAD),
-    "activation_checkpointing_kwargs.offload": Unsupported(_GC_OFFLOAD),
+    "gradient_checkpointing_kwargs.offload": Map("gc_offload", boolean),
+    "activation_checkpointing_kwargs.offload": Map("gc_offload", boolean),
     "gradient_checkpointing_kwargs.every_n_layers": Unsupported("checkpoints only every n-th layer: more activations kept "
                                                                 "than full checkpointing; not modelled"),
     "activation_checkpointing_kwargs.every_n_layers": Unsupported("checkpoints only every n-th layer: more activations "
                                                                   "kept than full checkpointing; not modelled"),
     "torch_compile": Unsupported("torch.compile fuses kernels: faster, and often fewer saved activations than the eager "
                                  "PyTorch step the estimate models"),
-    "use_liger_kernel": (Map("fused_cross_entropy", boolean), Unsupported(_LIGER_REST)),
-    "use_liger": (Map("fused_cross_entropy", boolean), Unsupported(_LIGER_REST)),
-    "liger_kernel_config.fused_linear_cross_entropy": Map("fused_cross_entropy", boolean),
+    "use_liger_kernel": Map("liger", boolean), "use_liger": Map("liger", boolean),
+    "liger_kernel_config.fused_linear_cross_entropy": Map("liger_flce", boolean),
+    "liger_kernel_config.rms_norm": Map("liger_rms_norm", boolean),
+    "liger_kernel_config.swiglu": Map("liger_glu", boolean), "liger_kernel_config.geglu": Map("liger_glu", boolean),
+    "liger_kernel_config.rope": Map("liger_rope", boolean),
     "liger_kernel_config.cross_entropy": Unsupported("Liger's cross-entropy without the fused LM head: saves the fp32 "
                                                      "copies of the logits, not the logits; not modelled"),
-    "liger_kernel_config.*": Unsupported(_LIGER_REST),
+    "liger_kernel_config.*": Unsupported("a Liger kernel option the estimate does not model (it models the fused "
+                                         "linear cross-entropy, RMSNorm and SwiGLU/GeGLU)"),
     "deepspeed": Sub(deepspeed.read, _DS_FILE),
     "fsdp": Map("fsdp", hf_fsdp),
     "fsdp_config": Unsupported(_FSDP_CONFIG_FILE),  # a path; an inline dict is walked (fsdp_config.*)
@@ -128,8 +128,7 @@ TRL_KEYS: dict[str, Handling] = {
     **{k: IGNORE for k in _TRL_NO_EFFECT},
     "max_length": Map("seq_len", integer()), "max_seq_length": Map("seq_len", integer()),
     "packing": Map("packing", boolean),
-    "activation_offloading": Unsupported("saved activations moved to CPU memory (TRL's offloading context): fewer "
-                                         "activations on the GPU, more host traffic; not modelled yet"),
+    "activation_offloading": Map("act_offload", boolean),
     "model_init_kwargs.dtype": Map("weights_dtype", dtype), "model_init_kwargs.torch_dtype": Map("weights_dtype", dtype),
     "model_init_kwargs.attn_implementation": Map("attention", attention),
     "model_init_kwargs.quantization_config": Sub(bnb.read, "a quantization config object is needed here"),
@@ -142,10 +141,8 @@ TRL_KEYS: dict[str, Handling] = {
     "lora_target_modules": Map("lora_targets", names),
     "lora_target_parameters": Unsupported("LoRA on parameters (e.g. MoE expert weights) rather than linear modules: "
                                           "not modelled"),
-    "lora_modules_to_save": Unsupported("modules_to_save: full trainable copies of these modules (weights, gradients, "
-                                        "optimizer states); not modelled yet"),
-    "use_dora": Unsupported("DoRA: a magnitude vector per adapted layer and a weight-norm computation in every forward "
-                            "(more memory and time than LoRA); not modelled yet"),
+    "lora_modules_to_save": Map("modules_to_save", saveable),
+    "use_dora": Map("use_dora", boolean), "use_rslora": Map("use_rslora", boolean),
     "load_in_4bit": Map("load_in_4bit", boolean), "load_in_8bit": Map("load_in_8bit", boolean),
     "bnb_4bit_quant_type": Map("quant_type", choice(bnb.QUANT_TYPES)),
     "use_bnb_nested_quant": Map("double_quant", boolean),
@@ -185,6 +182,7 @@ def read(doc: dict[str, Any]) -> Reading:
             r.defaults.update(quant_type=QuantType.NF4, double_quant=False)
         r.notes.append("TRL >= 1.0 computes the loss through a tiled LM head (no full logits): turn on the fused "
                        "cross-entropy for a closer estimate if your TRL does")
+    finish_offload(r)
     return r
 
 
@@ -204,7 +202,8 @@ def finish_trainer_keys(r: Reading, hf_file: bool) -> None:
             r.notes.append("The weights' dtype is the script's from_pretrained(dtype=...), not in this file: fp32 weights "
                            "with autocast assumed (transformers 4.57; transformers 5 loads dtype='auto', often bf16: "
                            "pick pure bf16 then)")
-    args = r.settings.pop("optim_args", None)
+    args = finish_galore(r, r.settings.pop("optim_args", None), "optim_target_modules")
+    finish_liger(r)
     if args is not None and r.settings.get("optimizer") is Optimizer.SGD and float(args.get("momentum", 0) or 0) > 0:
         r.settings["optimizer"] = Optimizer.SGD_MOMENTUM
     elif args:
@@ -222,3 +221,101 @@ def finish_trainer_keys(r: Reading, hf_file: bool) -> None:
         r.mapped.pop("max_steps", None)
         r.unsupported["max_steps"] = (f"training stops after {steps} optimizer steps: the time follows the steps, not the "
                                       "dataset size and epochs; give the dataset as steps x global batch x sequence length tokens")
+
+
+def finish_galore(r: Reading, args: dict[str, str] | None, targets_key: str) -> dict[str, str] | None:
+    """``optim: galore_adamw``: its rank and SVD period from ``optim_args`` (transformers 4.57.6 / 5.24.0 read
+    ``rank``, ``update_proj_gap``, ``scale``, ``proj_type``; rank 128 by default, as the Scenario's), its targets
+    checked. Returns the optimizer arguments left for the other optimizers (None when GaLore took them)."""
+    s = r.settings
+    targets = s.pop("galore_targets", None)
+    if s.get("optimizer") is not Optimizer.GALORE_ADAMW:
+        if targets is not None:
+            r.mapped.pop(targets_key, None)
+            if any(k in r.unsupported for k in ("optim", "optimizer")):
+                r.unsupported[targets_key] = "part of the optimizer's configuration (optim), which is not modelled"
+            else:
+                r.ignored.append(targets_key)  # read by GaLore and APOLLO only
+        return args
+    if targets is None and targets_key not in r.unsupported:
+        r.notes.append(f"{targets_key} not given: transformers refuses GaLore without it; every linear layer of the "
+                       "decoder blocks assumed")
+    for name, value in (args or {}).items():
+        key = f"optim_args.{name}"
+        if name == "rank":
+            r.set("galore_rank", integer()(_number(value), key), key)
+            continue
+        done = {"update_proj_gap": galore_gap, "proj_type": galore_proj_type}.get(name)
+        result = done(_number(value) if name == "update_proj_gap" else value, key) if done else None
+        if isinstance(result, Unmodelled):
+            r.unsupported[key] = result.effect
+        elif done is None and name != "scale":  # the scale only multiplies the update
+            r.unsupported[key] = "a GaLore argument the estimate does not model"
+    return None
+
+
+def _number(value: str) -> Any:
+    try:
+        return int(value)
+    except ValueError:
+        return value
+
+
+def finish_liger(r: Reading) -> None:
+    """``use_liger_kernel``: transformers applies the model's Liger patch with its defaults (rope, rms_norm, swiglu
+    and fused_linear_cross_entropy on, cross_entropy off: liger-kernel 0.8.5), overridden by ``liger_kernel_config``
+    (transformers 5.24.0 ``integrations/liger.py``); without ``use_liger_kernel`` the config does nothing."""
+    s = r.settings
+    on = s.pop("liger", None)
+    parts = {name: s.pop(name, None) for name in ("liger_flce", "liger_rms_norm", "liger_glu", "liger_rope")}
+    config_keys = [r.sources[n] for n, v in parts.items() if v is not None]
+    if not on:
+        for key in config_keys:
+            r.mapped.pop(key, None)
+            r.ignored.append(key)
+        if on is False:
+            r.set("fused_cross_entropy", False, r.sources["liger"])
+            r.set("liger_kernels", False, r.sources["liger"])
+        return
+    key = r.sources["liger"]
+    flce = parts["liger_flce"]
+    r.set("fused_cross_entropy", True if flce is None else flce, key if flce is None else r.sources["liger_flce"])
+    pick = lambda n: (True, key) if parts[n] is None else (parts[n], r.sources[n])  # noqa: E731
+    liger_kernels(r, pick("liger_rms_norm"), pick("liger_glu"), pick("liger_rope"))
+
+
+def liger_kernels(r: Reading, rms: tuple[bool, str], glu: tuple[bool, str], rope: tuple[bool, str]) -> None:
+    """Liger's RMSNorm, SwiGLU/GeGLU and RoPE kernels, each (on, the key that says so): the scenario's
+    ``liger_kernels`` models RMSNorm and the gated activation together (RoPE fuses in place, no memory term), so one
+    without the other is reported rather than given the other's saving."""
+    if rms[0] and glu[0]:
+        r.set("liger_kernels", True, rms[1])
+        return
+    for (on, key), name in ((rms, "RMSNorm"), (glu, "SwiGLU/GeGLU"), (rope, "RoPE")):
+        if on:
+            r.unsupported[key] = (f"Liger's {name} kernel without its RMSNorm and SwiGLU together: the estimate's Liger "
+                                  "switch models those two at once; not modelled alone")
+    if not rms[0] and not glu[0]:
+        r.set("liger_kernels", False, rms[1])
+
+
+def finish_offload(r: Reading, default_gc: bool | None = None) -> None:
+    """Offloaded checkpointing (transformers 5.24 ``activation_checkpointing_kwargs.offload``: the recompute's saved
+    inputs in pinned host memory; TRL ``activation_offloading``, which under checkpointing leaves only those inputs
+    to offload): ``gradient_checkpointing_offload`` when checkpointing is on. ``activation_offloading`` without
+    checkpointing moves every saved activation, which is not modelled; the transformers flag then does nothing."""
+    s = r.settings
+    gc = s.get("gradient_checkpointing", r.defaults.get("gradient_checkpointing", default_gc))
+    for name in ("gc_offload", "act_offload"):
+        if name not in s:
+            continue
+        on, key = s.pop(name), r.sources[name]
+        if on and gc:
+            r.set("gradient_checkpointing_offload", True, key)
+        elif on and name == "act_offload":
+            r.mapped.pop(key, None)
+            r.unsupported[key] = ("every saved activation moved to CPU memory (no checkpointing): fewer activations on "
+                                  "the GPU, more host traffic; not modelled (with gradient_checkpointing it is)")
+        elif on:
+            r.mapped.pop(key, None)
+            r.ignored.append(key)  # checkpointing off: nothing to offload

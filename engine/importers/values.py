@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from engine.importers.table import Several, Unmodelled, check
+from engine.importers.table import SKIP, Several, Unmodelled, check
 from engine.memory.parallel import Offload, Strategy
 from engine.scenario.optimizer import Optimizer
+from engine.scenario.peft import SAVEABLE
 from engine.scenario.training import Attention
+from engine.time.adapters import GALORE_UPDATE_PROJ_GAP  # the SVD period the time model amortises
 
 Converter = Callable[[Any, str], Any]
 
@@ -87,8 +89,8 @@ def _unmodelled_optim(what: str) -> Unmodelled:
     return Unmodelled(f"{what}: its optimizer states are not modelled yet (the estimate would use other states)")
 
 
-GALORE = Unmodelled("GaLore: optimizer states of the targeted matrices are kept in a low-rank projection "
-                    "(rank from optim_args), far smaller than AdamW's; not modelled yet")
+_GALORE_LAYERWISE = Unmodelled("layer-wise GaLore: each gradient is freed right after its own update, so the whole "
+                               "model's gradients are never alive at once; not modelled (galore_adamw is)")
 HF_OPTIMIZERS: dict[str, Any] = {
     "adamw_torch": Optimizer.ADAMW, "adamw_torch_fused": Optimizer.ADAMW_FUSED, "adamw_bnb_8bit": Optimizer.ADAMW_8BIT,
     "adamw_8bit": Optimizer.ADAMW_8BIT, "paged_adamw_8bit": Optimizer.PAGED_ADAMW_8BIT,
@@ -96,8 +98,11 @@ HF_OPTIMIZERS: dict[str, Any] = {
     "paged_lion_32bit": _unmodelled_optim("paged Lion 32-bit (states in unified memory)"),
     "paged_lion_8bit": _unmodelled_optim("paged 8-bit Lion (states in unified memory)"),
     "adafactor": Optimizer.ADAFACTOR, "sgd": Optimizer.SGD,
-    **{name: GALORE for name in ("galore_adamw", "galore_adamw_8bit", "galore_adafactor", "galore_adamw_layerwise",
-                                 "galore_adamw_8bit_layerwise", "galore_adafactor_layerwise")},
+    "galore_adamw": Optimizer.GALORE_ADAMW,
+    "galore_adamw_8bit": Unmodelled("GaLore with 8-bit AdamW states (GaLoreAdamW8bit): not modelled (galore_adamw is)"),
+    "galore_adafactor": Unmodelled("GaLore over Adafactor's factored states: not modelled (galore_adamw is)"),
+    **{name: _GALORE_LAYERWISE for name in ("galore_adamw_layerwise", "galore_adamw_8bit_layerwise",
+                                            "galore_adafactor_layerwise")},
     "adamw_torch_4bit": _unmodelled_optim("torchao 4-bit AdamW"), "adamw_torch_8bit": _unmodelled_optim("torchao 8-bit AdamW"),
     "adamw_torch_xla": _unmodelled_optim("AdamW on XLA"), "adamw_torch_npu_fused": _unmodelled_optim("AdamW on Ascend NPU"),
     "adamw_apex_fused": Optimizer.ADAMW_FUSED, "adamw_anyprecision": _unmodelled_optim("AnyPrecision AdamW"),
@@ -125,10 +130,70 @@ def hf_optimizer(value: Any, key: str) -> Any:
 
 
 def optim_args(value: Any, key: str) -> dict[str, str]:
-    """``optim_args="k=v,k=v"`` (transformers parses it the same way) as a dict."""
+    """``optim_args="k=v,k=v"`` (transformers parses it the same way) as a dict; axolotl also takes a mapping."""
+    if isinstance(value, dict):
+        return {str(k).strip(): str(v).strip() for k, v in value.items()}
     pairs = [p.strip() for p in text(value, key).split(",") if p.strip()]
     check(all("=" in p for p in pairs), key, "k=v pairs separated by commas", value)
     return {k.strip(): v.strip() for k, v in (p.split("=", 1) for p in pairs)}
+
+
+# --- GaLore ------------------------------------------------------------------------------------------------------
+
+_GALORE_EVERY_LINEAR = ("all-linear", "all_linear", "all")
+
+
+def galore_targets(value: Any, key: str) -> Any:
+    """GaLore's target modules (transformers ``optim_target_modules``: a name, a list of names or regexes, or
+    ``all-linear``; axolotl ``all_linear``; LLaMA-Factory ``galore_target``, ``all`` or a comma list). The estimate
+    projects every linear layer of the decoder blocks (:func:`engine.scenario.optimizer.galore_projected`), so the
+    targets must cover them: ``all-linear``, or names that reach both the attention and the MLP (``attn`` and ``mlp``,
+    the GaLore examples' spelling, or the seven Llama projections). Fewer targets keep full AdamW states on the rest."""
+    if isinstance(value, str) and value.strip().lower() in _GALORE_EVERY_LINEAR:
+        return "all-linear"
+    targets = [t.lower() for t in names(value, key)]
+    attention = any(w in t for t in targets for w in ("attn", "attention", "q_proj"))
+    mlp = any(w in t for t in targets for w in ("mlp", "gate_proj", "up_proj", "down_proj", "fc1", "fc2"))
+    llama = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    if llama <= set(targets) or (attention and mlp and not set(targets) & llama):
+        return "every decoder linear"
+    return Unmodelled(f"GaLore on {', '.join(targets)} only: the estimate projects every linear layer of the decoder "
+                      "blocks, the others would keep full AdamW states; not modelled")
+
+
+def galore_gap(value: Any, key: str) -> Any:
+    """``update_proj_gap`` / ``galore_update_interval``: the SVD's period; only the default is what the time model
+    amortises."""
+    gap = integer()(value, key)
+    return SKIP if gap == GALORE_UPDATE_PROJ_GAP else Unmodelled(
+        f"an SVD every {gap} steps: the time model amortises GaLore's SVD over {GALORE_UPDATE_PROJ_GAP} steps")
+
+
+def galore_proj_type(value: Any, key: str) -> Any:
+    """``proj_type``: ``std`` (project on the smaller side, what the estimate models) or another side."""
+    kind = text(value, key).lower()
+    return SKIP if kind == "std" else Unmodelled(
+        f"GaLore proj_type {kind}: a projector on another side than the smaller one; not modelled (std is)")
+
+
+# --- PEFT ---------------------------------------------------------------------------------------------------------
+
+def saveable(value: Any, key: str) -> Any:
+    """``modules_to_save`` names (a list or a comma text): the ones the estimate can copy
+    (:data:`engine.scenario.peft.SAVEABLE`), else what a copy of the others does, unmodelled."""
+    listed = names(value, key)
+    unknown = [n for n in listed if n not in SAVEABLE]
+    if unknown:
+        return Unmodelled(f"modules_to_save {', '.join(unknown)}: full trainable copies of these modules (weights, "
+                          f"gradients, optimizer states); the estimate copies only {', '.join(sorted(SAVEABLE))}")
+    return listed
+
+
+def positive(value: Any, key: str) -> float:
+    """A number above 0 (LoRA+'s learning-rate ratio)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    check(ok, key, "a number above 0", value)
+    return float(value)
 
 
 # --- attention --------------------------------------------------------------------------------------------------------

@@ -1,12 +1,19 @@
 """A plan as the config files of the tools users train with, each one re-importable to the same scenario.
 
 :func:`config_files` writes, for a :class:`~engine.plan.plans.Plan`: a TRL ``SFTConfig`` YAML (TrainingArguments keys
-plus TRL's ModelConfig: ``trl sft --config``), a PEFT ``adapter_config.json`` (LoraConfig), a ``BitsAndBytesConfig``
-JSON (QLoRA), a DeepSpeed JSON (ZeRO strategies), an accelerate config YAML (more than one GPU: FSDP, DeepSpeed or DDP
+plus TRL's ModelConfig: ``trl sft --config``), a PEFT ``adapter_config.json`` (the method's config class: LoRA with
+``use_dora`` / ``use_rslora``, AdaLoRA, IA3, VeRA, LoHa, LoKr, prompt / prefix / P-tuning with ``num_virtual_tokens``;
+``modules_to_save``), a ``BitsAndBytesConfig`` JSON (QLoRA), a DeepSpeed JSON (ZeRO strategies), an accelerate config YAML (more than one GPU: FSDP, DeepSpeed or DDP
 launch), an axolotl YAML and a LLaMA-Factory YAML. Key names and values are those :mod:`engine.importers` reads
 (versions there); importing a file gives back the plan's settings that the format can say. What a format cannot say
 (axolotl always loads the model in the autocast dtype, so "mixed bf16 with fp32 weights" has no axolotl spelling) is
 listed in :attr:`ConfigFile.lost` and in a comment at the top of the file, never silently changed.
+
+The trainer formats say DoRA (``use_dora`` / ``peft_use_dora``), rsLoRA, ``modules_to_save`` (``lora_modules_to_save``,
+``additional_target``), LoRA+ (axolotl, LLaMA-Factory), GaLore (``optim: galore_adamw`` + ``optim_target_modules`` and
+``optim_args`` rank; LLaMA-Factory ``use_galore``), offloaded checkpointing (TRL / axolotl ``activation_offloading``,
+LLaMA-Factory ``use_unsloth_gc``) and Liger's kernels (``use_liger_kernel`` + ``liger_kernel_config``, the axolotl
+plugin's switches, ``enable_liger_kernel``); the PEFT methods beyond LoRA/DoRA only the adapter file can say.
 """
 
 from __future__ import annotations
@@ -17,12 +24,14 @@ from typing import Any
 
 import yaml
 
+from engine.importers.peft import FEEDFORWARD_NAMES
 from engine.memory.parallel import Strategy
 from engine.plan.plans import Plan, _targets, app_version, zero3_config
 from engine.scenario.lora import ALL_LINEAR
 from engine.scenario.optimizer import Optimizer
+from engine.scenario.peft import PROMPT_METHODS
 from engine.scenario.precision import PrecisionMode
-from engine.scenario.training import Attention, Framework, Method, QuantType
+from engine.scenario.training import METHOD_LABELS, Attention, Framework, Method, QuantType
 
 _TORCH_DTYPE = {PrecisionMode.BF16: "bfloat16", PrecisionMode.FP16: "float16"}
 _FSDP = {Strategy.FSDP_FULL_SHARD: "full_shard auto_wrap", Strategy.FSDP_SHARD_GRAD_OP: "shard_grad_op auto_wrap"}
@@ -44,8 +53,22 @@ def _mixed(precision: PrecisionMode) -> tuple[bool, bool]:
     return (precision in (PrecisionMode.AMP_BF16, PrecisionMode.BF16), precision is PrecisionMode.AMP_FP16)
 
 
-def _common_lost(plan: Plan, *, gpus: bool = True) -> list[str]:
+_LORA_ADAPTERS = (Method.LORA, Method.QLORA, Method.DORA)
+"""Methods the trainer formats (TRL's ModelConfig, axolotl, LLaMA-Factory) build: a LoraConfig, DoRA by a flag."""
+
+
+def _common_lost(plan: Plan, *, gpus: bool = True, loraplus: bool = False) -> list[str]:
+    """What a trainer format cannot say: another framework, another PEFT method than LoRA/DoRA, LoRA-FA (built with
+    ``peft.optimizers.create_lorafa_optimizer``, no ``optim`` name), LoRA+ where the format has no key for it."""
     lost = []
+    if plan.method is not Method.FULL and plan.method not in _LORA_ADAPTERS:
+        lost.append(f"method {plan.method.value} ({METHOD_LABELS[plan.method]}: this tool's config builds LoRA/DoRA "
+                    "adapters only; see adapter_config.json)")
+    if plan.optimizer is Optimizer.LORA_FA:
+        lost.append("optimizer lora_fa (built with peft.optimizers.create_lorafa_optimizer, not an optim name)")
+    if plan.loraplus_lr_ratio is not None and not loraplus:
+        lost.append(f"LoRA+ loraplus_lr_ratio {plan.loraplus_lr_ratio:g} (peft.optimizers.create_loraplus_optimizer; "
+                    "no memory or time effect)")
     if plan.framework is not Framework.HF:
         lost.append(f"framework {plan.framework.value} (this file is for the Hugging Face stack)")
     if plan.method is Method.QLORA and not plan.prepare_kbit_training:
@@ -74,9 +97,11 @@ def sft_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
     if plan.model_revision:
         body["model_revision"] = plan.model_revision
     body.update(dtype=_TORCH_DTYPE.get(plan.precision, "float32"), attn_implementation=plan.attention.value)
-    if plan.method is not Method.FULL:
+    if plan.method in _LORA_ADAPTERS:
         body.update(use_peft=True, lora_r=plan.lora_r, lora_alpha=plan.lora_alpha, lora_dropout=plan.lora_dropout,
-                    lora_target_modules=targets)
+                    lora_target_modules=targets, use_dora=plan.method is Method.DORA, use_rslora=plan.use_rslora)
+        if plan.modules_to_save:
+            body["lora_modules_to_save"] = list(plan.modules_to_save)
     if plan.method is Method.QLORA:
         if plan.quant_type is QuantType.INT8:
             body["load_in_8bit"] = True
@@ -88,7 +113,11 @@ def sft_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
                 bf16=bf16, fp16=fp16, gradient_checkpointing=plan.gradient_checkpointing, optim=plan.optimizer.hf_name)
     if plan.optimizer.hf_optim_args:
         body["optim_args"] = plan.optimizer.hf_optim_args
-    body["use_liger_kernel"] = plan.fused_cross_entropy
+    if plan.optimizer is Optimizer.GALORE_ADAMW:  # transformers refuses GaLore without its target modules
+        body.update(optim_args=f"rank={plan.galore_rank}", optim_target_modules="all-linear")
+    body.update(_hf_liger(plan))
+    if plan.gradient_checkpointing_offload:
+        body["activation_offloading"] = True  # TRL: under checkpointing, the layer inputs wait in CPU memory
     if _deepspeed(plan):
         body["deepspeed"] = _deepspeed(plan)
     elif plan.strategy in _FSDP:
@@ -97,13 +126,62 @@ def sft_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
                       _yaml(f"TRL SFTConfig for `trl sft --config sft_config.yaml` (plan {plan.name!r})", lost, body), tuple(lost))
 
 
+def _hf_liger(plan: Plan) -> dict[str, Any]:
+    """``use_liger_kernel`` (the model's Liger patch: fused linear cross-entropy, RMSNorm, SwiGLU, RoPE) and the
+    ``liger_kernel_config`` that switches off what the plan does not use (transformers 5.24.0)."""
+    if not (plan.fused_cross_entropy or plan.liger_kernels):
+        return {"use_liger_kernel": False}
+    off = {} if plan.liger_kernels else {"rms_norm": False, "swiglu": False, "rope": False}
+    if not plan.fused_cross_entropy:
+        off["fused_linear_cross_entropy"] = False
+    return {"use_liger_kernel": True, **({"liger_kernel_config": off} if off else {})}
+
+
+PEFT_TYPES = {Method.LORA: "LORA", Method.QLORA: "LORA", Method.DORA: "LORA", Method.ADALORA: "ADALORA",
+              Method.IA3: "IA3", Method.VERA: "VERA", Method.LOHA: "LOHA", Method.LOKR: "LOKR",
+              Method.PROMPT_TUNING: "PROMPT_TUNING", Method.PREFIX_TUNING: "PREFIX_TUNING", Method.P_TUNING: "P_TUNING"}
+"""The engine's PEFT methods -> ``peft_type`` (peft 0.21.2 ``PeftType``)."""
+
+
+def _method_keys(plan: Plan, targets: list[str] | str) -> dict[str, Any]:
+    """The keys of the method's own config class (peft 0.21.2 ``tuners/*/config.py``), as ``asdict`` writes them."""
+    m, r = plan.method, plan.lora_r
+    if m in PROMPT_METHODS:
+        extra = {Method.PROMPT_TUNING: {"prompt_tuning_init": "RANDOM"},
+                 Method.PREFIX_TUNING: {"prefix_projection": False},
+                 Method.P_TUNING: {"encoder_reparameterization_type": "MLP"}}[m]
+        return {"num_virtual_tokens": plan.num_virtual_tokens, **extra}
+    keys: dict[str, Any] = {"target_modules": targets}
+    if m in (Method.LORA, Method.QLORA, Method.DORA):
+        keys.update(r=r, lora_alpha=plan.lora_alpha, lora_dropout=plan.lora_dropout, bias="none",
+                    use_rslora=plan.use_rslora, use_dora=m is Method.DORA)
+    elif m is Method.ADALORA:  # the tensors keep init_r; target_r is the budget the masks prune to
+        keys.update(init_r=r, target_r=min(8, r), lora_alpha=plan.lora_alpha, lora_dropout=plan.lora_dropout,
+                    total_step=None)
+    elif m is Method.IA3:
+        ff = [t for t in FEEDFORWARD_NAMES if t == "down_proj"] if targets == ALL_LINEAR else \
+            [t for t in targets if t in FEEDFORWARD_NAMES]
+        keys.update(feedforward_modules=ff, init_ia3_weights=True)
+    elif m is Method.VERA:
+        keys.update(r=r, vera_dropout=plan.lora_dropout, projection_prng_key=0, save_projection=True, d_initial=0.1)
+    else:  # LoHa, LoKr
+        keys.update(r=r, alpha=plan.lora_alpha, rank_dropout=0.0, module_dropout=0.0)
+        if m is Method.LOKR:
+            keys.update(decompose_both=False, decompose_factor=-1)
+    return keys
+
+
 def adapter_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
-    """PEFT ``adapter_config.json`` (``LoraConfig``, peft 0.21.2)."""
-    body = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": plan.model_repo_id,
-            "revision": plan.model_revision, "r": plan.lora_r, "lora_alpha": plan.lora_alpha,
-            "lora_dropout": plan.lora_dropout, "target_modules": targets, "bias": "none", "use_rslora": False,
-            "use_dora": False, "modules_to_save": None, "inference_mode": False}
-    return ConfigFile("adapter_config.json", "PEFT LoraConfig", json.dumps(body, indent=2) + "\n")
+    """PEFT ``adapter_config.json`` of the plan's method (peft 0.21.2: ``LoraConfig`` with ``use_dora`` /
+    ``use_rslora``, ``AdaLoraConfig``, ``IA3Config``, ``VeraConfig``, ``LoHaConfig``, ``LoKrConfig``,
+    ``PromptTuningConfig``, ``PrefixTuningConfig``, ``PromptEncoderConfig``)."""
+    body = {"peft_type": PEFT_TYPES[plan.method], "task_type": "CAUSAL_LM", "base_model_name_or_path": plan.model_repo_id,
+            "revision": plan.model_revision, **_method_keys(plan, targets),
+            "modules_to_save": list(plan.modules_to_save) if plan.modules_to_save else None, "inference_mode": False}
+    lost = ["AdaLoRA total_step: set it to the run's optimizer steps (PEFT requires it)"] \
+        if plan.method is Method.ADALORA else []
+    return ConfigFile("adapter_config.json", f"PEFT {body['peft_type']} config", json.dumps(body, indent=2) + "\n",
+                      tuple(lost))
 
 
 def bnb_config(plan: Plan) -> ConfigFile:
@@ -155,7 +233,7 @@ _AXOLOTL_ATTENTION = {Attention.FLASH_ATTENTION_2: "flash_attention", Attention.
 
 def axolotl_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
     """axolotl YAML (axolotl 0.19.0 schema)."""
-    lost = _common_lost(plan)
+    lost = _common_lost(plan, loraplus=True)
     body: dict[str, Any] = {"base_model": plan.model_repo_id}
     if plan.model_revision:
         body["revision_of_model"] = plan.model_revision
@@ -166,18 +244,25 @@ def axolotl_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
             body.update(adapter="qlora", load_in_4bit=True,
                         bnb_config_kwargs={"bnb_4bit_quant_type": plan.quant_type.value,
                                            "bnb_4bit_use_double_quant": plan.double_quant})
-    elif plan.method is Method.LORA:
+    elif plan.method in (Method.LORA, Method.DORA):
         body["adapter"] = "lora"
-    if plan.method is not Method.FULL:
+    if plan.method in _LORA_ADAPTERS:
         body.update(lora_r=plan.lora_r, lora_alpha=plan.lora_alpha, lora_dropout=plan.lora_dropout)
         if targets == ALL_LINEAR:
             body["lora_target_linear"] = True
         else:
             body["lora_target_modules"] = targets
+        body.update(peft_use_dora=plan.method is Method.DORA, peft_use_rslora=plan.use_rslora)
+        if plan.modules_to_save:
+            body["lora_modules_to_save"] = list(plan.modules_to_save)
+        if plan.loraplus_lr_ratio is not None:
+            body["loraplus_lr_ratio"] = plan.loraplus_lr_ratio
     body.update(datasets=[{"path": "REPLACE/with-your-dataset", "type": "alpaca"}], output_dir="./outputs/out",
                 sequence_len=plan.seq_len, sample_packing=plan.packing, micro_batch_size=plan.micro_batch_size,
                 gradient_accumulation_steps=plan.gradient_accumulation_steps, num_epochs=plan.epochs,
                 optimizer=plan.optimizer.hf_name)
+    if plan.optimizer is Optimizer.GALORE_ADAMW:
+        body.update(optim_target_modules="all_linear", optim_args={"rank": plan.galore_rank})
     if plan.optimizer is Optimizer.SGD_MOMENTUM:
         lost.append("SGD momentum (optim_args is not read back)")
     # axolotl loads the model in the autocast dtype: mixed precision over fp32 weights has no spelling.
@@ -187,8 +272,14 @@ def axolotl_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
     body["fp16"] = plan.precision in (PrecisionMode.FP16, PrecisionMode.AMP_FP16)
     body[_AXOLOTL_ATTENTION[plan.attention]] = True
     body["gradient_checkpointing"] = plan.gradient_checkpointing
+    if plan.gradient_checkpointing_offload:
+        body["activation_offloading"] = True  # axolotl 0.19 (it requires gradient_checkpointing)
+    if plan.fused_cross_entropy or plan.liger_kernels:
+        body["plugins"] = ["axolotl.integrations.liger.LigerPlugin"]
+    if plan.liger_kernels:
+        body.update(liger_rope=True, liger_rms_norm=True, liger_glu_activation=True)
     if plan.fused_cross_entropy:
-        body.update(plugins=["axolotl.integrations.liger.LigerPlugin"], liger_fused_linear_cross_entropy=True)
+        body["liger_fused_linear_cross_entropy"] = True
     if _deepspeed(plan):
         body["deepspeed"] = _deepspeed(plan)
     elif plan.strategy in _FSDP:
@@ -204,15 +295,22 @@ _LF_ATTENTION = {Attention.FLASH_ATTENTION_2: "fa2", Attention.SDPA: "sdpa", Att
 
 def llamafactory_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
     """LLaMA-Factory YAML (llamafactory 0.9.5)."""
-    lost = _common_lost(plan)
-    lora = plan.method is not Method.FULL
+    lost = _common_lost(plan, loraplus=True)
+    lora = plan.method in _LORA_ADAPTERS
     body: dict[str, Any] = {"model_name_or_path": plan.model_repo_id, "flash_attn": _LF_ATTENTION[plan.attention],
                             "stage": "sft", "do_train": True, "finetuning_type": "lora" if lora else "full"}
     if plan.model_revision:
         lost.append(f"revision {plan.model_revision} (model_revision is not read back)")
     if lora:
         body.update(lora_rank=plan.lora_r, lora_alpha=plan.lora_alpha, lora_dropout=plan.lora_dropout,
-                    lora_target="all" if targets == ALL_LINEAR else ",".join(targets))
+                    lora_target="all" if targets == ALL_LINEAR else ",".join(targets),
+                    use_dora=plan.method is Method.DORA, use_rslora=plan.use_rslora)
+        if plan.modules_to_save:
+            body["additional_target"] = ",".join(plan.modules_to_save)
+        if plan.loraplus_lr_ratio is not None:
+            body["loraplus_lr_ratio"] = plan.loraplus_lr_ratio
+    if plan.optimizer is Optimizer.GALORE_ADAMW:  # GaLoreAdamW is what use_galore builds for optim adamw_torch
+        body.update(use_galore=True, galore_target="all", galore_rank=plan.galore_rank)
     if plan.method is Method.QLORA:
         body.update(quantization_bit=8 if plan.quant_type is QuantType.INT8 else 4, quantization_method="bnb")
         if plan.quant_type is not QuantType.INT8:
@@ -220,7 +318,7 @@ def llamafactory_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
     body.update(dataset="REPLACE_with_your_dataset", template="default", cutoff_len=plan.seq_len, packing=plan.packing,
                 output_dir="saves/out", per_device_train_batch_size=plan.micro_batch_size,
                 gradient_accumulation_steps=plan.gradient_accumulation_steps, num_train_epochs=plan.epochs,
-                optim=plan.optimizer.hf_name)
+                optim="adamw_torch" if plan.optimizer is Optimizer.GALORE_ADAMW else plan.optimizer.hf_name)
     if plan.optimizer.hf_optim_args:
         body["optim_args"] = plan.optimizer.hf_optim_args
     # The compute dtype is the load dtype; a LoRA base stays 16-bit, full fine-tuning upcasts unless pure_bf16.
@@ -234,7 +332,13 @@ def llamafactory_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
     if not lora and p is PrecisionMode.BF16:
         body["pure_bf16"] = True
     body["disable_gradient_checkpointing"] = not plan.gradient_checkpointing
-    body["enable_liger_kernel"] = plan.fused_cross_entropy
+    if plan.gradient_checkpointing_offload:
+        body["use_unsloth_gc"] = True
+    # enable_liger_kernel patches the fused linear cross-entropy and the other kernels together
+    body["enable_liger_kernel"] = plan.fused_cross_entropy and plan.liger_kernels
+    if plan.fused_cross_entropy != plan.liger_kernels:
+        lost.append("fused cross-entropy without Liger's other kernels, or the reverse (enable_liger_kernel switches "
+                    "both)")
     if _deepspeed(plan):
         body["deepspeed"] = _deepspeed(plan)
     elif plan.strategy in _FSDP:
@@ -251,8 +355,12 @@ def config_files(plan: Plan, config: dict[str, Any] | None = None) -> list[Confi
     ``config`` (optional) resolves the default LoRA targets of the model, as :func:`engine.plan.plans.training_code`.
     """
     from engine.plan.plans import _arch_for_targets
+    from engine.scenario.peft import method_default_targets
 
-    targets = _targets(plan, _arch_for_targets(plan, config))
+    arch = _arch_for_targets(plan, config)
+    targets = _targets(plan, arch)
+    if plan.method is Method.IA3 and plan.lora_targets is None and arch is not None:
+        targets = list(method_default_targets(arch, plan.method))  # PEFT's IA3 default, not the attention projections
     files = [sft_config(plan, targets)]
     if plan.method is not Method.FULL:
         files.append(adapter_config(plan, targets))

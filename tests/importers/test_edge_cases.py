@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from engine.errors import TrainingConfigError
 from engine.importers import import_configs
 from engine.memory.parallel import Offload, Strategy
 from engine.scenario.lora import ALL_LINEAR
@@ -49,9 +50,13 @@ def test_axolotl_lora_over_int8():
     assert (r.fields["method"], r.fields["quant_type"]) == (Method.QLORA, QuantType.INT8)
 
 
-def test_axolotl_offloaded_checkpointing_is_unsupported_not_plain_checkpointing():
+def test_axolotl_offload_checkpointing_is_checkpointing_with_offloaded_inputs():
+    # axolotl 0.19: gradient_checkpointing: offload = checkpointing + activation_offloading (to CPU memory)
     r = one(AXOLOTL + "gradient_checkpointing: offload\n")
-    assert "gradient_checkpointing" not in r.fields and "CPU" in r.unsupported["gradient_checkpointing"]
+    assert r.fields["gradient_checkpointing"] is True and r.fields["gradient_checkpointing_offload"] is True
+    r = one(AXOLOTL + "gradient_checkpointing: offload_disk\n")  # to disk: not the CPU offload the estimate models
+    assert r.fields["gradient_checkpointing"] is True and "gradient_checkpointing_offload" not in r.fields
+    assert "disk" in r.unsupported["gradient_checkpointing"]
 
 
 TRL = "model_name_or_path: Qwen/Qwen3-0.6B\nmax_length: 1024\n"
@@ -118,8 +123,19 @@ def test_hybrid_shard_is_unsupported():
 def test_optimizers():
     assert one('{"per_device_train_batch_size": 1, "optim": "sgd", "optim_args": "momentum=0.9"}', "a.json"
                ).fields["optimizer"] is Optimizer.SGD_MOMENTUM
-    r = one('{"per_device_train_batch_size": 1, "optim": "galore_adamw"}', "a.json")
-    assert "optimizer" not in r.fields and "GaLore" in r.unsupported["optim"]
+
+
+def test_trainer_galore_adamw_with_its_rank_and_targets():
+    # transformers 5.24.0: optim galore_adamw, rank from optim_args (default 128), optim_target_modules needed
+    r = one('{"per_device_train_batch_size": 1, "optim": "galore_adamw", "optim_args": "rank=256, update_proj_gap=200, '
+            'scale=0.25, proj_type=std", "optim_target_modules": ["attn", "mlp"]}', "a.json")
+    assert (r.fields["optimizer"], r.fields["galore_rank"]) == (Optimizer.GALORE_ADAMW, 256) and r.unsupported == {}
+    r = one('{"per_device_train_batch_size": 1, "optim": "galore_adamw", "optim_target_modules": ["q_proj"]}', "a.json")
+    assert "q_proj only" in r.unsupported["optim_target_modules"]
+    r = one('{"per_device_train_batch_size": 1, "optim": "galore_adamw_layerwise"}', "a.json")
+    assert "optimizer" not in r.fields and "layer-wise" in r.unsupported["optim"]
+    r = one('{"per_device_train_batch_size": 1, "optim": "galore_adamw", "optim_args": "update_proj_gap=50"}', "a.json")
+    assert "50 steps" in r.unsupported["optim_args.update_proj_gap"] and any("optim_target_modules" in n for n in r.notes)
 
 
 def test_llamafactory_defaults_lora_rank_8_alpha_16_all_and_checkpointing():
@@ -159,3 +175,125 @@ def test_model_config_json_with_a_quantization_config():
             ' "load_in_4bit": true, "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": true}}', "config.json")
     assert r.fields["method"] is Method.QLORA and r.fields["quant_type"] is QuantType.NF4
     assert "hidden_size" in r.ignored
+
+
+# --- PEFT methods and training tricks, per format (versions: formats.md / peft_methods.md) ----------------------------
+
+def test_trainer_liger_kernel_config_overrides_the_defaults():
+    # transformers 5.24.0 applies liger_kernel_config over the model's defaults, only with use_liger_kernel
+    base = '{"per_device_train_batch_size": 1, "use_liger_kernel": true'
+    r = one(base + "}", "a.json")
+    assert r.fields["fused_cross_entropy"] is True and r.fields["liger_kernels"] is True
+    r = one(base + ', "liger_kernel_config": {"fused_linear_cross_entropy": false, "swiglu": false}}', "a.json")
+    assert r.fields["fused_cross_entropy"] is False and "liger_kernels" not in r.fields
+    assert "RMSNorm" in r.unsupported["use_liger_kernel"]  # RMSNorm on (default) without SwiGLU: not modelled alone
+    r = one('{"per_device_train_batch_size": 1, "liger_kernel_config": {"rms_norm": true}}', "a.json")
+    assert "liger_kernels" not in r.fields and "liger_kernel_config.rms_norm" in r.ignored
+
+
+def test_trainer_checkpointing_offload_only_under_checkpointing():
+    on = one('{"per_device_train_batch_size": 1, "activation_checkpointing": true, '
+             '"activation_checkpointing_kwargs": {"offload": true}}', "a.json")
+    assert on.fields["gradient_checkpointing_offload"] is True
+    off = one('{"per_device_train_batch_size": 1, "gradient_checkpointing_kwargs": {"offload": true}}', "a.json")
+    assert "gradient_checkpointing_offload" not in off.fields and "gradient_checkpointing_kwargs.offload" in off.ignored
+
+
+def test_trl_peft_keys_and_activation_offloading():
+    # trl 1.16.0 ModelConfig: use_dora, use_rslora, lora_modules_to_save; SFTConfig activation_offloading
+    r = one(TRL + "use_peft: true\nuse_dora: true\nuse_rslora: true\nlora_modules_to_save: [lm_head]\n"
+            "activation_offloading: true\n")
+    assert (r.fields["method"], r.fields["use_rslora"], r.fields["modules_to_save"]) == (Method.DORA, True, ("lm_head",))
+    assert r.fields["gradient_checkpointing_offload"] is True  # TRL's checkpointing default is on
+    r = one(TRL + "gradient_checkpointing: false\nactivation_offloading: true\n")
+    assert "every saved activation" in r.unsupported["activation_offloading"]
+
+
+def test_qdora_stays_qlora_and_says_so():
+    r = one(TRL + "use_peft: true\nuse_dora: true\nload_in_4bit: true\n")
+    assert r.fields["method"] is Method.QLORA and "QDoRA" in r.unsupported["use_dora"]
+
+
+def test_modules_to_save_the_estimate_cannot_copy():
+    r = one(AXOLOTL + "adapter: lora\nlora_modules_to_save: [score]\n")
+    assert "modules_to_save" not in r.fields and "score" in r.unsupported["lora_modules_to_save"]
+
+
+def test_axolotl_peft_keys_do_nothing_without_an_adapter():
+    r = one(AXOLOTL + "peft_use_dora: true\nloraplus_lr_ratio: 16\n")
+    assert r.fields["method"] is Method.FULL and "loraplus_lr_ratio" not in r.fields
+    assert {"peft_use_dora", "loraplus_lr_ratio"} <= set(r.ignored)
+
+
+def test_axolotl_liger_rms_norm_alone_and_removed_unsloth_keys():
+    r = one(AXOLOTL + "liger_rms_norm: true\nunsloth_lora_mlp: true\n")
+    assert "liger_kernels" not in r.fields and "RMSNorm" in r.unsupported["liger_rms_norm"]
+    assert "removed in axolotl 0.19" in r.unsupported["unsloth_lora_mlp"]
+
+
+def test_axolotl_activation_offloading_needs_checkpointing():
+    with pytest.raises(TrainingConfigError, match="requires gradient_checkpointing"):
+        one(AXOLOTL + "activation_offloading: true\n")
+
+
+LF = "model_name_or_path: meta-llama/Llama-3.2-1B\nstage: sft\n"
+
+
+def test_llamafactory_lora_tricks():
+    r = one(LF + "finetuning_type: lora\nuse_dora: true\nuse_rslora: true\nadditional_target: embed_tokens,lm_head\n"
+            "loraplus_lr_ratio: 16.0\n")
+    assert (r.fields["method"], r.fields["use_rslora"], r.fields["loraplus_lr_ratio"]) == (Method.DORA, True, 16.0)
+    assert r.fields["modules_to_save"] == ("embed_tokens", "lm_head")
+
+
+def test_llamafactory_galore_rules():
+    full = LF + "finetuning_type: full\nuse_galore: true\n"
+    r = one(full + "optim: adamw_torch\n")
+    assert (r.fields["optimizer"], r.fields["galore_rank"]) == (Optimizer.GALORE_ADAMW, 16)  # galore_rank default 16
+    assert "8-bit" in one(full + "optim: paged_adamw_8bit\n").unsupported["use_galore"]
+    with pytest.raises(TrainingConfigError, match="Cannot use LoRA with GaLore"):
+        one(LF + "use_galore: true\n")  # finetuning_type defaults to lora
+    with pytest.raises(TrainingConfigError, match="adamw_torch"):
+        one(full + "optim: lion_8bit\n")
+    r = one(LF + "finetuning_type: full\ngalore_rank: 64\n")  # no use_galore: the GaLore keys do nothing
+    assert "galore_rank" not in r.fields and "galore_rank" in r.ignored
+    r = one(LF + "disable_gradient_checkpointing: true\nuse_unsloth_gc: true\n")
+    assert "gradient_checkpointing_offload" not in r.fields and "use_unsloth_gc" in r.ignored
+
+
+TT = ("model:\n  _component_: torchtune.models.llama3_2.lora_llama3_2_1b\n  lora_attn_modules: [q_proj, v_proj]\n"
+      "  use_dora: true\nenable_activation_checkpointing: true\n")
+
+
+def test_torchtune_dora_and_activation_offloading():
+    # torchtune 0.6.1: the lora builders' use_dora; enable_activation_offloading needs activation checkpointing
+    r = one(TT + "enable_activation_offloading: true\n")
+    assert r.fields["method"] is Method.DORA and r.fields["gradient_checkpointing_offload"] is True
+    with pytest.raises(TrainingConfigError, match="enable_activation_checkpointing"):
+        one(TT.replace("enable_activation_checkpointing: true", "enable_activation_checkpointing: false")
+            + "enable_activation_offloading: true\n")
+
+
+@pytest.mark.parametrize(("doc", "key", "word"), [
+    ('"peft_type": "PREFIX_TUNING", "num_virtual_tokens": 10, "prefix_projection": true', "prefix_projection", "MLP"),
+    ('"peft_type": "P_TUNING", "num_virtual_tokens": 10, "encoder_reparameterization_type": "LSTM"',
+     "encoder_reparameterization_type", "LSTM"),
+    ('"peft_type": "P_TUNING", "num_virtual_tokens": 10, "token_dim": 2048, "encoder_hidden_size": 512',
+     "encoder_hidden_size", "512"),
+    ('"peft_type": "LOKR", "r": 8, "decompose_both": true', "decompose_both", "decompose_both"),
+    ('"peft_type": "LOHA", "r": 8, "rank_dropout": 0.1', "rank_dropout", "dropout"),
+    ('"peft_type": "IA3", "target_modules": ["k_proj", "v_proj", "down_proj"], "feedforward_modules": ["k_proj"]',
+     "feedforward_modules", "input"),
+])
+def test_peft_method_details_the_estimate_cannot_model(doc, key, word):
+    r = one("{" + doc + "}", "adapter_config.json")
+    assert word in r.unsupported[key] and "method" in r.fields
+
+
+def test_peft_defaults_per_method():
+    # VeraConfig r 256, LoHaConfig r 8 / alpha 8, AdaLoraConfig init_r 12 (peft 0.21.2)
+    assert one('{"peft_type": "VERA"}', "a.json").scenario().lora_r == 256
+    assert one('{"peft_type": "LOHA"}', "a.json").scenario().lora_r == 8
+    assert one('{"peft_type": "ADALORA", "r": 8}', "a.json").scenario().lora_r == 12
+    sc = one('{"peft_type": "PROMPT_TUNING", "num_virtual_tokens": 200, "token_dim": 3072}', "a.json").scenario()
+    assert (sc.method, sc.num_virtual_tokens) == (Method.PROMPT_TUNING, 200)
