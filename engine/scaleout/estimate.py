@@ -40,10 +40,11 @@ def megatron_for(arch: Architecture, scenario: Scenario, layout: Layout) -> Mega
 
 def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, cluster: Cluster | None = None,
                     fp8: Fp8Recipe | None = None, ctx: Context | None = None, master_weights: bool = False,
-                    fused_kernels: bool = False) -> LayoutEstimate:
+                    fused_kernels: bool = False, tp_comm_overlap: bool = False) -> LayoutEstimate:
     """Memory, Megatron's formula, collectives and (with ``cluster``) step time of ``layout``. ``master_weights``: the
     16-bit model with fp32 master weights of Megatron-LM / torchtitan (:class:`engine.scaleout.memory.Context`);
-    ``fused_kernels``: torch.compile or Megatron-LM's fused kernels (:func:`engine.scaleout.step_time.step_time`).
+    ``fused_kernels`` (torch.compile, Megatron-LM's fused kernels) and ``tp_comm_overlap`` (Megatron-LM
+    ``--tp-comm-overlap``, torchtitan AsyncTP): see :func:`engine.scaleout.step_time.step_time`.
 
     Raises:
         ScenarioError: the layout does not fit the model (see :func:`engine.scaleout.memory.check_layout`).
@@ -56,6 +57,7 @@ def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, clus
                             fp8_all_gather=fp8 is Fp8Recipe.TORCHAO)
     time = None
     if cluster is not None:
-        time = step_time(arch, layout, cluster, cols, ctx, mem.max_stage.parameters, fp8, fused_kernels=fused_kernels)
+        time = step_time(arch, layout, cluster, cols, ctx, mem.max_stage.parameters, fp8, fused_kernels=fused_kernels,
+                         tp_comm_overlap=tp_comm_overlap)
     return LayoutEstimate(layout=layout, memory=mem, megatron=megatron_for(arch, scenario, layout),
                           collectives=tuple(cols), bubble_fraction=bubble_fraction(layout), time=time)

@@ -7,7 +7,7 @@
 - **communication** (:func:`collective_seconds`): each collective of :mod:`engine.scaleout.comm_volumes` with
   :mod:`engine.time.collectives`' ring formulas over the group's link (:meth:`Cluster.link`: NVLink / NVSwitch or
   PCIe inside a node, the network across nodes, a ring over k nodes crossing it k times). Collectives on the
-  critical path (TP, EP, PP) add up; those frameworks overlap with compute (DP gradients and weight gathers, FSDP,
+  critical path (TP, EP, PP; TP overlapped under the GEMMs with ``tp_comm_overlap``) add up; those frameworks overlap with compute (DP gradients and weight gathers, FSDP,
   the CP ring) cost only what :func:`engine.time.collectives.exposed_seconds` leaves of them beside the compute
   they run under: FSDP's gathers under each micro batch's forward and backward, DP gradient traffic under the last
   micro batch's backward, the distributed optimizer's weight all-gather under the first forward, the CP ring under
@@ -132,13 +132,15 @@ def collective_seconds(col: Collective, cluster: Cluster) -> float:
     return fn(total, col.group_size, link, calls=col.count)
 
 
-def _exposed(cols: list[Collective], seconds: list[float], layout: Layout, fwd: float, bwd: float,
-             attention: float) -> tuple[float, float]:
+def _exposed(cols: list[Collective], seconds: list[float], layout: Layout, st: StageCompute,
+             tp_comm_overlap: bool) -> tuple[float, float]:
     """(critical-path seconds, exposed seconds of the overlapped collectives) of one step (see the module docstring)."""
-    m = layout.micro_batches
-    critical = per_f = per_b = start = end = ring = 0.0
+    m, fwd, bwd = layout.micro_batches, st.forward_s, st.backward_s
+    critical = per_f = per_b = start = end = ring = tp = 0.0
     for col, s in zip(cols, seconds):
-        if not col.overlapped:
+        if tp_comm_overlap and col.dimension == "tp":
+            tp += s
+        elif not col.overlapped:
             critical += s
         elif col.dimension == "cp":
             ring += s
@@ -152,7 +154,8 @@ def _exposed(cols: list[Collective], seconds: list[float], layout: Layout, fwd: 
         else:
             end += s  # gradients, after the last micro batch's backward
     hidden = (m * (cc.exposed_seconds(per_f, fwd) + cc.exposed_seconds(per_b, bwd)) + cc.exposed_seconds(start, fwd)
-              + cc.exposed_seconds(end, bwd) + cc.exposed_seconds(ring, attention * m))
+              + cc.exposed_seconds(end, bwd) + cc.exposed_seconds(ring, st.attention_s * m)
+              + cc.exposed_seconds(tp, st.breakdown_s["matmul"] * m))
     return critical, hidden
 
 
@@ -177,12 +180,15 @@ def _optimizer(ctx: Context, layout: Layout, rank_parameters: float) -> tuple[fl
 
 
 def step_time(arch: Architecture, layout: Layout, cluster: Cluster, collectives: list[Collective], ctx: Context,
-              rank_parameters: float, fp8: Fp8Recipe | None = None, *, fused_kernels: bool = False) -> StepTime:
+              rank_parameters: float, fp8: Fp8Recipe | None = None, *, fused_kernels: bool = False,
+              tp_comm_overlap: bool = False) -> StepTime:
     """Step time of ``layout`` on ``cluster`` (see the module docstring). ``ctx``: the layout's shared estimate
     (:class:`engine.scaleout.memory.Context`: the rank's scenario and the one-GPU bytes of the optimizer's
     tensors); ``collectives`` of one rank (:func:`engine.scaleout.comm_volumes.step_collectives`);
     ``rank_parameters``: parameters held by that rank; ``fused_kernels``: torch.compile or Megatron-LM's fused
-    kernels (:mod:`engine.time.memory_bound`).
+    kernels (:mod:`engine.time.memory_bound`); ``tp_comm_overlap``: the TP collectives run under the GEMMs next to
+    them (Megatron-LM ``--tp-comm-overlap`` with TransformerEngine's userbuffers, torchtitan's AsyncTP), so only what
+    :func:`engine.time.collectives.exposed_seconds` leaves of them beside the step's matmul time counts.
 
     Raises:
         ValueError: no catalog peak for the compute dtype on the cluster's GPU.
@@ -197,7 +203,7 @@ def step_time(arch: Architecture, layout: Layout, cluster: Cluster, collectives:
     by_dim: dict[str, float] = {}
     for col, s in zip(collectives, seconds):
         by_dim[col.dimension] = by_dim.get(col.dimension, 0.0) + s
-    critical, hidden = _exposed(collectives, seconds, layout, st.forward_s, st.backward_s, st.attention_s)
+    critical, hidden = _exposed(collectives, seconds, layout, st, tp_comm_overlap)
     bubble = bubble_fraction(layout)
     busy = compute + critical
     pipelined = busy / (1 - bubble)

@@ -114,3 +114,18 @@ def test_pipeline_paced_by_its_slowest_stage():
                         Cluster(gpu=A100, nodes=1), master_weights=True).time
     assert t.slowest_stage == 3  # the last stage also runs the LM head and the loss over 32k tokens
     assert sum(t.breakdown_s.values()) == pytest.approx(t.step_s)
+
+
+def test_tp_comm_overlap_hides_tp_collectives_under_the_gemms():
+    arch = _arch("meta-llama/Llama-3.1-70B")
+    sc = Scenario(seq_len=4096)
+    layout = Layout(tensor_parallel=8, data_parallel=4, sequence_parallel=True, zero=1, global_batch_size=16)
+    cluster = Cluster(gpu=H100, nodes=4)
+    plain = estimate_layout(arch, sc, layout, cluster, master_weights=True).time
+    over = estimate_layout(arch, sc, layout, cluster, master_weights=True, tp_comm_overlap=True).time
+    tp = plain.comm_s["tp"]
+    assert over.comm_s == plain.comm_s  # the same bytes move
+    assert plain.breakdown_s["communication"] >= tp  # on the critical path
+    # engine.time.collectives.exposed_seconds: at least (1 - OVERLAP) of it stays exposed
+    assert over.breakdown_s["communication"] - (plain.breakdown_s["communication"] - tp) >= (1 - cc.OVERLAP) * tp * 0.999
+    assert over.step_s < plain.step_s
