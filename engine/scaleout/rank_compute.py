@@ -245,6 +245,21 @@ def stage_compute(arch: Architecture, sc: Scenario, layout: Layout, gpu: Gpu, st
     layers = layout.stage_layers(arch.num_layers)
     n, p = layers[stage], layout.pipeline_parallel
     first, last = stage == 0, stage == p - 1
+    key = (id(w), n, first, last, layout.recompute_layers)  # the layout search asks for the same stage many times
+    hit = _STAGES.get(key)
+    if hit is not None and hit[0] is w:
+        return hit[1]
+    out = _stage(w, layout, n, first, last)
+    if len(_STAGES) >= _CACHE_SIZE:
+        _STAGES.clear()
+    _STAGES[key] = (w, out)
+    return out
+
+
+_STAGES: dict[tuple, tuple[_Work, StageCompute]] = {}
+
+
+def _stage(w: _Work, layout: Layout, n: int, first: bool, last: bool) -> StageCompute:
     total = ZERO.add(w.block, n)
     if layout.recompute is Recompute.FULL and layout.recompute_layers is not None and n:
         keep = 1.0 - min(layout.recompute_layers, n) / n  # Megatron --recompute-num-layers: the rest are not rerun

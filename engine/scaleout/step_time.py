@@ -23,6 +23,8 @@ Every rate and constant is engine.time's (documented there); nothing here is fit
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.hardware.gpus import Gpu
@@ -69,11 +71,17 @@ class Cluster(BaseModel):
         ranks per node (a p2p is one hop: inside a node, or over the network)."""
         n, per_node = (2, 2 if col.link is Link.INTRA_NODE else 1) if col.kind == "p2p" else \
             (col.group_size, col.group_size if col.link is Link.INTRA_NODE else col.ranks_per_node)
-        nic = self.inter_node_gbits / 8 * 1e9 * NETWORK_BUS_EFFICIENCY
-        link = cc.data_parallel_link(self.gpu, n, per_node, network_bytes_per_s=nic)
-        if self.intra_node_gbps is not None and not link.name.startswith("InfiniBand"):
-            return cc.Link(name="intra-node (given)", bus_bytes_per_s=self.intra_node_gbps * 1e9 * cc.NVLINK_BUS_EFFICIENCY)
-        return link
+        return _ring_link(self, n, per_node)
+
+
+@lru_cache(maxsize=4096)
+def _ring_link(cluster: Cluster, n: int, per_node: int) -> cc.Link:
+    """The ring's link over ``n`` ranks, ``per_node`` of them in each node (cached: the search asks again and again)."""
+    nic = cluster.inter_node_gbits / 8 * 1e9 * NETWORK_BUS_EFFICIENCY
+    link = cc.data_parallel_link(cluster.gpu, n, per_node, network_bytes_per_s=nic)
+    if cluster.intra_node_gbps is not None and not link.name.startswith("InfiniBand"):
+        return cc.Link(name="intra-node (given)", bus_bytes_per_s=cluster.intra_node_gbps * 1e9 * cc.NVLINK_BUS_EFFICIENCY)
+    return link
 
 
 class StepTime(BaseModel):
@@ -218,10 +226,10 @@ def step_time(arch: Architecture, layout: Layout, cluster: Cluster, collectives:
     tokens = layout.micro_batches * layout.micro_batch_size * layout.data_parallel * ctx.sc.seq_len
     peak = peak_flops_for(gpu, sc.precision).flops or 1.0
     model_flops = model_flops_per_micro_batch(arch, ctx.sc) * m * layout.data_parallel
-    return StepTime(
+    return StepTime.model_construct(  # every field computed here (the layout search's hot path)
         compute_s=compute, comm_s=by_dim, exposed_comm_s=critical + hidden, bubble_fraction=bubble,
         bubble_s=pipelined - busy, optimizer_s=opt, step_s=step, tokens_per_step=tokens,
         tokens_per_second=tokens / step, tokens_per_second_per_gpu=tokens / step / layout.world_size,
         mfu=model_flops / (step * layout.world_size * peak), breakdown_s=breakdown, slowest_stage=slow,
-        attention_kernel=kernel,
+        attention_kernel=kernel, provisional=False,
     )
