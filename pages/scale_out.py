@@ -50,7 +50,7 @@ m2.metric("nvidia-smi on that rank", f"{worst.device_used_bytes / GIB:.1f} GiB",
           delta=f"{(usable - worst.device_used_bytes) / GIB:+.1f} GiB headroom", delta_color="normal")
 m3.metric("Megatron-LM's formula (first stage)", f"{est.megatron.total_bytes / GIB:.1f} GiB", help=est.megatron.note)
 if est.time:
-    m4.metric("Tokens/s (provisional)", f"{est.time.tokens_per_second:,.0f}", help=f"MFU {est.time.mfu:.0%}")
+    m4.metric("Tokens/s", f"{est.time.tokens_per_second:,.0f}", help=f"MFU {est.time.mfu:.0%}")
 
 st.subheader(f"Memory per rank, one bar per pipeline stage ({layout.label()})")
 labels = {p.key: p.label for s in mem.stages for p in s.estimate.parts}
@@ -62,15 +62,14 @@ with st.expander("Components and formulas of the most loaded rank"):
 
 if est.time:
     t = est.time
-    st.subheader("Step time (provisional model)")
-    st.dataframe(pd.DataFrame([{"part": "compute", "seconds": t.compute_s},
-                               *({"part": f"{k.upper()} communication", "seconds": v} for k, v in t.comm_s.items()),
-                               {"part": "pipeline bubble", "seconds": t.bubble_s},
-                               {"part": "optimizer step", "seconds": t.optimizer_s},
-                               {"part": "step (exposed communication included)", "seconds": t.step_s}]),
+    st.subheader(f"Where the step time goes (slowest stage: {t.slowest_stage})")
+    st.dataframe(pd.DataFrame([*({"part": k.replace("_", " "), "seconds": v} for k, v in t.breakdown_s.items()),
+                               *({"part": f"{k.upper()} communication (before overlap)", "seconds": v} for k, v in t.comm_s.items()),
+                               {"part": "step", "seconds": t.step_s}]),
                  hide_index=True, key="so_time")
-    st.caption(f"Bubble {t.bubble_fraction:.1%} = (PP - 1) / (v x micro batches + PP - 1). Communication of DP, FSDP and CP "
-               "overlaps compute; TP, EP and PP sit on the critical path.")
+    st.caption(f"engine.time's step-time model on one rank's shapes (attention kernel: {t.attention_kernel}). Bubble "
+               f"{t.bubble_fraction:.1%} = (PP - 1) / (v x micro batches + PP - 1). DP, FSDP and CP communication "
+               "overlaps compute (only what it leaves exposed counts); TP, EP and PP sit on the critical path.")
 
 st.subheader("Launch settings")
 engine = st.radio("Engine", sorted(EXPORTERS), horizontal=True, key="so_export")

@@ -5,7 +5,7 @@
 JSON adds ``per_rank`` (one entry per pipeline stage: ``stage``, ``peak_allocated_bytes``, ``components``),
 ``max_rank_peak_allocated_bytes``, ``megatron_estimate_bytes`` (Megatron-LM's own ``theoretical_memory_usage``
 for the same settings) with the differences explained, the collectives of a step, the pipeline bubble and, with
-``--gpu``, the fit and the provisional step time; ``--export`` adds the launch settings of one engine.
+``--gpu``, the fit and the step time; ``--export`` adds the launch settings of one engine.
 """
 
 from __future__ import annotations
@@ -174,7 +174,8 @@ def _fit_time_json(est: LayoutEstimate, cluster: Cluster) -> dict[str, Any]:
         "fits": worst.device_used_bytes <= cluster.gpu.usable_memory_bytes,
         "headroom_bytes": round(cluster.gpu.usable_memory_bytes - worst.device_used_bytes),
         "step_time": None if t is None else {**t.model_dump(mode="json"),
-                                             "note": "provisional: engine.scaleout.step_time (see its docstring)"},
+                                             "note": "engine.time's step-time model on the rank's shapes and links: "
+                                                     "engine.scaleout.step_time (see its docstring)"},
     }
 
 

@@ -8,7 +8,8 @@ expert parallelism (TP x PP x CP x EP x DP), per rank.
 - :mod:`~engine.scaleout.fp8`: TransformerEngine / torchao float8 memory and FP8 matmuls;
 - :mod:`~engine.scaleout.megatron`: Megatron-LM's own ``theoretical_memory_usage`` formula, for comparison;
 - :mod:`~engine.scaleout.comm_volumes`: bytes, counts and links of every collective, and the pipeline bubble;
-- :mod:`~engine.scaleout.step_time`: a provisional step time (the seam to :mod:`engine.time`'s step-time model);
+- :mod:`~engine.scaleout.rank_compute`: one rank's compute per micro batch on :mod:`engine.time`'s model (TP/CP/EP shapes);
+- :mod:`~engine.scaleout.step_time`: the step time (compute, collectives over the cluster's links, bubble, optimizer);
 - :mod:`~engine.scaleout.search`: every layout of a cluster that fits, ranked, with the Pareto front;
 - :mod:`~engine.scaleout.exports`: launch settings for Megatron-LM, torchtitan, DeepSpeed and accelerate.
 

@@ -1,6 +1,6 @@
 """Communication of one training step of a layout: every collective's message size, count, group and link, and the
-pipeline bubble. Pure functions, no timing: the step-time model (:mod:`engine.scaleout.step_time` for now,
-``engine.time``'s collectives model at merge) turns them into seconds.
+pipeline bubble. Pure functions, no timing: :mod:`engine.scaleout.step_time` turns them into seconds with
+:mod:`engine.time.collectives`.
 
 ``message_bytes`` is the full (unsharded) tensor M of the collective, as NCCL's and nccl-tests' conventions count
 it; a ring over n ranks moves 2(n-1)/n M per rank for an all-reduce and (n-1)/n M for an all-gather,
@@ -23,7 +23,8 @@ the most loaded pipeline stage. Sources (comms_and_pp notes of the research, res
 - **DP** (Rajbhandari et al. 2020 sec. 7): DDP all-reduces the gradients once per step (fp32 main grads in
   Megatron); ZeRO-1 / the distributed optimizer reduce-scatters them and all-gathers the updated bf16 weights;
   ZeRO-3 / FSDP all-gathers the weights in forward and backward of every micro batch and reduce-scatters the
-  gradients. Over DP x CP (CP ranks hold the same weights); experts over their own expert-DP group.
+  gradients (with PP, as torchtitan runs it, once per step: the stage stays gathered and its gradients accumulate
+  unsharded, :mod:`engine.scaleout.memory`). Over DP x CP (CP ranks hold the same weights); experts over their own expert-DP group.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ class Collective(NamedTuple):
 
     ``dimension`` is the parallelism it belongs to (tp, cp, ep, pp, dp); ``overlapped`` says whether frameworks
     run it concurrently with compute by default (DP gradient buckets, FSDP prefetch, the CP ring), as opposed to
-    on the critical path (TP, EP all-to-all, PP boundaries)."""
+    on the critical path (TP, EP all-to-all, PP boundaries). ``ranks_per_node``: how many of the group's ranks share
+    a node (a ring over k nodes crosses the network k times: :func:`engine.time.collectives.data_parallel_link`)."""
 
     dimension: str
     name: str
@@ -61,6 +63,7 @@ class Collective(NamedTuple):
     link: Link
     overlapped: bool
     source: str
+    ranks_per_node: int = 1
 
     @property
     def bytes_per_rank(self) -> float:
@@ -86,6 +89,11 @@ def group_link(stride: int, size: int, gpus_per_node: int) -> Link:
     return Link.INTRA_NODE if stride * size <= gpus_per_node else Link.INTER_NODE
 
 
+def ranks_per_node(stride: int, size: int, gpus_per_node: int) -> int:
+    """Ranks of a group of ``size`` ranks ``stride`` apart that sit in one node (same rank order as :func:`group_link`)."""
+    return max(1, min(size, gpus_per_node // stride))
+
+
 def bubble_fraction(layout: Layout) -> float:
     """Fraction of the step a pipeline stage idles: (PP - 1) / (v m + PP - 1) for 1F1B and GPipe (v = 1), with v model
     chunks per rank for the interleaved schedule (Narayanan et al. 2021 sec. 2.2: bubble / ideal = (PP - 1) / (v m))."""
@@ -108,58 +116,68 @@ def step_collectives(arch: Architecture, layout: Layout, split: ParameterSplit, 
     act = tokens * h * B
     full = layout.recompute is Recompute.FULL
     out: list[Collective] = []
-    tp_link = group_link(1, t, gpus_per_node)
+    tp_link, tp_rpn = group_link(1, t, gpus_per_node), ranks_per_node(1, t, gpus_per_node)
     if t > 1:
         fwd = 2 * n_layers * m * (2 if full else 1)
         if layout.sequence_parallel:
             out.append(Collective("tp", "sequence-parallel all-gathers (fwd, bwd, wgrad re-gather)", "all_gather", act,
-                                  fwd + 4 * n_layers * m, t, tp_link, False, "Megatron tensor_parallel/mappings.py, layers.py"))
+                                  fwd + 4 * n_layers * m, t, tp_link, False, "Megatron tensor_parallel/mappings.py, layers.py", tp_rpn))
             out.append(Collective("tp", "sequence-parallel reduce-scatters (fwd, bwd)", "reduce_scatter", act,
-                                  fwd + 2 * n_layers * m, t, tp_link, False, "Megatron tensor_parallel/mappings.py"))
+                                  fwd + 2 * n_layers * m, t, tp_link, False, "Megatron tensor_parallel/mappings.py", tp_rpn))
         else:
             out.append(Collective("tp", "tensor-parallel all-reduces (2 fwd + 2 bwd per block)", "all_reduce", act,
-                                  fwd + 2 * n_layers * m, t, tp_link, False, "Shoeybi et al. 2019 sec. 3"))
+                                  fwd + 2 * n_layers * m, t, tp_link, False, "Shoeybi et al. 2019 sec. 3", tp_rpn))
         if stage == 0:
             out.append(Collective("tp", "vocabulary-parallel embedding all-reduce", "all_reduce", act, m, t, tp_link,
-                                  False, "Megatron VocabParallelEmbedding"))
+                                  False, "Megatron VocabParallelEmbedding", tp_rpn))
     if c > 1:
         kv = seq_len * b * 2 * arch.kv_out / t * B
-        cp_link = group_link(t, c, gpus_per_node)
+        cp_link, cp_rpn = group_link(t, c, gpus_per_node), ranks_per_node(t, c, gpus_per_node)
         out.append(Collective("cp", "context-parallel key/value all-gathers (fwd, bwd)", "all_gather", kv,
-                              n_layers * m * (3 if full else 2), c, cp_link, True, "Megatron context_parallel.md; Llama 3 sec. 3.3.2"))
+                              n_layers * m * (3 if full else 2), c, cp_link, True, "Megatron context_parallel.md; Llama 3 sec. 3.3.2",
+                              cp_rpn))
         out.append(Collective("cp", "context-parallel key/value gradient reduce-scatters", "reduce_scatter", kv,
-                              n_layers * m, c, cp_link, True, "Megatron context_parallel.md"))
+                              n_layers * m, c, cp_link, True, "Megatron context_parallel.md", cp_rpn))
     if arch.num_experts and e > 1:
         moe_layers = sum(1 for i in range(first, first + n_layers) if split.expert_per_block[i] > 0)
         msg = tokens / (t if layout.sequence_parallel else 1) * arch.experts_per_token * h * B
         cf = layout.moe_capacity_factor or 1.0
         out.append(Collective("ep", "expert all-to-alls (dispatch + combine, fwd + bwd)", "all_to_all", msg * cf,
                               4 * moe_layers * m + (2 * moe_layers * m if full else 0), e, group_link(et, e, gpus_per_node),
-                              False, "Megatron MoE README (alltoall token dispatcher)"))
+                              False, "Megatron MoE README (alltoall token dispatcher)", ranks_per_node(et, e, gpus_per_node)))
     if p > 1:
         v = layout.virtual_pipeline if layout.schedule is Schedule.INTERLEAVED else 1
         msg = act / (t if layout.sequence_parallel else 1)
         out.append(Collective("pp", "pipeline send/recv (activations fwd, gradients bwd)", "p2p", msg, 2 * m * v, 2,
-                              group_link(t * c * d, p, gpus_per_node), False, "Narayanan et al. 2021; Megatron p2p_communication.py"))
+                              group_link(t * c * d, p, gpus_per_node), False, "Narayanan et al. 2021; Megatron p2p_communication.py",
+                              ranks_per_node(t * c * d, p, gpus_per_node)))
     dense = (sum(split.tp_per_block[first:first + n_layers]) / t + sum(split.replicated_per_block[first:first + n_layers])
              + (split.vocab_embedding / t if stage == 0 else 0) + (split.head / t if stage == p - 1 else 0))
     expert = sum(split.expert_per_block[first:first + n_layers]) / (e * et)
     for label, params, n, stride in (("dense", dense, d * c, t), ("expert", expert, d * c // e, t * e)):
         if n <= 1 or params <= 0:
             continue
-        link = group_link(stride, n, gpus_per_node)
-        if layout.zero == 3:
+        link, rpn = group_link(stride, n, gpus_per_node), ranks_per_node(stride, n, gpus_per_node)
+        if layout.zero == 3 and p > 1:
+            # torchtitan + PP: reshard_after_forward=False and no gradient sync until the last micro batch (see
+            # engine.scaleout.memory): one all-gather of the stage and one reduce-scatter per step.
+            w = 1 if fp8_all_gather else B
+            out.append(Collective("dp", f"FSDP weight all-gather ({label}, once per step with PP)", "all_gather",
+                                  params * w, 1, n, link, True, "torchtitan apply_fsdp (pp_enabled), 9dec370", rpn))
+            out.append(Collective("dp", f"FSDP gradient reduce-scatter ({label}, fp32, last micro batch)", "reduce_scatter",
+                                  params * 4, 1, n, link, True, "torch.distributed.pipelining backward_maybe_with_nosync", rpn))
+        elif layout.zero == 3:
             w = 1 if fp8_all_gather else B
             out.append(Collective("dp", f"FSDP weight all-gathers ({label}, fwd + bwd each micro batch)", "all_gather",
-                                  params * w, 2 * m, n, link, True, "PyTorch FSDP2; Rajbhandari et al. 2020 sec. 7"))
+                                  params * w, 2 * m, n, link, True, "PyTorch FSDP2; Rajbhandari et al. 2020 sec. 7", rpn))
             out.append(Collective("dp", f"FSDP gradient reduce-scatters ({label}, fp32)", "reduce_scatter", params * 4, m, n,
-                                  link, True, "torchtitan mixed_precision_reduce float32"))
+                                  link, True, "torchtitan mixed_precision_reduce float32", rpn))
         elif layout.zero == 1:
             out.append(Collective("dp", f"gradient reduce-scatter ({label}, fp32)", "reduce_scatter", params * 4, 1, n, link,
-                                  True, "Megatron distributed optimizer"))
+                                  True, "Megatron distributed optimizer", rpn))
             out.append(Collective("dp", f"updated weight all-gather ({label}, bf16)", "all_gather", params * 2, 1, n, link,
-                                  True, "Megatron distributed optimizer (--overlap-param-gather)"))
+                                  True, "Megatron distributed optimizer (--overlap-param-gather)", rpn))
         else:
             out.append(Collective("dp", f"gradient all-reduce ({label}, fp32)", "all_reduce", params * 4, 1, n, link, True,
-                                  "Megatron DDP (--overlap-grad-reduce)"))
+                                  "Megatron DDP (--overlap-grad-reduce)", rpn))
     return out

@@ -1,5 +1,5 @@
 """One layout, estimated: per-rank memory of every stage, Megatron-LM's own figure beside it, the collectives of
-a step and (with a cluster) the provisional step time. The entry point of the CLI and the Scale out page."""
+a step and (with a cluster) the step time on engine.time's model. The entry point of the CLI and the Scale out page."""
 
 from __future__ import annotations
 
@@ -11,11 +11,8 @@ from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.layout import Layout, Recompute
 from engine.scaleout.megatron import MegatronEstimate, megatron_estimate
 from engine.scaleout.memory import Context, ScaleoutMemory, context, scaleout_memory
-from engine.scaleout.step_time import DEFAULT_MATMUL_EFFICIENCY, Cluster, StepTime, step_time
+from engine.scaleout.step_time import Cluster, StepTime, step_time
 from engine.scenario.training import Scenario
-
-OPTIMIZER_KEYS = ("weights", "gradients", "optimizer_states")
-
 
 class LayoutEstimate(BaseModel):
     """Everything estimated for one layout. ``time`` is None without a cluster."""
@@ -41,18 +38,13 @@ def megatron_for(arch: Architecture, scenario: Scenario, layout: Layout) -> Mega
         etp=layout.expert_tensor_parallel)
 
 
-def optimizer_bytes_moved(memory: ScaleoutMemory) -> float:
-    """Bytes the optimizer step reads and writes on the most loaded rank: weights and states twice, gradients once."""
-    comps = memory.max_stage.estimate.parts_by_key
-    get = lambda k: comps[k].bytes if k in comps else 0.0  # noqa: E731
-    return 2 * (get("weights") + get("optimizer_states")) + get("gradients")
-
-
 def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, cluster: Cluster | None = None,
-                    fp8: Fp8Recipe | None = None, efficiency: float = DEFAULT_MATMUL_EFFICIENCY,
-                    ctx: Context | None = None, master_weights: bool = False) -> LayoutEstimate:
+                    fp8: Fp8Recipe | None = None, ctx: Context | None = None, master_weights: bool = False,
+                    fused_kernels: bool = False, tp_comm_overlap: bool = False) -> LayoutEstimate:
     """Memory, Megatron's formula, collectives and (with ``cluster``) step time of ``layout``. ``master_weights``: the
-    16-bit model with fp32 master weights of Megatron-LM / torchtitan (:class:`engine.scaleout.memory.Context`).
+    16-bit model with fp32 master weights of Megatron-LM / torchtitan (:class:`engine.scaleout.memory.Context`);
+    ``fused_kernels`` (torch.compile, Megatron-LM's fused kernels) and ``tp_comm_overlap`` (Megatron-LM
+    ``--tp-comm-overlap``, torchtitan AsyncTP): see :func:`engine.scaleout.step_time.step_time`.
 
     Raises:
         ScenarioError: the layout does not fit the model (see :func:`engine.scaleout.memory.check_layout`).
@@ -65,6 +57,7 @@ def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, clus
                             fp8_all_gather=fp8 is Fp8Recipe.TORCHAO)
     time = None
     if cluster is not None:
-        time = step_time(arch, ctx.sc, layout, cluster, cols, optimizer_bytes_moved(mem), fp8, efficiency)
+        time = step_time(arch, layout, cluster, cols, ctx, mem.max_stage.parameters, fp8, fused_kernels=fused_kernels,
+                         tp_comm_overlap=tp_comm_overlap)
     return LayoutEstimate(layout=layout, memory=mem, megatron=megatron_for(arch, scenario, layout),
                           collectives=tuple(cols), bubble_fraction=bubble_fraction(layout), time=time)

@@ -57,3 +57,23 @@ def fp8_scaling_bytes(recipe: Fp8Recipe | None, linear_modules: float) -> float:
 def linear_input_factor(recipe: Fp8Recipe | None, compute_bytes: int) -> float:
     """Scale of the saved linear inputs: 1/2 under TE (FP8 instead of bf16), else 1."""
     return FP8_LINEAR_INPUT_BYTES / compute_bytes if recipe is Fp8Recipe.TE else 1.0
+
+
+
+def fp8_cast_bytes(recipe: Fp8Recipe, c: int, x: float, w: float, dy: float, micro_batches: int) -> tuple[float, float]:
+    """HBM bytes of the FP8 casts around one linear's three GEMMs in one micro batch: (forward, backward). ``x``,
+    ``w``, ``dy``: elements of its input, weight and output gradient; ``c`` bytes per 16-bit element.
+
+    - ``torchao`` (``Float8Linear``, dynamic tensorwise scaling, torchao ``float8/float8_scaling_utils.py``): each
+      operand gets an amax reduction (read c) and a scaled cast (read c, write 1) on its first use, and a cast to
+      the transposed layout for the other GEMM that reads it (Hopper's FP8 tensor cores take only TN GEMMs; read c,
+      write 1): forward ``(2c + 1)(x + w)``, backward ``(2c + 1) dy + (c + 1)(x + w + dy)``. Eager; torch.compile
+      fuses part of it into neighbouring ops (not modelled).
+    - ``te`` (TransformerEngine, delayed scaling): the scale comes from the amax history and one fused cast-transpose
+      kernel reads the 16-bit tensor once and writes both FP8 layouts (``transformer_engine/common/transpose/
+      cast_transpose.cu``): ``(c + 2)`` per x element forward and per dy element backward; the weight's FP8 copy
+      and transpose are made once per step and cached across the micro batches (TE#1261, Megatron's
+      ``is_first_microbatch``): ``(c + 2) w / micro batches``."""
+    if recipe is Fp8Recipe.TE:
+        return (c + 2.0) * (x + w / max(micro_batches, 1)), (c + 2.0) * dy
+    return (2.0 * c + 1.0) * (x + w), (2.0 * c + 1.0) * dy + (c + 1.0) * (x + w + dy)

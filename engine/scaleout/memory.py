@@ -104,6 +104,7 @@ class Context:
                         "logits_loss", "logits_forward"):
                 if key in sixteen:
                     self.parts[key] = sixteen[key]
+        self.compute_sc = act_sc  # the scenario the rank computes in (16-bit throughout with master weights)
         self.blocks: BlockActivations = block_activations(arch, act_sc, precision_spec(act_sc.precision))
         self.split: ParameterSplit = parameter_split(arch)
         self.linear_modules = sum(lin.count * lin.blocks(arch.num_layers) for lin in arch.layer_linears) / arch.num_layers

@@ -44,8 +44,10 @@ def call_order(arch: Architecture) -> list[LinearLayer]:
     return attn + mlp_in + [lin for lin in mlp if lin.in_features != arch.hidden_size]
 
 
-def _row_parallel(arch: Architecture, order: list[LinearLayer]) -> set[str]:
-    """The last linear of attention and of the MLP (their output projections): row-parallel under TP."""
+def row_parallel(arch: Architecture, order: list[LinearLayer] | None = None) -> set[str]:
+    """The last linear of attention and of the MLP (their output projections): row-parallel under TP (Megatron
+    ``RowParallelLinear``); the others are column-parallel (``ColumnParallelLinear``) except the router."""
+    order = call_order(arch) if order is None else order
     out = set()
     for role in ("attention", "mlp"):
         mods = [lin.module for lin in order if lin.role == role]
@@ -68,7 +70,7 @@ def saved_per_token(arch: Architecture, resid_bytes: float, compute_bytes: int, 
     h, c = arch.hidden_size, compute_bytes
     sp = tp if sequence_parallel else 1
     order = call_order(arch)
-    rows = _row_parallel(arch, order)
+    rows = row_parallel(arch, order)
     total = resid_bytes * h / sp
     for i, lin in enumerate(order):
         row = lin.module in rows

@@ -29,7 +29,7 @@ from engine.scaleout.comm_volumes import step_collectives
 from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.layout import Layout, Recompute, Schedule, layout_problems
 from engine.scaleout.memory import Context, effective_scenario, group_sizes, peak_of, stage_parts
-from engine.scaleout.step_time import DEFAULT_MATMUL_EFFICIENCY, Cluster, step_time
+from engine.scaleout.step_time import Cluster, step_time
 from engine.scenario.training import Method, Scenario
 
 MICRO_BATCHES = (1, 2, 4, 8)
@@ -95,8 +95,8 @@ def _cheapest_price(cluster: Cluster) -> float | None:
 
 
 def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, global_batch: int,
-                   fp8: Fp8Recipe | None = None, efficiency: float = DEFAULT_MATMUL_EFFICIENCY,
-                   usd_per_gpu_hour: float | None = None, master_weights: bool = True) -> list[Candidate]:
+                   fp8: Fp8Recipe | None = None, usd_per_gpu_hour: float | None = None, master_weights: bool = True,
+                   fused_kernels: bool = False) -> list[Candidate]:
     """Every candidate layout with its verdict; the ones that fit first, fastest first. ``master_weights`` (default:
     the 16-bit model with fp32 master weights that Megatron-LM and torchtitan run): see
     :class:`engine.scaleout.memory.Context`.
@@ -138,12 +138,13 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
                                  f"(nvidia-smi), {usable / 2**30:.1f} GiB usable", worst, device, worst_stage,
                                  None, None, None, None))
             continue
-        sc = effective_scenario(scenario, layout)
         cols = step_collectives(arch, layout, ctx.split, scenario.seq_len, ctx.spec.compute_bytes, cluster.gpus_per_node,
                                 worst_stage, fp8_all_gather=fp8 is Fp8Recipe.TORCHAO)
-        moved = sum((2 if p.key in ("weights", "optimizer_states") else 1) * p.bytes
-                    for p in worst_parts or [] if p.key in ("weights", "optimizer_states", "gradients"))
-        t = step_time(arch, sc, layout, cluster, cols, moved, fp8, efficiency)
+        layers = layout.stage_layers(arch.num_layers)
+        first = sum(layers[:worst_stage])
+        held = ctx.split.stage_parameters(first, first + layers[worst_stage], worst_stage, layout.pipeline_parallel,
+                                          layout.tensor_parallel, layout.expert_parallel * layout.expert_tensor_parallel)
+        t = step_time(arch, layout, cluster, cols, ctx, held, fp8, fused_kernels=fused_kernels)
         gpu_h = layout.world_size * t.step_s / 3600 / t.tokens_per_step * 1e6
         out.append(Candidate(layout, True, "", worst, device, worst_stage, t.step_s, t.tokens_per_second, gpu_h,
                              gpu_h * price if price is not None else None))

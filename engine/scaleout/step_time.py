@@ -1,53 +1,58 @@
-"""A PROVISIONAL step time for a parallel layout: compute + exposed communication + pipeline bubble.
+"""The step time of a parallel layout on :mod:`engine.time`'s step-time model: compute + communication + bubble.
 
-THE SEAM (for the lead, at merge): ``engine/time/`` is being replaced by a step-time model (GEMMs at achievable
-matmul rates, memory-bound work, overheads, and ``engine/time/collectives.py`` with ring all-reduce /
-reduce-scatter / all-gather / all-to-all times over a link). Two functions here stand in for it and are the only
-ones to reconnect:
+- **compute** (:func:`compute_seconds`): one rank's work per micro batch of every pipeline stage
+  (:mod:`engine.scaleout.rank_compute`: the GEMM / attention / memory-bound / launch walk of
+  :func:`engine.time.step.step_time` on the rank's TP / CP / EP / PP shapes, with the layout's recompute and FP8);
+  the pipeline runs at its slowest stage.
+- **communication** (:func:`collective_seconds`): each collective of :mod:`engine.scaleout.comm_volumes` with
+  :mod:`engine.time.collectives`' ring formulas over the group's link (:meth:`Cluster.link`: NVLink / NVSwitch or
+  PCIe inside a node, the network across nodes, a ring over k nodes crossing it k times). Collectives on the
+  critical path (TP, EP, PP; TP overlapped under the GEMMs with ``tp_comm_overlap``) add up; those frameworks overlap with compute (DP gradients and weight gathers, FSDP,
+  the CP ring) cost only what :func:`engine.time.collectives.exposed_seconds` leaves of them beside the compute
+  they run under: FSDP's gathers under each micro batch's forward and backward, DP gradient traffic under the last
+  micro batch's backward, the distributed optimizer's weight all-gather under the first forward, the CP ring under
+  attention.
+- **bubble** (:func:`engine.scaleout.comm_volumes.bubble_fraction`): (compute + critical communication) / (1 - bubble).
+- **optimizer**: :func:`engine.time.memory_bound.optimizer_bytes` of the parameters the rank's optimizer updates
+  (its shard under ZeRO / the distributed optimizer) at HBM bandwidth, with its host time, and the per-step host
+  work (:data:`engine.time.overhead.STEP_SECONDS`).
 
-- :func:`compute_seconds` (per-rank compute of one step) -> the new model's per-GPU step compute;
-- :func:`collective_seconds` (one :class:`~engine.scaleout.comm_volumes.Collective` over its link) -> the new
-  collectives module's time for (kind, message bytes, group size, link bandwidth).
-
-Everything else (which collectives, their volumes, counts and links: :mod:`engine.scaleout.comm_volumes`; the
-bubble fraction; what overlaps) stays. Until then: compute = executed FLOPs / (dense peak x
-:data:`DEFAULT_MATMUL_EFFICIENCY`), FLOPs from :func:`engine.time.throughput.flops_per_token`; a collective = bytes
-one rank sends (ring) / link bandwidth, no latency term.
-
-Link bandwidths: inside a node, half of ``data/gpus.csv``'s ``gpu_link_gbps`` (datasheets print NVLink as the
-bidirectional total: H100 SXM 900 GB/s = 450 GB/s each way), or PCIe x16 per direction when the GPU has no
-NVLink; across nodes the cluster's network per GPU (:data:`DEFAULT_INTER_NODE_GBITS`, 400 Gb/s = 50 GB/s, one
-ConnectX-7 per GPU as in DGX H100 and Llama 3's RoCE cluster).
+Every rate and constant is engine.time's (documented there); nothing here is fitted. With TP = PP = CP = EP = DP =
+1 the step is :func:`engine.time.step.step_time`'s for the same scenario (``tests/scaleout`` checks it).
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.hardware.gpus import Gpu
+from engine.memory.activations import attention_kernel
 from engine.model.architecture import Architecture
 from engine.scaleout.comm_volumes import Collective, Link, bubble_fraction
 from engine.scaleout.fp8 import Fp8Recipe
-from engine.scaleout.layout import Layout, Recompute
-from engine.scaleout.recompute import recompute_flops_per_token
-from engine.scenario.training import Scenario
-from engine.time.throughput import flops_per_token, peak_flops_for
-
-DEFAULT_MATMUL_EFFICIENCY = 0.6
-"""Fraction of the dense peak the matmuls of a Megatron-class run achieve (provisional). Chosen so that the median
-MFU error over the Megatron-LM README's H100 weak-scaling table (data/large_runs.csv, 9 rows, published MFU
-41-49 %) is near zero once this module's communication and bubble are added; see
-``engine.validation.scaleout`` and the Methodology page for every row's error."""
+from engine.scaleout.layout import Layout
+from engine.scaleout.memory import Context
+from engine.scaleout.rank_compute import StageCompute, model_flops_per_micro_batch, stage_compute
+from engine.scenario.precision import precision_spec
+from engine.scenario.training import Framework, Method, Scenario
+from engine.time import collectives as cc
+from engine.time.memory_bound import optimizer_bytes
+from engine.time.overhead import STEP_SECONDS, optimizer_host_seconds
+from engine.time.rates import gpu_rates, peak_flops_for
 
 DEFAULT_INTER_NODE_GBITS = 400.0
 """Network bandwidth per GPU across nodes, Gb/s (one 400 Gb/s NIC per GPU: DGX H100, Llama 3 sec. 3.3.1)."""
 
-PCIE_GBPS = {3: 16.0, 4: 32.0, 5: 64.0, 6: 128.0, 7: 256.0}
-"""PCIe x16 bandwidth per direction by generation, GB/s (PCI-SIG: 8, 16, 32, 64, 128 GT/s per lane)."""
+NETWORK_BUS_EFFICIENCY = cc.NETWORK_BYTES_PER_S / (200e9 / 8)
+"""Ring bus bandwidth / NIC line rate: engine.time's 24 GB/s of busbw per 200 Gb/s (25 GB/s) NIC (nccl-tests
+issue 119), applied to the cluster's NIC rate."""
 
 
 class Cluster(BaseModel):
-    """GPUs of one kind in ``nodes`` nodes of ``gpus_per_node``, and the network between nodes (Gb/s per GPU)."""
+    """GPUs of one kind in ``nodes`` nodes of ``gpus_per_node``, the network between nodes (Gb/s per GPU) and,
+    optionally, the GPU-to-GPU bandwidth inside a node (GB/s per direction; default: the catalog's NVLink or PCIe)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -61,19 +66,28 @@ class Cluster(BaseModel):
     def num_gpus(self) -> int:
         return self.nodes * self.gpus_per_node
 
-    def bandwidth(self, link: Link) -> float:
-        """Bytes/s one rank can send on ``link`` (see the module docstring)."""
-        if link is Link.INTER_NODE:
-            return self.inter_node_gbits / 8 * 1e9
-        if self.intra_node_gbps is not None:
-            return self.intra_node_gbps * 1e9
-        if self.gpu.gpu_link_gbps > 0:
-            return self.gpu.gpu_link_gbps / 2 * 1e9
-        return PCIE_GBPS.get(self.gpu.pcie_gen, 16.0) * 1e9
+    def link(self, col: Collective) -> cc.Link:
+        """The ring's link for ``col``: :func:`engine.time.collectives.data_parallel_link` over its group with its
+        ranks per node (a p2p is one hop: inside a node, or over the network)."""
+        n, per_node = (2, 2 if col.link is Link.INTRA_NODE else 1) if col.kind == "p2p" else \
+            (col.group_size, col.group_size if col.link is Link.INTRA_NODE else col.ranks_per_node)
+        return _ring_link(self, n, per_node)
+
+
+@lru_cache(maxsize=4096)
+def _ring_link(cluster: Cluster, n: int, per_node: int) -> cc.Link:
+    """The ring's link over ``n`` ranks, ``per_node`` of them in each node (cached: the search asks again and again)."""
+    nic = cluster.inter_node_gbits / 8 * 1e9 * NETWORK_BUS_EFFICIENCY
+    link = cc.data_parallel_link(cluster.gpu, n, per_node, network_bytes_per_s=nic)
+    if cluster.intra_node_gbps is not None and not link.name.startswith("InfiniBand"):
+        return cc.Link(name="intra-node (given)", bus_bytes_per_s=cluster.intra_node_gbps * 1e9 * cc.NVLINK_BUS_EFFICIENCY)
+    return link
 
 
 class StepTime(BaseModel):
-    """Seconds of one step of a layout on one rank of its most loaded stage, by cause; tokens/s of the whole run."""
+    """Seconds of one step of a layout on its slowest pipeline stage, by cause; tokens/s of the whole run.
+    ``breakdown_s`` (matmul, attention, memory_bound, dequantization, optimizer, communication, bubble, overhead)
+    adds up to ``step_s``; ``compute_s`` is the stage's compute of all micro batches (launch overhead included)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -88,76 +102,134 @@ class StepTime(BaseModel):
     tokens_per_second: float
     tokens_per_second_per_gpu: float
     mfu: float
-    provisional: bool = True
+    breakdown_s: dict[str, float] = {}
+    slowest_stage: int = 0
+    attention_kernel: str = ""
+    provisional: bool = False
 
 
 def compute_seconds(arch: Architecture, sc: Scenario, layout: Layout, gpu: Gpu, fp8: Fp8Recipe | None,
-                    efficiency: float) -> tuple[float, float]:
-    """(seconds of matmul work one rank runs in a step, model FLOPs of the whole step). HOOK: see the module docstring.
+                    kernel: str | None = None, fused_kernels: bool = False) -> list[StageCompute]:
+    """One micro batch of every pipeline stage on one of its ranks (:func:`engine.scaleout.rank_compute.stage_compute`).
+    ``sc``: the scenario the rank computes in; ``kernel``: its attention kernel (default: what SDPA picks on ``gpu``).
 
-    Every rank does 1/(TP x CP x PP) of its replica's FLOPs (EP ranks are DP ranks for the dense part and hold 1/EP
-    of the experts with 1/EP of the routed tokens, so the same share). Selective recompute runs the attention
-    core's forward again, torchtitan's op-level SAC the matmuls it does not keep
-    (:func:`engine.scaleout.recompute.recompute_flops_per_token`), full recompute the whole forward; FP8 runs the
-    block linears at the FP8 peak (``fp8_tflops``), the LM head and attention in bf16."""
-    # The memory context checkpoints op-SAC blocks too; only full recompute reruns every block's forward.
-    sc = sc.model_copy(update={"gradient_checkpointing": layout.recompute is Recompute.FULL})
-    flops = flops_per_token(arch, sc)
-    tokens = layout.micro_batches * layout.micro_batch_size * layout.data_parallel * sc.seq_len
-    executed = flops.total + (flops.attention / 3 if layout.recompute is Recompute.SELECTIVE else 0.0)
-    if layout.recompute is Recompute.SELECTIVE_OP:
-        executed += recompute_flops_per_token(arch)
-    peak = peak_flops_for(gpu, sc.precision).flops or 0.0
-    if peak <= 0:
-        raise ValueError(f"{gpu.name}: no dense peak for {sc.precision.value}")
-    ranks = layout.world_size // layout.data_parallel
-    per_rank_tokens = tokens / layout.data_parallel / ranks
-    if fp8 is not None and gpu.fp8_tflops:
-        # The block linears' share of the executed FLOPs (forward, backward, recompute), without the LM head.
-        n = flops.matmul_parameters
-        per_weight = (flops.dense + (2.0 * n if sc.gradient_checkpointing else 0.0)) / n
-        linear = per_weight * (n - arch.vocab_size * arch.hidden_size)
-        seconds = per_rank_tokens * (linear / (gpu.fp8_tflops * 1e12) + (executed - linear) / peak) / efficiency
-    else:
-        seconds = per_rank_tokens * executed / (peak * efficiency)
-    return seconds, flops.model_flops * tokens
+    Raises:
+        ValueError: no catalog peak for the compute dtype on ``gpu``.
+    """
+    kernel = kernel or attention_kernel(arch, sc, precision_spec(sc.precision), gpu)
+    p, layers = layout.pipeline_parallel, layout.stage_layers(arch.num_layers)
+    seen: dict[tuple[int, bool, bool], StageCompute] = {}  # stages alike in layers, first and last are alike
+    out = []
+    for r in range(p):
+        key = (layers[r], r == 0, r == p - 1)
+        if key not in seen:
+            seen[key] = stage_compute(arch, sc, layout, gpu, r, fp8, kernel, fused_kernels)
+        out.append(seen[key])
+    return out
 
 
 def collective_seconds(col: Collective, cluster: Cluster) -> float:
-    """Seconds of all ``col.count`` calls: bytes one rank sends / the link's bandwidth. HOOK: see the module docstring."""
-    return col.bytes_per_rank / cluster.bandwidth(col.link)
+    """Seconds of all ``col.count`` calls over the group's link (:mod:`engine.time.collectives` ring formulas, with
+    their per-call latency); a p2p moves its message once per call."""
+    link = cluster.link(col)
+    total = col.message_bytes * col.count
+    if col.kind == "p2p":
+        return total / link.bus_bytes_per_s + col.count * link.latency_s
+    fn = {"all_reduce": cc.all_reduce_seconds, "all_gather": cc.all_gather_seconds,
+          "reduce_scatter": cc.reduce_scatter_seconds, "all_to_all": cc.all_to_all_seconds}[col.kind]
+    return fn(total, col.group_size, link, calls=col.count)
 
 
-def step_time(arch: Architecture, sc: Scenario, layout: Layout, cluster: Cluster, collectives: list[Collective],
-              optimizer_bytes: float, fp8: Fp8Recipe | None = None,
-              efficiency: float = DEFAULT_MATMUL_EFFICIENCY) -> StepTime:
-    """Step time of ``layout`` (one rank of its most loaded stage).
-
-    step = (compute + critical-path communication) / (1 - bubble) + overlapped communication beyond the compute
-    + the optimizer step (``optimizer_bytes`` read and written once at the GPU's memory bandwidth). Critical path:
-    TP, EP and PP collectives; overlapped: DP gradient/weight traffic, FSDP gathers, the CP ring (their
-    ``overlapped`` flag)."""
-    compute, model_flops = compute_seconds(arch, sc, layout, cluster.gpu, fp8, efficiency)
-    by_dim: dict[str, float] = {}
-    critical = overlapped = 0.0
-    for col in collectives:
-        s = collective_seconds(col, cluster)
-        by_dim[col.dimension] = by_dim.get(col.dimension, 0.0) + s
-        if col.overlapped:
-            overlapped += s
-        else:
+def _exposed(cols: list[Collective], seconds: list[float], layout: Layout, st: StageCompute,
+             tp_comm_overlap: bool) -> tuple[float, float]:
+    """(critical-path seconds, exposed seconds of the overlapped collectives) of one step (see the module docstring)."""
+    m, fwd, bwd = layout.micro_batches, st.forward_s, st.backward_s
+    critical = per_f = per_b = start = end = ring = tp = 0.0
+    for col, s in zip(cols, seconds):
+        if tp_comm_overlap and col.dimension == "tp":
+            tp += s
+        elif not col.overlapped:
             critical += s
+        elif col.dimension == "cp":
+            ring += s
+        elif layout.zero == 3 and col.count > 1:  # FSDP without PP: every micro batch gathers and reduces
+            if col.kind == "all_gather":
+                per_f, per_b = per_f + s / (2 * m), per_b + s / (2 * m)
+            else:
+                per_b += s / m
+        elif col.kind == "all_gather":
+            start += s  # the updated (or, FSDP + PP, the stage's) weights, before the first forward
+        else:
+            end += s  # gradients, after the last micro batch's backward
+    hidden = (m * (cc.exposed_seconds(per_f, fwd) + cc.exposed_seconds(per_b, bwd)) + cc.exposed_seconds(start, fwd)
+              + cc.exposed_seconds(end, bwd) + cc.exposed_seconds(ring, st.attention_s * m)
+              + cc.exposed_seconds(tp, st.breakdown_s["matmul"] * m))
+    return critical, hidden
+
+
+def _optimizer(ctx: Context, layout: Layout, rank_parameters: float) -> tuple[float, float]:
+    """(HBM bytes, host seconds) of the optimizer step over the parameters this rank updates: its parameters, / DP x
+    CP under ZeRO-1 / the distributed optimizer and ZeRO-3 / FSDP. Bytes as :func:`engine.time.step.step_time`
+    counts them (the fp32 master weights, or the weights, the states and the gradients through the optimizer's
+    passes; HF gradient clipping), at the one-GPU estimate's bytes per parameter."""
+    sc, parts = ctx.sc, ctx.parts
+    get = lambda k: parts[k].bytes if k in parts else 0.0  # noqa: E731
+    shards = layout.optimizer_shards if layout.zero >= 1 else 1
+    held = rank_parameters / ctx.split.total
+    if sc.method is Method.FULL:
+        weights = get("master_weights") or get("weights")
+        tensors = sum(gr.count for gr in ctx.arch.tensors)
+    else:
+        weights = ctx.estimate.trainable_parameters * (4 if sc.framework is Framework.HF else ctx.spec.weight_bytes)
+        tensors = 0
+    moved = optimizer_bytes(weights, get("optimizer_states"), get("gradients"), sc.optimizer,
+                            clip=sc.framework is Framework.HF) * held / shards
+    return moved, optimizer_host_seconds(sc.optimizer, -(-round(tensors * held) // shards))
+
+
+def step_time(arch: Architecture, layout: Layout, cluster: Cluster, collectives: list[Collective], ctx: Context,
+              rank_parameters: float, fp8: Fp8Recipe | None = None, *, fused_kernels: bool = False,
+              tp_comm_overlap: bool = False) -> StepTime:
+    """Step time of ``layout`` on ``cluster`` (see the module docstring). ``ctx``: the layout's shared estimate
+    (:class:`engine.scaleout.memory.Context`: the rank's scenario and the one-GPU bytes of the optimizer's
+    tensors); ``collectives`` of one rank (:func:`engine.scaleout.comm_volumes.step_collectives`);
+    ``rank_parameters``: parameters held by that rank; ``fused_kernels``: torch.compile or Megatron-LM's fused
+    kernels (:mod:`engine.time.memory_bound`); ``tp_comm_overlap``: the TP collectives run under the GEMMs next to
+    them (Megatron-LM ``--tp-comm-overlap`` with TransformerEngine's userbuffers, torchtitan's AsyncTP), so only what
+    :func:`engine.time.collectives.exposed_seconds` leaves of them beside the step's matmul time counts.
+
+    Raises:
+        ValueError: no catalog peak for the compute dtype on the cluster's GPU.
+    """
+    gpu, sc = cluster.gpu, ctx.compute_sc
+    kernel = attention_kernel(arch, sc, precision_spec(sc.precision), gpu)
+    stages = compute_seconds(arch, sc, layout, gpu, fp8, kernel, fused_kernels)
+    slow = max(range(len(stages)), key=lambda r: stages[r].total_s)
+    st, m = stages[slow], layout.micro_batches
+    compute = m * st.total_s
+    seconds = [collective_seconds(c, cluster) for c in collectives]
+    by_dim: dict[str, float] = {}
+    for col, s in zip(collectives, seconds):
+        by_dim[col.dimension] = by_dim.get(col.dimension, 0.0) + s
+    critical, hidden = _exposed(collectives, seconds, layout, st, tp_comm_overlap)
     bubble = bubble_fraction(layout)
     busy = compute + critical
     pipelined = busy / (1 - bubble)
-    hidden_left = max(0.0, overlapped - compute)
-    optimizer = optimizer_bytes / (cluster.gpu.memory_bandwidth_gbps * 1e9)
-    step = pipelined + hidden_left + optimizer
-    tokens = layout.micro_batches * layout.micro_batch_size * layout.data_parallel * sc.seq_len
-    peak = peak_flops_for(cluster.gpu, sc.precision).flops or 1.0
-    return StepTime(
-        compute_s=compute, comm_s=by_dim, exposed_comm_s=critical + hidden_left, bubble_fraction=bubble,
-        bubble_s=pipelined - busy, optimizer_s=optimizer, step_s=step, tokens_per_step=tokens,
+    moved, opt_host = _optimizer(ctx, layout, rank_parameters)
+    rates = gpu_rates(gpu, sc.precision)
+    opt_gpu = moved / rates.hbm_bytes_per_s
+    opt = max(opt_gpu, opt_host)
+    step = pipelined + hidden + opt + STEP_SECONDS
+    breakdown = {k: m * v for k, v in st.breakdown_s.items()}
+    breakdown["overhead"] += STEP_SECONDS + (opt - opt_gpu)
+    breakdown.update(optimizer=opt_gpu, communication=critical + hidden, bubble=pipelined - busy)
+    tokens = layout.micro_batches * layout.micro_batch_size * layout.data_parallel * ctx.sc.seq_len
+    peak = peak_flops_for(gpu, sc.precision).flops or 1.0
+    model_flops = model_flops_per_micro_batch(arch, ctx.sc) * m * layout.data_parallel
+    return StepTime.model_construct(  # every field computed here (the layout search's hot path)
+        compute_s=compute, comm_s=by_dim, exposed_comm_s=critical + hidden, bubble_fraction=bubble,
+        bubble_s=pipelined - busy, optimizer_s=opt, step_s=step, tokens_per_step=tokens,
         tokens_per_second=tokens / step, tokens_per_second_per_gpu=tokens / step / layout.world_size,
-        mfu=model_flops / (step * layout.world_size * peak),
+        mfu=model_flops / (step * layout.world_size * peak), breakdown_s=breakdown, slowest_stage=slow,
+        attention_kernel=kernel, provisional=False,
     )

@@ -65,7 +65,8 @@ class Link(BaseModel):
     latency_s: float = CALL_LATENCY_S
 
 
-def data_parallel_link(gpu: Gpu, num_gpus: int, gpus_per_node: int = GPUS_PER_NODE) -> Link:
+def data_parallel_link(gpu: Gpu, num_gpus: int, gpus_per_node: int = GPUS_PER_NODE,
+                       network_bytes_per_s: float = NETWORK_BYTES_PER_S) -> Link:
     """The link a ring over ``num_gpus`` x ``gpu`` is limited by.
 
     Within a node: NVLink (SXM / NVSwitch parts for up to ``gpus_per_node`` GPUs; bridged parts, whose
@@ -73,6 +74,7 @@ def data_parallel_link(gpu: Gpu, num_gpus: int, gpus_per_node: int = GPUS_PER_NO
     :data:`PCIE_BUS_EFFICIENCY` (capped by :data:`CROSS_SOCKET_BYTES_PER_S` beyond :data:`GPUS_PER_PCIE_SWITCH`
     GPUs, halved without peer-to-peer). Across k nodes the ring's inter-node hops carry ``(k-1)/(n-1)`` of the
     traffic of each GPU's NIC (ml-engineering network/README.md), so busbw = min(intra, NIC x (n-1)/(k-1)).
+    ``network_bytes_per_s``: the NIC's bus bandwidth per GPU (default :data:`NETWORK_BYTES_PER_S`, 200 Gb/s).
     """
     per_node = min(num_gpus, gpus_per_node)
     nvlink = (gpu.nvlink_gbps_per_direction or 0.0) * 1e9
@@ -88,7 +90,7 @@ def data_parallel_link(gpu: Gpu, num_gpus: int, gpus_per_node: int = GPUS_PER_NO
         intra, name = pcie, "PCIe" + ("" if gpu.p2p else " (no peer-to-peer: through host memory)")
     nodes = -(-num_gpus // gpus_per_node)
     if nodes > 1:
-        inter = NETWORK_BYTES_PER_S * (num_gpus - 1) / (nodes - 1)
+        inter = network_bytes_per_s * (num_gpus - 1) / (nodes - 1)
         if inter < intra:
             return Link(name=f"InfiniBand between {nodes} nodes", bus_bytes_per_s=inter)
         name += f" ({nodes} nodes)"

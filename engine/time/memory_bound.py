@@ -40,6 +40,14 @@ def layer_forward_bytes(arch: Architecture, c: int, resid: int, fused: bool) -> 
     gate product (3c) per intermediate element; plain: the activation (2c). Fused kernels: each chain once
     (norm ``resid + c``, RoPE ``2c``, gated MLP ``3c``).
     """
+    return sum(layer_forward_bytes_by_width(arch, c, resid, fused))
+
+
+def layer_forward_bytes_by_width(arch: Architecture, c: int, resid: int, fused: bool) -> tuple[float, float]:
+    """:func:`layer_forward_bytes` in two parts: (the residual stream's ops: norms, residual adds, dropout, all
+    ``hidden_size`` wide; the attention and MLP inner ops: RoPE, the o_proj input, the activation). Tensor
+    parallelism splits the second part across its ranks and the first only with sequence parallelism
+    (Korthikanti et al. 2022 sec. 4.2.2), which is why the scale-out time model needs them apart."""
     h, q, kv = arch.hidden_size, arch.q_out, arch.kv_out
     width = _mlp_width(arch)
     rms = arch.norm != "layernorm"
@@ -53,12 +61,13 @@ def layer_forward_bytes(arch: Architecture, c: int, resid: int, fused: bool) -> 
         rope = 12 * c
         act = 5 * c if arch.mlp == "gated" else 2 * c
         adds = 2 * 3 * resid
-    out = arch.norms_per_layer * norm * h + adds * h + act * width + 2 * c * q  # + o_proj input made contiguous
+    stream = arch.norms_per_layer * norm * h + adds * h
+    inner = act * width + 2 * c * q  # + o_proj input made contiguous
     if arch.positional == "rope":
-        out += rope * (q + kv)
+        inner += rope * (q + kv)
     if arch.hidden_dropout > 0:
-        out += 2 * (2 * c + 1) * h
-    return out
+        stream += 2 * (2 * c + 1) * h
+    return stream, inner
 
 
 def _mlp_width(arch: Architecture) -> float:

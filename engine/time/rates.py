@@ -50,6 +50,22 @@ MEMORY_EFFICIENT_SHARE = 0.5
 xFormers kernel (Dao 2023, abstract and sec. 4.1)."""
 
 
+FP8_MATMUL_FRACTION_OF_PEAK = 0.72
+"""Achievable share of the dense FP8 (e4m3) datasheet peak: the MAMF table's FP8 rows measure H100 SXM 1402.6 of
+1979 TFLOP/s (70.9%), H200 SXM 1453.4 (73.4%), B200 SXM 3432.5 of 4500 (76.3%) (stas00/ml-engineering@744d01e1
+compute/accelerator/README.md, as collected in /work/research/steptime/gpu_rates.csv); 0.72, the Hopper parts' mean,
+since the catalog has no per-GPU FP8 MAMF column (a catalog column would be the better home)."""
+
+
+def fp8_matmul_flops(gpu: Gpu) -> float | None:
+    """FLOP/s a training step's FP8 GEMMs sustain on ``gpu``: the dense FP8 peak x
+    :data:`FP8_MATMUL_FRACTION_OF_PEAK` x :data:`TRAINING_GEMM_EFFICIENCY` (the same realised share of the
+    achievable rate as the 16-bit GEMMs); None when the GPU has no FP8 tensor cores (``fp8_tflops`` empty)."""
+    if not gpu.fp8_tflops:
+        return None
+    return gpu.fp8_tflops * 1e12 * FP8_MATMUL_FRACTION_OF_PEAK * TRAINING_GEMM_EFFICIENCY
+
+
 def matmul_dtype(precision: PrecisionMode) -> str:
     """Element type the matmuls of ``precision`` run in: ``bf16``, ``fp16`` or ``fp32``."""
     p = PrecisionMode(precision)

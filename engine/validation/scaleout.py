@@ -3,7 +3,8 @@
 Each row is expressed in the engine's terms (catalog model or a GPT-style config from the row's sizes, layout, batch,
 recompute, ZeRO/FSDP, precision, GPU) and compared on what it measured: peak memory per GPU (torchtitan's and
 torchao's ``max reserved`` -> our allocated peak + allocator reserve of the most loaded rank) or throughput
-(tokens/s per GPU, MFU or TFLOP/s per GPU -> the provisional step time of :mod:`engine.scaleout.step_time`). A row
+(tokens/s per GPU, MFU or TFLOP/s per GPU -> the step time of :mod:`engine.scaleout.step_time`, engine.time's model
+on the rank's shapes). A row
 that cannot be expressed (its model's config is not public or not bundled, its layout is not stated) is listed with
 the reason, never silently dropped. Where a source is silent the assumption is stated in ``assumed``.
 """
@@ -148,6 +149,16 @@ def _fp8(row: dict) -> Fp8Recipe | None:
     return Fp8Recipe.TORCHAO if row["id"].startswith(("tt_", "torchao")) else Fp8Recipe.TE
 
 
+def run_settings(row: dict) -> tuple[bool, bool]:
+    """(fused kernels, TP communication overlapped) as the row's run had them: Megatron-LM and NeMo (Megatron-core
+    with TransformerEngine) fuse the norms, activations, RoPE, softmax and loss; torchtitan fuses with torch.compile
+    where the row says so. TP overlap where the row states it: Megatron ``--tp-comm-overlap``, torchtitan AsyncTP."""
+    text = (row["precision"] + " " + row["notes"]).lower()
+    fused = row["id"].startswith(("megatron_", "korthikanti_", "nemo_")) or "compile" in text
+    overlap = "tp-comm-overlap" in text or "asynctp" in text.replace(" ", "")
+    return fused, overlap
+
+
 def compare_row(row: dict) -> list[RunComparison] | str:
     """Our estimate of one row on each figure it publishes, or why it cannot be expressed."""
     if not row["tp"] or not row["pp"] or not _num(row["num_gpus"]) or "DeepSeek" in row["model"] or "nanotron" in row["id"]:
@@ -192,7 +203,9 @@ def compare_row(row: dict) -> list[RunComparison] | str:
         sc = Scenario(seq_len=seq, micro_batch_size=mb, precision=precision)
         inter = 200.0 if "A100" in row["gpu"] else 400.0
         cluster = Cluster(gpu=gpu, nodes=max(1, world // 8), gpus_per_node=min(8, world), inter_node_gbits=inter)
-        est = estimate_layout(arch, sc, layout, cluster, _fp8(row), master_weights=True)
+        fused, tp_overlap = run_settings(row)
+        est = estimate_layout(arch, sc, layout, cluster, _fp8(row), master_weights=True, fused_kernels=fused,
+                              tp_comm_overlap=tp_overlap)
     except EngineError as exc:
         return f"not expressible: {exc}"
     assumed += "; " + "; ".join(x for x in (
@@ -201,7 +214,8 @@ def compare_row(row: dict) -> list[RunComparison] | str:
          f"rank {list(split)}" + (" (Interleaved1F1B modelled as 1F1B on the same per-rank layers)"
                                   if "interleaved" in row["notes"].lower() else "")) if split else "",
         f"ZeRO {zero}" + (" (not stated)" if not row["zero_or_fsdp"] else ""),
-        f"{inter:g} Gb/s per GPU between nodes", "16-bit model with fp32 master weights") if x)
+        f"{inter:g} Gb/s per GPU between nodes", "16-bit model with fp32 master weights",
+        "fused kernels" if fused else "", "TP communication overlapped with the GEMMs" if tp_overlap else "") if x)
     out = []
     t = est.time
     base = dict(id=row["id"], source=f"{row['source']}, {row['locator']}", model=row["model"], layout=layout.label(),

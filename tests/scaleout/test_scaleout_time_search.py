@@ -1,4 +1,4 @@
-"""Communication volumes, the pipeline bubble, the provisional step time, the layout search and the exports."""
+"""Communication volumes, the pipeline bubble, the step time, the layout search and the exports."""
 
 from __future__ import annotations
 
@@ -104,7 +104,8 @@ def test_cli_estimate_with_a_layout(capsys):
     assert out["max_rank_peak_allocated_bytes"] == max(r["peak_allocated_bytes"] for r in out["per_rank"])
     assert out["megatron_estimate_bytes"] == round(26_655.5546875 * 2**20)
     assert out["per_rank"][0]["peak_allocated_bytes"] > out["per_rank"][1]["peak_allocated_bytes"]
-    assert out["step_time"]["provisional"] is True
+    assert out["step_time"]["provisional"] is False
+    assert out["step_time"]["step_s"] == pytest.approx(sum(out["step_time"]["breakdown_s"].values()))
 
 
 def test_cli_one_gpu_layout_matches_plain_estimate(capsys):
