@@ -41,7 +41,7 @@ NEW_SCENARIOS = 40
 def _clear_time_caches() -> None:
     """Forget every cached work and per-architecture table of the time model (an architecture never seen)."""
     time_step._WORK.clear()
-    tables = getattr(time_step, "_ARCH_TABLES", None)  # absent before the per-architecture tables existed
+    tables = getattr(time_step, "_METHODS", None)  # absent before the per-architecture tables existed
     if tables is not None:
         tables.clear()
 
