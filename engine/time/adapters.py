@@ -113,6 +113,8 @@ def extra_adapter_flops(arch: Architecture, sc: Scenario, adapted: list[LinearLa
     delta weights, IA3's scaling, VeRA's shared projections, virtual tokens, ``modules_to_save`` copies) is added here.
     ``adapted``: :func:`engine.scenario.peft.targeted` of ``sc``, when the caller has it.
     """
+    if sc.method in (Method.LORA, Method.QLORA) and not sc.modules_to_save:
+        return 0.0  # lora_A / lora_B are all of it (the sum below cancels to 0); skipped, as every estimate runs it
     tokens = sc.micro_batch_size * sc.seq_len
     adapted = targeted(arch, sc) if adapted is None else adapted
     extra = adapter_flops_per_token(arch, sc, 0.0, adapted) * tokens
