@@ -9,7 +9,7 @@ checkpointing (``unsloth/models/_utils.py``).
 from __future__ import annotations
 
 from engine.memory.adapters import offloaded_inputs_bytes
-from engine.model.architecture import Architecture
+from engine.model.architecture import Architecture, LinearLayer
 from engine.scenario.optimizer import Optimizer, galore_projected
 from engine.scenario.peft import LORA_FAMILY, SEQUENCE_GROWING, adapter_groups, saved_module_copies, targeted
 from engine.scenario.training import Method, Scenario
@@ -49,17 +49,19 @@ def _module_flops_per_step(sc: Scenario, i: int, o: int) -> float:
     return 0.0
 
 
-def adapter_flops_per_token(arch: Architecture, sc: Scenario, base_per_token: float) -> float:
+def adapter_flops_per_token(arch: Architecture, sc: Scenario, base_per_token: float,
+                            adapted: list[LinearLayer] | None = None) -> float:
     """Extra training FLOPs per (user) token of ``sc``'s method over the frozen base's ``base_per_token``
     (forward + input gradients, attention included).
 
     Adapters per module (above); the per-forward weight work spread over the micro batch's tokens; virtual tokens
     (prompt tuning, P-tuning: the whole model runs on s + n tokens; prefix tuning: attention over n more keys);
     ``modules_to_save`` copies (their weight gradients); GaLore's projections and its SVD refresh, spread over a step.
+    ``adapted``: :func:`engine.scenario.peft.targeted` of ``sc``, when the caller has it.
     """
     tokens = sc.micro_batch_size * sc.seq_len
     total = 0.0
-    for lin in targeted(arch, sc):
+    for lin in targeted(arch, sc) if adapted is None else adapted:
         n = lin.blocks(arch.num_layers) * lin.count
         share = arch.experts_per_token / arch.num_experts if lin.count > 1 and arch.num_experts else 1.0
         total += n * share * _module_flops_per_token(sc, lin.in_features, lin.out_features)
@@ -103,17 +105,21 @@ def transfer_seconds(nbytes: float, link_bytes_per_s: float) -> float:
     return nbytes / link_bytes_per_s
 
 
-def extra_adapter_flops(arch: Architecture, sc: Scenario) -> float:
+def extra_adapter_flops(arch: Architecture, sc: Scenario, adapted: list[LinearLayer] | None = None) -> float:
     """FLOPs per micro batch the PEFT method adds beyond what :func:`engine.time.gemm.step_gemms` already times.
 
     ``step_gemms`` times the base GEMMs and, for the LoRA family (LoRA, QLoRA, DoRA), the ``lora_A`` / ``lora_B``
     GEMMs; every other term of :func:`adapter_flops_per_token` (DoRA's weight norm and dropout pass, LoHa / LoKr's
     delta weights, IA3's scaling, VeRA's shared projections, virtual tokens, ``modules_to_save`` copies) is added here.
+    ``adapted``: :func:`engine.scenario.peft.targeted` of ``sc``, when the caller has it.
     """
+    if sc.method in (Method.LORA, Method.QLORA) and not sc.modules_to_save:
+        return 0.0  # lora_A / lora_B are all of it (the sum below cancels to 0); skipped, as every estimate runs it
     tokens = sc.micro_batch_size * sc.seq_len
-    extra = adapter_flops_per_token(arch, sc, 0.0) * tokens
+    adapted = targeted(arch, sc) if adapted is None else adapted
+    extra = adapter_flops_per_token(arch, sc, 0.0, adapted) * tokens
     if sc.method in LORA_FAMILY:
-        for lin in targeted(arch, sc):
+        for lin in adapted:
             n = lin.blocks(arch.num_layers) * lin.count
             share = arch.experts_per_token / arch.num_experts if lin.count > 1 and arch.num_experts else 1.0
             extra -= n * share * 6.0 * sc.lora_r * (lin.in_features + lin.out_features) * tokens

@@ -85,11 +85,13 @@ class PeakFlops(BaseModel):
     note: str | None = None
 
 
+@lru_cache(maxsize=512)
 def peak_flops_for(gpu: Gpu, precision: PrecisionMode) -> PeakFlops:
     """The GPU's dense datasheet peak for the compute dtype of ``precision`` (the catalog's ``*_tflops`` x 1e12).
 
     A GPU without bf16 (T4, V100) gets its fp16 peak, flagged: on it the run must use fp16. This is the
-    denominator of MFU and HFU (PaLM, Chowdhery et al. 2022, appendix B).
+    denominator of MFU and HFU (PaLM, Chowdhery et al. 2022, appendix B). Cached (a frozen model, like
+    :func:`gpu_rates`): every estimate asks for it.
     """
     dtype = matmul_dtype(precision)
     if dtype == "bf16" and gpu.bf16_tflops is None:

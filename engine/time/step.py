@@ -24,14 +24,14 @@ from pydantic import BaseModel, ConfigDict
 from engine.hardware.gpus import Gpu
 from engine.memory.parallel import Strategy
 from engine.memory.result import MemoryEstimate
-from engine.model.architecture import Architecture
+from engine.model.architecture import Architecture, LinearLayer
 from engine.scenario.peft import LORA_FAMILY, effective_seq_len, targeted
 from engine.scenario.precision import precision_spec
 from engine.scenario.training import Framework, Method, Scenario
 from engine.time import collectives as cc
 from engine.time.adapters import extra_adapter_flops, galore_flops_per_step, offload_transfer_bytes
 from engine.time.attention import attention_seconds, attention_work
-from engine.time.gemm import Roofline, gemm_work, step_gemms
+from engine.time.gemm import GemmTable, Roofline, gemm_shapes, routed_tokens
 from engine.time.memory_bound import (
     BACKWARD_FACTOR, cast_bytes_per_use, dequant_bytes_per_use, layer_forward_bytes, loss_bytes, optimizer_bytes,
 )
@@ -97,6 +97,46 @@ _WORK_SIZE = 512
 """Cached works (a page rerun, the plan search over every GPU and the shape sweep reuse them); keyed by the
 architecture's identity, checked against the cached object itself."""
 
+class _Method(NamedTuple):
+    """The part of a work that does not depend on the micro batch's shape (cached per architecture and method)."""
+
+    adapted: list[LinearLayer]  # the modules a PEFT method adapts
+    targets: list[LinearLayer]  # those with LoRA's A/B GEMMs (the LoRA family only)
+    gemms: GemmTable
+    linear_params: int
+    layer_bytes: float  # elementwise forward bytes per token of one block
+    layer_kernels: float
+    tensors: int
+
+
+_METHODS: dict[int, tuple[Architecture, dict]] = {}
+_METHODS_SIZE = 64
+"""Per architecture (keyed like :data:`_WORK`), the :class:`_Method` of each method setting seen: a new sequence
+length or micro batch then redoes only the token-dependent arithmetic (benchmarks/bench_engine.py times it)."""
+
+
+def _method(arch: Architecture, sc: Scenario, kernel: str, fused: bool, c: int, resid: int) -> _Method:
+    """The cached :class:`_Method` of ``sc`` on ``arch`` (a raised error, e.g. a bad target module, is not cached)."""
+    hit = _METHODS.get(id(arch))
+    if hit is None or hit[0] is not arch:
+        if len(_METHODS) >= _METHODS_SIZE:
+            _METHODS.clear()
+        hit = _METHODS[id(arch)] = (arch, {})
+    key = (sc.method, sc.lora_targets, sc.lora_r, kernel, fused, c, resid)
+    m = hit[1].get(key)
+    if m is None:
+        adapted = targeted(arch, sc)  # LoRA's A/B GEMMs only for the LoRA family
+        targets = adapted if sc.method in LORA_FAMILY else []
+        train_base = sc.method is Method.FULL
+        m = hit[1][key] = _Method(
+            adapted=adapted, targets=targets, gemms=GemmTable(gemm_shapes(arch, train_base, targets, sc.lora_r)),
+            linear_params=sum(gr.parameters for gr in arch.tensors if gr.linear),
+            layer_bytes=layer_forward_bytes(arch, c, resid, fused),
+            layer_kernels=layer_kernels(arch, sc, kernel, fused, sum(lin.count for lin in adapted)),
+            tensors=_trainable_tensors(arch, sc, targets),
+        )
+    return m
+
 
 def _work(arch: Architecture, sc: Scenario, kernel: str, fused: bool) -> _Work:
     """The GPU-independent work of ``sc`` on ``arch``: GEMM shapes, bytes, kernel counts (see the module docstring)."""
@@ -109,39 +149,30 @@ def _work(arch: Architecture, sc: Scenario, kernel: str, fused: bool) -> _Work:
     t = float(sc.tokens_per_micro_batch)
     layers = arch.num_layers
     resid = 4 if (spec.weight_bytes == 4 or (sc.method is Method.QLORA and sc.prepare_kbit_training)) else spec.weight_bytes
-    adapted = targeted(arch, sc)  # the modules a PEFT method adapts (LoRA's A/B GEMMs only for the LoRA family)
-    targets = adapted if sc.method in LORA_FAMILY else []
-    works: dict[str, list[tuple[float, float]]] = {"forward": [], "backward": [], "recompute": []}
-    gemm_flops = recompute_flops = 0.0
-    for gm in step_gemms(arch, sc, c, targets):
-        w = gemm_work(gm)
-        works[gm.phase].append(w)
-        gemm_flops += gm.flops
-        if sc.gradient_checkpointing and gm.phase == "forward" and gm.part != "lm_head":
-            works["recompute"].append(w)
-            recompute_flops += gm.flops
+    m = _method(arch, sc, kernel, fused, c, resid)
+    ckpt = sc.gradient_checkpointing
+    fwd, bwd, rec, gemm_flops, recompute_flops = m.gemms.rooflines((t, routed_tokens(arch, t)), c, recompute=ckpt)
     full = attention_work(arch, t, sc.seq_len)
     # PaLM (Chowdhery et al. 2022, appendix B): model FLOPs count attention's full square three times (forward, two
     # backward matmuls); hardware FLOPs add the recompute.
     model_flops = gemm_flops + 3.0 * full
-    executed = model_flops + recompute_flops + (full if sc.gradient_checkpointing else 0.0)
-    linear_params = sum(gr.parameters for gr in arch.tensors if gr.linear)
+    executed = model_flops + recompute_flops + (full if ckpt else 0.0)
     cast_f, cast_b = cast_bytes_per_use(spec.autocast and spec.weight_bytes == 4)
-    k_layer = layer_kernels(arch, sc, kernel, fused, sum(lin.count for lin in adapted))
-    k_fwd = layers * k_layer + HEAD_KERNELS
+    k_fwd = layers * m.layer_kernels + HEAD_KERNELS
     w = _Work(
-        gemms={phase: Roofline(items) for phase, items in works.items()}, model_flops=model_flops, executed_flops=executed, attention_full=full,
-        elem_fwd_bytes=layers * layer_forward_bytes(arch, c, resid, fused) * t,
-        casts_fwd_bytes=cast_f * linear_params,
-        casts_bwd_bytes=(cast_b if sc.method is Method.FULL else 0.0) * linear_params,
+        gemms={"forward": fwd, "backward": bwd, "recompute": rec},
+        model_flops=model_flops, executed_flops=executed, attention_full=full,
+        elem_fwd_bytes=layers * m.layer_bytes * t,
+        casts_fwd_bytes=cast_f * m.linear_params,
+        casts_bwd_bytes=(cast_b if sc.method is Method.FULL else 0.0) * m.linear_params,
         head_bytes=loss_bytes(arch, sc, c) * t + 2 * resid * arch.hidden_size * t,
         embed_grad_bytes=(2 * arch.vocab_size * arch.hidden_size * (4 if spec.weight_bytes == 4 else c)
                           if sc.method is Method.FULL else 0.0),
-        dequant_bytes=dequant_bytes_per_use(sc, c) * linear_params,
+        dequant_bytes=dequant_bytes_per_use(sc, c) * m.linear_params,
         kernels_fwd=k_fwd,
-        kernels_bwd=BACKWARD_HOST_FACTOR * k_fwd + (layers * k_layer if sc.gradient_checkpointing else 0.0),
-        tensors=_trainable_tensors(arch, sc, targets),
-        adapter_flops=extra_adapter_flops(arch, sc),
+        kernels_bwd=BACKWARD_HOST_FACTOR * k_fwd + (layers * m.layer_kernels if ckpt else 0.0),
+        tensors=m.tensors,
+        adapter_flops=extra_adapter_flops(arch, sc, m.adapted),
         offload_bytes=offload_transfer_bytes(arch, sc, resid),
     )
     if len(_WORK) >= _WORK_SIZE:

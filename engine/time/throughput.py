@@ -138,12 +138,13 @@ def estimate_throughput(
     rates = gpu_rates(gpu, sc.precision)
     est = estimate if estimate is not None else estimate_memory(arch, sc, gpu)
     step = step_time(arch, sc, est, gpu, rates, num_gpus=num_gpus, strategy=strategy, fused_kernels=fused_kernels)
-    raw = step.tokens_per_second * num_gpus
     total = step.total_s
+    per_gpu = step.tokens / total  # StepTime.tokens_per_second, its sum taken once
+    raw = per_gpu * num_gpus
     return Throughput.model_construct(  # every field computed here: no validation needed on this hot path
         gpu=gpu.name, num_gpus=num_gpus, strategy=strategy, calibration=calibration, peak=peak, rates=rates,
         step=step, raw_tokens_per_second=raw,
-        per_gpu_tokens_per_second=step.tokens_per_second * calibration, tokens_per_second=raw * calibration,
+        per_gpu_tokens_per_second=per_gpu * calibration, tokens_per_second=raw * calibration,
         step_time_s=total / calibration, breakdown_s={k: v / calibration for k, v in step.breakdown_s.items()},
         mfu=step.model_flops / (total / calibration) / peak.flops,
         hfu=step.executed_flops / (total / calibration) / peak.flops, fused_kernels=fused_kernels,
