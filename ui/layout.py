@@ -2,10 +2,15 @@
 
 The entrypoint (``streamlit_app.py``) calls :func:`app_shell` before running the page, so the sidebar's
 widgets belong to the app, not to one page, and keep their values when the user switches pages. A page
-calls :func:`page_setup`, which returns the picked model and draws the shell itself only when the
-entrypoint did not run: with a ``pages/`` folder present, a fresh server's first request to ``/model``
-runs ``pages/model.py`` directly (Streamlit's multipage v1 path) until some session calls
-``st.navigation``.
+calls :func:`page_setup`, which returns the picked model.
+
+Deep links on a fresh server: Streamlit decides once per server process, when the first session starts, whether the
+app is a "pages/ directory" app (``PagesManager.uses_pages_directory``: a ``pages/`` folder beside the entrypoint),
+and only a call of ``st.navigation`` turns that off. Until some session has run the entrypoint, a request for
+``/memory`` runs ``pages/memory.py`` directly with Streamlit's list of file names as navigation (and the "Page not
+found" dialog when the name is not a file). :func:`page_setup` notices that run (the entrypoint did not draw the
+shell), switches the process to ``st.navigation`` routing and reruns: the rerun goes through ``streamlit_app.py``,
+whose ``st.navigation`` resolves the same URL path to the same page, with the app's navigation.
 """
 
 from __future__ import annotations
@@ -89,9 +94,26 @@ def scenario_page(title: str) -> tuple[PickedModel, Scenario]:
     return model, scenario  # type: ignore[return-value]
 
 
+def _route_through_navigation() -> None:
+    """Rerun through the entrypoint when Streamlit ran a page file by itself (its legacy ``pages/`` path).
+
+    Streamlit runs the entrypoint, and so ``st.navigation``, for every session once the class-wide
+    ``PagesManager.uses_pages_directory`` is False; ``st.navigation`` sets it so, but a fresh server's first sessions
+    never reach it. Setting it here does what that call would have done; the rerun keeps the URL path, which
+    ``st.navigation`` resolves to this page. A page run as the main script (AppTest of one page file) has no
+    ``pages/`` beside it, so the flag is already False there and nothing happens.
+    """
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
+
 def page_setup() -> PickedModel | None:
     """The model picked in the sidebar, drawing the shell first if the entrypoint did not run."""
     if not st.session_state.pop(_SHELL_FLAG, False):
+        _route_through_navigation()
         app_shell()
         st.session_state.pop(_SHELL_FLAG, None)
     return st.session_state.get("model")
