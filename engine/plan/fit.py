@@ -20,6 +20,7 @@ optimizer states count as resident (a fit that relies on eviction to CPU RAM is 
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,10 +37,12 @@ from engine.scenario.optimizer import Optimizer
 from engine.memory.inference import InferenceScenario, estimate_inference
 from engine.search import largest_true
 from engine.memory.parallel import MAX_GPUS, Offload, ParallelPlan, Strategy, plan_parallel
+from engine.plan.fewest import min_gpus_from_sums, per_gpu_from_sums, phase_sums
 from engine.scenario.precision import PrecisionMode
 from engine.scenario.training import MAX_MICRO_BATCH, MAX_SEQ_LEN, Method, Scenario
 
 BF16_MODES = (PrecisionMode.BF16, PrecisionMode.AMP_BF16)
+_BF16 = Scenario(precision=PrecisionMode.BF16)  # stands for every bf16 scenario in precision_advice
 
 
 def precision_advice(gpu: Gpu, scenario: Scenario | InferenceScenario) -> tuple[str, ...]:
@@ -194,18 +197,26 @@ class FitMatrix(BaseModel):
         return out
 
 
-def _cells(plan: ParallelPlan, scenario: Scenario, gpus: Sequence[Gpu]) -> tuple[FitCell, ...]:
-    one, phase = plan.per_gpu_bytes(1), plan.peak_phase(1)
+def _cells(plan: ParallelPlan, scenario: Scenario, gpus: Sequence[tuple[int, float, tuple[str, ...]]]) -> tuple[FitCell, ...]:
+    """One cell per GPU, given as (usable bytes, tensor budget, advice for a bf16 scenario). The row's numbers (its
+    one-GPU peak and what nvidia-smi would show) are computed once; GPUs with the same usable memory and advice share
+    one (immutable) cell. This is the matrix path: thousands of cells per page."""
+    sums = phase_sums(plan)
+    one, phase = per_gpu_from_sums(sums, 1), plan.peak_phase(1)
+    used = device_memory(one).device_used
+    bf16 = scenario.precision in BF16_MODES  # the only advice precision_advice gives a training scenario
+    memo: dict[tuple[int, tuple[str, ...]], FitCell] = {}
     cells = []
-    for gpu in gpus:
-        usable = gpu.usable_memory_bytes
-        n = plan.min_gpus(tensor_budget(usable))
-        advice = precision_advice(gpu, scenario)
-        cells.append(FitCell(
-            fits=one <= tensor_budget(usable), peak_bytes=one, peak_phase=phase,
-            headroom_bytes=usable - device_memory(one).device_used, min_gpus=n,
-            per_gpu_bytes_at_min=plan.per_gpu_bytes(n) if n else None, warning=advice[0] if advice else None,
-        ))
+    for usable, budget, bf16_advice in gpus:
+        advice = bf16_advice if bf16 else ()
+        cell = memo.get((usable, advice))
+        if cell is None:
+            n = min_gpus_from_sums(plan, sums, budget)
+            cell = memo[(usable, advice)] = FitCell(
+                fits=one <= budget, peak_bytes=one, peak_phase=phase, headroom_bytes=usable - used, min_gpus=n,
+                per_gpu_bytes_at_min=per_gpu_from_sums(sums, n) if n else None, warning=advice[0] if advice else None,
+            )
+        cells.append(cell)
     return tuple(cells)
 
 
@@ -227,17 +238,21 @@ def fit_matrix(rows: Sequence[MatrixInput], gpus: Sequence[Gpu]) -> FitMatrix:
     A row whose scenario cannot be estimated (e.g. LoRA targets missing from that model) keeps its error
     and no cells.
     """
+    # Once per matrix, not per row: each GPU's usable memory, tensor budget and advice to a bf16 scenario.
+    budgets = [(g.usable_memory_bytes, tensor_budget(g.usable_memory_bytes), precision_advice(g, _BF16)) for g in gpus]
+    totals: dict[int, int] = {}  # total parameters by architecture: several rows share one
     out = []
     for r in rows:
+        parameters = totals.setdefault(id(r.arch), r.arch.total_parameters)
         try:
             est = estimate_memory(r.arch, r.scenario)
         except ScenarioError as exc:
             out.append(MatrixRow(label=r.label, strategy=r.strategy, scenario=r.scenario, error=str(exc), note=r.note,
-                                 parameters=r.arch.total_parameters))
+                                 parameters=parameters))
             continue
         plan = plan_parallel(est, r.arch, r.scenario, r.strategy)
         out.append(MatrixRow(label=r.label, strategy=r.strategy, scenario=r.scenario, estimate=est, note=r.note,
-                             parameters=r.arch.total_parameters, cells=_cells(plan, r.scenario, gpus)))
+                             parameters=parameters, cells=_cells(plan, r.scenario, budgets)))
     return FitMatrix(gpus=tuple(g.name for g in gpus), usable_bytes=tuple(g.usable_memory_bytes for g in gpus), rows=tuple(out))
 
 
@@ -294,6 +309,15 @@ attention, LoRA rank and targets) and sets what its label says; the optimizer is
 
 def technique_scenario(base: Scenario, technique: Technique) -> Scenario:
     """``base`` with ``technique``'s fields. Raises ``ScenarioError`` when the combination is invalid."""
+    if technique in TECHNIQUES:
+        return _catalog_technique_scenario(base, technique.key)
+    return Scenario.build(**{**base.model_dump(), **technique.overrides})
+
+
+@functools.lru_cache(maxsize=256)
+def _catalog_technique_scenario(base: Scenario, key: str) -> Scenario:
+    # Pure (frozen inputs, frozen result): every model of a matrix asks for the same few scenarios.
+    technique = next(t for t in TECHNIQUES if t.key == key)
     return Scenario.build(**{**base.model_dump(), **technique.overrides})
 
 
@@ -324,14 +348,18 @@ def _serving_row(arch: Architecture, base: Scenario, gpus: Sequence[Gpu]) -> Mat
     except ScenarioError as exc:
         return MatrixRow(label=label, strategy=Strategy.DDP, error=str(exc), parameters=arch.total_parameters)
     est = estimate_inference(arch, isc)
+    total, phase, used = est.total_bytes, est.peak_phase, est.device_used_bytes  # once, not per GPU
+    memo: dict[tuple[int, tuple[str, ...]], FitCell] = {}  # GPUs alike in memory and advice share a cell
     cells = []
     for gpu in gpus:
-        usable, fits = gpu.usable_memory_bytes, est.total_bytes <= tensor_budget(gpu.usable_memory_bytes)
-        advice = precision_advice(gpu, isc)
-        cells.append(FitCell(fits=fits, peak_bytes=est.total_bytes, peak_phase=est.peak_phase,
-                             headroom_bytes=usable - est.device_used_bytes, min_gpus=1 if fits else None,
-                             per_gpu_bytes_at_min=est.total_bytes if fits else None,
-                             warning=advice[0] if advice else None))
+        usable, advice = gpu.usable_memory_bytes, precision_advice(gpu, isc)
+        cell = memo.get((usable, advice))
+        if cell is None:
+            fits = total <= tensor_budget(usable)
+            cell = memo[(usable, advice)] = FitCell(
+                fits=fits, peak_bytes=total, peak_phase=phase, headroom_bytes=usable - used, min_gpus=1 if fits else None,
+                per_gpu_bytes_at_min=total if fits else None, warning=advice[0] if advice else None)
+        cells.append(cell)
     return MatrixRow(label=label, strategy=Strategy.DDP, estimate=est, parameters=arch.total_parameters,
                      note=f"{isc.concurrency} sequence(s) x {isc.seq_len:,} tokens of KV cache", cells=tuple(cells))
 
