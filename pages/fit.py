@@ -13,13 +13,12 @@ from engine.plan.fit import (
     SEED_TABLE_SOURCE, check_fit, model_matrix, seed_largest_model_table, technique_matrix, what_fits,
 )
 from engine.scenario.optimizer import Optimizer
-from engine.memory.parallel import MAX_GPUS, STRATEGY_LABELS, Strategy
+from engine.memory.parallel import STRATEGY_LABELS, Strategy
 from engine.scenario.precision import PrecisionMode, precision_spec
 from engine.scenario.training import Method, Scenario
 from engine.units import fmt_bytes, fmt_count, to_unit
 from ui.charts import fit_heatmap
 from ui.layout import scenario_page
-from ui.scenario_form import display_sidebar, keep_choice
 
 # The matrices cost tens of milliseconds per rerun (every catalog model x GPU x technique), so they and their heatmaps are
 # kept for all sessions, keyed by the JSON of their inputs (the engine's results are unchanged; a session's edited GPU
@@ -49,17 +48,13 @@ def _seed_rows(_full: Scenario, _efficient: Scenario, _gpus: tuple, key: tuple):
     return seed_largest_model_table(_catalog_architectures(), _full, _efficient, _gpus)
 
 
-model, scenario = scenario_page("Which GPU does it fit on?")
-sidebar_gpu, unit = display_sidebar()
+model, scenario, hw = scenario_page("Which GPU does it fit on?")
+unit, strategy = hw.unit, hw.strategy
 
 gpus = session_gpus()
 # Exact keys (JSON of the frozen inputs): cheap to hash, unlike the objects themselves.
 gpus_key = json.dumps([g.model_dump(mode="json") for g in gpus])
 model_key = json.dumps(model.config, sort_keys=True, default=str)
-st.session_state.setdefault("fit_strategy", Strategy.ZERO3)
-strategy = st.selectbox("Multi-GPU strategy for the fewest GPUs", list(Strategy), format_func=STRATEGY_LABELS.get, key="fit_strategy",
-                        help="DDP: every GPU holds the whole model, so more GPUs never help memory. ZeRO-3 / FSDP full shard: "
-                             "weights, gradients and optimizer states are divided by the number of GPUs.")
 st.caption(
     f"Each cell: ✓ fits on one GPU / ✗ does not, the headroom (+) or shortfall (−) in {unit} against the GPU's usable memory "
     "(the total nvidia-smi / rocm-smi reports, before the CUDA context and allocator reserve), and ×N the fewest GPUs of that kind "
@@ -81,7 +76,7 @@ def _download(matrix, name: str, key: str) -> None:
                        mime="text/csv", key=key)
 
 
-st.subheader("Catalog models × GPUs")
+st.subheader("Catalog models × every GPU")
 st.caption(f"Your scenario: {precision_spec(scenario.precision).label}, {scenario.method.value}, micro batch "
            f"{scenario.micro_batch_size} × {scenario.seq_len:,} tokens, {scenario.optimizer.value}"
            f"{', gradient checkpointing' if scenario.gradient_checkpointing else ''}; fewest GPUs with {strategy.value}.")
@@ -91,7 +86,7 @@ for row in models_fit.rows:
         st.caption(f"Not computed — {row.label}: {row.error}")
 _download(models_fit, "fit_models_x_gpus", "fit_models_csv")
 
-st.subheader(f"Techniques × GPUs for {model.title}")
+st.subheader(f"Techniques × every GPU for {model.title}")
 st.caption("Same batch, sequence, accumulation, attention and LoRA settings in every row; each row sets what its label says. "
            "The ZeRO-3 row's ×N is the fewest GPUs with sharding; the other rows use DDP.")
 st.plotly_chart(techniques_figure, width="stretch", key="fit_techniques_chart")
@@ -100,18 +95,12 @@ for row in techniques_fit.rows:
         st.caption(f"Not computed — {row.label}: {row.error}")
 _download(techniques_fit, "fit_techniques_x_gpus", "fit_techniques_csv")
 
-st.subheader("What fits")
-names = [g.name for g in gpus]
-keep_choice("fit_gpu", names, sidebar_gpu.name if sidebar_gpu else "NVIDIA A100 80GB")
-c1, c2 = st.columns([2, 1])
-chosen = c1.selectbox("GPU", names, key="fit_gpu")
-gpu = next(g for g in gpus if g.name == chosen)
-st.session_state.setdefault("fit_num_gpus", 1)
-num_gpus = int(c2.number_input("GPUs", min_value=1, max_value=MAX_GPUS, step=1, key="fit_num_gpus"))
-# One GPU trains without sharding (DDP on one GPU is plain training): ZeRO/FSDP on one GPU only add their buffers.
-fit_strategy = strategy if num_gpus > 1 else Strategy.DDP
+st.subheader(f"What fits on {hw.label}")
+st.caption("Your hardware from the sidebar (the matrices above try every GPU of the catalog).")
+gpu, num_gpus = hw.gpu, hw.num_gpus
+fit_strategy = hw.training_strategy  # one GPU trains without sharding: ZeRO/FSDP there only add their buffers
 try:
-    fit = check_fit(model.arch, scenario, gpu, fit_strategy, num_gpus)
+    fit = check_fit(model.arch, scenario, gpu, fit_strategy, num_gpus, offload=hw.offload)
     limits = what_fits(model.arch, scenario, gpu, fit_strategy, num_gpus)
     fewest = check_fit(model.arch, scenario, gpu, strategy, 1).min_gpus
 except EngineError as exc:
@@ -141,7 +130,7 @@ for lim, what in ((mb, "micro batch"), (sl, "sequence length")):
         lines.append(f"- {what.capitalize()} {lim.value:,} needs {fmt_bytes(lim.peak_bytes or 0, unit)} per GPU; "
                      f"{lim.next_value:,} would need {fmt_bytes(lim.next_peak_bytes or 0, unit)}.")
 st.markdown("\n".join(lines))
-st.caption(f"{num_gpus} × {gpu.name}, {STRATEGY_LABELS[fit_strategy] if num_gpus > 1 else 'one GPU, no sharding'}; usable "
+st.caption(f"{hw.label}; usable "
            f"{fmt_bytes(gpu.usable_memory_bytes, unit)} per GPU ({gpu.usable_source}). Fewest GPUs for this scenario with "
            f"{STRATEGY_LABELS[strategy]}: {fewest if fewest else 'none up to 1,024'}.")
 prices = sorted((p for p in session_prices() if p.gpu == gpu.name), key=lambda p: p.on_demand_usd_per_hour)

@@ -5,11 +5,8 @@ import pandas as pd
 import streamlit as st
 
 from engine.errors import EngineError
-from engine.plan.fit import check_fit
-from engine.memory.estimate import estimate_memory
 from engine.plan.plans import Plan, evaluate_plan, plan_record, plans_from_csv, plans_to_csv, training_code
 from engine.units import fmt_bytes
-from engine.memory.parallel import Strategy
 from ui.catalog_session import session_gpus, session_prices
 from ui.charts import fmt_hours, fmt_usd
 from ui.layout import scenario_page
@@ -18,11 +15,11 @@ from ui.plans import (
 )
 from ui.scenario_form import time_cost_sidebar
 
-model, scenario = scenario_page("Plans: save, compare, export")
-tc = time_cost_sidebar()
+model, scenario, hw = scenario_page("Plans: save, compare, export")
+tc = time_cost_sidebar(hw)
 if tc is None:
     st.stop()
-unit = st.session_state.get("unit", "GiB")
+unit = hw.unit
 
 # --- Save the current scenario ----------------------------------------------------------------------------------------
 st.subheader("Save the current scenario")
@@ -31,15 +28,14 @@ if not repo_id:
     st.info("An uploaded config.json has no repo id: pick a catalog model or a Hub repo id to save a plan.")
 else:
     try:
-        num_gpus = tc.num_gpus or check_fit(model.arch, scenario, tc.gpu, tc.strategy, 1,
-                                            estimate=estimate_memory(model.arch, scenario)).min_gpus or 1
+        num_gpus = tc.num_gpus
         d = tc.dataset
         current = Plan(
             name=st.session_state.get("plan_name") or f"{repo_id.split('/')[-1]} {scenario.method.value} {num_gpus}x{tc.gpu.name}",
             model_repo_id=repo_id, model_revision=model.origin.revision,
             **scenario.model_dump(),  # every scenario field is a plan input of the same name
             # one GPU trains without sharding (no DeepSpeed config for a single GPU)
-            gpu=tc.gpu.name, num_gpus=num_gpus, strategy=tc.strategy if num_gpus > 1 else Strategy.DDP,
+            gpu=tc.gpu.name, num_gpus=num_gpus, strategy=hw.training_strategy,
             dataset_total_tokens=d.total_tokens,
             dataset_examples=d.examples, dataset_avg_tokens=d.avg_tokens, epochs=d.epochs, packing=d.packing, runs=d.runs,
             mfu=tc.mfu, scaling_efficiency=tc.scaling_efficiency[tc.strategy], price_source=tc.price_source,

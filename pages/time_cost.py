@@ -16,23 +16,23 @@ from ui.charts import (
     BASIS_LABEL, cost_vs_dataset_figure, fmt_hours, fmt_usd, gpu_count_figure, plan_scatter_figure, time_vs_dataset_figure,
 )
 from ui.catalog_session import session_gpus, session_prices
+from ui.formats import fmt_big_count
 from ui.layout import scenario_page
 from ui.scenario_form import time_cost_sidebar
 
-model, scenario = scenario_page("Training time and cost")
-tc = time_cost_sidebar()
+model, scenario, hw = scenario_page("Training time and cost")
+tc = time_cost_sidebar(hw)
 if tc is None:
     st.stop()
 
-arch, gpu, strategy, basis = model.arch, tc.gpu, tc.strategy, tc.basis
-unit = st.session_state.get("unit", "GiB")  # the byte unit chosen on the memory pages (GB = 1e9, GiB = 2^30)
+arch, gpu, strategy, basis, unit = model.arch, tc.gpu, tc.strategy, tc.basis, hw.unit
 efficiency = tc.scaling_efficiency[strategy]
 try:
     est = estimate_memory(arch, scenario)
     fewest = check_fit(arch, scenario, gpu, strategy, 1, estimate=est).min_gpus
-    num_gpus = tc.num_gpus or fewest or 1
-    plan = estimate_plan(arch, scenario, tc.dataset, gpu, num_gpus, strategy, mfu=tc.mfu, scaling_efficiency=efficiency,
-                         price_source=tc.price_source, prices=session_prices(), estimate=est)
+    num_gpus = tc.num_gpus
+    plan = estimate_plan(arch, scenario, tc.dataset, gpu, num_gpus, hw.training_strategy, mfu=tc.mfu,
+                         scaling_efficiency=efficiency, price_source=tc.price_source, prices=session_prices(), estimate=est)
     search = search_plans(arch, scenario, tc.dataset, strategy=strategy, mfu=tc.mfu, scaling_efficiency=efficiency,
                           counts=[n for n in PLAN_GPU_COUNTS if n <= tc.max_gpus], price_source=tc.price_source,
                           gpus=session_gpus(), prices=session_prices(),
@@ -50,14 +50,18 @@ st.caption(
     f"{STRATEGY_LABELS[strategy]} · MFU {tc.mfu:g} of the dense {tp.peak.dtype} peak "
     f"({(tp.peak.flops or 0) / 1e12:,.1f} TFLOP/s per GPU) · prices: {price.source}"
 )
-if tc.num_gpus is None and fewest is None:
-    st.warning(f"{model.title} does not fit on any number of {gpu.name} with {strategy.value} in this scenario; the numbers "
-               "below are for one GPU, for reference. The plans further down only list what fits.")
-elif not plan.fits:
-    st.warning(f"This scenario does not fit on {plan.label} with {strategy.value}: {fmt_bytes(plan.per_gpu_peak_bytes, unit)} "
+if not plan.fits:
+    st.warning(f"This scenario does not fit on {hw.label}: {fmt_bytes(plan.per_gpu_peak_bytes, unit)} "
                f"of tensors per GPU, {fmt_bytes(gpu.usable_memory_bytes - plan.headroom_bytes, unit)} as nvidia-smi would show "
                f"it (allocator reserve and CUDA context added), against {fmt_bytes(gpu.usable_memory_bytes, unit)} per GPU. "
-               f"Time and cost are for reference only{f'; the fewest {gpu.name} that fit: {fewest}' if fewest else ''}.")
+               "Time and cost are for reference only; "
+               + (f"the fewest {gpu.name} that fit with {strategy.value}: {fewest}." if fewest else
+                  f"no number of {gpu.name} fits with {strategy.value}. The plans further down list what fits."))
+    if fewest and fewest != num_gpus:
+        st.button(f"Use {fewest} GPUs (the sidebar's hardware, for every page)", key="tc_use_fewest",
+                  on_click=lambda: st.session_state.update(num_gpus=fewest))
+if hw.offload.value != "none":
+    st.caption("Offloading to CPU is not in the time model: the step times below are without the host transfers.")
 for note in plan.notes:
     st.warning(note)
 if tc.dataset.padding_waste(scenario.seq_len) > 0:
@@ -66,7 +70,7 @@ if tc.dataset.padding_waste(scenario.seq_len) > 0:
 
 st.subheader("FLOPs model")
 c = st.columns(6)
-c[0].metric("Tokens to process", f"{run.tokens / 1e6:,.2f}M",
+c[0].metric("Tokens to process", fmt_big_count(run.tokens),
             help=f"{run.tokens:,.0f} tokens: {tc.dataset.tokens_per_epoch(scenario.seq_len):,.0f} per epoch × {tc.dataset.epochs:g} epochs × {tc.dataset.runs} runs")
 c[1].metric("Tokens/s", f"{run.tokens_per_second:,.0f}",
             help=f"all {num_gpus} GPUs together: {tp.per_gpu_tokens_per_second:,.0f} per GPU × {num_gpus} × scaling {tp.scaling_efficiency:g}")

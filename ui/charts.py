@@ -11,6 +11,7 @@ from engine.plan.cost import PlanEstimate, PlanSearch
 from engine.plan.fit import FitMatrix
 from engine.memory.sweep import SweepRow
 from engine.units import Unit, fmt_bytes, to_unit
+from ui.formats import fmt_hours, fmt_usd, plain  # noqa: F401 (fmt_hours, fmt_usd: re-exported for the pages)
 
 COMPONENT_STYLE = {
     "weights": ("Weights", "#1f77b4"),
@@ -191,20 +192,6 @@ def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "") -> go.Figure:
 # Time & cost
 
 BASIS_LABEL = {"on_demand": "on-demand", "spot": "spot"}
-
-
-def fmt_hours(hours: float) -> str:
-    """``'42 min'``, ``'4.27 h'`` or ``'3.1 days (74.4 h)'``."""
-    if hours < 1:
-        return f"{hours * 60:,.1f} min"
-    if hours < 48:
-        return f"{hours:,.2f} h"
-    return f"{hours / 24:,.1f} days ({hours:,.0f} h)"
-
-
-def fmt_usd(usd: float | None) -> str:
-    """``'$1,234.56'``; ``'no price'`` for None."""
-    return "no price" if usd is None else f"${usd:,.2f}"
 
 
 def _log_axes_vline(current_size: float, text: str) -> dict:

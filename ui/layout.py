@@ -20,6 +20,9 @@ import gc
 import streamlit as st
 
 from engine.scenario.training import Scenario
+from ui.hardware import KEYS as HARDWARE_KEYS
+from ui.hardware import Hardware, hardware_sidebar
+from ui.inputs import begin_run, stale_slot
 from ui.model_picker import PickedModel, model_sidebar
 from ui.scenario_form import _targets_key, scenario_sidebar
 from ui.share import apply_pending_targets, read_query_params, write_query_params
@@ -48,15 +51,14 @@ _tune_garbage_collector()
 # value cannot be re-assigned; the entrypoint path keeps it.)
 _KEPT_KEYS = (
     "method", "precision", "optimizer", "micro_batch_size", "seq_len", "grad_accum", "gradient_checkpointing",
-    "attention", "lora_r", "lora_alpha", "lora_dropout", "quant_type", "double_quant", "prepare_kbit", "fused_ce", "framework", "gpu", "unit",
+    "attention", "lora_r", "lora_alpha", "lora_dropout", "quant_type", "double_quant", "prepare_kbit", "fused_ce", "framework",
     "model_source", "catalog_repo", "hub_repo_id", "hub_revision",
+    *HARDWARE_KEYS,  # the sidebar's hardware, shared by every page (ui.hardware)
     # Time & cost inputs (ui.scenario_form.time_cost_sidebar)
     "tc_size_mode", "tc_examples", "tc_avg_tokens", "tc_total_tokens", "tc_epochs", "tc_packing", "tc_runs", "tc_mfu",
-    "tc_gpu", "tc_num_gpus", "tc_strategy", "tc_ddp_eff", "tc_zero3_eff", "tc_price_source", "tc_basis",
-    "tc_max_gpus",
-    # Memory page: many GPUs and serving (ui.scenario_form.parallel_sidebar / inference_inputs)
-    "mem_num_gpus", "mem_gpus_per_node", "mem_strategy", "mem_offload", "mem_workload",
-    "inf_weight_precision", "inf_kv_dtype", "inf_concurrency", "inf_seq_len",
+    "tc_ddp_eff", "tc_zero3_eff", "tc_price_source", "tc_basis", "tc_max_gpus",
+    # Memory page: the workload and serving (ui.scenario_form.inference_inputs)
+    "mem_workload", "inf_weight_precision", "inf_kv_dtype", "inf_concurrency", "inf_seq_len",
 )
 # Not the token field: re-assigning a widget's value sends it back to the browser in the widget message.
 
@@ -70,28 +72,38 @@ def _keep_scenario_state() -> None:
 def app_shell() -> None:
     """Configure the page, keep scenario inputs and draw the model picker (entrypoint, every run)."""
     st.set_page_config(page_title="Fine-tune fit", layout="wide")
+    begin_run()
     _keep_scenario_state()
     read_query_params()  # once per session: a shared link's scenario into the widget state
     model_sidebar()
     st.session_state[_SHELL_FLAG] = True
 
 
-def scenario_page(title: str) -> tuple[PickedModel, Scenario]:
-    """Shell, title and the scenario sidebar of a page that needs both; stops the run (after saying
-    why) when there is no model or the scenario is invalid."""
+def page_start(title: str) -> PickedModel:
+    """Shell, title and the place for out-of-range inputs of a page that needs a model; stops the run (after saying
+    why) when there is none."""
     model = page_setup()
     st.title(title)
+    stale_slot()
     if model is None:
         st.info("Pick a model in the sidebar: the bundled catalog works offline.")
         st.stop()
     if model.origin.notice:
         st.warning(model.origin.notice)
+    return model  # type: ignore[return-value]
+
+
+def scenario_page(title: str) -> tuple[PickedModel, Scenario, Hardware]:
+    """:func:`page_start`, then the sidebar's hardware and training scenario; stops the run (after saying why) when
+    the scenario is invalid."""
+    model = page_start(title)
+    hw = hardware_sidebar()
     apply_pending_targets(model.arch, _targets_key(model.arch))
     scenario = scenario_sidebar(model.arch)
     if scenario is None:
         st.stop()
-    write_query_params(scenario)  # the URL reproduces this page's scenario
-    return model, scenario  # type: ignore[return-value]
+    write_query_params(scenario)  # the URL reproduces this page's scenario and hardware
+    return model, scenario, hw  # type: ignore[return-value]
 
 
 def _route_through_navigation() -> None:

@@ -7,8 +7,8 @@ Every interactive test runs in two modes, because a ``pages/`` folder next to th
 its multipage-v1 path until some session has called ``st.navigation`` (process-wide flag
 ``PagesManager.uses_pages_directory``):
 
-* ``first_request``: AppTest as is. It resets that flag before every run, so each rerun executes the current page
-  file directly, as a fresh server does for its first request.
+* ``first_request``: the test's first run is a fresh server's first request (the flag on: Streamlit runs the page
+  file directly, and the app reroutes it through ``st.navigation``); later runs are served.
 * ``served``: the flag stays off, so every run executes streamlit_app.py and then the page, as a server does once
   any session has run ``st.navigation``.
 """
@@ -203,9 +203,8 @@ def test_model_page_follows_the_picked_model(app):
     assert m["Tied embeddings"][0] == "yes"  # GPT-2 ties wte and lm_head
 
 
-def test_uploaded_config_survives_a_visit_to_another_page(app, request):
-    if request.node.callspec.params["new_app"] == "first_request":
-        pytest.skip("multipage-v1 path: an uploader's value cannot be carried to a page drawing its own picker")
+def test_uploaded_config_survives_a_visit_to_another_page(app):
+    # Also on a fresh server's first request: the app reroutes it through the entrypoint, which keeps the uploader.
     upload(app, json.dumps(reference_config(QWEN_05B)).encode())
     app.switch_page("pages/model.py").run()
     no_exception(app)
@@ -350,14 +349,30 @@ def test_hub_malformed_repo_id(app, hub_stub, bad_id):
     assert resolve_requests(hub_stub) == []  # rejected before any request
 
 
-def test_a_link_carries_the_many_gpu_settings_and_flags_unknown_keys(new_app):
-    # Review finding: the Memory page's GPUs, strategy, offload and GPU line were not in the URL, and a misspelled
-    # key was dropped silently.
+def test_a_link_carries_the_hardware_and_flags_bad_keys(new_app):
+    # One hardware setting for every page, in the URL; a link made before it (mem_num_gpus, tc_gpu) still reads;
+    # an unknown GPU is ignored with a warning naming the closest names, like any other bad value.
     at = new_app()
-    for k, v in {"mem_num_gpus": "4", "mem_strategy": "zero3", "gpu": "NVIDIA H100 80GB", "num_gpus": "0"}.items():
+    for k, v in {"num_gpus": "4", "strategy": "zero3", "gpu": "H100 SXM", "offload": "optimizer", "colour": "red"}.items():
         at.query_params[k] = v
     at.run()
     no_exception(at)
-    assert at.session_state["mem_num_gpus"] == 4 and at.session_state["mem_strategy"].value == "zero3"
-    assert at.session_state["gpu"] == "NVIDIA H100 80GB"
-    assert any("num_gpus: not a setting of this app" in w.value for w in at.warning)
+    assert at.session_state["num_gpus"] == 4 and at.session_state["strategy"].value == "zero3"
+    assert at.session_state["gpu"] == "NVIDIA H100 80GB" and at.session_state["offload"].value == "optimizer"
+    assert any("colour: not a setting of this app" in w.value for w in at.warning)
+
+    old = new_app()
+    for k, v in {"mem_num_gpus": "2", "tc_gpu": "NVIDIA L4"}.items():
+        old.query_params[k] = v
+    old.run()
+    assert old.session_state["num_gpus"] == 2 and old.session_state["gpu"] == "NVIDIA L4"
+
+    bad = new_app()
+    bad.query_params["gpu"] = "H300"
+    bad.query_params["num_gpus"] = "0"
+    bad.run()
+    no_exception(bad)
+    warning = next(w.value for w in bad.warning if "ignored" in w.value)
+    assert "gpu='H300': not a GPU of the catalog; closest: NVIDIA H200, NVIDIA H100 80GB" in warning
+    assert "num_gpus='0': must be between 1 and 1024" in warning
+    assert bad.session_state["gpu"] == "NVIDIA A100 80GB"  # the default: the link's GPU was ignored

@@ -85,13 +85,13 @@ def test_unit_switch_rescales_the_cells(fit_page):
 
 def test_what_fits_follows_the_chosen_gpu_and_strategy(fit_page):
     at = fit_page
-    at.selectbox(key="fit_gpu").set_value("NVIDIA T4").run()
+    at.selectbox(key="gpu").set_value("NVIDIA T4").run()
     no_exception(at)
     assert metric(at, "Largest micro batch") == "none"  # 8B full fine-tuning on a 16 GB T4
     assert any("no bf16 support" in w.value for w in at.warning)
-    at.selectbox(key="fit_gpu").set_value("NVIDIA H200").run()
-    at.selectbox(key="fit_strategy").set_value(Strategy.ZERO3).run()
-    at.number_input(key="fit_num_gpus").set_value(8).run()
+    at.selectbox(key="gpu").set_value("NVIDIA H200").run()
+    at.selectbox(key="strategy").set_value(Strategy.ZERO3).run()
+    at.number_input(key="num_gpus").set_value(8).run()
     no_exception(at)
     assert metric(at, "Largest micro batch") not in ("none", "")
 

@@ -91,14 +91,14 @@ def test_sidebar_inputs_drive_the_numbers(page):
 def test_seed_rule_beside_the_flops_model_and_prices_never_invented(page):
     at = page
     at.radio(key="method").set_value(Method.LORA).run()
-    at.selectbox(key="tc_gpu").set_value("NVIDIA A100 40GB").run()
-    at.selectbox(key="tc_num_gpus").set_value(1).run()
+    at.selectbox(key="gpu").set_value("NVIDIA A100 40GB").run()
+    at.number_input(key="num_gpus").set_value(1).run()
     at.selectbox(key="tc_price_source").set_value("seed chapter (approx.)").run()
     no_exception(at)
     assert metric(at, "Tokens/s (seed rule)") == "1,000"  # 8B counts as the seed's "7B on A100-40GB"
     assert metric(at, "Wall time (seed rule)") == "4.27 h"  # the seed's example: 15,360,000 tokens at 1,000/s
     assert metric(at, "Cost on-demand (seed rule)") == "$17.07" and metric(at, "Cost spot (seed rule)") == "$5.12"
-    at.selectbox(key="tc_gpu").set_value("NVIDIA RTX 3090").run()
+    at.selectbox(key="gpu").set_value("NVIDIA RTX 3090").run()
     no_exception(at)
     assert metric(at, "Cost on-demand") == "no price"
     assert any("no price for NVIDIA RTX 3090" in c.value for c in at.caption)
@@ -108,11 +108,11 @@ def test_seed_rule_beside_the_flops_model_and_prices_never_invented(page):
 def test_time_cost_inputs_survive_a_visit_to_another_page(page):
     at = page
     at.number_input(key="tc_epochs").set_value(5.0).run()
-    at.selectbox(key="tc_gpu").set_value("NVIDIA H100 80GB").run()
+    at.selectbox(key="gpu").set_value("NVIDIA H100 80GB").run()
     at.switch_page("pages/memory.py").run()
     no_exception(at)
     at.switch_page(PAGE).run()
     no_exception(at)
     assert at.number_input(key="tc_epochs").value == 5.0
-    assert at.selectbox(key="tc_gpu").value == "NVIDIA H100 80GB"
-    assert metric(at, "Tokens to process") == "25.60M"
+    assert at.selectbox(key="gpu").value == "NVIDIA H100 80GB"
+    assert metric(at, "Tokens to process") == "25.6M"
