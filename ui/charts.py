@@ -280,3 +280,55 @@ def plan_scatter_figure(search: PlanSearch) -> go.Figure:
                       yaxis_title=f"cost, {BASIS_LABEL.get(basis, basis)} (USD)", height=480, margin={"t": 30, "b": 10},
                       legend={"orientation": "h", "y": -0.2})
     return fig
+
+
+# --------------------------------------------------------------------------------------------------
+# Validation (Methodology)
+
+BAND_COLOURS = {25: "rgba(44, 160, 44, 0.10)", 10: "rgba(44, 160, 44, 0.22)"}
+SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star", "cross", "triangle-down", "pentagon", "hexagon")
+
+
+def predicted_vs_measured_figure(points: list[dict], *, quantity: str, axis_unit: str, colour_title: str,
+                                 symbol_title: str, height: int = 520) -> go.Figure:
+    """Log-log scatter of predicted against measured values with the line y = x and the ±10% and ±25% bands.
+
+    ``points``: one dict per row with ``measured`` and ``predicted`` (> 0, in ``axis_unit``), ``colour`` and
+    ``symbol`` (category labels: one colour per value of the first, one marker per value of the second) and
+    ``hover`` (the row, as HTML-safe text lines joined by ``<br>``). A point above the line is an over-estimate.
+    Used for both the memory and the throughput validation, so both read the same way.
+    """
+    pts = [p for p in points if p["measured"] > 0 and p["predicted"] > 0]
+    values = [v for p in pts for v in (p["measured"], p["predicted"])] or [1.0, 10.0]
+    lo, hi = min(values) / 1.5, max(values) * 1.5
+    xs = [lo * (hi / lo) ** (i / 20) for i in range(21)]
+    data: list[dict] = []
+    for pct in (25, 10):  # the wider band first, so the narrower one draws over it
+        data.append({"type": "scatter", "x": xs, "y": [x * (1 - pct / 100) for x in xs], "mode": "lines",
+                     "line": {"width": 0}, "hoverinfo": "skip", "showlegend": False})
+        data.append({"type": "scatter", "x": xs, "y": [x * (1 + pct / 100) for x in xs], "mode": "lines",
+                     "line": {"width": 0}, "fill": "tonexty", "fillcolor": BAND_COLOURS[pct], "hoverinfo": "skip",
+                     "name": f"within ±{pct}%", "legendgroup": "bands"})
+    data.append({"type": "scatter", "x": [lo, hi], "y": [lo, hi], "mode": "lines", "name": "predicted = measured",
+                 "line": {"color": "black", "dash": "dash", "width": 1}, "hoverinfo": "skip", "legendgroup": "bands"})
+    symbols = {s: SYMBOLS[i % len(SYMBOLS)] for i, s in enumerate(dict.fromkeys(p["symbol"] for p in pts))}
+    for colour in dict.fromkeys(p["colour"] for p in pts):
+        group = [p for p in pts if p["colour"] == colour]
+        data.append({
+            "type": "scatter", "mode": "markers", "name": plain(str(colour)), "legendgroup": str(colour),
+            "x": [p["measured"] for p in group], "y": [p["predicted"] for p in group],
+            "marker": {"size": 10, "symbol": [symbols[p["symbol"]] for p in group], "line": {"width": 1, "color": "white"}},
+            "customdata": [p["hover"] for p in group],
+            "hovertemplate": f"%{{customdata}}<br>measured %{{x:,.3g}} {axis_unit}, predicted %{{y:,.3g}} {axis_unit}"
+                             "<extra></extra>",
+        })
+    legend_symbols = ", ".join(f"{'●■◆▲✕★✚▼⬟⬢'[i % 10]} {plain(str(s))}" for i, s in enumerate(symbols))
+    layout = {
+        "xaxis": {"type": "log", "title": {"text": f"measured {quantity} ({axis_unit})"}, "range": [math.log10(lo), math.log10(hi)]},
+        "yaxis": {"type": "log", "title": {"text": f"predicted {quantity} ({axis_unit})"}, "range": [math.log10(lo), math.log10(hi)],
+                  "scaleanchor": "x"},
+        "height": height, "margin": {"t": 30, "b": 10}, "legend": {"title": {"text": colour_title}},
+        "annotations": [{"text": f"{symbol_title}: {legend_symbols}", "xref": "paper", "yref": "paper", "x": 0, "y": 1.0,
+                         "xanchor": "left", "yanchor": "bottom", "showarrow": False, "font": {"size": 11}}],
+    }
+    return go.Figure({"data": data, "layout": layout})

@@ -22,6 +22,12 @@ SPEED_GPU = "NVIDIA H100 80GB"
 """GPU the speed column uses when the sidebar shows none."""
 
 
+def _signed(value: float, unit: Unit) -> str:
+    """``-12.3 GiB``, ``+0.4 GiB``, ``±0 GiB`` for a change that rounds to nothing (never ``-0.0``)."""
+    shown = round(value, 1)
+    return f"±0 {unit}" if shown == 0 else f"{shown:+,.1f} {unit}"
+
+
 def checklist_figure(checklist: Checklist, unit: Unit, gpu: Gpu | None) -> go.Figure:
     """A Plotly waterfall: the naive peak, one bar per step down by its saving, and the final peak, in ``unit``."""
     steps = checklist.steps
@@ -30,7 +36,7 @@ def checklist_figure(checklist: Checklist, unit: Unit, gpu: Gpu | None) -> go.Fi
     x = [steps[0].label] + [s.label for s in steps[1:]] + ["Your configuration" if mine else "With the ticked techniques"]
     y = [to_unit(steps[0].peak_bytes, unit)] + [-to_unit(s.saving_bytes, unit) for s in steps[1:]] + [0.0]
     text = [f"{to_unit(steps[0].peak_bytes, unit):,.1f} {unit}"]
-    text += [f"{-to_unit(s.saving_bytes, unit):+,.1f} {unit}" for s in steps[1:]]
+    text += [_signed(-to_unit(s.saving_bytes, unit), unit) for s in steps[1:]]
     text += [f"{to_unit(checklist.final.peak_bytes, unit):,.1f} {unit}"]
     fig = go.Figure(go.Waterfall(
         x=x, y=y, measure=["absolute"] + ["relative"] * (len(steps) - 1) + ["total"], text=text, textposition="outside",

@@ -216,6 +216,34 @@ def test_methodology_page(app):
     app.switch_page("pages/methodology.py").run()
     no_exception(app)
     assert [t.value for t in app.title] == ["Methodology"]
+    assert "Issue #" not in rendered_text(app) and "issue #" not in rendered_text(app)
+
+
+def test_methodology_charts_put_every_validation_row_against_its_measurement(app):
+    from engine.validation.memory import validate_all
+    from engine.validation.throughput import compare_measurements
+    from engine.time.throughput import DEFAULT_MFU
+
+    app.switch_page("pages/methodology.py").run()
+    figs = {c.proto.id.rsplit("-", 1)[-1]: json.loads(c.proto.spec) for c in app.get("plotly_chart")}
+    memory = next(f for k, f in figs.items() if k.endswith("memory_validation_chart"))
+    speed = next(f for k, f in figs.items() if k.endswith("throughput_validation_chart"))
+    rows = validate_all().rows
+    for fig, expected in ((memory, [(r.measured_bytes / 2**30, r.estimate_bytes / 2**30) for r in rows]),
+                          (speed, [(c.measured_tokens_per_second, c.predicted_tokens_per_second)
+                                   for c in compare_measurements(DEFAULT_MFU)])):
+        assert fig["layout"]["xaxis"]["type"] == fig["layout"]["yaxis"]["type"] == "log"
+        names = [t.get("name") for t in fig["data"]]
+        assert {"within ±10%", "within ±25%", "predicted = measured"} <= set(names)
+        line = next(t for t in fig["data"] if t.get("name") == "predicted = measured")
+        assert line["x"] == line["y"]  # y = x
+        band = next(t for t in fig["data"] if t.get("name") == "within ±10%")
+        assert band["y"][0] == pytest.approx(1.1 * band["x"][0])
+        points = sorted((x, y) for t in fig["data"] if t.get("mode") == "markers" for x, y in zip(t["x"], t["y"]))
+        assert points == sorted(expected)  # every row, at its measured (x) and predicted (y) value
+        assert all(t["customdata"] for t in fig["data"] if t.get("mode") == "markers")  # the row on hover
+    sources = {t["name"] for t in memory["data"] if t.get("mode") == "markers"}
+    assert sources == {r.source for r in rows}  # one colour per source
 
 
 def test_model_page_as_the_very_first_request_shows_the_picker(new_app):
