@@ -127,20 +127,28 @@ for p in curve_plans:
                            p.price.on_demand_usd_per_hour, p.price.spot_usd_per_hour)
     costs = [(r.cost_usd_on_demand if basis == "on_demand" else r.cost_usd_spot) for _, r in points]
     series[p.label + ("" if p.fits else " (does not fit)")] = ([d.dataset_tokens for d, _ in points], costs)  # type: ignore[misc]
-st.plotly_chart(cost_vs_dataset_figure(series, tc.dataset.dataset_tokens, basis), width="stretch", key="tc_cost_dataset_chart")
-st.caption(f"The GPU kinds cheapest for your dataset, each at its cheapest count that fits ({BASIS_LABEL[basis]} prices from "
-           f"'{search.price_source}'), and your plan. Cost grows linearly with the tokens."
-           if series else f"No fitting plan has a price ({BASIS_LABEL[basis]}) in '{search.price_source}'.")
+no_price = (f"'{search.price_source}' has no {BASIS_LABEL[basis]} price for any plan that fits (a GPU without a price "
+            "gets no cost, never an invented one): pick another price source, or rank by the other price, in the sidebar.")
+if series:
+    st.plotly_chart(cost_vs_dataset_figure(series, tc.dataset.dataset_tokens, basis), width="stretch",
+                    key="tc_cost_dataset_chart")
+    st.caption(f"The GPU kinds cheapest for your dataset, each at its cheapest count that fits ({BASIS_LABEL[basis]} prices "
+               f"from '{search.price_source}'), and your plan. Cost grows linearly with the tokens.")
+else:
+    st.info(f"No cost curve to draw: {no_price}")
 
 st.subheader(f"Time and cost against the number of {gpu.name}")
 counts = search.for_gpu(gpu.name)
-st.plotly_chart(gpu_count_figure(counts, basis, gpu.name), width="stretch", key="tc_gpu_count_chart")
 if counts:
+    st.plotly_chart(gpu_count_figure(counts, basis, gpu.name), width="stretch", key="tc_gpu_count_chart")
+    if all(p.cost(basis) is None for p in counts):
+        st.caption(f"Only the time is drawn: '{search.price_source}' has no {BASIS_LABEL[basis]} price for {gpu.name}.")
     st.caption(f"Counts {', '.join(str(p.num_gpus) for p in counts)} fit with {strategy.value} (of {', '.join(map(str, search.counts))}). "
                f"Scaling efficiency {efficiency:g} on more than one GPU, the same at every count: communication across "
                "nodes (over 8 GPUs) or over PCIe only is not modelled, so large counts are optimistic.")
 else:
-    st.caption(f"No count of {gpu.name} up to {max(search.counts)} fits with {strategy.value}.")
+    st.info(f"Nothing to draw: no count of {gpu.name} up to {max(search.counts)} fits with {strategy.value}. Raise 'Plan "
+            "search: up to', pick another strategy or GPU, or a technique that needs less memory.")
 curves = (
     [{"curve": "time_vs_dataset", "plan": plan.label, "dataset_tokens": x, "hours": r.hours, "cost_usd": None}
      for x, (_, r) in zip(sizes, sweep)]
@@ -153,7 +161,12 @@ st.download_button("Download the curves (CSV)", pd.DataFrame(curves).to_csv(inde
                    file_name="time_cost_curves.csv", mime="text/csv", key="tc_curves_csv")
 
 st.subheader("Every plan that fits: time against cost")
-st.plotly_chart(plan_scatter_figure(search), width="stretch", key="tc_plans_chart")
+if any(p.cost(basis) is not None for p in search.plans):
+    st.plotly_chart(plan_scatter_figure(search), width="stretch", key="tc_plans_chart")
+elif search.plans:
+    st.info(f"No plan to place on the time-cost chart: {no_price} The plans that fit are in the table below, with their time.")
+else:
+    st.info("Nothing fits in memory with this scenario and strategy on any GPU kind and count searched.")
 lines = []
 if search.cheapest is not None:
     ch = search.cheapest

@@ -116,3 +116,19 @@ def test_time_cost_inputs_survive_a_visit_to_another_page(page):
     assert at.number_input(key="tc_epochs").value == 5.0
     assert at.selectbox(key="gpu").value == "NVIDIA H100 80GB"
     assert metric(at, "Tokens to process") == "25.6M"
+
+
+def test_no_price_says_why_instead_of_empty_axes(page):
+    # Lambda lists on-demand prices only: ranked by spot price, no plan has a cost, so no cost chart is drawn (the
+    # page says why); the time charts stay.
+    at = page
+    at.selectbox(key="tc_price_source").set_value("Lambda on-demand").run()
+    at.radio(key="tc_basis").set_value("spot").run()
+    no_exception(at)
+    names = [c.proto.id for c in at.get("plotly_chart")]
+    assert any(n.endswith("tc_time_dataset_chart") for n in names)
+    assert not any(n.endswith("tc_cost_dataset_chart") or n.endswith("tc_plans_chart") for n in names)
+    infos = [i.value for i in at.info]
+    assert any(i.startswith("No cost curve to draw: 'Lambda on-demand' has no spot price for any plan that fits")
+               for i in infos), infos
+    assert any(i.startswith("No plan to place on the time-cost chart") for i in infos), infos
