@@ -9,6 +9,7 @@ from engine.plan.plans import Plan, evaluate_plan, plan_record, plans_from_csv, 
 from engine.units import fmt_bytes
 from ui.catalog_session import session_gpus, session_prices
 from ui.charts import fmt_hours, fmt_usd
+from ui.formats import md_plain
 from ui.layout import scenario_page
 from ui.plans import (
     STAMP_KEY, add_plans, memory_compare_figure, remove_plan, resolve_config, saved_plans, time_cost_compare_figure,
@@ -51,7 +52,7 @@ else:
                f"{fmt_usd(result.cost_usd_on_demand)} on demand · {fmt_usd(result.cost_usd_spot)} spot")
     if c2.button("Save plan", key="plan_save", type="primary"):
         add_plans([(current, result)])
-        st.success(f"Saved plan '{current.name}'.")
+        st.success(f"Saved plan '{md_plain(current.name)}'.")
 
 # --- Import ----------------------------------------------------------------------------------------------------------
 with st.expander("Import plans from CSV", expanded=not saved_plans()):
@@ -66,7 +67,7 @@ with st.expander("Import plans from CSV", expanded=not saved_plans()):
         if report[0]:
             st.success(f"Loaded {report[0]} plan(s), each recomputed from its inputs.")
         if report[1]:
-            st.error("Rows not loaded:\n" + "\n".join(f"- row {row}: {reason}" for row, reason in report[1]))
+            st.error("Rows not loaded:\n" + "\n".join(f"- row {row}: {md_plain(reason)}" for row, reason in report[1]))
 
 plans = saved_plans()
 if not plans:

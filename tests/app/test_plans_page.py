@@ -57,6 +57,23 @@ def test_plans_page_starts_empty_then_saves_and_compares(page):
     assert "TrainingArguments(" in code
 
 
+def test_plan_names_are_shown_as_typed_and_long_ones_do_not_run_into_the_legend(page):
+    name = "<b>bold</b> & **not bold** — a plan name far longer than any axis label should be"
+    page.text_input(key="plan_name").input(name).run()
+    page.button(key="plan_save").click().run()
+    no_exception(page)
+    assert [s.value for s in page.success] == [r"Saved plan '\<b\>bold\</b\> & \*\*not bold\*\* — a plan name far "
+                                               r"longer than any axis label should be'."]
+    for chart in page.get("plotly_chart"):
+        fig = json.loads(chart.proto.spec)
+        bars = [t for t in fig["data"] if t["type"] == "bar"]
+        tick = bars[0]["x"][0]
+        assert tick == "&lt;b&gt;bold&lt;/b&gt; &amp; **not bold** …"  # 28 characters, escaped: shown, not applied
+        assert bars[0]["customdata"][0] == "&lt;b&gt;bold&lt;/b&gt; &amp; **not bold** — a plan name far longer than " \
+            "any axis label should be"  # the whole name on hover
+        assert fig["layout"]["legend"]["y"] >= 1 and fig["layout"]["legend"]["yanchor"] == "bottom"  # above the plot
+
+
 def exported_file() -> bytes:
     plans = [Plan(name=n, model_repo_id=QWEN_05B, method=m, gpu="NVIDIA A100 80GB", dataset_total_tokens=1_000_000)
              for n, m in (("a", "full"), ("b", "qlora"))]
