@@ -17,7 +17,7 @@ from engine.memory.parallel import STRATEGY_LABELS, Strategy
 from engine.scenario.precision import PrecisionMode, precision_spec
 from engine.scenario.training import Method, Scenario
 from engine.units import fmt_bytes, fmt_count, to_unit
-from ui.charts import fit_heatmap
+from ui.charts import CELL_LABELS, fit_heatmap
 from ui.layout import scenario_page
 
 # The matrices cost tens of milliseconds per rerun (every catalog model x GPU x technique), so they and their heatmaps are
@@ -32,15 +32,15 @@ def _catalog_architectures() -> list:
 
 
 @st.cache_resource(**_CACHE)
-def _models_fit(_scenario: Scenario, _gpus: tuple, _strategy: Strategy, unit: str, key: tuple):
+def _models_fit(_scenario: Scenario, _gpus: tuple, _strategy: Strategy, unit: str, labels: str, key: tuple):
     matrix = model_matrix(_catalog_architectures(), _scenario, _gpus, _strategy)
-    return matrix, fit_heatmap(matrix, unit)
+    return matrix, fit_heatmap(matrix, unit, labels=labels)
 
 
 @st.cache_resource(**_CACHE)
-def _techniques_fit(_arch, _scenario: Scenario, _gpus: tuple, unit: str, key: tuple):
+def _techniques_fit(_arch, _scenario: Scenario, _gpus: tuple, unit: str, labels: str, key: tuple):
     matrix = technique_matrix(_arch, _scenario, _gpus)
-    return matrix, fit_heatmap(matrix, unit)
+    return matrix, fit_heatmap(matrix, unit, labels=labels)
 
 
 @st.cache_resource(**_CACHE)
@@ -55,15 +55,21 @@ gpus = session_gpus()
 # Exact keys (JSON of the frozen inputs): cheap to hash, unlike the objects themselves.
 gpus_key = json.dumps([g.model_dump(mode="json") for g in gpus])
 model_key = json.dumps(model.config, sort_keys=True, default=str)
+st.session_state.setdefault("fit_labels", CELL_LABELS[0])
+labels = st.radio("Cell labels", CELL_LABELS, key="fit_labels", horizontal=True,
+                  help="Fewest GPUs: ✓ one is enough, ×N the fewest of that GPU with the sidebar's strategy, ✗ none up to "
+                       "1,024. Headroom: on one GPU, in the sidebar's unit. The colour is always the one-GPU headroom.")
 st.caption(
-    f"Each cell: ✓ fits on one GPU / ✗ does not, the headroom (+) or shortfall (−) in {unit} against the GPU's usable memory "
-    "(the total nvidia-smi / rocm-smi reports, before the CUDA context and allocator reserve), and ×N the fewest GPUs of that kind "
-    "with the strategy (×– none up to 1,024). ⚠ a bf16 scenario on a GPU without bf16. Hover for the breakdown."
+    f"These matrices try every GPU of the catalog (columns from the least usable memory to the most), with the sidebar's "
+    f"scenario and, for the fewest GPUs, its strategy ({strategy.value}). Colour: the headroom (green) or shortfall (red) "
+    f"in {unit} on one GPU against its usable memory (what nvidia-smi / rocm-smi report, before the CUDA context and "
+    "allocator reserve). ⚠ after a GPU's name: it has no bf16 for a bf16 row. Hover a cell for its breakdown."
 )
 
 try:
-    models_fit, models_figure = _models_fit(scenario, gpus, strategy, unit, key=(scenario.model_dump_json(), gpus_key, strategy))
-    techniques_fit, techniques_figure = _techniques_fit(model.arch, scenario, gpus, unit,
+    models_fit, models_figure = _models_fit(scenario, gpus, strategy, unit, labels,
+                                            key=(scenario.model_dump_json(), gpus_key, strategy))
+    techniques_fit, techniques_figure = _techniques_fit(model.arch, scenario, gpus, unit, labels,
                                                         key=(model_key, scenario.model_dump_json(), gpus_key))
 except EngineError as exc:
     st.error(f"Cannot compute the fit: {exc}")

@@ -125,27 +125,36 @@ def short_gpu_name(name: str) -> str:
     return name.removeprefix("NVIDIA ").removeprefix("AMD Instinct ").replace(" (one GCD)", " GCD")
 
 
-def _cell_text(headroom: float, fits: bool, min_gpus: int | None, unit: Unit, warning: bool) -> str:
-    value = to_unit(headroom, unit)
-    sign = "+" if headroom >= 0 else "−"
-    n = "–" if min_gpus is None else ("1" if min_gpus == 1 else f"{min_gpus}")
-    # Short enough for ~28 GPU columns: no decimal from 10 on (the hover has the exact figure).
-    size = f"{abs(value):,.0f}" if abs(value) >= 10 else f"{abs(value):.1f}"
-    return f"{'✓' if fits else '✗'}{sign}{size}{'⚠' if warning else ''}<br>×{n}"
+CELL_LABELS = ("Fewest GPUs", "Headroom", "None")
+"""What a fit heatmap cell shows: the fewest GPUs (✓ one is enough, ×N, ✗ none up to 1,024), the single-GPU headroom,
+or nothing (colour and hover only)."""
 
 
-def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "") -> go.Figure:
-    """Rows x GPUs heatmap. Colour: single-GPU headroom (green) or shortfall (red) in ``unit``; text: the
-    verdict, the headroom and the fewest GPUs with the row's strategy (×–: none up to 1024 GPUs);
-    ⚠ marks a bf16 scenario on a GPU without bf16. Hover gives the breakdown."""
-    x = [short_gpu_name(g) for g in matrix.gpus]
+def _cell_text(headroom: float, fits: bool, min_gpus: int | None, unit: Unit, mode: str) -> str:
+    # At most four characters: 28 GPU columns at 1,400 px leave about 30 px a cell (the hover has the figures).
+    if mode == "None":
+        return ""
+    if mode == "Headroom":
+        value = to_unit(headroom, unit)
+        size = f"{abs(value):.0f}" if abs(value) >= 9.5 else f"{abs(value):.1f}"
+        return f"{'+' if headroom >= 0 else '−'}{size}"
+    return "✓" if fits else "✗" if min_gpus is None else f"×{min_gpus}"
+
+
+def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "", labels: str = "Fewest GPUs") -> go.Figure:
+    """Rows x GPUs heatmap, the GPUs grouped by memory (columns from the smallest usable memory to the largest).
+    Colour: single-GPU headroom (green) or shortfall (red) in ``unit``; text (``labels``, one of
+    :data:`CELL_LABELS`): the fewest GPUs with the row's strategy, or the headroom; ⚠ after a GPU's name: a bf16
+    scenario on a GPU without bf16. Hover gives the breakdown."""
+    order = sorted(range(len(matrix.gpus)), key=lambda i: (matrix.usable_bytes[i], i))
+    x = [short_gpu_name(matrix.gpus[i]) for i in order]
     y, z, text, hover = [], [], [], []
     for row in matrix.rows:
-        y.append(row.label)
+        y.append(plain(row.label))
         if not row.cells:
             z.append([None] * len(x))
             text.append(["n/a"] * len(x))
-            hover.append([f"<b>{row.label}</b><br>not computed: {row.error}"] * len(x))
+            hover.append([f"<b>{plain(row.label)}</b><br>not computed: {plain(row.error or '')}"] * len(x))
             continue
         est = row.estimate
         parts = ""
@@ -153,37 +162,41 @@ def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "") -> go.Figure:
             comps = est.components
             parts = "<br>".join(f"  {k.replace('_', ' ')}: {fmt_bytes(v, unit)}" for k, v in comps.items() if v)
         zr, tr, hr = [], [], []
-        for gpu, usable, cell in zip(matrix.gpus, matrix.usable_bytes, row.cells):
+        for i in order:
+            gpu, usable, cell = matrix.gpus[i], matrix.usable_bytes[i], row.cells[i]
             zr.append(to_unit(cell.headroom_bytes, unit))
-            tr.append(_cell_text(cell.headroom_bytes, cell.fits, cell.min_gpus, unit, cell.warning is not None))
+            tr.append(_cell_text(cell.headroom_bytes, cell.fits, cell.min_gpus, unit, labels))
             many = ("none up to 1024" if cell.min_gpus is None
                     else f"{cell.min_gpus} ({fmt_bytes(cell.per_gpu_bytes_at_min or 0, unit)} per GPU)")
             hr.append(
-                f"<b>{row.label}</b> on <b>{gpu}</b><br>"
+                f"<b>{plain(row.label)}</b> on <b>{gpu}</b><br>"
                 f"peak on one GPU: {fmt_bytes(cell.peak_bytes, unit)} ({cell.peak_phase.replace('_', ' ')})<br>"
                 f"usable: {fmt_bytes(usable, unit)}<br>"
                 f"{'headroom' if cell.fits else 'short by'}: {fmt_bytes(abs(cell.headroom_bytes), unit)}<br>"
                 f"fewest GPUs ({row.strategy.value}): {many}<br>"
                 f"single-GPU estimate at its peak:<br>{parts}"
                 + (f"<br>⚠ {cell.warning}" if cell.warning else "")
-                + (f"<br>note: {row.note}" if row.note else "")
+                + (f"<br>note: {plain(row.note)}" if row.note else "")
             )
         z.append(zr)
         text.append(tr)
         hover.append(hr)
+    warned = {matrix.gpus[i] for row in matrix.rows for i, c in enumerate(row.cells) if c.warning}
+    x = [name + (" ⚠" if matrix.gpus[i] in warned else "") for name, i in zip(x, order)]  # no bf16: on the column
     finite = [abs(v) for r in z for v in r if v is not None]
     span = max(finite + [1.0])
     cap = min(span, 80.0)  # beyond +-80 GB the colour saturates, so small margins stay visible
     fig = go.Figure(go.Heatmap(
-        x=x, y=y, z=z, text=text, texttemplate="%{text}", textfont={"size": 9},
+        x=x, y=y, z=z, text=text, texttemplate="%{text}", textfont={"size": 11},
         customdata=hover, hovertemplate="%{customdata}<extra></extra>",
         colorscale=[[0.0, "#b2182b"], [0.45, "#f4a582"], [0.5, "#f7f7f7"], [0.55, "#a6dba0"], [1.0, "#1b7837"]],
         zmid=0, zmin=-cap, zmax=cap, xgap=1, ygap=1,
-        colorbar={"title": {"text": f"headroom ({unit})"}},
+        colorbar={"title": {"text": f"headroom<br>on one GPU<br>({unit})"}, "thickness": 14},
     ))
     fig.update_layout(
-        title=title or None, height=max(260, 34 * len(y) + 150), margin={"t": 40 if title else 10, "b": 10, "l": 10, "r": 10},
-        xaxis={"side": "top", "tickangle": -45}, yaxis={"autorange": "reversed"},
+        title=title or None, height=max(260, 30 * len(y) + 170), margin={"t": 40 if title else 10, "b": 10, "l": 10, "r": 10},
+        xaxis={"side": "top", "tickangle": -45, "title": {"text": "GPUs, from the least usable memory to the most"}},
+        yaxis={"autorange": "reversed"},
     )
     return fig
 
