@@ -172,10 +172,10 @@ def _model(m) -> str:
     return "nothing in the catalog" if m.label is None else f"{m.label} ({fmt_count(m.parameters)})"
 
 
-st.dataframe(pd.DataFrame([
+st.table(pd.DataFrame([  # static: all ten columns wrap to the page width
     {
         "GPUs (seed)": r.seed.seed_label,
-        f"usable ({unit})": round(to_unit(r.usable_memory_bytes, unit), 1),
+        f"usable ({unit})": f"{to_unit(r.usable_memory_bytes, unit):,.1f}",
         "seed VRAM": r.seed.seed_vram,
         "seed: full FT": r.seed.seed_full or "—",
         "computed: full FT": _model(r.full),
@@ -186,7 +186,7 @@ st.dataframe(pd.DataFrame([
         "strategy": r.strategy.value,
     }
     for r in seed_rows
-]), hide_index=True, width="stretch", key="seed_table")
+]), hide_index=True)
 st.caption(
     f"Full FT: {precision_spec(seed_full_precision).label}, fused AdamW; efficient: {seed_eff.value} on a bf16 base (rank "
     f"{Scenario().lora_r}, attention projections); both at micro batch {seed_batch} × {seed_seq:,} tokens"

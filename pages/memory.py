@@ -74,8 +74,8 @@ def inference_view() -> None:
         f"{lim.max_concurrency or 0:,}."
     )
     st.plotly_chart(per_gpu_figure(est.components, 0.0, unit, gpu, title="one replica"), width="stretch", key="inference_chart")
-    st.dataframe(pd.DataFrame([{"component": p.label, unit: round(to_unit(p.bytes, unit), 3), "formula": p.formula,
-                                "source": p.source} for p in est.parts]), hide_index=True, width="stretch")
+    st.table(pd.DataFrame([{"component": p.label, unit: round(to_unit(p.bytes, unit), 3), "formula": p.formula,
+                            "source": p.source} for p in est.parts]), hide_index=True)
     with st.expander("Not yet modelled", expanded=False):
         for item in est.not_modelled:
             st.markdown(f"- {item}")
@@ -183,7 +183,8 @@ table = pd.DataFrame(
         for p in est.overheads
     ]
 )
-st.dataframe(table, hide_index=True, width="stretch")
+# A static table: every row and the formula and source columns wrap to the page's width (a scrolling grid cut them).
+st.table(table, hide_index=True)
 left, right = st.columns(2)
 with left.expander("Not yet modelled", expanded=True):
     for item in est.not_modelled:

@@ -300,6 +300,7 @@ def plan_scatter_figure(search: PlanSearch) -> go.Figure:
 
 BAND_COLOURS = {25: "rgba(44, 160, 44, 0.10)", 10: "rgba(44, 160, 44, 0.22)"}
 SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star", "cross", "triangle-down", "pentagon", "hexagon")
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 
 
 def predicted_vs_measured_figure(points: list[dict], *, quantity: str, axis_unit: str, colour_title: str,
@@ -325,23 +326,29 @@ def predicted_vs_measured_figure(points: list[dict], *, quantity: str, axis_unit
     data.append({"type": "scatter", "x": [lo, hi], "y": [lo, hi], "mode": "lines", "name": "predicted = measured",
                  "line": {"color": "black", "dash": "dash", "width": 1}, "hoverinfo": "skip", "legendgroup": "bands"})
     symbols = {s: SYMBOLS[i % len(SYMBOLS)] for i, s in enumerate(dict.fromkeys(p["symbol"] for p in pts))}
-    for colour in dict.fromkeys(p["colour"] for p in pts):
-        group = [p for p in pts if p["colour"] == colour]
-        data.append({
-            "type": "scatter", "mode": "markers", "name": plain(str(colour)), "legendgroup": str(colour),
-            "x": [p["measured"] for p in group], "y": [p["predicted"] for p in group],
-            "marker": {"size": 10, "symbol": [symbols[p["symbol"]] for p in group], "line": {"width": 1, "color": "white"}},
-            "customdata": [p["hover"] for p in group],
-            "hovertemplate": f"%{{customdata}}<br>measured %{{x:,.3g}} {axis_unit}, predicted %{{y:,.3g}} {axis_unit}"
-                             "<extra></extra>",
-        })
-    legend_symbols = ", ".join(f"{'●■◆▲✕★✚▼⬟⬢'[i % 10]} {plain(str(s))}" for i, s in enumerate(symbols))
+    colours = {c: PALETTE[i % len(PALETTE)] for i, c in enumerate(dict.fromkeys(p["colour"] for p in pts))}
+    data.append({
+        "type": "scatter", "mode": "markers", "showlegend": False,
+        "x": [p["measured"] for p in pts], "y": [p["predicted"] for p in pts], "customdata": [p["hover"] for p in pts],
+        "marker": {"size": 10, "symbol": [symbols[p["symbol"]] for p in pts], "color": [colours[p["colour"]] for p in pts],
+                   "line": {"width": 1, "color": "white"}},
+        "hovertemplate": f"%{{customdata}}<br>measured %{{x:,.3g}} {axis_unit}, predicted %{{y:,.3g}} {axis_unit}"
+                         "<extra></extra>",
+    })
+    # Legend-only entries: one per colour (a circle) and one per marker (grey), so each legend line means one thing.
+    data += [{"type": "scatter", "mode": "markers", "x": [None], "y": [None], "name": plain(str(c)),
+              "legendgroup": "colour", "legendgrouptitle": {"text": colour_title} if i == 0 else None,
+              "marker": {"size": 10, "color": colour, "symbol": "circle"}} for i, (c, colour) in enumerate(colours.items())]
+    data += [{"type": "scatter", "mode": "markers", "x": [None], "y": [None], "name": plain(str(s)),
+              "legendgroup": "symbol", "legendgrouptitle": {"text": symbol_title} if i == 0 else None,
+              "marker": {"size": 10, "color": "#7f7f7f", "symbol": symbol}} for i, (s, symbol) in enumerate(symbols.items())]
+    for trace in data:
+        if trace.get("legendgrouptitle") is None:
+            trace.pop("legendgrouptitle", None)
+    axis = f"{quantity} ({axis_unit})" if axis_unit != quantity else quantity
     layout = {
-        "xaxis": {"type": "log", "title": {"text": f"measured {quantity} ({axis_unit})"}, "range": [math.log10(lo), math.log10(hi)]},
-        "yaxis": {"type": "log", "title": {"text": f"predicted {quantity} ({axis_unit})"}, "range": [math.log10(lo), math.log10(hi)],
-                  "scaleanchor": "x"},
-        "height": height, "margin": {"t": 30, "b": 10}, "legend": {"title": {"text": colour_title}},
-        "annotations": [{"text": f"{symbol_title}: {legend_symbols}", "xref": "paper", "yref": "paper", "x": 0, "y": 1.0,
-                         "xanchor": "left", "yanchor": "bottom", "showarrow": False, "font": {"size": 11}}],
+        "xaxis": {"type": "log", "title": {"text": f"measured {axis}"}, "range": [math.log10(lo), math.log10(hi)]},
+        "yaxis": {"type": "log", "title": {"text": f"predicted {axis}"}, "range": [math.log10(lo), math.log10(hi)]},
+        "height": height, "margin": {"t": 30, "b": 10}, "legend": {"groupclick": "toggleitem", "tracegroupgap": 12},
     }
     return go.Figure({"data": data, "layout": layout})

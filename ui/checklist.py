@@ -62,8 +62,8 @@ def checklist_table(checklist: Checklist, unit: Unit) -> pd.DataFrame:
         rows.append({
             "step": s.label, "what changes": s.change, f"peak per GPU ({unit})": round(to_unit(s.peak_bytes, unit), 2),
             f"saving ({unit})": round(to_unit(s.saving_bytes, unit), 2),
-            "tokens/s": None if s.tokens_per_second is None else round(s.tokens_per_second),
-            "speed vs previous": None if change is None else f"{100 * change:+.0f}%",
+            "tokens/s": "—" if s.tokens_per_second is None else f"{round(s.tokens_per_second):,}",
+            "speed vs previous": "—" if change is None else f"{100 * change:+.0f}%",
             "effective batch": s.effective_batch, "trade-off": s.tradeoff + (f" ({s.speed_note})" if s.speed_note else ""),
         })
     return pd.DataFrame(rows)
@@ -117,7 +117,7 @@ def checklist_section(arch: Architecture, scenario: Scenario, unit: Unit, gpu: G
         st.error(f"Cannot build the checklist: {exc}")
         return
     st.plotly_chart(checklist_figure(checklist, unit, gpu), width="stretch", key="checklist_chart")
-    st.dataframe(checklist_table(checklist, unit), hide_index=True, width="stretch", key="checklist_table")
+    st.table(checklist_table(checklist, unit), hide_index=True)  # static: every column wraps to the page width
     st.caption(
         f"Naive {fmt_bytes(checklist.naive.peak_bytes, unit)} -> {fmt_bytes(checklist.final.peak_bytes, unit)} per GPU "
         f"(saved {fmt_bytes(checklist.total_saving_bytes, unit)}). Speed on {speed_gpu.name} at the default MFU; a negative "

@@ -239,11 +239,12 @@ def test_methodology_charts_put_every_validation_row_against_its_measurement(app
         assert line["x"] == line["y"]  # y = x
         band = next(t for t in fig["data"] if t.get("name") == "within ±10%")
         assert band["y"][0] == pytest.approx(1.1 * band["x"][0])
-        points = sorted((x, y) for t in fig["data"] if t.get("mode") == "markers" for x, y in zip(t["x"], t["y"]))
-        assert points == sorted(expected)  # every row, at its measured (x) and predicted (y) value
-        assert all(t["customdata"] for t in fig["data"] if t.get("mode") == "markers")  # the row on hover
-    sources = {t["name"] for t in memory["data"] if t.get("mode") == "markers"}
-    assert sources == {r.source for r in rows}  # one colour per source
+        (dots,) = [t for t in fig["data"] if t.get("customdata")]
+        assert sorted(zip(dots["x"], dots["y"])) == sorted(expected)  # every row at its measured (x), predicted (y)
+        assert len(dots["customdata"]) == len(expected)  # the row on hover
+    legend = {g: [t["name"] for t in memory["data"] if t.get("legendgroup") == g] for g in ("colour", "symbol")}
+    assert set(legend["colour"]) == {r.source for r in rows}  # one colour per source
+    assert set(legend["symbol"]) == {r.memory_kind for r in rows}  # one marker per memory kind
 
 
 def test_model_page_as_the_very_first_request_shows_the_picker(new_app):

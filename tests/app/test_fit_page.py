@@ -37,7 +37,7 @@ def heatmap(fig: dict) -> dict:
 
 
 def seed_table(at: AppTest):
-    return next(d.value for d in at.dataframe if "GPUs (seed)" in d.value.columns)
+    return next(t.value for t in at.table if "GPUs (seed)" in t.value.columns)
 
 
 def test_page_renders_both_heatmaps_the_seed_table_and_what_fits(fit_page):
