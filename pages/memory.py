@@ -74,7 +74,7 @@ def inference_view() -> None:
         f"{lim.max_concurrency or 0:,}."
     )
     st.plotly_chart(per_gpu_figure(est.components, 0.0, unit, gpu, title="one replica"), width="stretch", key="inference_chart")
-    st.table(pd.DataFrame([{"component": p.label, unit: round(to_unit(p.bytes, unit), 3), "formula": p.formula,
+    st.table(pd.DataFrame([{"component": p.label, unit: f"{to_unit(p.bytes, unit):,.2f}", "formula": p.formula,
                             "source": p.source} for p in est.parts]), hide_index=True)
     with st.expander("Not yet modelled", expanded=False):
         for item in est.not_modelled:
@@ -172,13 +172,13 @@ st.caption("Same batch, sequence, optimizer, checkpointing and LoRA settings in 
 st.subheader("How each component is computed")
 table = pd.DataFrame(
     [
-        {"component": p.label, unit: round(to_unit(p.bytes, unit), 3),
+        {"component": p.label, unit: f"{to_unit(p.bytes, unit):,.2f}",
          "at peak": "yes" if est.peak_phase in p.phases else "no",
          "alive in": ", ".join(ph.replace("_", " ") for ph in p.phases), "formula": p.formula, "source": p.source}
         for p in est.parts
     ]
     + [
-        {"component": p.label, unit: round(to_unit(p.bytes, unit), 3), "at peak": "yes (not tensors)",
+        {"component": p.label, unit: f"{to_unit(p.bytes, unit):,.2f}", "at peak": "yes (not tensors)",
          "alive in": "whole run", "formula": p.formula, "source": p.source}
         for p in est.overheads
     ]

@@ -60,8 +60,8 @@ def checklist_table(checklist: Checklist, unit: Unit) -> pd.DataFrame:
     for i, s in enumerate(checklist.steps):
         change = checklist.speed_change(i)
         rows.append({
-            "step": s.label, "what changes": s.change, f"peak per GPU ({unit})": round(to_unit(s.peak_bytes, unit), 2),
-            f"saving ({unit})": round(to_unit(s.saving_bytes, unit), 2),
+            "step": s.label, "what changes": s.change, f"peak per GPU ({unit})": f"{to_unit(s.peak_bytes, unit):,.2f}",
+            f"saving ({unit})": f"{to_unit(s.saving_bytes, unit):,.2f}",
             "tokens/s": "—" if s.tokens_per_second is None else f"{round(s.tokens_per_second):,}",
             "speed vs previous": "—" if change is None else f"{100 * change:+.0f}%",
             "effective batch": s.effective_batch, "trade-off": s.tradeoff + (f" ({s.speed_note})" if s.speed_note else ""),
