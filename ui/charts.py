@@ -157,26 +157,26 @@ def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "", labels: str = "F
             hover.append([f"<b>{plain(row.label)}</b><br>not computed: {plain(row.error or '')}"] * len(x))
             continue
         est = row.estimate
-        parts = ""
+        # The row's largest components once (the same on every GPU of the row): the hover is sent for every cell,
+        # so it stays short (the whole matrix is one message per rerun).
+        top = ""
         if est is not None:
-            comps = est.components
-            parts = "<br>".join(f"  {k.replace('_', ' ')}: {fmt_bytes(v, unit)}" for k, v in comps.items() if v)
+            big = sorted(((v, k) for k, v in est.components.items() if v), reverse=True)[:3]
+            top = "; ".join(f"{k.replace('_', ' ')} {fmt_bytes(v, unit)}" for v, k in big)
+        head = f"<b>{plain(row.label)}</b>"
+        tail = (f"<br>largest: {top}" if top else "") + (f"<br>note: {plain(row.note)}" if row.note else "")
         zr, tr, hr = [], [], []
         for i in order:
             gpu, usable, cell = matrix.gpus[i], matrix.usable_bytes[i], row.cells[i]
             zr.append(to_unit(cell.headroom_bytes, unit))
             tr.append(_cell_text(cell.headroom_bytes, cell.fits, cell.min_gpus, unit, labels))
-            many = ("none up to 1024" if cell.min_gpus is None
-                    else f"{cell.min_gpus} ({fmt_bytes(cell.per_gpu_bytes_at_min or 0, unit)} per GPU)")
+            many = ("none up to 1,024" if cell.min_gpus is None
+                    else f"{cell.min_gpus} ({fmt_bytes(cell.per_gpu_bytes_at_min or 0, unit)} each)")
             hr.append(
-                f"<b>{plain(row.label)}</b> on <b>{gpu}</b><br>"
-                f"peak on one GPU: {fmt_bytes(cell.peak_bytes, unit)} ({cell.peak_phase.replace('_', ' ')})<br>"
-                f"usable: {fmt_bytes(usable, unit)}<br>"
-                f"{'headroom' if cell.fits else 'short by'}: {fmt_bytes(abs(cell.headroom_bytes), unit)}<br>"
-                f"fewest GPUs ({row.strategy.value}): {many}<br>"
-                f"single-GPU estimate at its peak:<br>{parts}"
-                + (f"<br>⚠ {cell.warning}" if cell.warning else "")
-                + (f"<br>note: {plain(row.note)}" if row.note else "")
+                f"{head} on <b>{short_gpu_name(gpu)}</b><br>one GPU: {fmt_bytes(cell.peak_bytes, unit)} of "
+                f"{fmt_bytes(usable, unit)}, {'headroom' if cell.fits else 'short by'} "
+                f"{fmt_bytes(abs(cell.headroom_bytes), unit)}<br>fewest GPUs ({row.strategy.value}): {many}"
+                + (f"<br>⚠ {cell.warning}" if cell.warning else "") + tail
             )
         z.append(zr)
         text.append(tr)
