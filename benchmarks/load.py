@@ -144,6 +144,9 @@ class Session:
             elif kind == "navigation":  # st.navigation's pages: url path ("time_cost") -> script hash
                 self.pages = {(p.url_pathname or ("memory" if p.is_default else p.page_name)): p.page_script_hash
                               for p in fwd.navigation.app_pages}
+                # The page that ran: the root URL's landing page moves on to /memory, and later reruns must name
+                # /memory itself, as the browser (whose URL has changed) does.
+                self.page_hash = fwd.navigation.page_script_hash
             elif kind == "delta" and fwd.delta.WhichOneof("type") == "new_element":
                 element = fwd.delta.new_element
                 etype = element.WhichOneof("type")

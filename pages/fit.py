@@ -9,17 +9,15 @@ from engine.model.build import architecture_from_config
 from engine.model.catalog import load_models
 from ui.catalog_session import session_gpus, session_prices
 from engine.errors import EngineError
-from engine.plan.fit import (
-    SEED_TABLE_SOURCE, check_fit, model_matrix, seed_largest_model_table, technique_matrix, what_fits,
-)
+from engine.plan.largest import SEED_TABLE_SOURCE, seed_largest_model_table
+from engine.plan.fit import check_fit, model_matrix, technique_matrix, what_fits
 from engine.scenario.optimizer import Optimizer
-from engine.memory.parallel import MAX_GPUS, STRATEGY_LABELS, Strategy
+from engine.memory.parallel import STRATEGY_LABELS, Strategy
 from engine.scenario.precision import PrecisionMode, precision_spec
 from engine.scenario.training import Method, Scenario
 from engine.units import fmt_bytes, fmt_count, to_unit
-from ui.charts import fit_heatmap
+from ui.charts import CELL_LABELS, fit_heatmap
 from ui.layout import scenario_page
-from ui.scenario_form import display_sidebar, keep_choice
 from ui.verdict import show_tight
 from ui.downloads import csv_bytes
 
@@ -35,15 +33,15 @@ def _catalog_architectures() -> list:
 
 
 @st.cache_resource(**_CACHE)
-def _models_fit(_scenario: Scenario, _gpus: tuple, _strategy: Strategy, unit: str, key: tuple):
+def _models_fit(_scenario: Scenario, _gpus: tuple, _strategy: Strategy, unit: str, labels: str, key: tuple):
     matrix = model_matrix(_catalog_architectures(), _scenario, _gpus, _strategy)
-    return matrix, fit_heatmap(matrix, unit)
+    return matrix, fit_heatmap(matrix, unit, labels=labels)
 
 
 @st.cache_resource(**_CACHE)
-def _techniques_fit(_arch, _scenario: Scenario, _gpus: tuple, unit: str, key: tuple):
+def _techniques_fit(_arch, _scenario: Scenario, _gpus: tuple, unit: str, labels: str, key: tuple):
     matrix = technique_matrix(_arch, _scenario, _gpus)
-    return matrix, fit_heatmap(matrix, unit)
+    return matrix, fit_heatmap(matrix, unit, labels=labels)
 
 
 @st.cache_resource(**_CACHE)
@@ -51,26 +49,28 @@ def _seed_rows(_full: Scenario, _efficient: Scenario, _gpus: tuple, key: tuple):
     return seed_largest_model_table(_catalog_architectures(), _full, _efficient, _gpus)
 
 
-model, scenario = scenario_page("Which GPU does it fit on?")
-sidebar_gpu, unit = display_sidebar()
+model, scenario, hw = scenario_page("Which GPU does it fit on?")
+unit, strategy = hw.unit, hw.strategy
 
 gpus = session_gpus()
 # Exact keys (JSON of the frozen inputs): cheap to hash, unlike the objects themselves.
 gpus_key = json.dumps([g.model_dump(mode="json") for g in gpus])
 model_key = json.dumps(model.config, sort_keys=True, default=str)
-st.session_state.setdefault("fit_strategy", Strategy.ZERO3)
-strategy = st.selectbox("Multi-GPU strategy for the fewest GPUs", list(Strategy), format_func=STRATEGY_LABELS.get, key="fit_strategy",
-                        help="DDP: every GPU holds the whole model, so more GPUs never help memory. ZeRO-3 / FSDP full shard: "
-                             "weights, gradients and optimizer states are divided by the number of GPUs.")
+st.session_state.setdefault("fit_labels", CELL_LABELS[0])
+labels = st.radio("Cell labels", CELL_LABELS, key="fit_labels", horizontal=True,
+                  help="Fewest GPUs: ✓ one is enough, ×N the fewest of that GPU with the sidebar's strategy, ✗ none up to "
+                       "1,024. Headroom: on one GPU, in the sidebar's unit. The colour is always the one-GPU headroom.")
 st.caption(
-    f"Each cell: ✓ fits on one GPU / ≈ tight: may not fit (under 10% of the peak to spare) / ✗ does not, the headroom (+) or shortfall (−) in {unit} against the GPU's usable memory "
-    "(the total nvidia-smi / rocm-smi reports, before the CUDA context and allocator reserve), and ×N the fewest GPUs of that kind "
-    "with the strategy (×– none up to 1,024). ⚠ a bf16 scenario on a GPU without bf16. Hover for the breakdown."
+    f"These matrices try every GPU of the catalog (columns from the least usable memory to the most), with the sidebar's "
+    f"scenario and, for the fewest GPUs, its strategy ({strategy.value}). Cells: ✓ one GPU is enough, ≈ tight: may not fit (under 10% of the peak to spare), ×N the fewest GPUs, ✗ none up to 1,024. Colour: the headroom (green) or shortfall (red) "
+    f"in {unit} on one GPU against its usable memory (what nvidia-smi / rocm-smi report, before the CUDA context and "
+    "allocator reserve). ⚠ after a GPU's name: it has no bf16 for a bf16 row. Hover a cell for its breakdown."
 )
 
 try:
-    models_fit, models_figure = _models_fit(scenario, gpus, strategy, unit, key=(scenario.model_dump_json(), gpus_key, strategy))
-    techniques_fit, techniques_figure = _techniques_fit(model.arch, scenario, gpus, unit,
+    models_fit, models_figure = _models_fit(scenario, gpus, strategy, unit, labels,
+                                            key=(scenario.model_dump_json(), gpus_key, strategy))
+    techniques_fit, techniques_figure = _techniques_fit(model.arch, scenario, gpus, unit, labels,
                                                         key=(model_key, scenario.model_dump_json(), gpus_key))
 except EngineError as exc:
     st.error(f"Cannot compute the fit: {exc}")
@@ -83,7 +83,7 @@ def _download(matrix, name: str, key: str) -> None:
                        mime="text/csv", key=key)
 
 
-st.subheader("Catalog models × GPUs")
+st.subheader("Catalog models × every GPU")
 st.caption(f"Your scenario: {precision_spec(scenario.precision).label}, {scenario.method.value}, micro batch "
            f"{scenario.micro_batch_size} × {scenario.seq_len:,} tokens, {scenario.optimizer.value}"
            f"{', gradient checkpointing' if scenario.gradient_checkpointing else ''}; fewest GPUs with {strategy.value}.")
@@ -93,7 +93,7 @@ for row in models_fit.rows:
         st.caption(f"Not computed — {row.label}: {row.error}")
 _download(models_fit, "fit_models_x_gpus", "fit_models_csv")
 
-st.subheader(f"Techniques × GPUs for {model.title}")
+st.subheader(f"Techniques × every GPU for {model.title}")
 st.caption("Same batch, sequence, accumulation, attention and LoRA settings in every row; each row sets what its label says. "
            "The ZeRO-3 row's ×N is the fewest GPUs with sharding; the other rows use DDP.")
 st.plotly_chart(techniques_figure, width="stretch", key="fit_techniques_chart")
@@ -102,18 +102,12 @@ for row in techniques_fit.rows:
         st.caption(f"Not computed — {row.label}: {row.error}")
 _download(techniques_fit, "fit_techniques_x_gpus", "fit_techniques_csv")
 
-st.subheader("What fits")
-names = [g.name for g in gpus]
-keep_choice("fit_gpu", names, sidebar_gpu.name if sidebar_gpu else "NVIDIA A100 80GB")
-c1, c2 = st.columns([2, 1])
-chosen = c1.selectbox("GPU", names, key="fit_gpu")
-gpu = next(g for g in gpus if g.name == chosen)
-st.session_state.setdefault("fit_num_gpus", 1)
-num_gpus = int(c2.number_input("GPUs", min_value=1, max_value=MAX_GPUS, step=1, key="fit_num_gpus"))
-# One GPU trains without sharding (DDP on one GPU is plain training): ZeRO/FSDP on one GPU only add their buffers.
-fit_strategy = strategy if num_gpus > 1 else Strategy.DDP
+st.subheader(f"What fits on {hw.label}")
+st.caption("Your hardware from the sidebar (the matrices above try every GPU of the catalog).")
+gpu, num_gpus = hw.gpu, hw.num_gpus
+fit_strategy = hw.training_strategy  # one GPU trains without sharding: ZeRO/FSDP there only add their buffers
 try:
-    fit = check_fit(model.arch, scenario, gpu, fit_strategy, num_gpus)
+    fit = check_fit(model.arch, scenario, gpu, fit_strategy, num_gpus, offload=hw.offload)
     limits = what_fits(model.arch, scenario, gpu, fit_strategy, num_gpus)
     fewest = check_fit(model.arch, scenario, gpu, strategy, 1).min_gpus
 except EngineError as exc:
@@ -144,7 +138,7 @@ for lim, what in ((mb, "micro batch"), (sl, "sequence length")):
         lines.append(f"- {what.capitalize()} {lim.value:,} needs {fmt_bytes(lim.peak_bytes or 0, unit)} per GPU; "
                      f"{lim.next_value:,} would need {fmt_bytes(lim.next_peak_bytes or 0, unit)}.")
 st.markdown("\n".join(lines))
-st.caption(f"{num_gpus} × {gpu.name}, {STRATEGY_LABELS[fit_strategy] if num_gpus > 1 else 'one GPU, no sharding'}; usable "
+st.caption(f"{hw.label}; usable "
            f"{fmt_bytes(gpu.usable_memory_bytes, unit)} per GPU ({gpu.usable_source}). Fewest GPUs for this scenario with "
            f"{STRATEGY_LABELS[strategy]}: {fewest if fewest else 'none up to 1,024'}.")
 prices = sorted((p for p in session_prices() if p.gpu == gpu.name), key=lambda p: p.on_demand_usd_per_hour)
@@ -180,10 +174,10 @@ def _model(m) -> str:
     return "nothing in the catalog" if m.label is None else f"{m.label} ({fmt_count(m.parameters)})"
 
 
-st.dataframe(pd.DataFrame([
+st.table(pd.DataFrame([  # static: all ten columns wrap to the page width
     {
         "GPUs (seed)": r.seed.seed_label,
-        f"usable ({unit})": round(to_unit(r.usable_memory_bytes, unit), 1),
+        f"usable ({unit})": f"{to_unit(r.usable_memory_bytes, unit):,.1f}",
         "seed VRAM": r.seed.seed_vram,
         "seed: full FT": r.seed.seed_full or "—",
         "computed: full FT": _model(r.full),
@@ -194,7 +188,7 @@ st.dataframe(pd.DataFrame([
         "strategy": r.strategy.value,
     }
     for r in seed_rows
-]), hide_index=True, width="stretch", key="seed_table")
+]), hide_index=True)
 st.caption(
     f"Full FT: {precision_spec(seed_full_precision).label}, fused AdamW; efficient: {seed_eff.value} on a bf16 base (rank "
     f"{Scenario().lora_r}, attention projections); both at micro batch {seed_batch} × {seed_seq:,} tokens"

@@ -16,25 +16,38 @@ from engine.units import fmt_bytes, fmt_count, to_unit
 from ui.charts import memory_stack_figure, per_gpu_figure
 from ui.checklist import checklist_section
 from ui.config_import import config_import_section
-from ui.layout import scenario_page
-from ui.scenario_form import display_sidebar, inference_inputs, parallel_sidebar
+from ui.hardware import hardware_sidebar
+from ui.layout import page_start, scenario_page
+from ui.scenario_form import inference_inputs
+from ui.share import write_query_params
 from ui.trace_panel import trace_panel
 from ui.verdict import TIGHT_NOTE, verdict_box
 from engine.plan.verdict import Verdict, fit_verdict
 
 TRAINING, INFERENCE = "Fine-tuning", "Inference"
+TITLES = {TRAINING: "GPU memory of a fine-tuning step", INFERENCE: "GPU memory of serving the model"}
 
-model, scenario = scenario_page("GPU memory of a fine-tuning step")
-
-# --- Import a training config (ui/config_import.py): upload/paste, mapped/ignored/unsupported, apply to the sidebar ---
-config_import_section()
-# --- end of the import section ----------------------------------------------------------------------------------------
-
-gpu, unit = display_sidebar()
-par = parallel_sidebar()
 st.session_state.setdefault("mem_workload", TRAINING)
-workload = st.radio("Technique", [TRAINING, INFERENCE], key="mem_workload", horizontal=True,
-                    help="Fine-tuning: the sidebar's training scenario. Inference: serving the model (weights, KV cache).")
+serving = st.session_state["mem_workload"] == INFERENCE  # decides the title and which sidebar inputs are drawn
+
+
+def _workload() -> None:
+    st.radio("Workload", [TRAINING, INFERENCE], key="mem_workload", horizontal=True,
+             help="Fine-tuning: the sidebar's training scenario. Inference: serving the model (weights, KV cache); the "
+                  "sidebar then asks only for the GPU.")
+
+
+if serving:
+    model = page_start(TITLES[INFERENCE])
+    _workload()
+    hw = hardware_sidebar(serving=True)
+    write_query_params(None)
+else:
+    model, scenario, hw = scenario_page(TITLES[TRAINING])
+    _workload()
+    # Import a training config (ui/config_import.py): upload/paste, mapped/ignored/unsupported, apply to the sidebar.
+    config_import_section()
+gpu, unit = hw.gpu, hw.unit
 
 
 def inference_view() -> None:
@@ -56,41 +69,39 @@ def inference_view() -> None:
     if sliding:
         st.caption(f"{sliding} of {arch.num_layers} layers use a sliding window of {arch.sliding_window:,} tokens: "
                    "their cache stops growing there.")
-    if gpu is not None:
-        # Same rule as training: what nvidia-smi would show (allocator reserve and CUDA context) against the GPU.
-        headroom = gpu.usable_memory_bytes - est.device_used_bytes
-        lim = inference_limits(arch, isc, tensor_budget(gpu.usable_memory_bytes))
-        verdict = fit_verdict(est.total_bytes, gpu.usable_memory_bytes)
-        verdict_box(verdict)(
-            f"{'Fits on' if headroom >= 0 else 'Does not fit on'} one {gpu.name} "
-            f"{'(tight: may not fit) ' if verdict is Verdict.TIGHT else ''}"
-            f"({'headroom' if headroom >= 0 else 'short by'} {fmt_bytes(abs(headroom), unit)}). Longest context at "
-            f"{isc.concurrency} sequences: {lim.max_seq_len or 0:,} tokens; most sequences at {isc.seq_len:,} tokens: "
-            f"{lim.max_concurrency or 0:,}."
-        )
+    # The sidebar's GPU: the same rule as training, what nvidia-smi would show against it.
+    headroom = gpu.usable_memory_bytes - est.device_used_bytes
+    lim = inference_limits(arch, isc, tensor_budget(gpu.usable_memory_bytes))
+    verdict = fit_verdict(est.total_bytes, gpu.usable_memory_bytes)
+    verdict_box(verdict)(
+        f"{'Fits on' if headroom >= 0 else 'Does not fit on'} one {gpu.name} "
+        f"{'(tight: may not fit) ' if verdict is Verdict.TIGHT else ''}"
+        f"({'headroom' if headroom >= 0 else 'short by'} {fmt_bytes(abs(headroom), unit)}). Longest context at "
+        f"{isc.concurrency} sequences: {lim.max_seq_len or 0:,} tokens; most sequences at {isc.seq_len:,} tokens: "
+        f"{lim.max_concurrency or 0:,}."
+    )
     st.plotly_chart(per_gpu_figure(est.components, 0.0, unit, gpu, title="one replica"), width="stretch", key="inference_chart")
-    st.dataframe(pd.DataFrame([{"component": p.label, unit: round(to_unit(p.bytes, unit), 3), "formula": p.formula,
-                                "source": p.source} for p in est.parts]), hide_index=True, width="stretch")
+    st.table(pd.DataFrame([{"component": p.label, unit: f"{to_unit(p.bytes, unit):,.2f}", "formula": p.formula,
+                            "source": p.source} for p in est.parts]), hide_index=True)
     with st.expander("Not yet modelled", expanded=False):
         for item in est.not_modelled:
             st.markdown(f"- {item}")
 
 
-if workload == INFERENCE:
+if serving:
     inference_view()
     st.stop()
 
 try:
     est = estimate_memory(model.arch, scenario)
     rows = sweep_techniques(model.arch, scenario)
-    plan = plan_parallel(est, model.arch, scenario, par.strategy, par.offload)
+    plan = plan_parallel(est, model.arch, scenario, hw.training_strategy, hw.offload)
 except EngineError as exc:
     st.error(f"Cannot estimate this scenario: {exc}")
     st.stop()
-n = par.num_gpus
-per_gpu = plan.per_gpu_bytes(n)
+n = hw.num_gpus
 peak_phase = plan.peak_phase(n)
-cpu_node = plan.cpu_bytes_per_node(n, par.gpus_per_node)
+cpu_node = plan.cpu_bytes_per_node(n, hw.gpus_per_node)
 device = device_memory_per_gpu(est, plan, n)  # allocated, reserved and nvidia-smi bytes of one GPU
 
 if model.arch.approximate_from:
@@ -98,7 +109,7 @@ if model.arch.approximate_from:
                "decoder with the same sizes.")
 for warning in est.warnings:
     st.warning(warning)
-where = "on one GPU" if not par.is_multi else f"per GPU, {n} GPUs with {STRATEGY_LABELS[par.strategy]}"
+where = "on one GPU" if not hw.is_multi else f"per GPU, {n} GPUs with {STRATEGY_LABELS[hw.training_strategy]}"
 st.caption(f"**{model.title}** · peak of `torch.cuda.max_memory_allocated()` (live tensors) in a steady-state step "
            f"{where}; below it, what `max_memory_reserved()` and nvidia-smi would show")
 c1, c2, c3, c4 = st.columns(4)
@@ -119,32 +130,32 @@ if device.pageable:
               help="Unified memory: on the GPU while there is room, evicted to CPU RAM under pressure (slower, not an OOM)")
 if cpu_node:
     d4.metric("CPU memory per node (offload)", fmt_bytes(cpu_node, unit),
-              help=f"{cpu_node:,.0f} bytes: the offloaded states of {min(n, par.gpus_per_node)} GPUs of a node")
-if gpu is not None:
-    headroom = gpu.usable_memory_bytes - device.device_used
-    paged_headroom = headroom + device.pageable  # the driver can move paged states to CPU RAM instead of failing
-    which = "one" if not par.is_multi else "each"
-    verdict = fit_verdict(device.allocated, gpu.usable_memory_bytes)
-    if headroom >= 0 or paged_headroom < 0:
-        verdict_box(verdict)(
-            f"What nvidia-smi would show {'fits on' if headroom >= 0 else 'does not fit on'} {which} {gpu.name} "
-            f"({fmt_bytes(gpu.usable_memory_bytes, unit)} usable): "
-            f"{'headroom' if headroom >= 0 else 'short by'} {fmt_bytes(abs(headroom), unit)}, the allocator reserve and "
-            "the CUDA context included." + (f" Tight: may not fit ({TIGHT_NOTE.removeprefix('tight: may not fit: ')})."
-                                             if verdict is Verdict.TIGHT else "")
-        )
-    else:
-        st.info(f"Fits on {which} {gpu.name} only with paging: without the paged optimizer states it leaves "
-                f"{fmt_bytes(paged_headroom, unit)}, so the driver keeps part of the {fmt_bytes(device.pageable, unit)} of "
-                "paged states in CPU RAM and moves them in at each step (slower, not an out-of-memory error).")
+              help=f"{cpu_node:,.0f} bytes: the offloaded states of {min(n, hw.gpus_per_node)} GPUs of a node")
+# Against the sidebar's GPU.
+headroom = gpu.usable_memory_bytes - device.device_used
+paged_headroom = headroom + device.pageable  # the driver can move paged states to CPU RAM instead of failing
+which = "one" if not hw.is_multi else "each"
+verdict = fit_verdict(device.allocated, gpu.usable_memory_bytes)
+if headroom >= 0 or paged_headroom < 0:
+    verdict_box(verdict)(
+        f"What nvidia-smi would show {'fits on' if headroom >= 0 else 'does not fit on'} {which} {gpu.name} "
+        f"({fmt_bytes(gpu.usable_memory_bytes, unit)} usable): "
+        f"{'headroom' if headroom >= 0 else 'short by'} {fmt_bytes(abs(headroom), unit)}, the allocator reserve and "
+        "the CUDA context included." + (f" Tight: may not fit ({TIGHT_NOTE.removeprefix('tight: may not fit: ')})."
+                                         if verdict is Verdict.TIGHT else "")
+    )
+else:
+    st.info(f"Fits on {which} {gpu.name} only with paging: without the paged optimizer states it leaves "
+            f"{fmt_bytes(paged_headroom, unit)}, so the driver keeps part of the {fmt_bytes(device.pageable, unit)} of "
+            "paged states in CPU RAM and moves them in at each step (slower, not an out-of-memory error).")
 if scenario.gradient_accumulation_steps > 1:
     st.info(f"Gradient accumulation ({scenario.gradient_accumulation_steps} steps) does not lower the peak: each micro "
             "batch's activations are the same, and the gradients stay alive between micro batches (ms-swift's "
             "benchmarks measure the same peak with and without it). It lets a smaller micro batch keep the effective batch.")
 st.caption(f"Model-state bytes per parameter (not all alive at the peak: see \"at peak\" below): {est.bytes_per_parameter}")
 
-if par.is_multi:
-    st.subheader(f"Per GPU: {n} GPUs, {STRATEGY_LABELS[par.strategy]}")
+if hw.is_multi:
+    st.subheader(f"Per GPU: {n} GPUs, {STRATEGY_LABELS[hw.training_strategy]}")
     bars = {**plan.components_per_gpu(n), **{p.key: p.bytes for p in device.components()}}
     st.plotly_chart(per_gpu_figure(bars, cpu_node, unit, gpu), width="stretch", key="per_gpu_chart")
     notes = [f"One GPU would need {fmt_bytes(est.total_bytes, unit)}; activations and loss tensors are per GPU and never divided."]
@@ -155,7 +166,7 @@ if par.is_multi:
     if plan.bucket_note:
         notes.append(f"Buckets: {plan.bucket_note}.")
     st.caption(" ".join(notes))
-    ds = deepspeed_estimate(model.arch, par.strategy, par.offload, n, par.gpus_per_node)
+    ds = deepspeed_estimate(model.arch, hw.training_strategy, hw.offload, n, hw.gpus_per_node)
     if ds is not None:
         st.caption(f"DeepSpeed's own estimate (`{ds.function}`): {fmt_bytes(ds.gpu_bytes_per_gpu, unit)} per GPU, "
                    f"{fmt_bytes(ds.cpu_bytes_per_node, unit)} CPU per node. {ds.note}.")
@@ -172,18 +183,19 @@ st.caption("Same batch, sequence, optimizer, checkpointing and LoRA settings in 
 st.subheader("How each component is computed")
 table = pd.DataFrame(
     [
-        {"component": p.label, unit: round(to_unit(p.bytes, unit), 3),
+        {"component": p.label, unit: f"{to_unit(p.bytes, unit):,.2f}",
          "at peak": "yes" if est.peak_phase in p.phases else "no",
          "alive in": ", ".join(ph.replace("_", " ") for ph in p.phases), "formula": p.formula, "source": p.source}
         for p in est.parts
     ]
     + [
-        {"component": p.label, unit: round(to_unit(p.bytes, unit), 3), "at peak": "yes (not tensors)",
+        {"component": p.label, unit: f"{to_unit(p.bytes, unit):,.2f}", "at peak": "yes (not tensors)",
          "alive in": "whole run", "formula": p.formula, "source": p.source}
         for p in est.overheads
     ]
 )
-st.dataframe(table, hide_index=True, width="stretch")
+# A static table: every row and the formula and source columns wrap to the page's width (a scrolling grid cut them).
+st.table(table, hide_index=True)
 left, right = st.columns(2)
 with left.expander("Not yet modelled", expanded=True):
     for item in est.not_modelled:
@@ -195,7 +207,6 @@ if est.first_step_peak_bytes < est.total_bytes:
     st.caption(f"First training step: {fmt_bytes(est.first_step_peak_bytes, unit)} at most on one GPU (the optimizer "
                "states are created inside its optimizer step); the figures above are the steady state, from the second step.")
 
-st.subheader("Verify by tracing")
 trace_panel(model.config, scenario, est, unit)
 
 st.subheader("The seeds' simple rules beside this estimate")
@@ -214,4 +225,4 @@ st.caption(
     "See the Methodology page."
 )
 
-checklist_section(model.arch, scenario, unit, gpu, par.strategy, par.num_gpus)
+checklist_section(model.arch, scenario, unit, gpu, hw.training_strategy, hw.num_gpus)

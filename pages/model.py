@@ -34,7 +34,7 @@ with left:
         "experts (top-k)": f"{arch.num_experts} ({arch.experts_per_token})" if arch.num_experts else "dense",
         "norm": arch.norm, "MLP": f"{arch.mlp} ({arch.activation})", "positions": arch.positional,
     }
-    st.dataframe(pd.DataFrame({"value": {k: str(v) for k, v in sizes.items()}}), width="stretch")
+    st.table(pd.DataFrame({"value": {k: str(v) for k, v in sizes.items()}}))  # every row shown
 with right:
     st.subheader("Parameters by component")
     st.plotly_chart(parameter_figure(arch.parameter_counts), width="stretch", key="params_chart")

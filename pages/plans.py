@@ -6,14 +6,12 @@ import streamlit as st
 
 from engine.errors import EngineError
 from engine.plan.cost import calibration_for
-from engine.plan.fit import check_fit
-from engine.memory.estimate import estimate_memory
 from engine.plan.config_export import config_files
 from engine.plan.plans import Plan, evaluate_plan, plan_record, plans_from_csv, plans_to_csv, training_code, unique_plan_name
 from engine.units import fmt_bytes
-from engine.memory.parallel import Strategy
 from ui.catalog_session import session_gpus, session_prices
 from ui.charts import fmt_hours, fmt_usd
+from ui.formats import md_plain
 from ui.layout import scenario_page
 from ui.plans import (
     STAMP_KEY, add_plans, memory_compare_figure, remove_plan, resolve_config, saved_plans, time_cost_compare_figure,
@@ -21,11 +19,11 @@ from ui.plans import (
 from ui.scenario_form import time_cost_sidebar
 from ui.verdict import verdict_label
 
-model, scenario = scenario_page("Plans: save, compare, export")
-tc = time_cost_sidebar()
+model, scenario, hw = scenario_page("Plans: save, compare, export")
+tc = time_cost_sidebar(hw)
 if tc is None:
     st.stop()
-unit = st.session_state.get("unit", "GiB")
+unit = hw.unit
 
 # --- Save the current scenario ----------------------------------------------------------------------------------------
 st.subheader("Save the current scenario")
@@ -34,10 +32,9 @@ if not repo_id:
     st.info("An uploaded config.json has no repo id: pick a catalog model or a Hub repo id to save a plan.")
 else:
     try:
-        num_gpus = tc.num_gpus or check_fit(model.arch, scenario, tc.gpu, tc.strategy, 1,
-                                            estimate=estimate_memory(model.arch, scenario)).min_gpus or 1
+        num_gpus = tc.num_gpus
         d = tc.dataset
-        cal = calibration_for(model.arch, scenario, tc.gpu, num_gpus, tc.strategy if num_gpus > 1 else Strategy.DDP,
+        cal = calibration_for(model.arch, scenario, tc.gpu, num_gpus, hw.training_strategy,
                               tc.measured_tokens_per_second, fused_kernels=tc.fused_kernels)
         current = Plan(
             # The default name is never a saved plan's (a typed one may be: replacing it needs the explicit choice).
@@ -46,7 +43,7 @@ else:
             model_repo_id=repo_id, model_revision=model.origin.revision,
             **scenario.model_dump(),  # every scenario field is a plan input of the same name
             # one GPU trains without sharding (no DeepSpeed config for a single GPU)
-            gpu=tc.gpu.name, num_gpus=num_gpus, strategy=tc.strategy if num_gpus > 1 else Strategy.DDP,
+            gpu=tc.gpu.name, num_gpus=num_gpus, strategy=hw.training_strategy,
             dataset_total_tokens=d.total_tokens,
             dataset_examples=d.examples, dataset_avg_tokens=d.avg_tokens, epochs=d.epochs, packing=d.packing, runs=d.runs,
             calibration=cal.factor if cal else 1.0, fused_kernels=tc.fused_kernels, price_source=tc.price_source,
@@ -64,11 +61,11 @@ else:
     overwrite = clash and c1.checkbox(f"Replace the saved plan '{current.name}'", key="plan_overwrite")
     if c2.button("Save plan", key="plan_save", type="primary"):
         if clash and not overwrite:
-            st.warning(f"A plan named '{current.name}' is already saved: tick 'Replace the saved plan' to replace it, "
+            st.warning(f"A plan named '{md_plain(current.name)}' is already saved: tick 'Replace the saved plan' to replace it, "
                        "or choose another name.")
         else:
             add_plans([(current, result)], overwrite=overwrite)
-            st.success(f"{'Replaced' if clash else 'Saved'} plan '{current.name}'.")
+            st.success(f"{'Replaced' if clash else 'Saved'} plan '{md_plain(current.name)}'.")
 
 # --- Import ----------------------------------------------------------------------------------------------------------
 with st.expander("Import plans from CSV", expanded=not saved_plans()):
@@ -83,14 +80,14 @@ with st.expander("Import plans from CSV", expanded=not saved_plans()):
     if report:
         count, rows, file_error, file_warnings, renamed = report
         if file_error:
-            st.error(f"The file was not loaded: {file_error}.")
+            st.error(f"The file was not loaded: {md_plain(file_error)}.")
         for warning in file_warnings:
-            st.warning(f"In the file, {warning}.")
+            st.warning(f"In the file, {md_plain(warning)}.")
         if count:
             st.success(f"Loaded {count} plan(s), each recomputed from its inputs."
-                       + "".join(f" '{old}' was saved as '{new}' (a plan of that name exists)." for old, new in renamed))
+                       + "".join(f" '{md_plain(old)}' was saved as '{md_plain(new)}' (a plan of that name exists)." for old, new in renamed))
         if rows:
-            st.error("Rows not loaded:\n" + "\n".join(f"- row {row}: {reason}" for row, reason in rows))
+            st.error("Rows not loaded:\n" + "\n".join(f"- row {row}: {md_plain(reason)}" for row, reason in rows))
 
 plans = saved_plans()
 if not plans:

@@ -14,7 +14,7 @@ from ui.catalog_session import session_gpus
 from ui.layout import scenario_page
 from ui.scaleout import GIB, candidates_frame, layout_from, layout_inputs, stage_bars
 
-model, scenario = scenario_page("Scale out: tensor, pipeline, context and expert parallelism")
+model, scenario, hw = scenario_page("Scale out: tensor, pipeline, context and expert parallelism")
 arch = model.arch
 st.caption("Per rank, for Megatron-LM / torchtitan-style training. The sidebar's micro batch, sequence length, precision "
            "and optimizer apply; gradient checkpointing is chosen here as Recompute. The product estimates; the "

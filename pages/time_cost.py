@@ -18,27 +18,27 @@ from ui.charts import (
     BASIS_LABEL, cost_vs_dataset_figure, fmt_hours, fmt_usd, gpu_count_figure, plan_scatter_figure, time_vs_dataset_figure,
 )
 from ui.catalog_session import session_gpus, session_prices
+from ui.formats import fmt_big_count
 from ui.layout import scenario_page
 from ui.scenario_form import time_cost_sidebar
 from ui.time_charts import CATEGORY_STYLE, shape_figure, time_stack_figure
 from ui.verdict import show_tight
 from ui.downloads import csv_bytes
 
-model, scenario = scenario_page("Training time and cost")
-tc = time_cost_sidebar()
+model, scenario, hw = scenario_page("Training time and cost")
+tc = time_cost_sidebar(hw)
 if tc is None:
     st.stop()
 
-arch, gpu, strategy, basis = model.arch, tc.gpu, tc.strategy, tc.basis
-unit = st.session_state.get("unit", "GiB")  # the byte unit chosen on the memory pages (GB = 1e9, GiB = 2^30)
+arch, gpu, strategy, basis, unit = model.arch, tc.gpu, tc.strategy, tc.basis, hw.unit
 try:
     est = estimate_memory(arch, scenario, gpu)
     fewest = check_fit(arch, scenario, gpu, strategy, 1, estimate=est).min_gpus
-    num_gpus = tc.num_gpus or fewest or 1
-    cal = calibration_for(arch, scenario, gpu, num_gpus, strategy, tc.measured_tokens_per_second,
+    num_gpus = tc.num_gpus
+    cal = calibration_for(arch, scenario, gpu, num_gpus, hw.training_strategy, tc.measured_tokens_per_second,
                           fused_kernels=tc.fused_kernels, estimate=est)
     factor = cal.factor if cal else 1.0
-    plan = estimate_plan(arch, scenario, tc.dataset, gpu, num_gpus, strategy, calibration=factor,
+    plan = estimate_plan(arch, scenario, tc.dataset, gpu, num_gpus, hw.training_strategy, calibration=factor,
                          fused_kernels=tc.fused_kernels, price_source=tc.price_source, prices=session_prices(), estimate=est)
     search = search_plans(arch, scenario, tc.dataset, strategy=strategy, calibration=factor, fused_kernels=tc.fused_kernels,
                           counts=[n for n in PLAN_GPU_COUNTS if n <= tc.max_gpus], price_source=tc.price_source,
@@ -61,14 +61,18 @@ if cal is not None:
     st.info(f"Calibrated to your run: you measured {cal.measured_tokens_per_second:,.0f} tokens/s, the model predicted "
             f"{cal.predicted_tokens_per_second:,.0f} ({cal.raw_error:+.0%}); every plan on this page is scaled by "
             f"{cal.factor:.3g}.")
-if tc.num_gpus is None and fewest is None:
-    st.warning(f"{model.title} does not fit on any number of {gpu.name} with {strategy.value} in this scenario; the numbers "
-               "below are for one GPU, for reference. The plans further down only list what fits.")
-elif not plan.fits:
-    st.warning(f"This scenario does not fit on {plan.label} with {strategy.value}: {fmt_bytes(plan.per_gpu_peak_bytes, unit)} "
+if not plan.fits:
+    st.warning(f"This scenario does not fit on {hw.label}: {fmt_bytes(plan.per_gpu_peak_bytes, unit)} "
                f"of tensors per GPU, {fmt_bytes(gpu.usable_memory_bytes - plan.headroom_bytes, unit)} as nvidia-smi would show "
                f"it (allocator reserve and CUDA context added), against {fmt_bytes(gpu.usable_memory_bytes, unit)} per GPU. "
-               f"Time and cost are for reference only{f'; the fewest {gpu.name} that fit: {fewest}' if fewest else ''}.")
+               "Time and cost are for reference only; "
+               + (f"the fewest {gpu.name} that fit with {strategy.value}: {fewest}." if fewest else
+                  f"no number of {gpu.name} fits with {strategy.value}. The plans further down list what fits."))
+    if fewest and fewest != num_gpus:
+        st.button(f"Use {fewest} GPUs (the sidebar's hardware, for every page)", key="tc_use_fewest",
+                  on_click=lambda: st.session_state.update(num_gpus=fewest))
+if hw.offload.value != "none":
+    st.caption("Offloading to CPU is not in the time model: the step times below are without the host transfers.")
 show_tight(plan.verdict, plan.label)
 for note in plan.notes:
     st.warning(note)
@@ -78,7 +82,7 @@ if tc.dataset.padding_waste(scenario.seq_len) > 0:
 
 st.subheader("Step-time model")
 c = st.columns(6)
-c[0].metric("Tokens to process", f"{run.tokens / 1e6:,.2f}M",
+c[0].metric("Tokens to process", fmt_big_count(run.tokens),
             help=f"{run.tokens:,.0f} tokens: {tc.dataset.tokens_per_epoch(scenario.seq_len):,.0f} per epoch × {tc.dataset.epochs:g} epochs × {tc.dataset.runs} runs")
 c[1].metric("Tokens/s", f"{run.tokens_per_second:,.0f}",
             help=f"all {num_gpus} GPUs together: {tp.per_gpu_tokens_per_second:,.0f} per GPU; MFU {tp.mfu:.2f}, HFU {tp.hfu:.2f} "
@@ -149,20 +153,28 @@ for p in curve_plans:
                            p.price.on_demand_usd_per_hour, p.price.spot_usd_per_hour)
     costs = [(r.cost_usd_on_demand if basis == "on_demand" else r.cost_usd_spot) for _, r in points]
     series[p.label + ("" if p.fits else " (does not fit)")] = ([d.tokens_per_epoch(scenario.seq_len) for d, _ in points], costs)  # type: ignore[misc]
-st.plotly_chart(cost_vs_dataset_figure(series, tc.dataset.tokens_per_epoch(scenario.seq_len), basis), width="stretch", key="tc_cost_dataset_chart")
-st.caption(f"The GPU kinds cheapest for your dataset, each at its cheapest count that fits ({BASIS_LABEL[basis]} prices from "
-           f"'{search.price_source}'), and your plan. Cost grows linearly with the tokens."
-           if series else f"No fitting plan has a price ({BASIS_LABEL[basis]}) in '{search.price_source}'.")
+no_price = (f"'{search.price_source}' has no {BASIS_LABEL[basis]} price for any plan that fits (a GPU without a price "
+            "gets no cost, never an invented one): pick another price source, or rank by the other price, in the sidebar.")
+if series:
+    st.plotly_chart(cost_vs_dataset_figure(series, tc.dataset.tokens_per_epoch(scenario.seq_len), basis), width="stretch",
+                    key="tc_cost_dataset_chart")
+    st.caption(f"The GPU kinds cheapest for your dataset, each at its cheapest count that fits ({BASIS_LABEL[basis]} prices "
+               f"from '{search.price_source}'), and your plan. Cost grows linearly with the tokens.")
+else:
+    st.info(f"No cost curve to draw: {no_price}")
 
 st.subheader(f"Time and cost against the number of {gpu.name}")
 counts = search.for_gpu(gpu.name)
-st.plotly_chart(gpu_count_figure(counts, basis, gpu.name), width="stretch", key="tc_gpu_count_chart")
 if counts:
+    st.plotly_chart(gpu_count_figure(counts, basis, gpu.name), width="stretch", key="tc_gpu_count_chart")
+    if all(p.cost(basis) is None for p in counts):
+        st.caption(f"Only the time is drawn: '{search.price_source}' has no {BASIS_LABEL[basis]} price for {gpu.name}.")
     st.caption(f"Counts {', '.join(str(p.num_gpus) for p in counts)} fit with {strategy.value} (of {', '.join(map(str, search.counts))}). "
                "Communication is the collectives' exposed time over the link each count uses (NVLink or PCIe within a node, "
                "one 200 Gb/s InfiniBand NIC per GPU between nodes).")
 else:
-    st.caption(f"No count of {gpu.name} up to {max(search.counts)} fits with {strategy.value}.")
+    st.info(f"Nothing to draw: no count of {gpu.name} up to {max(search.counts)} fits with {strategy.value}. Raise 'Plan "
+            "search: up to', pick another strategy or GPU, or a technique that needs less memory.")
 curves = (
     [{"curve": "time_vs_dataset", "plan": plan.label, "dataset_tokens": x, "hours": r.hours, "cost_usd": None}
      for x, (_, r) in zip(sizes, sweep)]
@@ -175,7 +187,12 @@ st.download_button("Download the curves (CSV)", csv_bytes(pd.DataFrame(curves)),
                    file_name="time_cost_curves.csv", mime="text/csv", key="tc_curves_csv")
 
 st.subheader("Every plan that fits: time against cost")
-st.plotly_chart(plan_scatter_figure(search), width="stretch", key="tc_plans_chart")
+if any(p.cost(basis) is not None for p in search.plans):
+    st.plotly_chart(plan_scatter_figure(search), width="stretch", key="tc_plans_chart")
+elif search.plans:
+    st.info(f"No plan to place on the time-cost chart: {no_price} The plans that fit are in the table below, with their time.")
+else:
+    st.info("Nothing fits in memory with this scenario and strategy on any GPU kind and count searched.")
 lines = []
 if search.cheapest is not None:
     ch = search.cheapest

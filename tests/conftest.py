@@ -67,23 +67,29 @@ APP = str(Path(__file__).resolve().parents[1] / "streamlit_app.py")
 def new_app(request, monkeypatch):
     """A factory of AppTests of streamlit_app.py, in two modes.
 
-    ``first_request``: AppTest's default, like a fresh server's first request: with a ``pages/`` folder,
-    Streamlit's multipage-v1 path may run a page without the entrypoint. ``served``: Streamlit's
-    pages-directory flag kept off, as after any session's ``st.navigation`` call (a warm server).
+    ``first_request``: the test's first run is a fresh server's first request: with a ``pages/`` folder, Streamlit's
+    legacy path runs the page file without the entrypoint, and the app reroutes it through ``st.navigation``
+    (ui.layout.page_setup); every later run is served as a real server then serves it. (AppTest alone would reset
+    Streamlit's process-wide flag before every run, which no server does.) ``served``: the flag off from the start,
+    as on a server where any session has already run ``st.navigation``.
     """
     from streamlit.testing.v1 import AppTest
+    import streamlit.testing.v1.app_test as app_test_module
+    from streamlit.runtime.pages_manager import PagesManager
 
-    if request.param == "served":
-        import streamlit.testing.v1.app_test as app_test_module
-        from streamlit.runtime.pages_manager import PagesManager
+    runs = {"count": 0}
 
-        class _AfterNavigation(PagesManager):
-            def __init__(self, *args, **kwargs):
-                PagesManager.uses_pages_directory = False
-                super().__init__(*args, **kwargs)
+    class _Server(PagesManager):
+        def __init__(self, *args, **kwargs):
+            if request.param == "served" or runs["count"] > 0:
+                PagesManager.uses_pages_directory = False  # after the entrypoint's st.navigation on this server
+            else:
+                PagesManager.uses_pages_directory = None  # a fresh server: decided from the pages/ folder
+            runs["count"] += 1
+            super().__init__(*args, **kwargs)
 
-        monkeypatch.setattr(app_test_module, "PagesManager", _AfterNavigation)
-        monkeypatch.setattr(PagesManager, "uses_pages_directory", PagesManager.uses_pages_directory)
+    monkeypatch.setattr(app_test_module, "PagesManager", _Server)
+    monkeypatch.setattr(PagesManager, "uses_pages_directory", PagesManager.uses_pages_directory)
 
     def make() -> AppTest:
         return AppTest.from_file(APP, default_timeout=60)

@@ -13,6 +13,7 @@ from engine.memory.sweep import SweepRow
 from engine.plan.verdict import Verdict
 from engine.units import Unit, fmt_bytes, to_unit
 from ui.verdict import VERDICT_MARKS, verdict_label
+from ui.formats import fmt_hours, fmt_usd, plain  # noqa: F401 (fmt_hours, fmt_usd: re-exported for the pages)
 
 COMPONENT_STYLE = {
     "weights": ("Weights", "#1f77b4"),
@@ -127,65 +128,80 @@ def short_gpu_name(name: str) -> str:
     return name.removeprefix("NVIDIA ").removeprefix("AMD Instinct ").replace(" (one GCD)", " GCD")
 
 
-def _cell_text(headroom: float, verdict: Verdict, min_gpus: int | None, unit: Unit, warning: bool) -> str:
-    value = to_unit(headroom, unit)
-    sign = "+" if headroom >= 0 else "−"
-    n = "–" if min_gpus is None else ("1" if min_gpus == 1 else f"{min_gpus}")
-    # Short enough for ~28 GPU columns: no decimal from 10 on (the hover has the exact figure).
-    size = f"{abs(value):,.0f}" if abs(value) >= 10 else f"{abs(value):.1f}"
-    return f"{VERDICT_MARKS[verdict]}{sign}{size}{'⚠' if warning else ''}<br>×{n}"
+CELL_LABELS = ("Fewest GPUs", "Headroom", "None")
+"""What a fit heatmap cell shows: the fewest GPUs (✓ one is enough, ≈ tight on one, ×N, ✗ none up to 1,024), the
+single-GPU headroom, or nothing (colour and hover only)."""
 
 
-def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "") -> go.Figure:
-    """Rows x GPUs heatmap. Colour: single-GPU headroom (green) or shortfall (red) in ``unit``; text: the
-    verdict, the headroom and the fewest GPUs with the row's strategy (×–: none up to 1024 GPUs);
-    ⚠ marks a bf16 scenario on a GPU without bf16. Hover gives the breakdown."""
-    x = [short_gpu_name(g) for g in matrix.gpus]
+def _cell_text(headroom: float, verdict: Verdict, min_gpus: int | None, unit: Unit, mode: str) -> str:
+    # At most four characters: 28 GPU columns at 1,400 px leave about 30 px a cell (the hover has the figures).
+    if mode == "None":
+        return ""
+    if mode == "Headroom":
+        value = to_unit(headroom, unit)
+        size = f"{abs(value):.0f}" if abs(value) >= 9.5 else f"{abs(value):.1f}"
+        return f"{'+' if headroom >= 0 else '−'}{size}"
+    if verdict is not Verdict.DOES_NOT_FIT:
+        return VERDICT_MARKS[verdict]  # ✓ fits on one GPU, ≈ tight: may not fit
+    return "✗" if min_gpus is None else f"×{min_gpus}"
+
+
+def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "", labels: str = "Fewest GPUs") -> go.Figure:
+    """Rows x GPUs heatmap, the GPUs grouped by memory (columns from the smallest usable memory to the largest).
+    Colour: single-GPU headroom (green) or shortfall (red) in ``unit``; text (``labels``, one of
+    :data:`CELL_LABELS`): the fewest GPUs with the row's strategy, or the headroom; ⚠ after a GPU's name: a bf16
+    scenario on a GPU without bf16. Hover gives the breakdown."""
+    order = sorted(range(len(matrix.gpus)), key=lambda i: (matrix.usable_bytes[i], i))
+    x = [short_gpu_name(matrix.gpus[i]) for i in order]
     y, z, text, hover = [], [], [], []
     for row in matrix.rows:
-        y.append(row.label)
+        y.append(plain(row.label))
         if not row.cells:
             z.append([None] * len(x))
             text.append(["n/a"] * len(x))
-            hover.append([f"<b>{row.label}</b><br>not computed: {row.error}"] * len(x))
+            hover.append([f"<b>{plain(row.label)}</b><br>not computed: {plain(row.error or '')}"] * len(x))
             continue
         est = row.estimate
-        parts = ""
+        # The row's largest components once (the same on every GPU of the row): the hover is sent for every cell,
+        # so it stays short (the whole matrix is one message per rerun).
+        top = ""
         if est is not None:
-            comps = est.components
-            parts = "<br>".join(f"  {k.replace('_', ' ')}: {fmt_bytes(v, unit)}" for k, v in comps.items() if v)
+            big = sorted(((v, k) for k, v in est.components.items() if v), reverse=True)[:3]
+            top = "; ".join(f"{k.replace('_', ' ')} {fmt_bytes(v, unit)}" for v, k in big)
+        head = f"<b>{plain(row.label)}</b>"
+        tail = (f"<br>largest: {top}" if top else "") + (f"<br>note: {plain(row.note)}" if row.note else "")
         zr, tr, hr = [], [], []
-        for gpu, usable, cell in zip(matrix.gpus, matrix.usable_bytes, row.cells):
+        for i in order:
+            gpu, usable, cell = matrix.gpus[i], matrix.usable_bytes[i], row.cells[i]
             zr.append(to_unit(cell.headroom_bytes, unit))
-            tr.append(_cell_text(cell.headroom_bytes, cell.verdict, cell.min_gpus, unit, cell.warning is not None))
-            many = ("none up to 1024" if cell.min_gpus is None
-                    else f"{cell.min_gpus} ({fmt_bytes(cell.per_gpu_bytes_at_min or 0, unit)} per GPU)")
+            tr.append(_cell_text(cell.headroom_bytes, cell.verdict, cell.min_gpus, unit, labels))
+            many = ("none up to 1,024" if cell.min_gpus is None
+                    else f"{cell.min_gpus} ({fmt_bytes(cell.per_gpu_bytes_at_min or 0, unit)} each)")
             hr.append(
-                f"<b>{row.label}</b> on <b>{gpu}</b><br>"
-                f"peak on one GPU: {fmt_bytes(cell.peak_bytes, unit)} ({cell.peak_phase.replace('_', ' ')})<br>"
-                f"usable: {fmt_bytes(usable, unit)}: {verdict_label(cell.verdict)}<br>"
-                f"{'headroom' if cell.fits else 'short by'}: {fmt_bytes(abs(cell.headroom_bytes), unit)}<br>"
-                f"fewest GPUs ({row.strategy.value}): {many}<br>"
-                f"single-GPU estimate at its peak:<br>{parts}"
-                + (f"<br>⚠ {cell.warning}" if cell.warning else "")
-                + (f"<br>note: {row.note}" if row.note else "")
+                f"{head} on <b>{short_gpu_name(gpu)}</b><br>one GPU: {fmt_bytes(cell.peak_bytes, unit)} of "
+                f"{fmt_bytes(usable, unit)}, {verdict_label(cell.verdict)}, {'headroom' if cell.fits else 'short by'} "
+                f"{fmt_bytes(abs(cell.headroom_bytes), unit)}<br>fewest GPUs ({row.strategy.value}): {many}"
+                + (f"<br>⚠ {cell.warning}" if cell.warning else "") + tail
             )
         z.append(zr)
         text.append(tr)
         hover.append(hr)
+    warned = {matrix.gpus[i] for row in matrix.rows for i, c in enumerate(row.cells) if c.warning}
+    x = [name + (" ⚠" if matrix.gpus[i] in warned else "") for name, i in zip(x, order)]  # no bf16: on the column
     finite = [abs(v) for r in z for v in r if v is not None]
     span = max(finite + [1.0])
     cap = min(span, 80.0)  # beyond +-80 GB the colour saturates, so small margins stay visible
     fig = go.Figure(go.Heatmap(
-        x=x, y=y, z=z, text=text, texttemplate="%{text}", textfont={"size": 9},
+        x=x, y=y, z=z, text=text, texttemplate="%{text}", textfont={"size": 11},
         customdata=hover, hovertemplate="%{customdata}<extra></extra>",
         colorscale=[[0.0, "#b2182b"], [0.45, "#f4a582"], [0.5, "#f7f7f7"], [0.55, "#a6dba0"], [1.0, "#1b7837"]],
         zmid=0, zmin=-cap, zmax=cap, xgap=1, ygap=1,
-        colorbar={"title": {"text": f"headroom ({unit})"}},
+        colorbar={"title": {"text": f"headroom<br>on one GPU<br>({unit})"}, "thickness": 14},
     ))
     fig.update_layout(
-        title=title or None, height=max(260, 34 * len(y) + 150), margin={"t": 40 if title else 10, "b": 10, "l": 10, "r": 10},
-        xaxis={"side": "top", "tickangle": -45}, yaxis={"autorange": "reversed"},
+        title=title or None, height=max(260, 30 * len(y) + 170), margin={"t": 40 if title else 10, "b": 10, "l": 10, "r": 10},
+        xaxis={"side": "top", "tickangle": -45, "title": {"text": "GPUs, from the least usable memory to the most"}},
+        yaxis={"autorange": "reversed"},
     )
     return fig
 
@@ -194,20 +210,6 @@ def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "") -> go.Figure:
 # Time & cost
 
 BASIS_LABEL = {"on_demand": "on-demand", "spot": "spot"}
-
-
-def fmt_hours(hours: float) -> str:
-    """``'42 min'``, ``'4.27 h'`` or ``'3.1 days (74.4 h)'``."""
-    if hours < 1:
-        return f"{hours * 60:,.1f} min"
-    if hours < 48:
-        return f"{hours:,.2f} h"
-    return f"{hours / 24:,.1f} days ({hours:,.0f} h)"
-
-
-def fmt_usd(usd: float | None) -> str:
-    """``'$1,234.56'``; ``'no price'`` for None."""
-    return "no price" if usd is None else f"${usd:,.2f}"
 
 
 def _log_axes_vline(current_size: float, text: str) -> dict:
@@ -296,3 +298,62 @@ def plan_scatter_figure(search: PlanSearch) -> go.Figure:
                       yaxis_title=f"cost, {BASIS_LABEL.get(basis, basis)} (USD)", height=480, margin={"t": 30, "b": 10},
                       legend={"orientation": "h", "y": -0.2})
     return fig
+
+
+# --------------------------------------------------------------------------------------------------
+# Validation (Methodology)
+
+BAND_COLOURS = {25: "rgba(44, 160, 44, 0.10)", 10: "rgba(44, 160, 44, 0.22)"}
+SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star", "cross", "triangle-down", "pentagon", "hexagon")
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+
+
+def predicted_vs_measured_figure(points: list[dict], *, quantity: str, axis_unit: str, colour_title: str,
+                                 symbol_title: str, height: int = 520) -> go.Figure:
+    """Log-log scatter of predicted against measured values with the line y = x and the ±10% and ±25% bands.
+
+    ``points``: one dict per row with ``measured`` and ``predicted`` (> 0, in ``axis_unit``), ``colour`` and
+    ``symbol`` (category labels: one colour per value of the first, one marker per value of the second) and
+    ``hover`` (the row, as HTML-safe text lines joined by ``<br>``). A point above the line is an over-estimate.
+    Used for both the memory and the throughput validation, so both read the same way.
+    """
+    pts = [p for p in points if p["measured"] > 0 and p["predicted"] > 0]
+    values = [v for p in pts for v in (p["measured"], p["predicted"])] or [1.0, 10.0]
+    lo, hi = min(values) / 1.5, max(values) * 1.5
+    xs = [lo * (hi / lo) ** (i / 20) for i in range(21)]
+    data: list[dict] = []
+    for pct in (25, 10):  # the wider band first, so the narrower one draws over it
+        data.append({"type": "scatter", "x": xs, "y": [x * (1 - pct / 100) for x in xs], "mode": "lines",
+                     "line": {"width": 0}, "hoverinfo": "skip", "showlegend": False})
+        data.append({"type": "scatter", "x": xs, "y": [x * (1 + pct / 100) for x in xs], "mode": "lines",
+                     "line": {"width": 0}, "fill": "tonexty", "fillcolor": BAND_COLOURS[pct], "hoverinfo": "skip",
+                     "name": f"within ±{pct}%", "legendgroup": "bands"})
+    data.append({"type": "scatter", "x": [lo, hi], "y": [lo, hi], "mode": "lines", "name": "predicted = measured",
+                 "line": {"color": "black", "dash": "dash", "width": 1}, "hoverinfo": "skip", "legendgroup": "bands"})
+    symbols = {s: SYMBOLS[i % len(SYMBOLS)] for i, s in enumerate(dict.fromkeys(p["symbol"] for p in pts))}
+    colours = {c: PALETTE[i % len(PALETTE)] for i, c in enumerate(dict.fromkeys(p["colour"] for p in pts))}
+    data.append({
+        "type": "scatter", "mode": "markers", "showlegend": False,
+        "x": [p["measured"] for p in pts], "y": [p["predicted"] for p in pts], "customdata": [p["hover"] for p in pts],
+        "marker": {"size": 10, "symbol": [symbols[p["symbol"]] for p in pts], "color": [colours[p["colour"]] for p in pts],
+                   "line": {"width": 1, "color": "white"}},
+        "hovertemplate": f"%{{customdata}}<br>measured %{{x:,.3g}} {axis_unit}, predicted %{{y:,.3g}} {axis_unit}"
+                         "<extra></extra>",
+    })
+    # Legend-only entries: one per colour (a circle) and one per marker (grey), so each legend line means one thing.
+    data += [{"type": "scatter", "mode": "markers", "x": [None], "y": [None], "name": plain(str(c)),
+              "legendgroup": "colour", "legendgrouptitle": {"text": colour_title} if i == 0 else None,
+              "marker": {"size": 10, "color": colour, "symbol": "circle"}} for i, (c, colour) in enumerate(colours.items())]
+    data += [{"type": "scatter", "mode": "markers", "x": [None], "y": [None], "name": plain(str(s)),
+              "legendgroup": "symbol", "legendgrouptitle": {"text": symbol_title} if i == 0 else None,
+              "marker": {"size": 10, "color": "#7f7f7f", "symbol": symbol}} for i, (s, symbol) in enumerate(symbols.items())]
+    for trace in data:
+        if trace.get("legendgrouptitle") is None:
+            trace.pop("legendgrouptitle", None)
+    axis = f"{quantity} ({axis_unit})" if axis_unit != quantity else quantity
+    layout = {
+        "xaxis": {"type": "log", "title": {"text": f"measured {axis}"}, "range": [math.log10(lo), math.log10(hi)]},
+        "yaxis": {"type": "log", "title": {"text": f"predicted {axis}"}, "range": [math.log10(lo), math.log10(hi)]},
+        "height": height, "margin": {"t": 30, "b": 10}, "legend": {"groupclick": "toggleitem", "tracegroupgap": 12},
+    }
+    return go.Figure({"data": data, "layout": layout})

@@ -22,6 +22,12 @@ SPEED_GPU = "NVIDIA H100 80GB"
 """GPU the speed column uses when the sidebar shows none."""
 
 
+def _signed(value: float, unit: Unit) -> str:
+    """``-12.3 GiB``, ``+0.4 GiB``, ``±0 GiB`` for a change that rounds to nothing (never ``-0.0``)."""
+    shown = round(value, 1)
+    return f"±0 {unit}" if shown == 0 else f"{shown:+,.1f} {unit}"
+
+
 def checklist_figure(checklist: Checklist, unit: Unit, gpu: Gpu | None) -> go.Figure:
     """A Plotly waterfall: the naive peak, one bar per step down by its saving, and the final peak, in ``unit``."""
     steps = checklist.steps
@@ -30,7 +36,7 @@ def checklist_figure(checklist: Checklist, unit: Unit, gpu: Gpu | None) -> go.Fi
     x = [steps[0].label] + [s.label for s in steps[1:]] + ["Your configuration" if mine else "With the ticked techniques"]
     y = [to_unit(steps[0].peak_bytes, unit)] + [-to_unit(s.saving_bytes, unit) for s in steps[1:]] + [0.0]
     text = [f"{to_unit(steps[0].peak_bytes, unit):,.1f} {unit}"]
-    text += [f"{-to_unit(s.saving_bytes, unit):+,.1f} {unit}" for s in steps[1:]]
+    text += [_signed(-to_unit(s.saving_bytes, unit), unit) for s in steps[1:]]
     text += [f"{to_unit(checklist.final.peak_bytes, unit):,.1f} {unit}"]
     fig = go.Figure(go.Waterfall(
         x=x, y=y, measure=["absolute"] + ["relative"] * (len(steps) - 1) + ["total"], text=text, textposition="outside",
@@ -54,10 +60,10 @@ def checklist_table(checklist: Checklist, unit: Unit) -> pd.DataFrame:
     for i, s in enumerate(checklist.steps):
         change = checklist.speed_change(i)
         rows.append({
-            "step": s.label, "what changes": s.change, f"peak per GPU ({unit})": round(to_unit(s.peak_bytes, unit), 2),
-            f"saving ({unit})": round(to_unit(s.saving_bytes, unit), 2),
-            "tokens/s": None if s.tokens_per_second is None else round(s.tokens_per_second),
-            "speed vs previous": None if change is None else f"{100 * change:+.0f}%",
+            "step": s.label, "what changes": s.change, f"peak per GPU ({unit})": f"{to_unit(s.peak_bytes, unit):,.2f}",
+            f"saving ({unit})": f"{to_unit(s.saving_bytes, unit):,.2f}",
+            "tokens/s": "—" if s.tokens_per_second is None else f"{round(s.tokens_per_second):,}",
+            "speed vs previous": "—" if change is None else f"{100 * change:+.0f}%",
             "effective batch": s.effective_batch, "trade-off": s.tradeoff + (f" ({s.speed_note})" if s.speed_note else ""),
         })
     return pd.DataFrame(rows)
@@ -111,7 +117,7 @@ def checklist_section(arch: Architecture, scenario: Scenario, unit: Unit, gpu: G
         st.error(f"Cannot build the checklist: {exc}")
         return
     st.plotly_chart(checklist_figure(checklist, unit, gpu), width="stretch", key="checklist_chart")
-    st.dataframe(checklist_table(checklist, unit), hide_index=True, width="stretch", key="checklist_table")
+    st.table(checklist_table(checklist, unit), hide_index=True)  # static: every column wraps to the page width
     st.caption(
         f"Naive {fmt_bytes(checklist.naive.peak_bytes, unit)} -> {fmt_bytes(checklist.final.peak_bytes, unit)} per GPU "
         f"(saved {fmt_bytes(checklist.total_saving_bytes, unit)}). Speed on {speed_gpu.name} at the default MFU; a negative "

@@ -20,7 +20,6 @@ import streamlit as st
 from engine.errors import EngineError
 from engine.importers import ImportResult, import_configs, model_repo
 from engine.model.sources import catalog_choices
-from engine.plan.cost import PLAN_GPU_COUNTS
 
 # Scenario field -> the sidebar widget's key (ui.scenario_form).
 WIDGET_KEYS = {
@@ -29,9 +28,14 @@ WIDGET_KEYS = {
     "attention": "attention", "lora_r": "lora_r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout",
     "quant_type": "quant_type", "double_quant": "double_quant", "prepare_kbit_training": "prepare_kbit",
     "fused_cross_entropy": "fused_ce", "framework": "framework",
+    # PEFT methods and tricks (ui/peft_form.py)
+    "num_virtual_tokens": "num_virtual_tokens", "modules_to_save": "modules_to_save", "use_rslora": "use_rslora",
+    "galore_rank": "galore_rank", "liger_kernels": "liger_kernels", "gradient_checkpointing_offload": "gc_offload",
 }
-PARALLEL_KEYS = {"num_gpus": "mem_num_gpus", "strategy": "mem_strategy", "offload": "mem_offload",
-                 "gpus_per_node": "mem_gpus_per_node"}
+"""Scenario field -> its sidebar widget's key. ``loraplus_lr_ratio`` has none: it changes learning rates only (no memory
+or time), so the sidebar does not ask for it."""
+PARALLEL_KEYS = {"num_gpus": "num_gpus", "strategy": "strategy", "offload": "offload", "gpus_per_node": "gpus_per_node"}
+"""Import field -> the sidebar's hardware widget key (ui.hardware), shared by every page."""
 _APPLIED = "cfg_import_applied"
 _PENDING_TARGETS = "_url_lora_targets"  # ui.share applies it once the model's module names are known
 PAGES = (("pages/fit.py", "GPU fit"), ("pages/time_cost.py", "Time & cost"), ("pages/plans.py", "Plans"))
@@ -53,16 +57,12 @@ def _apply(result: ImportResult) -> None:
     state = st.session_state
     for field, value in result.fields.items():
         if field in WIDGET_KEYS:
-            state[WIDGET_KEYS[field]] = value
+            state[WIDGET_KEYS[field]] = list(value) if isinstance(value, tuple) else value  # multiselects take lists
     if "lora_targets" in result.fields:
         state[_PENDING_TARGETS] = list(result.fields["lora_targets"])
     for name, key in PARALLEL_KEYS.items():
         if name in result.parallel:
             state[key] = result.parallel[name]
-    if "strategy" in result.parallel:
-        state["tc_strategy"] = result.parallel["strategy"]
-    if result.parallel.get("num_gpus") in PLAN_GPU_COUNTS:
-        state["tc_num_gpus"] = result.parallel["num_gpus"]
     if "epochs" in result.dataset:
         state["tc_epochs"] = float(result.dataset["epochs"])
     if "packing" in result.dataset:

@@ -2,10 +2,15 @@
 
 The entrypoint (``streamlit_app.py``) calls :func:`app_shell` before running the page, so the sidebar's
 widgets belong to the app, not to one page, and keep their values when the user switches pages. A page
-calls :func:`page_setup`, which returns the picked model and draws the shell itself only when the
-entrypoint did not run: with a ``pages/`` folder present, a fresh server's first request to ``/model``
-runs ``pages/model.py`` directly (Streamlit's multipage v1 path) until some session calls
-``st.navigation``.
+calls :func:`page_setup`, which returns the picked model.
+
+Deep links on a fresh server: Streamlit decides once per server process, when the first session starts, whether the
+app is a "pages/ directory" app (``PagesManager.uses_pages_directory``: a ``pages/`` folder beside the entrypoint),
+and only a call of ``st.navigation`` turns that off. Until some session has run the entrypoint, a request for
+``/memory`` runs ``pages/memory.py`` directly with Streamlit's list of file names as navigation (and the "Page not
+found" dialog when the name is not a file). :func:`page_setup` notices that run (the entrypoint did not draw the
+shell), switches the process to ``st.navigation`` routing and reruns: the rerun goes through ``streamlit_app.py``,
+whose ``st.navigation`` resolves the same URL path to the same page, with the app's navigation.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ import gc
 import streamlit as st
 
 from engine.scenario.training import Scenario
+from ui.hardware import KEYS as HARDWARE_KEYS
+from ui.hardware import Hardware, hardware_sidebar
+from ui.inputs import begin_run, stale_slot
 from ui.model_picker import PickedModel, model_sidebar
 from ui.scenario_form import _targets_key, scenario_sidebar
 from ui.share import apply_pending_targets, read_query_params, write_query_params
@@ -43,15 +51,14 @@ _tune_garbage_collector()
 # value cannot be re-assigned; the entrypoint path keeps it.)
 _KEPT_KEYS = (
     "method", "precision", "optimizer", "micro_batch_size", "seq_len", "grad_accum", "gradient_checkpointing",
-    "attention", "lora_r", "lora_alpha", "lora_dropout", "quant_type", "double_quant", "prepare_kbit", "fused_ce", "framework", "gpu", "unit",
+    "attention", "lora_r", "lora_alpha", "lora_dropout", "quant_type", "double_quant", "prepare_kbit", "fused_ce", "framework",
     "model_source", "catalog_repo", "hub_repo_id", "hub_revision",
+    *HARDWARE_KEYS,  # the sidebar's hardware, shared by every page (ui.hardware)
     # Time & cost inputs (ui.scenario_form.time_cost_sidebar)
-    "tc_size_mode", "tc_examples", "tc_avg_tokens", "tc_total_tokens", "tc_epochs", "tc_packing", "tc_runs", "tc_mfu",
-    "tc_gpu", "tc_num_gpus", "tc_strategy", "tc_ddp_eff", "tc_zero3_eff", "tc_price_source", "tc_basis",
-    "tc_max_gpus",
-    # Memory page: many GPUs and serving (ui.scenario_form.parallel_sidebar / inference_inputs)
-    "mem_num_gpus", "mem_gpus_per_node", "mem_strategy", "mem_offload", "mem_workload",
-    "inf_weight_precision", "inf_kv_dtype", "inf_concurrency", "inf_seq_len",
+    "tc_size_mode", "tc_examples", "tc_avg_tokens", "tc_total_tokens", "tc_epochs", "tc_packing", "tc_runs", "tc_measured",
+    "tc_fused", "tc_price_source", "tc_basis", "tc_max_gpus",
+    # Memory page: the workload and serving (ui.scenario_form.inference_inputs)
+    "mem_workload", "inf_weight_precision", "inf_kv_dtype", "inf_concurrency", "inf_seq_len",
 )
 # Not the token field: re-assigning a widget's value sends it back to the browser in the widget message.
 
@@ -65,33 +72,60 @@ def _keep_scenario_state() -> None:
 def app_shell() -> None:
     """Configure the page, keep scenario inputs and draw the model picker (entrypoint, every run)."""
     st.set_page_config(page_title="Fine-tune fit", layout="wide")
+    begin_run()
     _keep_scenario_state()
     read_query_params()  # once per session: a shared link's scenario into the widget state
     model_sidebar()
     st.session_state[_SHELL_FLAG] = True
 
 
-def scenario_page(title: str) -> tuple[PickedModel, Scenario]:
-    """Shell, title and the scenario sidebar of a page that needs both; stops the run (after saying
-    why) when there is no model or the scenario is invalid."""
+def page_start(title: str) -> PickedModel:
+    """Shell, title and the place for out-of-range inputs of a page that needs a model; stops the run (after saying
+    why) when there is none."""
     model = page_setup()
     st.title(title)
+    stale_slot()
     if model is None:
         st.info("Pick a model in the sidebar: the bundled catalog works offline.")
         st.stop()
     if model.origin.notice:
         st.warning(model.origin.notice)
+    return model  # type: ignore[return-value]
+
+
+def scenario_page(title: str) -> tuple[PickedModel, Scenario, Hardware]:
+    """:func:`page_start`, then the sidebar's hardware and training scenario; stops the run (after saying why) when
+    the scenario is invalid."""
+    model = page_start(title)
+    hw = hardware_sidebar()
     apply_pending_targets(model.arch, _targets_key(model.arch))
     scenario = scenario_sidebar(model.arch)
     if scenario is None:
         st.stop()
-    write_query_params(scenario)  # the URL reproduces this page's scenario
-    return model, scenario  # type: ignore[return-value]
+    write_query_params(scenario)  # the URL reproduces this page's scenario and hardware
+    return model, scenario, hw  # type: ignore[return-value]
+
+
+def _route_through_navigation() -> None:
+    """Rerun through the entrypoint when Streamlit ran a page file by itself (its legacy ``pages/`` path).
+
+    Streamlit runs the entrypoint, and so ``st.navigation``, for every session once the class-wide
+    ``PagesManager.uses_pages_directory`` is False; ``st.navigation`` sets it so, but a fresh server's first sessions
+    never reach it. Setting it here does what that call would have done; the rerun keeps the URL path, which
+    ``st.navigation`` resolves to this page. A page run as the main script (AppTest of one page file) has no
+    ``pages/`` beside it, so the flag is already False there and nothing happens.
+    """
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
 
 
 def page_setup() -> PickedModel | None:
     """The model picked in the sidebar, drawing the shell first if the entrypoint did not run."""
     if not st.session_state.pop(_SHELL_FLAG, False):
+        _route_through_navigation()
         app_shell()
         st.session_state.pop(_SHELL_FLAG, None)
     return st.session_state.get("model")

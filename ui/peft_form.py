@@ -13,7 +13,8 @@ def peft_inputs(method: Method, optimizer: Optimizer, checkpointing: bool) -> di
     """Draw the inputs that apply to ``method`` / ``optimizer``; return their Scenario fields."""
     out: dict = {}
     if method in PROMPT_METHODS:
-        out["num_virtual_tokens"] = int(st.number_input("Virtual tokens", min_value=1, max_value=65_536, value=20, step=1,
+        st.session_state.setdefault("num_virtual_tokens", 20)  # PEFT examples' num_virtual_tokens
+        out["num_virtual_tokens"] = int(st.number_input("Virtual tokens", min_value=1, max_value=65_536, step=1,
                                                         key="num_virtual_tokens"))
     if method is not Method.FULL:
         saved = st.multiselect("Modules to save (trained in full)", sorted(SAVEABLE), key="modules_to_save",
@@ -23,7 +24,8 @@ def peft_inputs(method: Method, optimizer: Optimizer, checkpointing: bool) -> di
         out["use_rslora"] = st.toggle("rsLoRA scaling (alpha / sqrt(r))", key="use_rslora",
                                       help="Changes the scaling only: no effect on memory or time.")
     if optimizer is Optimizer.GALORE_ADAMW:
-        out["galore_rank"] = int(st.number_input("GaLore rank", min_value=1, max_value=65_536, value=128, step=1,
+        st.session_state.setdefault("galore_rank", 128)  # galore-torch's README rank
+        out["galore_rank"] = int(st.number_input("GaLore rank", min_value=1, max_value=65_536, step=1,
                                                  key="galore_rank"))
     with st.expander("Kernels and offload"):
         out["liger_kernels"] = st.toggle("Liger RMSNorm / SwiGLU / RoPE", key="liger_kernels")

@@ -12,6 +12,7 @@ from engine.errors import EngineError
 from engine.plan.plans import COMPONENT_KEYS, Plan, PlanResult, unique_plan_name
 from engine.model.sources import config_from_catalog
 from engine.units import Unit, to_unit
+from ui.formats import plain
 
 PLANS_KEY = "saved_plans"
 STAMP_KEY = "saved_plans_stamp"  # (app_version, exported_at) of an imported file, until the plans change
@@ -59,28 +60,55 @@ def resolve_config(repo_id: str, revision: str | None) -> dict[str, Any]:
         return _hub_config(repo_id, revision)[0]
 
 
+NAME_CHARS = 28
+"""Characters of a plan name on an axis; the hover shows the whole name."""
+
+
+def _axis_names(plans: list[tuple[Plan, PlanResult]]) -> tuple[list[str], list[str]]:
+    """(tick labels, hover names): user text escaped (a ``<b>`` in a name is shown, not applied), long names cut.
+    Distinct plans keep distinct ticks: a cut name that repeats gets its position appended."""
+    full = [plain(p.name) for p, _ in plans]
+    ticks = [plain(p.name, NAME_CHARS) for p, _ in plans]
+    seen: dict[str, int] = {}
+    for i, t in enumerate(ticks):
+        seen[t] = seen.get(t, 0) + 1
+        if seen[t] > 1:
+            ticks[i] = f"{t} ({i + 1})"
+    return ticks, full
+
+
+def _layout(fig: go.Figure, height: int, **extra: object) -> None:
+    # The legend above the plot, so long (slanted) names below it never run into it.
+    fig.update_layout(height=height, margin={"t": 60, "b": 10}, xaxis={"tickangle": -30, "automargin": True},
+                      legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0}, **extra)
+
+
 def memory_compare_figure(plans: list[tuple[Plan, PlanResult]], unit: Unit) -> go.Figure:
     """Stacked bars of each plan's memory components at its peak (one GPU, before sharding)."""
     fig = go.Figure()
-    names = [p.name for p, _ in plans]
+    names, full = _axis_names(plans)
     extra = [k for _, r in plans for k in r.components_bytes if k not in COMPONENT_KEYS]
     for key in (*COMPONENT_KEYS, *dict.fromkeys(extra)):
         values = [round(to_unit(r.components_bytes.get(key, 0.0), unit), 3) for _, r in plans]
         if any(values):
-            fig.add_bar(name=key.replace("_", " "), x=names, y=values)
+            fig.add_bar(name=key.replace("_", " "), x=names, y=values, customdata=full,
+                        hovertemplate=f"%{{customdata}}<br>{key.replace('_', ' ')}: %{{y:,.2f}} {unit}<extra></extra>")
     fig.add_scatter(name=f"per-GPU peak ({unit})", x=names, y=[round(to_unit(r.per_gpu_peak_bytes, unit), 3) for _, r in plans],
-                    mode="markers", marker={"symbol": "diamond", "size": 12, "color": "black"})
-    fig.update_layout(barmode="stack", yaxis_title=unit, height=420, legend={"orientation": "h"},
-                      margin={"t": 30, "b": 10})
+                    mode="markers", marker={"symbol": "diamond", "size": 12, "color": "black"}, customdata=full,
+                    hovertemplate=f"%{{customdata}}<br>per-GPU peak: %{{y:,.2f}} {unit}<extra></extra>")
+    _layout(fig, 460, barmode="stack", yaxis_title=unit)
     return fig
 
 
 def time_cost_compare_figure(plans: list[tuple[Plan, PlanResult]]) -> go.Figure:
     """Hours (left) and cost on demand and spot in USD (right) of each plan."""
-    names = [p.name for p, _ in plans]
+    names, full = _axis_names(plans)
     fig = make_subplots(rows=1, cols=2, subplot_titles=("Wall time (hours)", "Cost (USD)"))
-    fig.add_bar(name="hours", x=names, y=[r.hours for _, r in plans], row=1, col=1)
-    fig.add_bar(name="on demand", x=names, y=[r.cost_usd_on_demand for _, r in plans], row=1, col=2)
-    fig.add_bar(name="spot", x=names, y=[r.cost_usd_spot for _, r in plans], row=1, col=2)
-    fig.update_layout(barmode="group", height=380, margin={"t": 40, "b": 10}, legend={"orientation": "h"})
+    fig.add_bar(name="hours", x=names, y=[r.hours for _, r in plans], row=1, col=1, customdata=full,
+                hovertemplate="%{customdata}<br>%{y:,.3g} h<extra></extra>")
+    for label, values in (("on demand", [r.cost_usd_on_demand for _, r in plans]), ("spot", [r.cost_usd_spot for _, r in plans])):
+        fig.add_bar(name=label, x=names, y=values, row=1, col=2, customdata=full,
+                    hovertemplate=f"%{{customdata}}<br>{label}: $%{{y:,.2f}}<extra></extra>")
+    _layout(fig, 420, barmode="group")
+    fig.update_xaxes(tickangle=-30, automargin=True)
     return fig

@@ -1,5 +1,6 @@
-"""Sidebar inputs of a training scenario, returning a validated :class:`engine.scenario.training.Scenario`, and the
-Time & cost page's inputs (dataset, MFU, GPU plan, price source: :func:`time_cost_sidebar`)."""
+"""Sidebar inputs of a training scenario, returning a validated :class:`engine.scenario.training.Scenario`, the
+Memory page's serving inputs, and the Time & cost page's inputs (dataset, MFU, scaling, price source:
+:func:`time_cost_sidebar`). The GPUs themselves are the sidebar's hardware (:mod:`ui.hardware`)."""
 
 from __future__ import annotations
 
@@ -11,18 +12,19 @@ import streamlit as st
 
 from engine.model.architecture import Architecture
 from engine.hardware.gpus import Gpu
-from ui.catalog_session import session_gpus, session_prices
+from ui.catalog_session import session_prices
+from ui.hardware import Hardware, keep_choice
+from ui.inputs import checked_number
 from engine.plan.cost import CHEAPEST_LISTED, PLAN_GPU_COUNTS, Dataset, price_source_names
 from engine.errors import ScenarioError, explain_validation
 from engine.scenario.lora import ALL_LINEAR, default_targets
 from engine.scenario.optimizer import Optimizer
 from engine.memory.inference import WEIGHT_LABELS, InferenceScenario, KvCacheDtype, WeightPrecision
-from engine.memory.parallel import OFFLOAD_LABELS, STRATEGY_LABELS, Offload, Strategy
+from engine.memory.parallel import Strategy
 from engine.scenario.precision import PrecisionMode, precision_spec
 from engine.scenario.peft import uses_targets
 from ui.peft_form import peft_inputs
 from engine.scenario.training import FRAMEWORK_LABELS, METHOD_LABELS, Attention, Framework, Method, QuantType, Scenario, default_precision
-from engine.units import Unit
 
 OPTIMIZER_LABELS = {
     Optimizer.ADAMW: "AdamW (torch, foreach: adamw_torch)",
@@ -72,8 +74,10 @@ def _targets_key(arch: Architecture) -> str:
 
 
 def scenario_sidebar(arch: Architecture) -> Scenario | None:
-    """Draw the scenario inputs; return the Scenario, or None after an ``st.error`` saying what to fix."""
+    """Draw the scenario inputs; return the Scenario, or None after an ``st.error`` saying what to fix. A number
+    typed out of range is said so under its input, and the last valid value is used (:func:`ui.inputs.checked_number`)."""
     _init_defaults(arch)
+    d = Scenario()
     with st.sidebar:
         st.header("Training scenario")
         method = st.radio("Method", list(Method), format_func=METHOD_LABELS.get, key="method", horizontal=True,
@@ -86,9 +90,9 @@ def scenario_sidebar(arch: Architecture) -> Scenario | None:
         )
         optimizer = st.selectbox("Optimizer", list(Optimizer), format_func=OPTIMIZER_LABELS.get, key="optimizer")
         c1, c2 = st.columns(2)
-        micro_batch = c1.number_input("Micro batch size", min_value=1, max_value=65_536, step=1, key="micro_batch_size")
-        seq_len = c2.number_input("Sequence length", min_value=1, max_value=2_097_152, step=256, key="seq_len")
-        accum = st.number_input("Gradient accumulation steps", min_value=1, max_value=1_000_000, step=1, key="grad_accum")
+        micro_batch = checked_number(c1, "Micro batch size", "micro_batch_size", d.micro_batch_size, step=1)
+        seq_len = checked_number(c2, "Sequence length", "seq_len", d.seq_len, step=256)
+        accum = checked_number(st, "Gradient accumulation steps", "grad_accum", d.gradient_accumulation_steps, step=1)
         checkpointing = st.toggle("Gradient checkpointing", key="gradient_checkpointing")
         attention = st.selectbox("Attention implementation", list(Attention), format_func=lambda a: a.value, key="attention")
         framework = st.selectbox(
@@ -105,9 +109,9 @@ def scenario_sidebar(arch: Architecture) -> Scenario | None:
         if uses_targets(method):
             st.subheader("Adapter (rank, targets)")
             c1, c2 = st.columns(2)
-            lora["lora_r"] = c1.number_input("Rank r", min_value=1, max_value=65_536, step=1, key="lora_r")
-            lora["lora_alpha"] = c2.number_input("Alpha", min_value=1.0, step=1.0, key="lora_alpha")
-            lora["lora_dropout"] = st.number_input("Dropout", min_value=0.0, max_value=0.99, step=0.01, key="lora_dropout")
+            lora["lora_r"] = checked_number(c1, "Rank r", "lora_r", d.lora_r, step=1)
+            lora["lora_alpha"] = checked_number(c2, "Alpha", "lora_alpha", d.lora_alpha, step=1.0)
+            lora["lora_dropout"] = checked_number(st, "Dropout", "lora_dropout", d.lora_dropout, step=0.01)
             names = arch.linear_target_names() + [ALL_LINEAR]
             lora["lora_targets"] = tuple(st.multiselect("Target modules", names, key=_targets_key(arch)))
         if method is Method.QLORA:
@@ -132,64 +136,8 @@ def scenario_sidebar(arch: Architecture) -> Scenario | None:
         return None
 
 
-def keep_choice(key: str, options: list, default) -> None:
-    """Start ``key`` at ``default`` and move it back to an existing option when the options changed (an
-    edited GPU table may drop the chosen GPU)."""
-    if st.session_state.get(key, default) not in options:
-        st.session_state[key] = default if default in options else options[0]
-    st.session_state.setdefault(key, default)
-
-
-def display_sidebar() -> tuple[Gpu | None, Unit]:
-    """GPU for the reference line and the byte unit (GB = 1e9, GiB = 2**30)."""
-    with st.sidebar:
-        st.header("Display")
-        gpus = session_gpus()
-        names = ["(none)"] + [g.name for g in gpus]
-        keep_choice("gpu", names, "NVIDIA A100 80GB")
-        st.session_state.setdefault("unit", "GiB")
-        chosen = st.selectbox("GPU memory line", names, key="gpu")
-        unit: Unit = st.radio("Unit", ["GB", "GiB"], horizontal=True, key="unit",
-                              help="GB = 10^9 bytes (cloud spec sheets, the seed chapters); GiB = 2^30 bytes (torch.cuda, nvidia-smi).")
-    gpu = next((g for g in gpus if g.name == chosen), None)
-    return gpu, unit
-
-
 # --------------------------------------------------------------------------------------------------
-# Many GPUs (Memory page) and serving inputs
-
-
-@dataclass(frozen=True)
-class ParallelInputs:
-    """GPU count, strategy, offload and GPUs per node of the Memory page's per-GPU view."""
-
-    num_gpus: int
-    strategy: Strategy
-    offload: Offload
-    gpus_per_node: int
-
-    @property
-    def is_multi(self) -> bool:
-        return self.num_gpus > 1 or self.strategy is not Strategy.DDP or self.offload is not Offload.NONE
-
-
-def parallel_sidebar() -> ParallelInputs:
-    """Sidebar section "Many GPUs": number of GPUs, data-parallel strategy, offload, GPUs per node."""
-    for key, value in (("mem_num_gpus", 1), ("mem_strategy", Strategy.DDP), ("mem_offload", Offload.NONE),
-                       ("mem_gpus_per_node", 8)):
-        st.session_state.setdefault(key, value)
-    with st.sidebar:
-        st.header("Many GPUs")
-        c1, c2 = st.columns(2)
-        n = int(c1.number_input("GPUs", min_value=1, max_value=1024, step=1, key="mem_num_gpus",
-                                help="Data-parallel GPUs; each runs the micro batch above (activations are per GPU)."))
-        per_node = int(c2.number_input("GPUs per node", min_value=1, max_value=64, step=1, key="mem_gpus_per_node",
-                                       help="For the CPU memory per node when offloading."))
-        strategy = st.selectbox("Strategy", list(Strategy), format_func=STRATEGY_LABELS.get, key="mem_strategy",
-                                help="Which model states are divided over the GPUs (ZeRO stages; FSDP sharding strategies).")
-        offload = st.selectbox("Offload to CPU", list(Offload), format_func=OFFLOAD_LABELS.get, key="mem_offload",
-                               help="ZeRO-Offload / FSDP CPUOffload: states in CPU memory (weights only with ZeRO-3 / FSDP full shard).")
-    return ParallelInputs(num_gpus=n, strategy=strategy, offload=offload, gpus_per_node=per_node)
+# Serving inputs
 
 
 def inference_inputs(max_context: int | None) -> InferenceScenario | None:
@@ -202,9 +150,9 @@ def inference_inputs(max_context: int | None) -> InferenceScenario | None:
                       format_func=lambda w: "as stored (bf16 if not quantized)" if w is None else WEIGHT_LABELS[w],
                       help="A checkpoint stored quantized (its quantization_config: FP8, GPTQ, AWQ, bitsandbytes) is served as stored.")
     kv = c2.selectbox("KV cache dtype", list(KvCacheDtype), format_func=lambda k: k.value, key="inf_kv_dtype")
-    conc = c3.number_input("Concurrent sequences", min_value=1, max_value=1 << 20, step=1, key="inf_concurrency")
-    seq = c4.number_input("Context per sequence", min_value=1, max_value=1 << 21, step=1024, key="inf_seq_len",
-                          help="Prompt + generated tokens of each sequence.")
+    conc = checked_number(c3, "Concurrent sequences", "inf_concurrency", 1, step=1)
+    seq = checked_number(c4, "Context per sequence", "inf_seq_len", min(8192, max_context or 8192), step=1024,
+                         help="Prompt + generated tokens of each sequence.")
     try:
         return InferenceScenario.build(weight_precision=wp, kv_cache_dtype=kv, concurrency=int(conc), seq_len=int(seq))
     except ScenarioError as exc:
@@ -217,7 +165,6 @@ def inference_inputs(max_context: int | None) -> InferenceScenario | None:
 
 SIZE_EXAMPLES = "Examples × average tokens"
 SIZE_TOKENS = "Total tokens"
-FEWEST = "fewest that fit"
 
 
 @dataclass(frozen=True)
@@ -227,9 +174,9 @@ class TimeCostInputs:
     dataset: Dataset
     measured_tokens_per_second: float | None  # "calibrate to my run": tokens/s measured for this plan, None = none
     fused_kernels: bool
-    gpu: Gpu
-    num_gpus: int | None  # None: the fewest that fit
-    strategy: Strategy
+    gpu: Gpu  # the sidebar's hardware (ui.hardware)
+    num_gpus: int
+    strategy: Strategy  # the hardware's strategy: used with more than one GPU and for the fewest GPUs
     price_source: str
     basis: str  # "on_demand" or "spot": the price the plan search and the curves rank by
     max_gpus: int  # largest GPU count the plan search tries
@@ -240,52 +187,44 @@ def _init_time_cost_defaults() -> None:
     defaults = {
         "tc_size_mode": SIZE_EXAMPLES, "tc_examples": 10_000, "tc_avg_tokens": 512.0, "tc_total_tokens": 5_120_000,
         "tc_epochs": 3.0, "tc_packing": True, "tc_runs": 1, "tc_measured": 0.0, "tc_fused": False,
-        "tc_gpu": "NVIDIA A100 80GB", "tc_num_gpus": FEWEST, "tc_strategy": Strategy.ZERO3, "tc_price_source": CHEAPEST_LISTED,
-        "tc_basis": "on_demand", "tc_max_gpus": 8,
+        "tc_price_source": CHEAPEST_LISTED, "tc_basis": "on_demand", "tc_max_gpus": 8,
     }
     for key, value in defaults.items():
         st.session_state.setdefault(key, value)
 
 
-def time_cost_sidebar() -> TimeCostInputs | None:
-    """Dataset, epochs, packing, runs, calibration, fused kernels, GPU and count, strategy, price source (sidebar).
+def time_cost_sidebar(hw: Hardware) -> TimeCostInputs | None:
+    """Dataset, epochs, packing, runs, calibration, fused kernels and price source (sidebar), for the sidebar's
+    hardware ``hw``.
 
     Returns None after an ``st.error`` when the dataset is not valid.
     """
     _init_time_cost_defaults()
-    gpus = session_gpus()
-    keep_choice("tc_gpu", [g.name for g in gpus], "NVIDIA A100 80GB")
     with st.sidebar:
         st.header("Dataset and run")
         mode = st.radio("Dataset size as", [SIZE_EXAMPLES, SIZE_TOKENS], key="tc_size_mode", horizontal=True)
         if mode == SIZE_EXAMPLES:
             c1, c2 = st.columns(2)
-            examples = int(c1.number_input("Examples", min_value=1, max_value=10**12, step=1_000, key="tc_examples"))
-            avg = float(c2.number_input("Avg. tokens / example", min_value=1.0, max_value=1e7, step=64.0, key="tc_avg_tokens"))
+            examples = int(checked_number(c1, "Examples", "tc_examples", 10_000, step=1_000))
+            avg = float(checked_number(c2, "Avg. tokens / example", "tc_avg_tokens", 512.0, step=64.0))
             size: dict = {"examples": examples, "avg_tokens": avg}
         else:
-            size = {"total_tokens": int(st.number_input("Tokens per epoch", min_value=1, max_value=10**15, step=1_000_000,
-                                                        key="tc_total_tokens"))}
+            size = {"total_tokens": int(checked_number(st, "Tokens per epoch", "tc_total_tokens", 5_120_000,
+                                                       step=1_000_000))}
         c1, c2 = st.columns(2)
-        epochs = float(c1.number_input("Epochs", min_value=0.01, max_value=10_000.0, step=1.0, key="tc_epochs"))
-        runs = int(c2.number_input("Experimental runs", min_value=1, max_value=10_000, step=1, key="tc_runs"))
+        epochs = float(checked_number(c1, "Epochs", "tc_epochs", 3.0, step=1.0))
+        runs = int(checked_number(c2, "Experimental runs", "tc_runs", 1, step=1))
         packing = st.toggle("Packing", key="tc_packing", disabled=mode != SIZE_EXAMPLES,
                             help="On: examples are concatenated into full sequences. Off: each example is padded to the "
                                  "sequence length, and the padding costs compute like real tokens.")
         fused = st.toggle("Fused kernels (torch.compile, Unsloth, Liger)", key="tc_fused",
                           help="Fused elementwise kernels: fewer bytes through memory and fewer kernel launches.")
-        measured = float(st.number_input(
-            "Calibrate to my run: measured tokens/s", min_value=0.0, max_value=1e9, step=100.0, key="tc_measured",
+        measured = float(checked_number(
+            st, "Calibrate to my run: measured tokens/s", "tc_measured", 0.0, step=100.0,
             help="Tokens/s you measured for this model, scenario and GPU plan (all GPUs together); 0 = none. The model "
                  "fits one factor (measured / predicted) and applies it to every plan on this page.",
         ))
-        st.header("GPUs and prices")
-        gpu_name = st.selectbox("GPU", [g.name for g in gpus], key="tc_gpu")
-        c1, c2 = st.columns(2)
-        count = c1.selectbox("GPUs", [FEWEST, *PLAN_GPU_COUNTS], key="tc_num_gpus",
-                             format_func=lambda v: v if isinstance(v, str) else f"{v}")
-        strategy = c2.selectbox("Strategy", list(Strategy), key="tc_strategy", format_func=lambda s: s.value,
-                                help="; ".join(STRATEGY_LABELS.values()))
+        st.header("Prices")
         sources = price_source_names(session_prices())
         keep_choice("tc_price_source", sources, CHEAPEST_LISTED)
         source = st.selectbox("Price source", sources, key="tc_price_source",
@@ -305,7 +244,6 @@ def time_cost_sidebar() -> TimeCostInputs | None:
         return None
     return TimeCostInputs(
         dataset=dataset, measured_tokens_per_second=measured or None, fused_kernels=bool(fused),
-        gpu=next(g for g in gpus if g.name == gpu_name), num_gpus=None if isinstance(count, str) else int(count),
-        strategy=strategy, price_source=source, basis=basis,
+        gpu=hw.gpu, num_gpus=hw.num_gpus, strategy=hw.strategy, price_source=source, basis=basis,
         max_gpus=int(max_gpus),
     )

@@ -16,7 +16,9 @@ from engine.scenario.lora import ALL_LINEAR
 from engine.scenario.optimizer import Optimizer
 from engine.memory.parallel import Offload, Strategy
 from engine.scenario.precision import PrecisionMode
-from engine.scenario.training import MAX_MICRO_BATCH, MAX_SEQ_LEN, Attention, Framework, Method, QuantType, Scenario
+from engine.errors import CatalogError
+from engine.scenario.training import Attention, Framework, Method, QuantType, Scenario
+from ui.inputs import LIMITS, valid_value
 
 _READ_FLAG = "_query_params_read"
 _PENDING_TARGETS = "_url_lora_targets"
@@ -69,25 +71,38 @@ def _enum(kind: type) -> Callable[[str], Any]:
     return parse
 
 
-def _num_gpus(text: str) -> Any:
-    from ui.scenario_form import FEWEST
+def _gpu(text: str) -> str:
+    """A GPU of this session's catalog, by any name it accepts; unknown: the closest names, as the CLI says."""
+    from engine.hardware.gpus import _resolve
+    from ui.catalog_session import session_gpus
 
-    return FEWEST if text == "fewest" else _int(1, 64)(text)
+    try:
+        return _resolve(text, session_gpus()).name
+    except CatalogError as exc:
+        raise ValueError("not a GPU of the catalog; " + str(exc).removeprefix(f"unknown GPU '{text}'").lstrip(";: ")) from None
 
 
-# URL parameter = widget key; value parsers validate.
+def _limited(key: str) -> Callable[[str], Any]:
+    lo, hi = LIMITS[key]
+    return _int(lo, hi) if isinstance(lo, int) and isinstance(hi, int) else _float(lo, hi)
+
+
+# URL parameter = widget key; value parsers validate (numbers in the ranges the sidebar's inputs check).
 PARSERS: dict[str, Callable[[str], Any]] = {
     "method": _enum(Method), "precision": _enum(PrecisionMode), "optimizer": _enum(Optimizer),
-    "micro_batch_size": _int(1, MAX_MICRO_BATCH), "seq_len": _int(1, MAX_SEQ_LEN), "grad_accum": _int(1, 1_000_000),
-    "gradient_checkpointing": _bool, "attention": _enum(Attention), "lora_r": _int(1, 65_536),
-    "lora_alpha": _float(1.0, 1e9), "lora_dropout": _float(0.0, 0.99), "quant_type": _enum(QuantType),
+    "micro_batch_size": _limited("micro_batch_size"), "seq_len": _limited("seq_len"), "grad_accum": _limited("grad_accum"),
+    "gradient_checkpointing": _bool, "attention": _enum(Attention), "lora_r": _limited("lora_r"),
+    "lora_alpha": _limited("lora_alpha"), "lora_dropout": _limited("lora_dropout"), "quant_type": _enum(QuantType),
     "double_quant": _bool, "prepare_kbit": _bool, "fused_ce": _bool, "framework": _enum(Framework),
-    "tc_gpu": str, "tc_num_gpus": _num_gpus, "tc_strategy": _enum(Strategy), "tc_epochs": _float(0.01, 10_000.0),
-    "tc_examples": _int(1, 10**12), "tc_avg_tokens": _float(1.0, 1e7),
-    # Memory page: many GPUs and the GPU line
-    "mem_num_gpus": _int(1, 1024), "mem_gpus_per_node": _int(1, 64), "mem_strategy": _enum(Strategy),
-    "mem_offload": _enum(Offload), "gpu": str, "unit": _enum_values(("GB", "GiB")),
+    # the sidebar's hardware (ui.hardware), shared by every page
+    "gpu": _gpu, "num_gpus": _limited("num_gpus"), "gpus_per_node": _limited("gpus_per_node"),
+    "strategy": _enum(Strategy), "offload": _enum(Offload), "unit": _enum_values(("GB", "GiB")),
+    # Time & cost
+    "tc_epochs": _limited("tc_epochs"), "tc_examples": _limited("tc_examples"), "tc_avg_tokens": _limited("tc_avg_tokens"),
 }
+LEGACY = {"mem_num_gpus": "num_gpus", "mem_gpus_per_node": "gpus_per_node", "mem_strategy": "strategy",
+          "mem_offload": "offload", "tc_gpu": "gpu", "tc_num_gpus": "num_gpus", "tc_strategy": "strategy"}
+"""Keys of links made before the pages shared one hardware setting, read as the key they became."""
 
 
 def _encode(value: Any) -> str:
@@ -95,8 +110,6 @@ def _encode(value: Any) -> str:
         return "true" if value else "false"
     if hasattr(value, "value"):
         return str(value.value)
-    if isinstance(value, str) and value.startswith("fewest"):
-        return "fewest"
     return str(value)
 
 
@@ -124,18 +137,21 @@ def read_query_params() -> None:
             st.session_state["hub_revision"] = params.get("rev", "")
         else:
             bad.append(f"hub={repo!r}: not a repo id")
+    given = {LEGACY.get(k, k): (k, params[k]) for k in params if k in LEGACY}
+    given |= {k: (k, params[k]) for k in params if k in PARSERS}
     for key, parse in PARSERS.items():
-        if key not in params:
+        if key not in given:
             continue
+        name, text = given[key]
         try:
-            st.session_state[key] = parse(params[key])
+            st.session_state[key] = parse(text)
         except ValueError as exc:
-            bad.append(f"{key}={params[key]!r}: {exc}")
-    if "precision" in st.session_state and "precision" in params:
+            bad.append(f"{name}={text!r}: {exc}")
+    if "precision" in st.session_state and "precision" in given:
         st.session_state["precision_chosen"] = True  # the link's precision, not the method's default
     if "lora_targets" in params:
         st.session_state[_PENDING_TARGETS] = [t for t in params["lora_targets"].split(",") if t]
-    known = {*PARSERS, "model", "hub", "rev", "lora_targets"}
+    known = {*PARSERS, *LEGACY, "model", "hub", "rev", "lora_targets"}
     bad += [f"{key}: not a setting of this app" for key in params if key not in known]
     if bad:
         st.warning("Some settings in the link were ignored: " + "; ".join(bad))
@@ -155,8 +171,9 @@ def apply_pending_targets(arch, targets_key: str) -> None:
         st.session_state[targets_key] = good
 
 
-def write_query_params(scenario: Scenario) -> None:
-    """Mirror the model and the scenario's widget values into the URL (never the token)."""
+def write_query_params(scenario: Scenario | None) -> None:
+    """Mirror the model and the scenario's widget values into the URL (never the token). A number typed out of
+    range is written as the value the results use (:func:`ui.inputs.valid_value`)."""
     state = st.session_state
     out: dict[str, str] = {}
     source = state.get("model_source")
@@ -167,9 +184,10 @@ def write_query_params(scenario: Scenario) -> None:
         if str(state.get("hub_revision", "")).strip():
             out["rev"] = str(state["hub_revision"]).strip()
     for key in PARSERS:
-        if key in state:
-            out[key] = _encode(state[key])
-    if scenario.lora_targets is not None and scenario.method is not Method.FULL:
+        value = valid_value(key) if key in state else None
+        if value is not None:
+            out[key] = _encode(value)
+    if scenario is not None and scenario.lora_targets is not None and scenario.method is not Method.FULL:
         out["lora_targets"] = ",".join(scenario.lora_targets)
     token = str(state.get("hf_token_input", "") or "").strip()
     out = {k: v for k, v in out.items() if not (token and token in v)}

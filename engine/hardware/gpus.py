@@ -258,24 +258,41 @@ def _resolve(name: str, gpus: tuple[Gpu, ...]) -> Gpu:
         for gpu in gpus:
             if wanted == _key(gpu.name) or wanted in (_key(a) for a in gpu.aliases):
                 return gpu
+    raise CatalogError(unknown_gpu_message(name, gpus))
+
+
+def unknown_gpu_message(name: str, gpus: tuple[Gpu, ...] | None = None) -> str:
+    """``"unknown GPU 'x'; closest: A, B"``, or the whole catalog when no name is close (never an unrelated guess)."""
+    gpus = gpus if gpus is not None else load_gpus()
     close = closest_gpus(name, gpus)
-    raise CatalogError(f"unknown GPU '{name}'; closest: {', '.join(close)}")
+    if close:
+        return f"unknown GPU '{name}'; closest: {', '.join(close)}"
+    return f"unknown GPU '{name}': no catalog GPU has a similar name; the catalog has {', '.join(g.name for g in gpus)}"
+
+
+SIMILAR = 0.6
+"""Least spelling similarity (difflib's ratio of the canonical names, 0-1) for a name to be suggested: "H300" ~ "H200"
+(0.75), "RTX 4070" ~ "RTX 4090" (0.86), while "nonexistent" is close to nothing (at most 0.4)."""
 
 
 def closest_gpus(name: str, gpus: tuple[Gpu, ...] | None = None, n: int = 3) -> list[str]:
-    """Catalog names closest to ``name``: names containing it first, then by spelling similarity."""
+    """Up to ``n`` catalog names closest to ``name``, closest first: names (or aliases) containing it, then names whose
+    canonical form is at least :data:`SIMILAR` alike in spelling. Empty when none is close."""
     gpus = gpus if gpus is not None else load_gpus()
     wanted = _key(name)
-    keys: dict[str, str] = {}
+    if not wanted:
+        return []
+    scores: dict[str, float] = {}
     for gpu in gpus:
-        for k in (_key(gpu.name), *(_key(a) for a in gpu.aliases)):
-            keys.setdefault(k, gpu.name)
-    out: list[str] = []
-    if wanted:
-        out += [keys[k] for k in keys if wanted in k]
-        out += [keys[k] for k in difflib.get_close_matches(wanted, list(keys), n=2 * n, cutoff=0.3)]
-    out = list(dict.fromkeys(out))[:n]
-    return out or [g.name for g in gpus[:n]]
+        keys = (_key(gpu.name), *(_key(a) for a in gpu.aliases))
+        if any(wanted in k for k in keys):
+            score = 2.0  # "a100" names every A100; an exact alias resolved before this
+        else:
+            # Spelling against the canonical name only: short aliases ("3060") would match any digits.
+            score = difflib.SequenceMatcher(None, wanted, keys[0]).ratio()
+        if score >= SIMILAR:
+            scores[gpu.name] = score
+    return sorted(scores, key=lambda g: -scores[g])[:n]  # stable: catalog order among equals
 
 
 def find_gpu(name: str) -> Gpu:

@@ -110,14 +110,23 @@ def estimate_memory(arch: Architecture, scenario: Scenario, gpu: Gpu | None = No
     )
 
 
+def _beyond_context(arch: Architecture) -> str:
+    """What a sequence past ``max_position_embeddings`` means for this position encoding."""
+    if arch.positional == "learned":
+        # GPT-2's wpe, BERT's position_embeddings: one learned row per position, no row past the last.
+        return (f"its learned position embeddings have no row past position {arch.max_position_embeddings - 1:,}, so "
+                "transformers fails with an index error: use a sequence length within it, or another model.")
+    if arch.positional == "rope":
+        return "training beyond it needs RoPE scaling (rope_scaling in the config) or gives poor results."
+    return "the model was not trained on longer sequences, so quality beyond it is not assured."
+
+
 def scenario_warnings(arch: Architecture, sc: Scenario) -> tuple[str, ...]:
     """Settings that compute but that a real run would reject or regret, in plain words."""
     out = []
     if arch.max_position_embeddings and sc.seq_len > arch.max_position_embeddings:
-        out.append(
-            f"Sequence length {sc.seq_len:,} exceeds this model's max_position_embeddings "
-            f"({arch.max_position_embeddings:,}); training beyond it needs RoPE scaling or gives poor results."
-        )
+        out.append(f"Sequence length {sc.seq_len:,} exceeds this model's max_position_embeddings "
+                   f"({arch.max_position_embeddings:,}); " + _beyond_context(arch))
     if sc.method in LORA_FAMILY or sc.method in (Method.ADALORA, Method.LOHA):
         narrow = [lin for lin in targeted(arch, sc) if sc.lora_r > min(lin.in_features, lin.out_features)]
         if narrow:

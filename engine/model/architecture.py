@@ -30,6 +30,8 @@ How the parts of a model are represented:
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, computed_field, model_validator
@@ -65,15 +67,12 @@ class TensorGroup(BaseModel):
     @property
     def numel(self) -> int:
         """Elements of one tensor."""
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)  # in C: the fit matrices ask this tens of thousands of times per page
 
     @property
     def parameters(self) -> int:
         """Elements of all ``count`` tensors."""
-        return self.numel * self.count
+        return math.prod(self.shape) * self.count
 
 
 # First component of a module path that names an attention module, across the families.

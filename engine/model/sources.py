@@ -62,7 +62,12 @@ def config_from_file(path: str | Path) -> tuple[dict[str, Any], ConfigOrigin]:
             data = fh.read(MAX_CONFIG_BYTES + 1)  # bounded: /dev/zero or a weights file must not hang us
     except OSError as exc:
         raise ConfigError(f"cannot read {p}: {exc.strerror}") from None
-    return parse_config_bytes(data, p.name), ConfigOrigin(kind="file", name=p.name)
+    config = parse_config_bytes(data, p.name)
+    if "model_type" not in config and isinstance(config.get("config"), dict) and "repo_id" in config:
+        # A bundled catalog entry (data/models/*.json) wraps the config with its repo id and source.
+        raise ConfigError(f"{p.name} is a bundled catalog entry, not a config.json: its model is "
+                          f"'{config['repo_id']}', which --model {config['repo_id']} reads from the catalog offline")
+    return config, ConfigOrigin(kind="file", name=p.name)
 
 
 def config_from_catalog(repo_id: str) -> tuple[dict[str, Any], ConfigOrigin]:

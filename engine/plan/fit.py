@@ -20,6 +20,7 @@ optimizer states count as resident (a fit that relies on eviction to CPU RAM is 
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -37,10 +38,12 @@ from engine.memory.inference import InferenceScenario, estimate_inference
 from engine.search import largest_true
 from engine.plan.verdict import Verdict, fit_verdict
 from engine.memory.parallel import MAX_GPUS, Offload, ParallelPlan, Strategy, plan_parallel
+from engine.plan.fewest import min_gpus_from_sums, per_gpu_from_sums, phase_sums
 from engine.scenario.precision import PrecisionMode
 from engine.scenario.training import MAX_MICRO_BATCH, MAX_SEQ_LEN, Method, Scenario
 
 BF16_MODES = (PrecisionMode.BF16, PrecisionMode.AMP_BF16)
+_BF16 = Scenario(precision=PrecisionMode.BF16)  # stands for every bf16 scenario in precision_advice
 
 
 def precision_advice(gpu: Gpu, scenario: Scenario | InferenceScenario) -> tuple[str, ...]:
@@ -201,18 +204,26 @@ class FitMatrix(BaseModel):
         return out
 
 
-def _cells(plan: ParallelPlan, scenario: Scenario, gpus: Sequence[Gpu]) -> tuple[FitCell, ...]:
-    one, phase = plan.per_gpu_bytes(1), plan.peak_phase(1)
+def _cells(plan: ParallelPlan, scenario: Scenario, gpus: Sequence[tuple[int, float, tuple[str, ...]]]) -> tuple[FitCell, ...]:
+    """One cell per GPU, given as (usable bytes, tensor budget, advice for a bf16 scenario). The row's numbers (its
+    one-GPU peak and what nvidia-smi would show) are computed once; GPUs with the same usable memory and advice share
+    one (immutable) cell. This is the matrix path: thousands of cells per page."""
+    sums = phase_sums(plan)
+    one, phase = per_gpu_from_sums(sums, 1), plan.peak_phase(1)
+    used = device_memory(one).device_used
+    bf16 = scenario.precision in BF16_MODES  # the only advice precision_advice gives a training scenario
+    memo: dict[tuple[int, tuple[str, ...]], FitCell] = {}
     cells = []
-    for gpu in gpus:
-        usable = gpu.usable_memory_bytes
-        n = plan.min_gpus(tensor_budget(usable))
-        advice = precision_advice(gpu, scenario)
-        cells.append(FitCell(
-            fits=one <= tensor_budget(usable), verdict=fit_verdict(one, usable), peak_bytes=one, peak_phase=phase,
-            headroom_bytes=usable - device_memory(one).device_used, min_gpus=n,
-            per_gpu_bytes_at_min=plan.per_gpu_bytes(n) if n else None, warning=advice[0] if advice else None,
-        ))
+    for usable, budget, bf16_advice in gpus:
+        advice = bf16_advice if bf16 else ()
+        cell = memo.get((usable, advice))
+        if cell is None:
+            n = min_gpus_from_sums(plan, sums, budget)
+            cell = memo[(usable, advice)] = FitCell(
+                fits=one <= budget, verdict=fit_verdict(one, usable), peak_bytes=one, peak_phase=phase, headroom_bytes=usable - used, min_gpus=n,
+                per_gpu_bytes_at_min=per_gpu_from_sums(sums, n) if n else None, warning=advice[0] if advice else None,
+            )
+        cells.append(cell)
     return tuple(cells)
 
 
@@ -234,21 +245,25 @@ def fit_matrix(rows: Sequence[MatrixInput], gpus: Sequence[Gpu]) -> FitMatrix:
     A row whose scenario cannot be estimated (e.g. LoRA targets missing from that model) keeps its error
     and no cells.
     """
+    # Once per matrix, not per row: each GPU's usable memory, tensor budget and advice to a bf16 scenario.
+    budgets = [(g.usable_memory_bytes, tensor_budget(g.usable_memory_bytes), precision_advice(g, _BF16)) for g in gpus]
+    totals: dict[int, int] = {}  # total parameters by architecture: several rows share one
     out = []
     for r in rows:
+        parameters = totals.setdefault(id(r.arch), r.arch.total_parameters)
         try:
             est = estimate_memory(r.arch, r.scenario)
         except ScenarioError as exc:
             out.append(MatrixRow(label=r.label, strategy=r.strategy, scenario=r.scenario, error=str(exc), note=r.note,
-                                 parameters=r.arch.total_parameters))
+                                 parameters=parameters))
             continue
         plan = plan_parallel(est, r.arch, r.scenario, r.strategy)
         out.append(MatrixRow(label=r.label, strategy=r.strategy, scenario=r.scenario, estimate=est, note=r.note,
-                             parameters=r.arch.total_parameters, cells=_cells(plan, r.scenario, gpus)))
+                             parameters=parameters, cells=_cells(plan, r.scenario, budgets)))
     return FitMatrix(gpus=tuple(g.name for g in gpus), usable_bytes=tuple(g.usable_memory_bytes for g in gpus), rows=tuple(out))
 
 
-def _for_model(arch: Architecture, scenario: Scenario) -> tuple[Scenario, str | None]:
+def scenario_for_model(arch: Architecture, scenario: Scenario) -> tuple[Scenario, str | None]:
     """The scenario adapted to ``arch``: LoRA targets named for another model fall back to this model's
     default targets (its attention projections), with a note."""
     if scenario.method is Method.FULL or scenario.lora_targets is None:
@@ -266,7 +281,7 @@ def model_matrix(
     """Models x GPUs for one scenario (``models``: (label, architecture) pairs)."""
     rows = []
     for label, arch in models:
-        sc, note = _for_model(arch, scenario)
+        sc, note = scenario_for_model(arch, scenario)
         rows.append(MatrixInput(label=label, arch=arch, scenario=sc, strategy=strategy, note=note))
     return fit_matrix(rows, gpus)
 
@@ -304,6 +319,15 @@ attention, LoRA rank and targets) and sets what its label says; the optimizer is
 
 def technique_scenario(base: Scenario, technique: Technique) -> Scenario:
     """``base`` with ``technique``'s fields. Raises ``ScenarioError`` when the combination is invalid."""
+    if technique in TECHNIQUES:
+        return _catalog_technique_scenario(base, technique.key)
+    return Scenario.build(**{**base.model_dump(), **technique.overrides})
+
+
+@functools.lru_cache(maxsize=256)
+def _catalog_technique_scenario(base: Scenario, key: str) -> Scenario:
+    # Pure (frozen inputs, frozen result): every model of a matrix asks for the same few scenarios.
+    technique = next(t for t in TECHNIQUES if t.key == key)
     return Scenario.build(**{**base.model_dump(), **technique.overrides})
 
 
@@ -315,7 +339,7 @@ def technique_matrix(
     errors: dict[int, MatrixRow] = {}
     for i, t in enumerate(techniques):
         try:
-            sc, note = _for_model(arch, technique_scenario(base, t))
+            sc, note = scenario_for_model(arch, technique_scenario(base, t))
             rows.append(MatrixInput(label=t.label, arch=arch, scenario=sc, strategy=t.strategy, note=note))
         except ScenarioError as exc:
             errors[i] = MatrixRow(label=t.label, strategy=t.strategy, error=str(exc), parameters=arch.total_parameters)
@@ -334,14 +358,18 @@ def _serving_row(arch: Architecture, base: Scenario, gpus: Sequence[Gpu]) -> Mat
     except ScenarioError as exc:
         return MatrixRow(label=label, strategy=Strategy.DDP, error=str(exc), parameters=arch.total_parameters)
     est = estimate_inference(arch, isc)
+    total, phase, used = est.total_bytes, est.peak_phase, est.device_used_bytes  # once, not per GPU
+    memo: dict[tuple[int, tuple[str, ...]], FitCell] = {}  # GPUs alike in memory and advice share a cell
     cells = []
     for gpu in gpus:
-        usable, fits = gpu.usable_memory_bytes, est.total_bytes <= tensor_budget(gpu.usable_memory_bytes)
-        advice = precision_advice(gpu, isc)
-        cells.append(FitCell(fits=fits, verdict=fit_verdict(est.total_bytes, usable), peak_bytes=est.total_bytes, peak_phase=est.peak_phase,
-                             headroom_bytes=usable - est.device_used_bytes, min_gpus=1 if fits else None,
-                             per_gpu_bytes_at_min=est.total_bytes if fits else None,
-                             warning=advice[0] if advice else None))
+        usable, advice = gpu.usable_memory_bytes, precision_advice(gpu, isc)
+        cell = memo.get((usable, advice))
+        if cell is None:
+            fits = total <= tensor_budget(usable)
+            cell = memo[(usable, advice)] = FitCell(
+                fits=fits, verdict=fit_verdict(total, usable), peak_bytes=total, peak_phase=phase, headroom_bytes=usable - used, min_gpus=1 if fits else None,
+                per_gpu_bytes_at_min=total if fits else None, warning=advice[0] if advice else None)
+        cells.append(cell)
     return MatrixRow(label=label, strategy=Strategy.DDP, estimate=est, parameters=arch.total_parameters,
                      note=f"{isc.concurrency} sequence(s) x {isc.seq_len:,} tokens of KV cache", cells=tuple(cells))
 
@@ -425,156 +453,3 @@ def what_fits(
         num_gpus=num_gpus, micro_batch=_limit(arch, scenario, "micro_batch_size", MAX_MICRO_BATCH, "the engine's limit", peak, usable),
         seq_len=_limit(arch, scenario, "seq_len", seq_cap, seq_by, peak, usable),
     )
-
-
-# --------------------------------------------------------------------------------------------------
-# Largest model per GPU
-
-
-class LargestModel(BaseModel):
-    """The largest model (by parameters) of a list that fits, with its per-GPU peak."""
-
-    model_config = ConfigDict(frozen=True)
-
-    label: str | None
-    parameters: int | None
-    peak_bytes: float | None
-
-
-class ModelPlan(BaseModel):
-    """One model's per-GPU memory plan for a scenario and strategy (see :func:`model_plans`)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    label: str
-    parameters: int
-    plan: ParallelPlan
-
-
-def model_plans(models: Sequence[tuple[str, Architecture]], scenario: Scenario, strategy: Strategy = Strategy.DDP) -> list[ModelPlan]:
-    """Estimate ``scenario`` once per model and keep its :class:`~engine.memory.parallel.ParallelPlan`, largest
-    model first. Models whose scenario cannot be estimated (e.g. missing LoRA targets) are left out."""
-    out = []
-    for label, arch in models:
-        sc, _ = _for_model(arch, scenario)
-        try:
-            plan = plan_parallel(estimate_memory(arch, sc), arch, sc, strategy)
-        except ScenarioError:
-            continue
-        out.append(ModelPlan(label=label, parameters=arch.total_parameters, plan=plan))
-    return sorted(out, key=lambda m: -m.parameters)
-
-
-def largest_fitting_model(plans: Sequence[ModelPlan], gpu: Gpu, num_gpus: int = 1) -> LargestModel:
-    """The model with the most parameters among ``plans`` whose per-GPU peak fits on ``num_gpus`` x ``gpu``."""
-    fitting = [(m, m.plan.per_gpu_bytes(num_gpus)) for m in plans]
-    fitting = [(m, peak) for m, peak in fitting if peak <= tensor_budget(gpu.usable_memory_bytes)]
-    if not fitting:
-        return LargestModel(label=None, parameters=None, peak_bytes=None)
-    m, peak = max(fitting, key=lambda mp: mp[0].parameters)
-    return LargestModel(label=m.label, parameters=m.parameters, peak_bytes=peak)
-
-
-# --------------------------------------------------------------------------------------------------
-# The seed chapter's "largest model per GPU" tables
-
-SEED_TABLE_SOURCE = (
-    "seed chapter 'Capítulo 2: Requisitos Computacionales', 'Recomendaciones Prácticas de GPU': 'Entrenamiento en una Sola GPU' "
-    "and 'Entrenamiento Multi-GPU' tables"
-)
-
-
-class SeedGpuRow(BaseModel):
-    """One line of the seed's tables: a GPU (``gpu`` = catalog name), how many, and its largest models."""
-
-    model_config = ConfigDict(frozen=True)
-
-    seed_label: str
-    gpu: str
-    num_gpus: int
-    seed_vram: str
-    seed_full: str | None
-    seed_efficient: str
-
-
-SEED_LARGEST_MODEL: tuple[SeedGpuRow, ...] = (
-    SeedGpuRow(seed_label="RTX 3090", gpu="NVIDIA RTX 3090", num_gpus=1, seed_vram="24 GB", seed_full="1B", seed_efficient="3B"),
-    SeedGpuRow(seed_label="RTX 4090", gpu="NVIDIA RTX 4090", num_gpus=1, seed_vram="24 GB", seed_full="1B", seed_efficient="3B"),
-    SeedGpuRow(seed_label="A100-40GB", gpu="NVIDIA A100 40GB", num_gpus=1, seed_vram="40 GB", seed_full="3B", seed_efficient="7B"),
-    SeedGpuRow(seed_label="A100-80GB", gpu="NVIDIA A100 80GB", num_gpus=1, seed_vram="80 GB", seed_full="7B", seed_efficient="13B"),
-    SeedGpuRow(seed_label="H100", gpu="NVIDIA H100 80GB", num_gpus=1, seed_vram="80 GB", seed_full="7B", seed_efficient="13B"),
-    SeedGpuRow(seed_label="2× A100-40GB", gpu="NVIDIA A100 40GB", num_gpus=2, seed_vram="80 GB combined", seed_full=None, seed_efficient="7-13B"),
-    SeedGpuRow(seed_label="4× A100-80GB", gpu="NVIDIA A100 80GB", num_gpus=4, seed_vram="320 GB combined", seed_full=None, seed_efficient="30-40B"),
-    SeedGpuRow(seed_label="8× H100", gpu="NVIDIA H100 80GB", num_gpus=8, seed_vram="640 GB combined", seed_full=None, seed_efficient="70B"),
-)
-"""The seed's numbers, verbatim (sizes in billions of parameters; "efficient" = LoRA/QLoRA in the chapter)."""
-
-
-def seed_size_range(text: str) -> tuple[float, float]:
-    """``"7B"`` -> (7e9, 7e9); ``"7-13B"`` -> (7e9, 13e9). Raises ``ValueError`` on other text."""
-    lo, _, hi = text.strip().removesuffix("B").partition("-")
-    return float(lo) * 1e9, float(hi or lo) * 1e9
-
-
-def compare_with_seed(parameters: int | None, seed: str | None) -> str:
-    """``same`` when the model lies within the seed's size give or take the rounding of nominal sizes
-    (-15%/+25%: "7B" covers 5.95-8.75B, so Llama 3.2 1B's 1.24B counts as "1B"), ``larger``/``smaller``
-    otherwise; ``nothing fits`` or ``no seed number``."""
-    if seed is None:
-        return "no seed number"
-    if parameters is None:
-        return "nothing fits"
-    lo, hi = seed_size_range(seed)
-    if parameters > hi * 1.25:
-        return "larger"
-    if parameters < lo * 0.85:
-        return "smaller"
-    return "same"
-
-
-class SeedComparison(BaseModel):
-    """A seed line beside the largest catalog models that fit for the full and the efficient scenario."""
-
-    model_config = ConfigDict(frozen=True)
-
-    seed: SeedGpuRow
-    usable_memory_bytes: int
-    strategy: Strategy
-    full: LargestModel
-    efficient: LargestModel
-    full_vs_seed: str
-    efficient_vs_seed: str
-
-
-def seed_largest_model_table(
-    models: Sequence[tuple[str, Architecture]],
-    full_scenario: Scenario,
-    efficient_scenario: Scenario,
-    gpus: Sequence[Gpu],
-    multi_gpu_strategy: Strategy = Strategy.ZERO3,
-) -> list[SeedComparison]:
-    """Recompute :data:`SEED_LARGEST_MODEL` over ``models``: one GPU alone, and the seed's multi-GPU lines
-    with ``multi_gpu_strategy`` (the seed's "combined VRAM" pools memory, which only sharding does).
-
-    Each scenario is estimated once per model and strategy; each line is then arithmetic.
-    """
-    by_name = {g.name: g for g in gpus}
-    plans: dict[tuple[str, Strategy], list[ModelPlan]] = {}
-
-    def plans_for(kind: str, strategy: Strategy) -> list[ModelPlan]:
-        if (kind, strategy) not in plans:
-            plans[(kind, strategy)] = model_plans(models, full_scenario if kind == "full" else efficient_scenario, strategy)
-        return plans[(kind, strategy)]
-
-    out = []
-    for row in SEED_LARGEST_MODEL:
-        gpu = by_name[row.gpu]
-        strategy = Strategy.DDP if row.num_gpus == 1 else multi_gpu_strategy
-        full = largest_fitting_model(plans_for("full", strategy), gpu, row.num_gpus)
-        eff = largest_fitting_model(plans_for("efficient", strategy), gpu, row.num_gpus)
-        out.append(SeedComparison(
-            seed=row, usable_memory_bytes=gpu.usable_memory_bytes * row.num_gpus, strategy=strategy, full=full, efficient=eff,
-            full_vs_seed=compare_with_seed(full.parameters, row.seed_full),
-            efficient_vs_seed=compare_with_seed(eff.parameters, row.seed_efficient),
-        ))
-    return out

@@ -7,8 +7,8 @@ Every interactive test runs in two modes, because a ``pages/`` folder next to th
 its multipage-v1 path until some session has called ``st.navigation`` (process-wide flag
 ``PagesManager.uses_pages_directory``):
 
-* ``first_request``: AppTest as is. It resets that flag before every run, so each rerun executes the current page
-  file directly, as a fresh server does for its first request.
+* ``first_request``: the test's first run is a fresh server's first request (the flag on: Streamlit runs the page
+  file directly, and the app reroutes it through ``st.navigation``); later runs are served.
 * ``served``: the flag stays off, so every run executes streamlit_app.py and then the page, as a server does once
   any session has run ``st.navigation``.
 """
@@ -24,7 +24,6 @@ from streamlit.testing.v1 import AppTest
 from engine.model.build import architecture_from_config
 from engine.memory.estimate import estimate_memory
 from engine.scenario.optimizer import Optimizer
-from engine.scenario.precision import PrecisionMode
 from engine.scenario.training import Attention, Method, Scenario
 from engine.model.sources import config_from_catalog
 from hubstub import StubRepo
@@ -204,9 +203,8 @@ def test_model_page_follows_the_picked_model(app):
     assert m["Tied embeddings"][0] == "yes"  # GPT-2 ties wte and lm_head
 
 
-def test_uploaded_config_survives_a_visit_to_another_page(app, request):
-    if request.node.callspec.params["new_app"] == "first_request":
-        pytest.skip("multipage-v1 path: an uploader's value cannot be carried to a page drawing its own picker")
+def test_uploaded_config_survives_a_visit_to_another_page(app):
+    # Also on a fresh server's first request: the app reroutes it through the entrypoint, which keeps the uploader.
     upload(app, json.dumps(reference_config(QWEN_05B)).encode())
     app.switch_page("pages/model.py").run()
     no_exception(app)
@@ -218,6 +216,34 @@ def test_methodology_page(app):
     app.switch_page("pages/methodology.py").run()
     no_exception(app)
     assert [t.value for t in app.title] == ["Methodology"]
+    assert "Issue #" not in rendered_text(app) and "issue #" not in rendered_text(app)
+
+
+def test_methodology_charts_put_every_validation_row_against_its_measurement(app):
+    from engine.validation.memory import validate_all
+    from engine.validation.throughput import compare_measurements
+
+    app.switch_page("pages/methodology.py").run()
+    figs = {c.proto.id.rsplit("-", 1)[-1]: json.loads(c.proto.spec) for c in app.get("plotly_chart")}
+    memory = next(f for k, f in figs.items() if k.endswith("memory_validation_chart"))
+    speed = next(f for k, f in figs.items() if k.endswith("throughput_validation_chart"))
+    rows = validate_all().rows
+    for fig, expected in ((memory, [(r.measured_bytes / 2**30, r.estimate_bytes / 2**30) for r in rows]),
+                          (speed, [(c.measured_tokens_per_second, c.predicted_tokens_per_second)
+                                   for c in compare_measurements()])):
+        assert fig["layout"]["xaxis"]["type"] == fig["layout"]["yaxis"]["type"] == "log"
+        names = [t.get("name") for t in fig["data"]]
+        assert {"within ±10%", "within ±25%", "predicted = measured"} <= set(names)
+        line = next(t for t in fig["data"] if t.get("name") == "predicted = measured")
+        assert line["x"] == line["y"]  # y = x
+        band = next(t for t in fig["data"] if t.get("name") == "within ±10%")
+        assert band["y"][0] == pytest.approx(1.1 * band["x"][0])
+        (dots,) = [t for t in fig["data"] if t.get("customdata")]
+        assert sorted(zip(dots["x"], dots["y"])) == sorted(expected)  # every row at its measured (x), predicted (y)
+        assert len(dots["customdata"]) == len(expected)  # the row on hover
+    legend = {g: [t["name"] for t in memory["data"] if t.get("legendgroup") == g] for g in ("colour", "symbol")}
+    assert set(legend["colour"]) == {r.source for r in rows}  # one colour per source
+    assert set(legend["symbol"]) == {r.memory_kind for r in rows}  # one marker per memory kind
 
 
 def test_model_page_as_the_very_first_request_shows_the_picker(new_app):
@@ -351,14 +377,30 @@ def test_hub_malformed_repo_id(app, hub_stub, bad_id):
     assert resolve_requests(hub_stub) == []  # rejected before any request
 
 
-def test_a_link_carries_the_many_gpu_settings_and_flags_unknown_keys(new_app):
-    # Review finding: the Memory page's GPUs, strategy, offload and GPU line were not in the URL, and a misspelled
-    # key was dropped silently.
+def test_a_link_carries_the_hardware_and_flags_bad_keys(new_app):
+    # One hardware setting for every page, in the URL; a link made before it (mem_num_gpus, tc_gpu) still reads;
+    # an unknown GPU is ignored with a warning naming the closest names, like any other bad value.
     at = new_app()
-    for k, v in {"mem_num_gpus": "4", "mem_strategy": "zero3", "gpu": "NVIDIA H100 80GB", "num_gpus": "0"}.items():
+    for k, v in {"num_gpus": "4", "strategy": "zero3", "gpu": "H100 SXM", "offload": "optimizer", "colour": "red"}.items():
         at.query_params[k] = v
     at.run()
     no_exception(at)
-    assert at.session_state["mem_num_gpus"] == 4 and at.session_state["mem_strategy"].value == "zero3"
-    assert at.session_state["gpu"] == "NVIDIA H100 80GB"
-    assert any("num_gpus: not a setting of this app" in w.value for w in at.warning)
+    assert at.session_state["num_gpus"] == 4 and at.session_state["strategy"].value == "zero3"
+    assert at.session_state["gpu"] == "NVIDIA H100 80GB" and at.session_state["offload"].value == "optimizer"
+    assert any("colour: not a setting of this app" in w.value for w in at.warning)
+
+    old = new_app()
+    for k, v in {"mem_num_gpus": "2", "tc_gpu": "NVIDIA L4"}.items():
+        old.query_params[k] = v
+    old.run()
+    assert old.session_state["num_gpus"] == 2 and old.session_state["gpu"] == "NVIDIA L4"
+
+    bad = new_app()
+    bad.query_params["gpu"] = "H300"
+    bad.query_params["num_gpus"] = "0"
+    bad.run()
+    no_exception(bad)
+    warning = next(w.value for w in bad.warning if "ignored" in w.value)
+    assert "gpu='H300': not a GPU of the catalog; closest: NVIDIA H200, NVIDIA H100 80GB" in warning
+    assert "num_gpus='0': must be between 1 and 1024" in warning
+    assert bad.session_state["gpu"] == "NVIDIA A100 80GB"  # the default: the link's GPU was ignored

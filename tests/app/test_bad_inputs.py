@@ -367,7 +367,7 @@ def test_app_unsupported_model_type_with_sizes_is_estimated_with_a_warning(new_a
     [
         ({"micro_batch_size": "0"}, ("micro_batch_size='0': must be between 1 and 65536",)),
         ({"seq_len": "10000000"}, ("seq_len='10000000': must be between 1 and 2097152",)),
-        ({"tc_num_gpus": "10000"}, ("tc_num_gpus='10000': must be between 1 and 64",)),
+        ({"num_gpus": "10000"}, ("num_gpus='10000': must be between 1 and 1024",)),
         ({"lora_r": "-4", "tc_epochs": "-1"}, ("lora_r='-4': must be between 1 and 65536",
                                                "tc_epochs='-1': must be between 0.01 and 10000.0")),
     ],
@@ -388,20 +388,31 @@ def test_app_absurd_numbers_in_a_link_are_ignored_with_a_warning(new_app, params
 
 
 @pytest.mark.parametrize(
-    ("page", "key", "value", "kept"),
-    [("pages/memory.py", "micro_batch_size", 0, 1), ("pages/memory.py", "seq_len", 10_000_000, 1),
-     ("pages/fit.py", "fit_num_gpus", 10_000, 1)],
-    ids=["batch_zero", "seq_len_ten_million", "ten_thousand_gpus"],
+    ("page", "key", "value", "kept", "words"),
+    [("pages/memory.py", "micro_batch_size", 0, 1, "Micro batch size: 0 is out of range; it must be a whole number from 1 "
+      "to 65,536. The results use 1."),
+     ("pages/memory.py", "seq_len", 10_000_000, 2048, "Sequence length: 10,000,000 is out of range; it must be a whole "
+      "number from 1 to 2,097,152. The results use 2,048."),
+     ("pages/fit.py", "num_gpus", 10_000, 1, "GPUs: 10,000 is out of range; it must be a whole number from 1 to 1,024. "
+      "The results use 1."),
+     ("pages/time_cost.py", "tc_measured", -1.0, 0, "Calibrate to my run: measured tokens/s: -1 is out of range; it "
+      "must be from 0 to 1,000,000,000. The results use 0.")],
+    ids=["batch_zero", "seq_len_ten_million", "ten_thousand_gpus", "negative_measured_tokens_per_second"],
 )
-def test_app_absurd_numbers_in_a_widget_are_refused_by_its_bounds(new_app, page, key, value, kept):
-    # The browser refuses out-of-range numbers; a value forced past it (a crafted websocket message) is reset by
-    # Streamlit to the widget's minimum, and the pages still compute.
+def test_app_absurd_numbers_in_a_widget_are_said_in_words_and_the_results_marked_stale(new_app, page, key, value, kept,
+                                                                                       words):
+    # Streamlit's own bounds would keep the previous value behind a red "!" tooltip; the app takes the typed number,
+    # says under the input why it is out of range, lists it above the results and computes with the last valid value.
     at = new_app().switch_page(page).run()
+    before = {m.label: m.value for m in at.metric}
     at.number_input(key=key).set_value(value).run()
     no_exception(at)
-    assert at.number_input(key=key).value == kept
-    assert errors(at) == []
-    assert len(at.metric) >= 4
+    assert at.number_input(key=key).value == value  # what the user typed stays visible
+    assert [e.value for e in at.sidebar.error] == [words]
+    stale = [w.value for w in at.warning if w.value.startswith("Results below are not for the sidebar as shown")]
+    assert len(stale) == 1 and f"so {kept:,} is used" in stale[0], stale
+    assert {m.label: m.value for m in at.metric} == before  # the results of the last valid value
+    assert f"{key}=" not in " ".join(f"{k}={v}" for k, v in at.query_params.items() if v == [str(value)])
 
 
 def test_app_negative_price_in_the_editor_is_not_applied(new_app, monkeypatch):

@@ -67,7 +67,7 @@ def test_upload_several_files_sets_the_gpus(new_app):
     no_exception(at)
     at.button(key="cfg_import_apply").click().run()
     no_exception(at)
-    assert at.number_input(key="mem_num_gpus").value == 8
-    assert at.selectbox(key="mem_strategy").value.value == "fsdp_full_shard"
-    assert at.selectbox(key="mem_offload").value.value == "optimizer_and_params"
+    assert at.number_input(key="num_gpus").value == 8
+    assert at.selectbox(key="strategy").value.value == "fsdp_full_shard"
+    assert at.selectbox(key="offload").value.value == "optimizer_and_params"
     assert at.toggle(key="gradient_checkpointing").value is True

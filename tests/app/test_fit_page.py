@@ -10,9 +10,13 @@ from streamlit.testing.v1 import AppTest
 
 from engine.hardware.gpus import load_gpus
 from engine.model.catalog import load_models
-from engine.plan.fit import TECHNIQUES
+from engine.model.build import architecture_from_config
+from engine.plan.fit import TECHNIQUES, model_matrix
+from engine.scenario.training import Scenario
+from ui.charts import short_gpu_name
 from engine.memory.parallel import Strategy
 from engine.scenario.training import Method
+from engine.plan.verdict import Verdict
 from apptest_support import charts, metric, no_exception
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +38,7 @@ def heatmap(fig: dict) -> dict:
 
 
 def seed_table(at: AppTest):
-    return next(d.value for d in at.dataframe if "GPUs (seed)" in d.value.columns)
+    return next(t.value for t in at.table if "GPUs (seed)" in t.value.columns)
 
 
 def test_page_renders_both_heatmaps_the_seed_table_and_what_fits(fit_page):
@@ -45,7 +49,28 @@ def test_page_renders_both_heatmaps_the_seed_table_and_what_fits(fit_page):
     assert len(models_fig["x"]) == len(gpus) and len(models_fig["y"]) == len(load_models())
     assert techniques_fig["y"] == [t.label for t in TECHNIQUES] + ["Inference · bf16 serving"]
     cell = models_fig["text"][0][0]
-    assert cell[0] in "✓✗" and "×" in cell
+    # Columns grouped by memory (least usable first); each cell the fewest GPUs (ZeRO-3, the sidebar's default), at most
+    # four characters so 28 columns stay readable at 1,400 px.
+    catalog = [(m.name, architecture_from_config(m.config)) for m in load_models()]
+    matrix = model_matrix(catalog, Scenario(), gpus, Strategy.ZERO3)
+    by_memory = sorted(gpus, key=lambda g: g.usable_memory_bytes)
+    assert models_fig["x"] == [short_gpu_name(g.name) + ("" if g.bf16 else " ⚠") for g in by_memory]  # mixed bf16
+    for r, row in enumerate(matrix.rows):
+        cells = dict(zip(matrix.gpus, row.cells))
+        for c, g in enumerate(by_memory):
+            cell = cells[g.name]
+            # ✓ fits on one GPU, ≈ tight on one (under the safety margin), else ×N or ✗ (engine.plan.verdict)
+            label = ({Verdict.FITS: "✓", Verdict.TIGHT: "≈"}.get(cell.verdict)
+                     or ("✗" if cell.min_gpus is None else f"×{cell.min_gpus}"))
+            assert models_fig["text"][r][c] == label
+            assert len(models_fig["text"][r][c]) <= 4
+    assert "×" in "".join(models_fig["text"][matrix.rows.index(next(x for x in matrix.rows if x.label == "Llama 3.1 8B"))])
+    at.radio(key="fit_labels").set_value("Headroom").run()
+    headroom = heatmap(charts(at)[0])["text"]
+    a100 = models_fig["x"].index("A100 80GB")
+    llama = next(i for i, x in enumerate(matrix.rows) if x.label == "Llama 3.1 8B")
+    value = next(c for g, c in zip(matrix.gpus, matrix.rows[llama].cells) if g == "NVIDIA A100 80GB").headroom_bytes / 2**30
+    assert headroom[llama][a100] == f"{'+' if value >= 0 else '−'}{abs(value):.0f}"
     assert "fewest GPUs" in models_fig["customdata"][0][0]
     seed = seed_table(at)
     assert list(seed["GPUs (seed)"]) == ["RTX 3090", "RTX 4090", "A100-40GB", "A100-80GB", "H100", "2× A100-40GB",
@@ -85,13 +110,13 @@ def test_unit_switch_rescales_the_cells(fit_page):
 
 def test_what_fits_follows_the_chosen_gpu_and_strategy(fit_page):
     at = fit_page
-    at.selectbox(key="fit_gpu").set_value("NVIDIA T4").run()
+    at.selectbox(key="gpu").set_value("NVIDIA T4").run()
     no_exception(at)
     assert metric(at, "Largest micro batch") == "none"  # 8B full fine-tuning on a 16 GB T4
     assert any("no bf16 support" in w.value for w in at.warning)
-    at.selectbox(key="fit_gpu").set_value("NVIDIA H200").run()
-    at.selectbox(key="fit_strategy").set_value(Strategy.ZERO3).run()
-    at.number_input(key="fit_num_gpus").set_value(8).run()
+    at.selectbox(key="gpu").set_value("NVIDIA H200").run()
+    at.selectbox(key="strategy").set_value(Strategy.ZERO3).run()
+    at.number_input(key="num_gpus").set_value(8).run()
     no_exception(at)
     assert metric(at, "Largest micro batch") not in ("none", "")
 
@@ -121,7 +146,7 @@ def test_a_fit_with_less_than_the_safety_margin_shows_tight_may_not_fit(new_app,
     at.number_input(key="micro_batch_size").set_value(4).run()
     at.number_input(key="seq_len").set_value(1024).run()
     at.switch_page(PAGE).run()
-    at.selectbox(key="fit_gpu").set_value(next(g.name for g in load_gpus() if "V100" in g.name and "32" in g.name)).run()
+    at.selectbox(key="gpu").set_value(next(g.name for g in load_gpus() if "V100" in g.name and "32" in g.name)).run()
     no_exception(at)
     assert any("tight: may not fit" in w.value for w in at.warning), [w.value for w in at.warning]
     techniques = heatmap(charts(at)[1])

@@ -38,17 +38,17 @@ def app(new_app):
 def test_strategy_controls_change_the_per_gpu_total(app):
     one = peak_bytes(app)
     assert len(app.get("plotly_chart")) == 2  # one GPU: no per-GPU chart (the sweep and the checklist waterfall)
-    app.number_input(key="mem_num_gpus").set_value(8).run()
-    app.selectbox(key="mem_strategy").set_value(Strategy.ZERO3).run()
+    app.number_input(key="num_gpus").set_value(8).run()
+    app.selectbox(key="strategy").set_value(Strategy.ZERO3).run()
     assert not app.exception, [e.value for e in app.exception]
     _, plan = default_plan(Strategy.ZERO3)
     assert peak_bytes(app) == round(plan.per_gpu_bytes(8)) < one
     assert len(app.get("plotly_chart")) == 3  # the technique sweep, the per-GPU bar and the checklist waterfall
-    app.selectbox(key="mem_strategy").set_value(Strategy.DDP).run()
+    app.selectbox(key="strategy").set_value(Strategy.DDP).run()
     _, ddp = default_plan(Strategy.DDP)
     assert peak_bytes(app) == round(ddp.per_gpu_bytes(8)) > one  # DDP divides nothing and adds its buckets
-    app.selectbox(key="mem_strategy").set_value(Strategy.ZERO3).run()
-    app.selectbox(key="mem_offload").set_value(Offload.OPTIMIZER_AND_PARAMS).run()
+    app.selectbox(key="strategy").set_value(Strategy.ZERO3).run()
+    app.selectbox(key="offload").set_value(Offload.OPTIMIZER_AND_PARAMS).run()
     _, off = default_plan(Strategy.ZERO3, Offload.OPTIMIZER_AND_PARAMS)
     assert peak_bytes(app) == round(off.per_gpu_bytes(8))
     labels = [m.label for m in app.metric]
@@ -58,12 +58,17 @@ def test_strategy_controls_change_the_per_gpu_total(app):
 
 
 def test_offload_with_ddp_is_explained_not_a_crash(app):
-    app.selectbox(key="mem_offload").set_value(Offload.OPTIMIZER).run()
+    app.selectbox(key="strategy").set_value(Strategy.DDP).run()
+    app.selectbox(key="offload").set_value(Offload.OPTIMIZER).run()
     assert not app.exception and any("offload needs ZeRO or FSDP" in e.value for e in app.error)
 
 
 def test_inference_technique(app):
     app.radio(key="mem_workload").set_value("Inference").run()
+    # Serving has its own title and asks only what serving uses: the GPU and the unit, no training scenario.
+    assert [t.value for t in app.title] == ["GPU memory of serving the model"]
+    assert [h.value for h in app.sidebar.header] == ["Model", "Hardware"]
+    assert [s.label for s in app.sidebar.selectbox] == ["Model", "GPU"] and not app.sidebar.number_input
     app.number_input(key="inf_concurrency").set_value(16).run()
     assert not app.exception, [e.value for e in app.exception]
     arch = architecture_from_config(config_from_catalog(LLAMA_8B)[0])

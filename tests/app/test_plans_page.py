@@ -15,6 +15,7 @@ from engine.plan.plans import Plan, evaluate_plan, plans_to_csv
 from engine.scenario.training import Method
 from engine.model.sources import config_from_catalog
 from hubstub import StubRepo
+from ui.formats import md_plain
 from apptest_support import no_exception
 
 PAGE = "pages/plans.py"
@@ -58,6 +59,23 @@ def test_plans_page_starts_empty_then_saves_and_compares(page):
     code = page.code[0].value
     ast.parse(code)
     assert "TrainingArguments(" in code
+
+
+def test_plan_names_are_shown_as_typed_and_long_ones_do_not_run_into_the_legend(page):
+    name = "<b>bold</b> & **not bold** — a plan name far longer than any axis label should be"
+    page.text_input(key="plan_name").input(name).run()
+    page.button(key="plan_save").click().run()
+    no_exception(page)
+    assert [s.value for s in page.success] == [r"Saved plan '\<b\>bold\</b\> & \*\*not bold\*\* — a plan name far "
+                                               r"longer than any axis label should be'."]
+    for chart in page.get("plotly_chart"):
+        fig = json.loads(chart.proto.spec)
+        bars = [t for t in fig["data"] if t["type"] == "bar"]
+        tick = bars[0]["x"][0]
+        assert tick == "&lt;b&gt;bold&lt;/b&gt; &amp; **not bold** …"  # 28 characters, escaped: shown, not applied
+        assert bars[0]["customdata"][0] == "&lt;b&gt;bold&lt;/b&gt; &amp; **not bold** — a plan name far longer than " \
+            "any axis label should be"  # the whole name on hover
+        assert fig["layout"]["legend"]["y"] >= 1 and fig["layout"]["legend"]["yanchor"] == "bottom"  # above the plot
 
 
 def exported_file() -> bytes:
@@ -161,14 +179,15 @@ def test_saving_under_an_existing_name_never_replaces_a_plan_silently(page):
     page.text_input(key="plan_name").input(names[0]).run()
     page.button(key="plan_save").click().run()
     no_exception(page)
-    assert any(f"A plan named '{names[0]}' is already saved" in w.value for w in page.warning)
+    # The name is escaped for Markdown (ui.formats.md_plain): the browser shows it as typed.
+    assert any(f"A plan named '{md_plain(names[0])}' is already saved" in w.value for w in page.warning)
     assert [p.method.value for p, _ in page.session_state["saved_plans"]] == ["full", "full"]  # nothing replaced
     page.checkbox(key="plan_overwrite").check().run()
     page.button(key="plan_save").click().run()
     no_exception(page)
     plans = page.session_state["saved_plans"]
     assert [p.name for p, _ in plans] == [names[1], names[0]] and plans[1][0].method.value == "lora"
-    assert any(f"Replaced plan '{names[0]}'" in s.value for s in page.success)
+    assert any(f"Replaced plan '{md_plain(names[0])}'" in s.value for s in page.success)
 
 
 def test_import_of_a_file_missing_required_columns_is_one_error(page):
@@ -180,5 +199,5 @@ def test_import_of_a_file_missing_required_columns_is_one_error(page):
     page.file_uploader(key="plans_import").set_value(("plans.csv", buf.getvalue().encode(), "text/csv")).run()
     no_exception(page)
     errs = [e.value for e in page.error]
-    assert len(errs) == 1 and "The file was not loaded: missing required columns 'method', 'seq_len'" in errs[0]
+    assert len(errs) == 1 and md_plain("The file was not loaded: missing required columns 'method', 'seq_len'") in errs[0]
     assert "saved_plans" not in page.session_state or page.session_state["saved_plans"] == []

@@ -95,14 +95,14 @@ def test_sidebar_inputs_drive_the_numbers(page):
 def test_seed_rule_beside_the_flops_model_and_prices_never_invented(page):
     at = page
     at.radio(key="method").set_value(Method.LORA).run()
-    at.selectbox(key="tc_gpu").set_value("NVIDIA A100 40GB").run()
-    at.selectbox(key="tc_num_gpus").set_value(1).run()
+    at.selectbox(key="gpu").set_value("NVIDIA A100 40GB").run()
+    at.number_input(key="num_gpus").set_value(1).run()
     at.selectbox(key="tc_price_source").set_value("seed chapter (approx.)").run()
     no_exception(at)
     assert metric(at, "Tokens/s (seed rule)") == "1,000"  # 8B counts as the seed's "7B on A100-40GB"
     assert metric(at, "Wall time (seed rule)") == "4.27 h"  # the seed's example: 15,360,000 tokens at 1,000/s
     assert metric(at, "Cost on-demand (seed rule)") == "$17.07" and metric(at, "Cost spot (seed rule)") == "$5.12"
-    at.selectbox(key="tc_gpu").set_value("NVIDIA RTX 3090").run()
+    at.selectbox(key="gpu").set_value("NVIDIA RTX 3090").run()
     no_exception(at)
     assert metric(at, "Cost on-demand") == "no price"
     assert any("no price for NVIDIA RTX 3090" in c.value for c in at.caption)
@@ -112,14 +112,14 @@ def test_seed_rule_beside_the_flops_model_and_prices_never_invented(page):
 def test_time_cost_inputs_survive_a_visit_to_another_page(page):
     at = page
     at.number_input(key="tc_epochs").set_value(5.0).run()
-    at.selectbox(key="tc_gpu").set_value("NVIDIA H100 80GB").run()
+    at.selectbox(key="gpu").set_value("NVIDIA H100 80GB").run()
     at.switch_page("pages/memory.py").run()
     no_exception(at)
     at.switch_page(PAGE).run()
     no_exception(at)
     assert at.number_input(key="tc_epochs").value == 5.0
-    assert at.selectbox(key="tc_gpu").value == "NVIDIA H100 80GB"
-    assert metric(at, "Tokens to process") == "25.60M"
+    assert at.selectbox(key="gpu").value == "NVIDIA H100 80GB"
+    assert metric(at, "Tokens to process") == "25.6M"
 
 
 def test_truncated_examples_are_said_and_one_token_figure_is_used_everywhere(page):
@@ -137,3 +137,19 @@ def test_truncated_examples_are_said_and_one_token_figure_is_used_everywhere(pag
     for fig in (time_fig, cost_fig):
         assert fig["layout"]["shapes"][0]["x0"] == 5_120_000
     assert 5_120_000 in time_fig["data"][0]["x"]
+
+
+def test_no_price_says_why_instead_of_empty_axes(page):
+    # Lambda lists on-demand prices only: ranked by spot price, no plan has a cost, so no cost chart is drawn (the
+    # page says why); the time charts stay.
+    at = page
+    at.selectbox(key="tc_price_source").set_value("Lambda on-demand").run()
+    at.radio(key="tc_basis").set_value("spot").run()
+    no_exception(at)
+    names = [c.proto.id for c in at.get("plotly_chart")]
+    assert any(n.endswith("tc_time_dataset_chart") for n in names)
+    assert not any(n.endswith("tc_cost_dataset_chart") or n.endswith("tc_plans_chart") for n in names)
+    infos = [i.value for i in at.info]
+    assert any(i.startswith("No cost curve to draw: 'Lambda on-demand' has no spot price for any plan that fits")
+               for i in infos), infos
+    assert any(i.startswith("No plan to place on the time-cost chart") for i in infos), infos

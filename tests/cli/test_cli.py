@@ -185,10 +185,18 @@ def bad_files(tmp_path):
         ("unknown_method", ["estimate", "--config", "{llama}", "--method", "bogus"], "--method"),
         ("unknown_precision", ["estimate", "--config", "{llama}", "--precision", "fp64"], "--precision"),
         ("no_subcommand", [], "command"),
+        # A bundled catalog entry is not a config.json: the message names the --model that reads it.
+        ("catalog_entry_as_config", ["params", "--config", "{root}/data/models/openai-community__gpt2.json"],
+         "bundled catalog entry, not a config.json: its model is 'openai-community/gpt2', which --model "
+         "openai-community/gpt2"),
+        # No catalog name is like "nonexistent": the whole catalog is listed, not an unrelated guess.
+        ("gpu_unlike_any", ["estimate", "--config", "{llama}", "--gpu", "nonexistent"],
+         "unknown GPU 'nonexistent': no catalog GPU has a similar name; the catalog has NVIDIA T4,"),
+        ("gpu_misspelt", ["estimate", "--config", "{llama}", "--gpu", "H300"], "closest: NVIDIA H200, NVIDIA H100 80GB"),
     ],
 )
 def test_bad_input_is_one_line_on_stderr(bad_files, case, args, needle):
-    args = [a.format(tmp=bad_files, llama=config_path(LLAMA_8B)) for a in args]
+    args = [a.format(tmp=bad_files, llama=config_path(LLAMA_8B), root=Path(__file__).resolve().parents[2]) for a in args]
     line = assert_one_line_error(run_cli(*args))
     assert needle in line
 

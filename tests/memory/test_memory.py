@@ -12,6 +12,7 @@ from engine.memory.weights import quantized_bytes_per_param
 from engine.scenario.optimizer import Optimizer, optimizer_state_bytes
 from engine.model.architecture import TensorGroup
 from engine.scenario.training import Scenario
+from engine.model.sources import config_from_catalog
 from reference import reference_config, require_reference
 
 require_reference()
@@ -200,6 +201,17 @@ def test_warnings_for_settings_a_real_run_would_regret():
     assert any("min(in, out) = 1,024" in w for w in est(method="lora", lora_r=2048).warnings)
     assert any("unscale FP16" in w for w in est(precision="fp16").warnings)
     assert est().warnings == ()
+
+
+def test_context_warning_follows_the_position_encoding():
+    # Rotary positions can be stretched (rope_scaling); GPT-2's 1,024 and BERT's 512 learned rows cannot.
+    long = est(seq_len=262_144).warnings[0]
+    assert "needs RoPE scaling" in long
+    for repo, limit in (("openai-community/gpt2", 1_024), ("google-bert/bert-large-uncased", 512)):
+        arch = architecture_from_config(config_from_catalog(repo)[0])
+        warning = estimate_memory(arch, Scenario.build(seq_len=2 * limit)).warnings[0]
+        assert f"max_position_embeddings ({limit:,})" in warning and "RoPE" not in warning
+        assert f"no row past position {limit - 1:,}" in warning
 
 
 def test_gpt2_default_lora_target_is_c_attn_only():

@@ -11,10 +11,8 @@ from engine.model.architecture import Architecture
 from engine.model.build import architecture_from_config
 from engine.model.catalog import load_models
 from engine.errors import ScenarioError
-from engine.plan.fit import (
-    SEED_LARGEST_MODEL, TECHNIQUES, check_fit, compare_with_seed, largest_true, model_matrix, precision_advice,
-    seed_largest_model_table, seed_size_range, technique_matrix, what_fits,
-)
+from engine.plan.fit import TECHNIQUES, check_fit, largest_true, model_matrix, precision_advice, technique_matrix, what_fits
+from engine.plan.largest import SEED_LARGEST_MODEL, compare_with_seed, seed_largest_model_table, seed_size_range
 from engine.hardware.gpus import find_gpu, load_gpus
 from engine.memory.estimate import estimate_memory
 from engine.scenario.optimizer import Optimizer

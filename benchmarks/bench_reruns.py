@@ -1,0 +1,94 @@
+"""Rerun latency of every page after a widget change, as the browser sees it (run by hand; not part of the tests).
+
+Starts ``streamlit run streamlit_app.py`` (or uses ``--url``), opens one session per page over the app's websocket
+with the client of ``benchmarks/load.py`` (Streamlit's own ``BackMsg``/``ForwardMsg`` protocol, as the browser
+speaks it), loads the page, then changes a widget ``--reruns`` times and times each rerun from the message sent to
+the ``script_finished`` that answers it: the server's whole rerun, deltas serialised and sent, which is what keeps
+a browser waiting (the browser's own drawing is not counted). The widgets: the micro batch size on every page with
+the training sidebar (and every fifth rerun the gradient checkpointing toggle), the Model picker's model on the
+pages without it (Model, GPUs & prices, Methodology). One session at a time: the figure is one user's rerun.
+
+Target: p95 under 300 ms on every page (2 cores). Prints one line per page (p50, p95, max in ms) and exits non-zero
+when a page misses it.
+
+Usage::
+
+    python benchmarks/bench_reruns.py                 # every page, 30 reruns each
+    python benchmarks/bench_reruns.py --pages fit,memory --reruns 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from engine.model.sources import catalog_choices  # noqa: E402
+from load import Session, free_port, percentile, start_server, wait_healthy  # noqa: E402
+
+PAGES = ("memory", "model", "fit", "time_cost", "plans", "gpus", "methodology")
+TARGET_P95_MS = 300.0
+
+
+def time_page(url: str, page: str, reruns: int) -> list[float]:
+    session = Session(url, 60.0)
+    try:
+        session.rerun()  # the root URL: the landing page moves on to /memory
+        if page != "memory":
+            session.go_to(page)
+            session.rerun()
+        session.rerun()  # warm: caches of this page filled once, as after a visitor's first look
+        choices = dict(catalog_choices())  # the picker's options, formatted as its selectbox shows them
+        models = [f"{choices[r]} · {r}" for r in ("Qwen/Qwen2.5-7B", "meta-llama/Llama-3.1-8B")]
+        times = []
+        for i in range(reruns):
+            if "Micro batch size" in session.widgets:
+                session.set_widget("Micro batch size", "int_value", 2 + i)  # never a value seen before: no cache answers
+                if i % 5 == 4:
+                    session.set_widget("Gradient checkpointing", "bool_value", i % 10 == 4)
+            else:
+                session.set_widget("Model", "string_value", models[i % 2])  # a selectbox sends the option as shown
+            elapsed, problems = session.rerun()
+            if problems:
+                raise RuntimeError(f"{page}: {problems}")
+            times.append(elapsed * 1e3)
+        return times
+    finally:
+        session.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pages", default=",".join(PAGES))
+    parser.add_argument("--reruns", type=int, default=30)
+    parser.add_argument("--url", help="an already running server (default: start one)")
+    args = parser.parse_args(argv)
+    proc = None
+    url = args.url
+    if url is None:
+        port = free_port()
+        proc = start_server(port, Path(tempfile.mkdtemp(prefix="bench_reruns_")))
+        url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url)
+        missed = []
+        for page in args.pages.split(","):
+            times = time_page(url, page, args.reruns)
+            p50, p95, worst = percentile(times, 50), percentile(times, 95), max(times)
+            print(f"{page:12s} reruns {len(times):3d}  p50 {p50:6.0f} ms  p95 {p95:6.0f} ms  max {worst:6.0f} ms")
+            if p95 > TARGET_P95_MS:
+                missed.append(page)
+        print("OK" if not missed else f"MISSED (p95 > {TARGET_P95_MS:.0f} ms): {', '.join(missed)}")
+        return 1 if missed else 0
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""Readable numbers for the pages: counts, hours and dollars of any size, and user text made safe for Plotly.
+
+Display only (no formula): a dataset of 10^21 tokens reads "1.54 × 10²¹ tokens", not "1,536,000,000,000.00M".
+"""
+
+from __future__ import annotations
+
+import html
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def fmt_sci(x: float) -> str:
+    """``1.54 × 10²¹``: three significant digits and a power of ten."""
+    mantissa, exponent = f"{x:.2e}".split("e")
+    return f"{float(mantissa):.3g} × 10{str(int(exponent)).translate(_SUPERSCRIPT)}"
+
+
+def fmt_big_count(n: float) -> str:
+    """Counts as people say them, to four digits (``15.36M``, ``1.536B``, ``3.2T``); beyond a thousand trillion, a power
+    of ten."""
+    if n >= 1e15:
+        return fmt_sci(n)
+    for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+        if n >= div:
+            return f"{n / div:,.4g}{suffix}"
+    return f"{round(n):,}"
+
+
+def fmt_hours(hours: float) -> str:
+    """``'42 min'``, ``'4.27 h'``, ``'3.1 days (74.4 h)'``, ``'2.5 years'``; beyond 10,000 years a power of ten."""
+    if hours < 1:
+        return f"{hours * 60:,.1f} min"
+    if hours < 48:
+        return f"{hours:,.2f} h"
+    if hours < 2 * 8766:
+        return f"{hours / 24:,.1f} days ({hours:,.0f} h)"
+    years = hours / 8766  # 365.25 days
+    return f"{years:,.1f} years" if years < 1e4 else f"{fmt_sci(years)} years"
+
+
+def fmt_usd(usd: float | None) -> str:
+    """``'$1,234.56'``, ``'$12.3M'``, ``'$4.5B'``; ``'no price'`` for None."""
+    if usd is None:
+        return "no price"
+    for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+        if usd >= div:
+            return f"${usd / div:,.3g}{suffix}" if usd < 1e15 else f"${fmt_sci(usd)}"
+    return f"${usd:,.2f}"
+
+
+def plain(text: str, limit: int | None = None) -> str:
+    """User text (a plan name, a file name) for a Plotly label: HTML-escaped, so ``<b>`` is shown, not applied, and
+    cut to ``limit`` characters with an ellipsis (the hover keeps the whole text)."""
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return html.escape(text, quote=False)
+
+
+_MARKDOWN = str.maketrans({c: "\\" + c for c in "\\`*_{}[]<>()#+-.!|~$"})
+
+
+def md_plain(text: str) -> str:
+    """User text for ``st.markdown``/alerts: Markdown and HTML characters escaped, so it is shown as typed."""
+    return text.translate(_MARKDOWN)

@@ -1,0 +1,100 @@
+"""Number inputs that say in words what is wrong with a typed value, and mark the results they leave stale.
+
+Streamlit's own ``min_value``/``max_value`` refuse an out-of-range number in the browser: the widget shows a small
+red "!" with the reason in a tooltip and keeps sending the previous value, so the page silently shows results for a
+number that is no longer on screen. :func:`checked_number` draws the input without those bounds, checks the typed
+value against :data:`LIMITS` (the same ranges the URL parser in :mod:`ui.share` applies) and, when it is out of
+range, writes the reason under the input and returns the last valid value; :func:`stale_slot` is the place at the
+top of the page where every such input is listed, so the reader knows the results are not for the sidebar as shown.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from engine.memory.parallel import MAX_GPUS
+from engine.scenario.training import MAX_MICRO_BATCH, MAX_SEQ_LEN
+
+LIMITS: dict[str, tuple[float, float]] = {
+    "micro_batch_size": (1, MAX_MICRO_BATCH), "seq_len": (1, MAX_SEQ_LEN), "grad_accum": (1, 1_000_000),
+    "lora_r": (1, 65_536), "lora_alpha": (1.0, 1e9), "lora_dropout": (0.0, 0.99),
+    "num_gpus": (1, MAX_GPUS), "gpus_per_node": (1, 64),
+    "tc_examples": (1, 10**12), "tc_avg_tokens": (1.0, 1e7), "tc_total_tokens": (1, 10**15), "tc_epochs": (0.01, 10_000.0),
+    "tc_runs": (1, 10_000), "tc_measured": (0.0, 1e9),
+    "inf_concurrency": (1, 1 << 20), "inf_seq_len": (1, 1 << 21),
+}
+"""Valid range of each checked input, by widget key (= URL parameter)."""
+
+_LAST = "_last_valid_inputs"  # {key: last valid value}
+_STALE = "_stale_inputs"  # [(label, typed, used, reason)] of this run
+_SLOT = "_stale_slot"
+
+
+def _fmt(value: float) -> str:
+    """``10,000``, ``2,048``, ``-1``, ``0.26``: whole numbers with separators, others as typed."""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
+
+def range_reason(key: str, value: Any) -> str | None:
+    """Why ``value`` is not valid for ``key`` (in words), or None when it is."""
+    lo, hi = LIMITS[key]
+    integer = isinstance(lo, int) and isinstance(hi, int)
+    if integer and float(value) != int(value):
+        return f"must be a whole number from {_fmt(lo)} to {_fmt(hi)}"
+    if not lo <= value <= hi:
+        return f"must be {'a whole number ' if integer else ''}from {_fmt(lo)} to {_fmt(hi)}"
+    return None
+
+
+def begin_run() -> None:
+    """Forget the previous run's stale inputs (the shell calls this first in every run)."""
+    st.session_state[_STALE] = []
+    st.session_state.pop(_SLOT, None)
+
+
+def stale_slot() -> None:
+    """Reserve the place, under the page title, where out-of-range inputs are listed."""
+    st.session_state[_SLOT] = st.empty()
+    _draw_stale()
+
+
+def _draw_stale() -> None:
+    slot, stale = st.session_state.get(_SLOT), st.session_state.get(_STALE) or []
+    if slot is None or not stale:
+        return
+    items = "; ".join(f"**{label}** {typed} {reason}, so {used} is used" for label, typed, used, reason in stale)
+    slot.warning(f"Results below are not for the sidebar as shown: {items}. Fix the marked input to update them.",
+                 icon=":material/history:")
+
+
+def checked_number(container: Any, label: str, key: str, default: float, *, step: float, help: str | None = None,
+                   format: str | None = None, disabled: bool = False) -> Any:
+    """A number input (in ``container``) checked against ``LIMITS[key]``.
+
+    Returns the typed value when it is valid, else the last valid one (``default`` at first), after writing the
+    reason under the input and listing it in the page's :func:`stale_slot`.
+    """
+    lo, hi = LIMITS[key]
+    st.session_state.setdefault(key, default)
+    value = container.number_input(label, step=step, key=key, help=help, format=format, disabled=disabled)
+    last: dict = st.session_state.setdefault(_LAST, {})
+    reason = range_reason(key, value)
+    if reason is None:
+        last[key] = value
+        return value
+    used = last.get(key, default)
+    container.error(f"{label}: {_fmt(value)} is out of range; it {reason}. The results use {_fmt(used)}.",
+                    icon=":material/error:")
+    st.session_state.setdefault(_STALE, []).append((label, _fmt(value), _fmt(used), reason))
+    _draw_stale()
+    return used
+
+
+def valid_value(key: str) -> Any:
+    """The value a checked input stands for: its widget value when valid, else its last valid value."""
+    value = st.session_state.get(key)
+    if key in LIMITS and value is not None and range_reason(key, value) is not None:
+        return st.session_state.get(_LAST, {}).get(key)
+    return value
