@@ -22,8 +22,12 @@ st.caption("Per rank, for Megatron-LM / torchtitan-style training. The sidebar's
 fields, world, per_node = layout_inputs(arch.num_layers, scenario.micro_batch_size)
 c1, c2, c3 = st.columns(3)
 gpus = {g.name: g for g in session_gpus()}
-gpu = gpus[c1.selectbox("GPU", list(gpus), index=list(gpus).index("NVIDIA H100 80GB") if "NVIDIA H100 80GB" in gpus else 0,
-                        key="so_gpu")]
+# The cluster's GPU starts as the sidebar's; the layout below (not the sidebar's GPU count and strategy) sizes the run.
+if st.session_state.get("so_gpu") not in gpus:
+    st.session_state["so_gpu"] = hw.gpu.name if hw.gpu.name in gpus else next(iter(gpus))
+gpu = gpus[c1.selectbox("Cluster GPU", list(gpus), key="so_gpu",
+                        help="Starts as the sidebar's GPU. This page explores its own layouts: the sidebar's GPU count, "
+                             "strategy and offload do not apply here.")]
 fp8_choice = c2.selectbox("FP8", ["off", "te", "torchao"], key="so_fp8",
                           help="TransformerEngine keeps FP8 weight copies (+2 B/parameter); torchao float8 does not")
 master = c3.checkbox("16-bit model + fp32 master weights", value=True, key="so_master",

@@ -44,6 +44,7 @@ PAGES = {
     "GPU fit": ("fit", "Which GPU does it fit on?", 2),
     "Time & cost": ("time_cost", "Training time and cost", 1),
     "Plans": ("plans", "Plans: save, compare, export", 0),
+    "Scale out": ("scale_out", "Scale out: tensor, pipeline, context and expert parallelism", 1),
     "GPUs & prices": ("gpus", "GPUs and prices", 0),
     "Methodology": ("methodology", "Methodology", 2),
 }
