@@ -23,9 +23,11 @@ DISTRIBUTED = {"no": "no", "multi_gpu": "ddp", "fsdp": "fsdp", "deepspeed": "dee
                **{k: Unmodelled(f"{k.upper()}: not a GPU data-parallel run the estimate models")
                   for k in ("multi_cpu", "multi_npu", "multi_mlu", "multi_sdaa", "multi_musa", "multi_xpu", "xla",
                             "multi_hpu", "multi_neuron")},
-               "megatron_lm": Unmodelled("Megatron-LM tensor/pipeline parallelism: not modelled")}
+               "megatron_lm": Unmodelled("Megatron-LM tensor/pipeline parallelism: its layout is not read from an accelerate file "
+                                          "(set it on the Scale out page or with --tensor-parallel / --pipeline-parallel)")}
 MIXED = {"no": "no", "bf16": "bf16", "fp16": "fp16",
-         "fp8": Unmodelled("FP8 training (Transformer Engine / torchao): not modelled")}
+         "fp8": Unmodelled("FP8 training (Transformer Engine / torchao): modelled for parallel layouts only (Scale out, "
+                           "--precision fp8), not for the one-GPU estimate this import feeds")}
 _DEVICE = choice({"none": "none", "cpu": "cpu",
                   "nvme": Unmodelled("ZeRO-Infinity: states on NVMe; not modelled (CPU offload is the closest)")})
 

@@ -46,7 +46,8 @@ NOT_MODELLED = (
     "transients in the middle of backward (LM-head weight gradient created while loss gradients are alive, "
     "flash-attention backward workspace)",
     "multi-GPU: this estimate is one GPU; engine.memory.parallel splits it per GPU for DDP, ZeRO-1/2/3, FSDP and CPU "
-    "offload, but not tensor/pipeline/context parallelism, NVMe offload or NCCL's own buffers",
+    "offload; tensor/pipeline/context/expert parallelism is engine.scaleout's per-rank estimate (the Scale out page); "
+    "NVMe offload is not modelled",
     "transformers 5 fused MoE expert tensors (experts are counted as separate linear modules, as in 4.x)",
     "Gemma 2 attention soft-capping under SDPA (transformers may force eager attention)",
     "optimizer 'step' scalars and bitsandbytes quantization maps (a few KB per tensor)",

@@ -30,7 +30,8 @@ beyond 25%) are chosen by rule, before looking at errors:
    the gated MLP's products) in the dtype each is stored in; torchtune's and LitGPT's single-device recipes build
    their blocks from the same ops and keep weights, gradients and torch AdamW states in bf16, which is the engine's
    pure-bf16 mode. torchtitan (FSDP2 with fp32 sharded weights, selective checkpointing, Float8) and Megatron
-   (tensor/pipeline parallelism, fused kernels) are not modelled;
+   (tensor/pipeline parallelism, fused kernels) runs are checked by engine.validation.scaleout against
+   data/large_runs.csv with the per-rank model, not here;
 5. the run used no technique the engine has no switch for (the row's ``unmodelled`` column: torch.compile, the
    optimizer step fused into backward, activation offloading, torchtune's chunked loss, Unsloth, Float8, padded
    batches of unknown length). A framework implementing a modelled technique differently (LoRA adapters kept in
