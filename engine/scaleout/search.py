@@ -28,7 +28,7 @@ from engine.scaleout import buffers
 from engine.scaleout.comm_volumes import step_collectives
 from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.layout import Layout, Recompute, Schedule, layout_problems
-from engine.scaleout.memory import Context, effective_scenario, group_sizes, peak_of, stage_parts
+from engine.scaleout.memory import Context, effective_scenario, group_sizes, stage_peak
 from engine.scaleout.step_time import Cluster, step_time
 from engine.scenario.training import Method, Scenario
 
@@ -126,12 +126,11 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
         ctx = contexts.get(key)
         if ctx is None:
             ctx = contexts[key] = Context(arch, effective_scenario(scenario, layout), fp8, master_weights)
-        worst, worst_stage, worst_parts = -1.0, 0, None
+        worst, worst_stage = -1.0, 0
         for r in dominant_stages(layout):
-            parts = stage_parts(ctx, layout, r, explain=False)
-            _, total = peak_of(parts)
+            _, total = stage_peak(ctx, layout, r)
             if total > worst:
-                worst, worst_stage, worst_parts = total, r, parts
+                worst, worst_stage = total, r
         device = device_memory(worst).device_used + buffers.nccl_bytes(group_sizes(layout))
         if device > usable:
             out.append(Candidate(layout, False, f"out of memory: stage {worst_stage} needs {device / 2**30:.1f} GiB "
