@@ -193,6 +193,22 @@ class _Parts:
         self.add(key, comp.bytes * factor, phases or comp.phases, lambda: f"{why()}; one GPU: {comp.formula}")
 
 
+class _Totals(_Parts):
+    """Adds each part's bytes straight to the totals of its phases: what :func:`peak_of` sums over the parts
+    :class:`_Parts` would collect, in the same order, without building them (the layout search's path)."""
+
+    def __init__(self, est: dict[str, MemoryComponent], totals: dict[str, float]):
+        super().__init__(est, explain=False)
+        self.totals = totals
+
+    def add(self, key: str, nbytes: float, phases: tuple[Phase, ...], formula: Callable[[], str], source: str = "",
+            label: str = "") -> None:
+        if nbytes or key in self.est:
+            totals = self.totals
+            for ph in phases:
+                totals[ph] = totals.get(ph, 0.0) + nbytes
+
+
 class _Stage(NamedTuple):
     """Where a pipeline stage sits: its index, every stage's layers, its blocks ``first..last-1`` and the
     parameters one of its ranks holds."""
@@ -232,13 +248,12 @@ def stage_peak(ctx: Context, layout: Layout, stage: int) -> tuple[Phase, float]:
     key = (st.local, layout.tensor_parallel, layout.pipeline_parallel > 1, layout.zero, layout.optimizer_shards)
     states = ctx.state_totals.get(key)
     if states is None:
-        parts = _Parts(ctx.parts, explain=False)
-        _model_states(ctx, layout, st, parts)
-        states = ctx.state_totals[key] = _phase_totals(parts.out, {})
-    parts = _Parts(ctx.parts, explain=False)
-    _activations(ctx, layout, st, parts)
-    _buffers(ctx, layout, st, parts)
-    return _peak_phase(_phase_totals(parts.out, dict(states)))
+        states = ctx.state_totals[key] = {}
+        _model_states(ctx, layout, st, _Totals(ctx.parts, states))
+    totals = dict(states)
+    _activations(ctx, layout, st, _Totals(ctx.parts, totals))
+    _buffers(ctx, layout, st, _Totals(ctx.parts, totals))
+    return _peak_phase(totals)
 
 
 def _model_states(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> None:
