@@ -113,7 +113,7 @@ class Context:
         self.block_copies = (rec.bytes - self.blocks.per_token * sc.tokens_per_micro_batch) if rec else 0.0
         self.phases = step_phases(sc)
         # Memos of the layout search, which asks the same of many layouts (see stage_peak).
-        self.state_totals: dict[tuple, dict[str, float]] = {}
+        self.sections: dict[tuple, list[tuple[float, tuple[Phase, ...]]]] = {}
         self._sac_saved: dict[tuple[int, bool], float] = {}
 
     def sac_saved_per_token(self, tp: int, sequence_parallel: bool) -> float:
@@ -193,20 +193,18 @@ class _Parts:
         self.add(key, comp.bytes * factor, phases or comp.phases, lambda: f"{why()}; one GPU: {comp.formula}")
 
 
-class _Totals(_Parts):
-    """Adds each part's bytes straight to the totals of its phases: what :func:`peak_of` sums over the parts
-    :class:`_Parts` would collect, in the same order, without building them (the layout search's path)."""
+class _Recorder(_Parts):
+    """Records only what :func:`peak_of` reads of each part that :class:`_Parts` would collect: (bytes, phases), in
+    order (the layout search's path: no labels, sources or formulas)."""
 
-    def __init__(self, est: dict[str, MemoryComponent], totals: dict[str, float]):
+    def __init__(self, est: dict[str, MemoryComponent]):
         super().__init__(est, explain=False)
-        self.totals = totals
+        self.entries: list[tuple[float, tuple[Phase, ...]]] = []
 
     def add(self, key: str, nbytes: float, phases: tuple[Phase, ...], formula: Callable[[], str], source: str = "",
             label: str = "") -> None:
         if nbytes or key in self.est:
-            totals = self.totals
-            for ph in phases:
-                totals[ph] = totals.get(ph, 0.0) + nbytes
+            self.entries.append((nbytes, phases))
 
 
 class _Stage(NamedTuple):
@@ -241,24 +239,47 @@ def stage_parts(ctx: Context, layout: Layout, stage: int, explain: bool = True) 
 def stage_peak(ctx: Context, layout: Layout, stage: int) -> tuple[Phase, float]:
     """``peak_of(stage_parts(ctx, layout, stage, explain=False))``, to the last bit, faster: the layout search's path.
 
-    The model states depend only on the parameters the rank holds, TP, PP > 1, the ZeRO stage and the shards, and
-    many layouts share them; their per-phase sums (the first terms of every phase's sum, in the same order) are
-    kept in ``ctx`` and the rest of the parts are added to a copy."""
+    Each of the three sections (model states, activations, buffers) reads only a few of the layout's settings, and
+    many layouts share them: the (bytes, phases) a section adds are recorded once per ``ctx`` and those settings
+    (its ``_*_key``), then replayed into the per-phase sums in the order :func:`peak_of` adds them."""
     st = _stage(ctx, layout, stage)
-    key = (st.local, layout.tensor_parallel, layout.pipeline_parallel > 1, layout.zero, layout.optimizer_shards)
-    states = ctx.state_totals.get(key)
-    if states is None:
-        states = ctx.state_totals[key] = {}
-        _model_states(ctx, layout, st, _Totals(ctx.parts, states))
-    totals = dict(states)
-    _activations(ctx, layout, st, _Totals(ctx.parts, totals))
-    _buffers(ctx, layout, st, _Totals(ctx.parts, totals))
+    totals: dict[str, float] = {}
+    for section, key in ((_model_states, _states_key(layout, st)), (_activations, _activations_key(layout, st)),
+                         (_buffers, _buffers_key(layout, st))):
+        entries = ctx.sections.get(key)
+        if entries is None:
+            recorder = _Recorder(ctx.parts)
+            section(ctx, layout, st, recorder)
+            entries = ctx.sections[key] = recorder.entries
+        for nbytes, phases in entries:
+            for ph in phases:
+                totals[ph] = totals.get(ph, 0.0) + nbytes
     return _peak_phase(totals)
+
+
+def _states_key(layout: Layout, st: _Stage) -> tuple:
+    """Everything of the layout and stage that :func:`_model_states` reads."""
+    return ("states", st.local, layout.tensor_parallel, layout.pipeline_parallel > 1, layout.zero, layout.optimizer_shards)
+
+
+def _activations_key(layout: Layout, st: _Stage) -> tuple:
+    """Everything of the layout and stage that :func:`_activations` reads."""
+    p = layout.pipeline_parallel
+    return ("activations", layout.tensor_parallel, layout.sequence_parallel, layout.context_parallel, layout.recompute,
+            layout.recompute_layers, in_flight(layout, st.index), in_flight(layout, p - 1)[0], st.layers[st.index],
+            st.index == p - 1, p == 1)
+
+
+def _buffers_key(layout: Layout, st: _Stage) -> tuple:
+    """Everything of the layout and stage that :func:`_buffers` reads."""
+    return ("buffers", layout.tensor_parallel, layout.sequence_parallel, layout.context_parallel,
+            layout.pipeline_parallel > 1, layout.expert_parallel, layout.expert_tensor_parallel,
+            layout.moe_capacity_factor, layout.zero == 3 and layout.optimizer_shards > 1, st.first, st.last, st.local)
 
 
 def _model_states(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> None:
     """Weights, their copies, gradients, master weights and optimizer states: the rank's share (see the module
-    docstring). Reads only ``st.local``, TP, PP > 1, the ZeRO stage and the shards (:func:`stage_peak` relies on it)."""
+    docstring). Reads only what :func:`_states_key` names (:func:`stage_peak` relies on it)."""
     est, split, local = ctx.parts, ctx.split, st.local
     t, p, shards, zero = layout.tensor_parallel, layout.pipeline_parallel, layout.optimizer_shards, layout.zero
     share = local / split.total
@@ -286,7 +307,8 @@ def _model_states(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> No
 
 
 def _activations(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> None:
-    """Micro batches (or chunks) in flight x layers x the block's bytes, CP splitting the tokens; the logits."""
+    """Micro batches (or chunks) in flight x layers x the block's bytes, CP splitting the tokens; the logits. Reads
+    only what :func:`_activations_key` names (:func:`stage_peak` relies on it)."""
     arch, sc, est, add, scaled = ctx.arch, ctx.sc, ctx.parts, parts.add, parts.scaled
     t, p, c, stage = layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel, st.index
     sp_div = t if layout.sequence_parallel else 1
@@ -327,7 +349,8 @@ def _activations(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> Non
 
 
 def _buffers(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> None:
-    """The layout's communication buffers (:mod:`engine.scaleout.buffers`), FSDP's gathered units, TE's FP8 copies."""
+    """The layout's communication buffers (:mod:`engine.scaleout.buffers`), FSDP's gathered units, TE's FP8 copies.
+    Reads only what :func:`_buffers_key` names (:func:`stage_peak` relies on it)."""
     arch, spec, split, add = ctx.arch, ctx.spec, ctx.split, parts.add
     t, p, c = layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel
     ept = layout.expert_parallel * layout.expert_tensor_parallel
