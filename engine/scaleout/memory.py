@@ -60,6 +60,8 @@ from engine.scenario.precision import PrecisionMode, PrecisionSpec, precision_sp
 from engine.scenario.training import Method, Scenario
 
 ACTIVE = ("forward", "backward", "recompute")
+CHECKPOINTED = (Recompute.FULL, Recompute.SELECTIVE_OP)
+"""Recompute settings that checkpoint every block: the one-GPU estimate's gradient checkpointing."""
 
 
 class Part(NamedTuple):
@@ -131,7 +133,7 @@ def effective_scenario(scenario: Scenario, layout: Layout) -> Scenario:
     checkpointing."""
     return scenario.model_copy(update={
         "micro_batch_size": layout.micro_batch_size, "gradient_accumulation_steps": layout.micro_batches,
-        "gradient_checkpointing": layout.recompute in (Recompute.FULL, Recompute.SELECTIVE_OP)})
+        "gradient_checkpointing": layout.recompute in CHECKPOINTED})
 
 
 def check_layout(arch: Architecture, scenario: Scenario, layout: Layout) -> None:

@@ -28,7 +28,7 @@ from engine.scaleout import buffers
 from engine.scaleout.comm_volumes import step_collectives
 from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.layout import Layout, Recompute, Schedule, layout_problems
-from engine.scaleout.memory import Context, effective_scenario, group_sizes, stage_peak
+from engine.scaleout.memory import CHECKPOINTED, Context, effective_scenario, group_sizes, stage_peak
 from engine.scaleout.step_time import Cluster, step_time
 from engine.scenario.training import Method, Scenario
 
@@ -122,7 +122,9 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
         if problems:
             out.append(_rejected(layout, problems[0]))
             continue
-        key = (layout.micro_batch_size, layout.recompute is Recompute.FULL, layout.micro_batches > 1)
+        # What the one-GPU estimate reads of the layout (effective_scenario): the micro batch, gradient checkpointing
+        # (full recompute and op-level SAC) and whether there is gradient accumulation (its count does not enter).
+        key = (layout.micro_batch_size, layout.recompute in CHECKPOINTED, layout.micro_batches > 1)
         ctx = contexts.get(key)
         if ctx is None:
             ctx = contexts[key] = Context(arch, effective_scenario(scenario, layout), fp8, master_weights)
