@@ -109,6 +109,7 @@ class Context:
         self.compute_sc = act_sc  # the scenario the rank computes in (16-bit throughout with master weights)
         self.blocks: BlockActivations = block_activations(arch, act_sc, precision_spec(act_sc.precision))
         self.split: ParameterSplit = parameter_split(arch)
+        self.uniform_blocks = self.split.uniform_blocks
         self.linear_modules = sum(lin.count * lin.blocks(arch.num_layers) for lin in arch.layer_linears) / arch.num_layers
         self.master = self.spec.autocast and self.spec.weight_bytes == 4 and sc.method is Method.FULL and not self.master_weights
         rec = self.parts.get("recomputed_layer")

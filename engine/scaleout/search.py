@@ -129,7 +129,7 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
         if ctx is None:
             ctx = contexts[key] = Context(arch, effective_scenario(scenario, layout), fp8, master_weights)
         worst, worst_stage = -1.0, 0
-        for r in dominant_stages(layout):
+        for r in dominant_stages(layout, ctx.uniform_blocks):
             _, total = stage_peak(ctx, layout, r)
             if total > worst:
                 worst, worst_stage = total, r
@@ -153,15 +153,17 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
     return out
 
 
-def dominant_stages(layout: Layout) -> tuple[int, ...]:
-    """Stages that can hold the most loaded rank of an even split: the first and the last.
+def dominant_stages(layout: Layout, uniform_blocks: bool = True) -> tuple[int, ...]:
+    """Stages that can hold the most loaded rank of an even split of alike blocks: the first and the last.
 
     With the remainder layers on the first stages (:meth:`Layout.stage_layers`), a middle stage has at most the
     first stage's layers, at most its micro batches in flight (1F1B: PP - r; interleaved: decreasing in r; GPipe:
     equal), no embedding, no logits and the same buffers, so stage 0 holds at least as much in every component; the
-    last stage holds the output layer and the loss. (``tests/scaleout`` checks this against every stage.)"""
+    last stage holds the output layer and the loss. (``tests/scaleout`` checks this against every stage.) Blocks
+    that are not alike (``uniform_blocks`` False, :attr:`ParameterSplit.uniform_blocks`: DeepSeek's dense first
+    layers, lighter than its MoE blocks) or a given split: every stage."""
     p = layout.pipeline_parallel
-    if layout.layers_per_stage is not None:
+    if layout.layers_per_stage is not None or not uniform_blocks:
         return tuple(range(p))
     return (0,) if p == 1 else (0, p - 1)
 
