@@ -47,7 +47,7 @@ from pydantic import BaseModel, ConfigDict
 
 from engine.errors import ScenarioError
 from engine.memory.activations import BlockActivations, block_activations
-from engine.memory.components import MemoryComponent, Phase, step_phases
+from engine.memory.components import PHASES, MemoryComponent, Phase, step_phases
 from engine.memory.device import device_memory
 from engine.memory.estimate import estimate_memory
 from engine.memory.result import MemoryEstimate
@@ -116,8 +116,18 @@ class Context:
         self.block_copies = (rec.bytes - self.blocks.per_token * sc.tokens_per_micro_batch) if rec else 0.0
         self.phases = step_phases(sc)
         # Memos of the layout search, which asks the same of many layouts (see stage_peak).
-        self.sections: dict[tuple, list[tuple[float, tuple[Phase, ...]]]] = {}
+        self.sections: dict[tuple, list[tuple[float, tuple[int, ...]]]] = {}
+        self._stages: dict[tuple, _Stage] = {}
         self._sac_saved: dict[tuple[int, bool], float] = {}
+
+    def stage(self, layout: Layout, stage: int) -> "_Stage":
+        """:func:`_stage` (memoised per PP, split, stage, TP and expert split)."""
+        key = (layout.pipeline_parallel, layout.layers_per_stage, stage, layout.tensor_parallel,
+               layout.expert_parallel * layout.expert_tensor_parallel)
+        st = self._stages.get(key)
+        if st is None:
+            st = self._stages[key] = _stage(self, layout, stage)
+        return st
 
     def sac_saved_per_token(self, tp: int, sequence_parallel: bool) -> float:
         """:func:`engine.scaleout.recompute.saved_per_token` of this context's block (memoised per TP and SP)."""
@@ -196,18 +206,21 @@ class _Parts:
         self.add(key, comp.bytes * factor, phases or comp.phases, lambda: f"{why()}; one GPU: {comp.formula}")
 
 
+_PHASE_INDEX = {ph: i for i, ph in enumerate(PHASES + ("inference",))}
+
+
 class _Recorder(_Parts):
-    """Records only what :func:`peak_of` reads of each part that :class:`_Parts` would collect: (bytes, phases), in
-    order (the layout search's path: no labels, sources or formulas)."""
+    """Records only what :func:`peak_of` reads of each part that :class:`_Parts` would collect: (bytes, phases as
+    indices of :data:`_PHASE_INDEX`), in order (the layout search's path: no labels, sources or formulas)."""
 
     def __init__(self, est: dict[str, MemoryComponent]):
         super().__init__(est, explain=False)
-        self.entries: list[tuple[float, tuple[Phase, ...]]] = []
+        self.entries: list[tuple[float, tuple[int, ...]]] = []
 
     def add(self, key: str, nbytes: float, phases: tuple[Phase, ...], formula: Callable[[], str], source: str = "",
             label: str = "") -> None:
         if nbytes or key in self.est:
-            self.entries.append((nbytes, phases))
+            self.entries.append((nbytes, tuple(_PHASE_INDEX[ph] for ph in phases)))
 
 
 class _Stage(NamedTuple):
@@ -239,14 +252,16 @@ def stage_parts(ctx: Context, layout: Layout, stage: int, explain: bool = True) 
     return parts.out
 
 
-def stage_peak(ctx: Context, layout: Layout, stage: int) -> tuple[Phase, float]:
-    """``peak_of(stage_parts(ctx, layout, stage, explain=False))``, to the last bit, faster: the layout search's path.
+def stage_peak_bytes(ctx: Context, layout: Layout, stage: int) -> float:
+    """``peak_of(stage_parts(ctx, layout, stage, explain=False))[1]``, to the last bit, faster: the layout search's path.
 
     Each of the three sections (model states, activations, buffers) reads only a few of the layout's settings, and
     many layouts share them: the (bytes, phases) a section adds are recorded once per ``ctx`` and those settings
-    (its ``_*_key``), then replayed into the per-phase sums in the order :func:`peak_of` adds them."""
-    st = _stage(ctx, layout, stage)
-    totals: dict[str, float] = {}
+    (its ``_*_key``), then replayed into the per-phase sums in the order :func:`peak_of` adds them, so every sum
+    is the same float. Bytes are never negative, so a phase no part is alive in (0.0 here, absent there) never
+    changes the maximum."""
+    st = ctx.stage(layout, stage)
+    totals = [0.0] * len(_PHASE_INDEX)
     for section, key in ((_model_states, _states_key(layout, st)), (_activations, _activations_key(layout, st)),
                          (_buffers, _buffers_key(layout, st))):
         entries = ctx.sections.get(key)
@@ -255,9 +270,9 @@ def stage_peak(ctx: Context, layout: Layout, stage: int) -> tuple[Phase, float]:
             section(ctx, layout, st, recorder)
             entries = ctx.sections[key] = recorder.entries
         for nbytes, phases in entries:
-            for ph in phases:
-                totals[ph] = totals.get(ph, 0.0) + nbytes
-    return _peak_phase(totals)
+            for i in phases:
+                totals[i] += nbytes
+    return max(totals)
 
 
 def _states_key(layout: Layout, st: _Stage) -> tuple:

@@ -22,13 +22,13 @@ from pydantic import ValidationError
 
 from engine.errors import ScenarioError
 from engine.hardware.gpus import prices_for
-from engine.memory.device import device_memory
+from engine.memory.device import device_used_bytes
 from engine.model.architecture import Architecture
 from engine.scaleout import buffers
 from engine.scaleout.comm_volumes import step_collectives
 from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.layout import Layout, Recompute, Schedule, layout_problems
-from engine.scaleout.memory import CHECKPOINTED, Context, effective_scenario, group_sizes, stage_peak
+from engine.scaleout.memory import CHECKPOINTED, Context, effective_scenario, group_sizes, stage_peak_bytes
 from engine.scaleout.step_time import Cluster, step_time
 from engine.scenario.training import Method, Scenario
 
@@ -130,10 +130,10 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
             ctx = contexts[key] = Context(arch, effective_scenario(scenario, layout), fp8, master_weights)
         worst, worst_stage = -1.0, 0
         for r in dominant_stages(layout, ctx.uniform_blocks):
-            _, total = stage_peak(ctx, layout, r)
+            total = stage_peak_bytes(ctx, layout, r)
             if total > worst:
                 worst, worst_stage = total, r
-        device = device_memory(worst).device_used + buffers.nccl_bytes(group_sizes(layout))
+        device = device_used_bytes(worst) + buffers.nccl_bytes(group_sizes(layout))
         if device > usable:
             out.append(Candidate(layout, False, f"out of memory: stage {worst_stage} needs {device / 2**30:.1f} GiB "
                                  f"(nvidia-smi), {usable / 2**30:.1f} GiB usable", worst, device, worst_stage,
