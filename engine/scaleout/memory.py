@@ -41,7 +41,7 @@ of its components is divided the way the layout divides it, and the layout's buf
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -118,6 +118,7 @@ class Context:
         # Memos of the layout search, which asks the same of many layouts (see stage_peak).
         self.sections: dict[tuple, list[tuple[float, tuple[int, ...]]]] = {}
         self._stages: dict[tuple, _Stage] = {}
+        self.memo: dict[tuple, Any] = {}  # engine.scaleout.step_time's per-layout compute
         self._sac_saved: dict[tuple[int, bool], float] = {}
 
     def stage(self, layout: Layout, stage: int) -> "_Stage":
