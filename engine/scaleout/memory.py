@@ -41,7 +41,7 @@ of its components is divided the way the layout divides it, and the layout's buf
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -115,7 +115,7 @@ class Context:
         rec = self.parts.get("recomputed_layer")
         self.block_copies = (rec.bytes - self.blocks.per_token * sc.tokens_per_micro_batch) if rec else 0.0
         self.phases = step_phases(sc)
-        # Memos of the layout search, which asks the same of many layouts (see stage_peak).
+        # Memos of the layout search, which asks the same of many layouts (see most_loaded_stage).
         self.sections: dict[tuple, list[tuple[float, tuple[int, ...]]]] = {}
         self._stages: dict[tuple, _Stage] = {}
         self.memo: dict[tuple, Any] = {}  # engine.scaleout.step_time's per-layout compute
@@ -253,52 +253,57 @@ def stage_parts(ctx: Context, layout: Layout, stage: int, explain: bool = True) 
     return parts.out
 
 
-def stage_peak_bytes(ctx: Context, layout: Layout, stage: int) -> float:
-    """``peak_of(stage_parts(ctx, layout, stage, explain=False))[1]``, to the last bit, faster: the layout search's path.
+def most_loaded_stage(ctx: Context, layout: Layout, stages: Iterable[int]) -> tuple[float, int]:
+    """(allocated peak, stage) of the most loaded of ``stages`` (the first on ties): ``peak_of(stage_parts(ctx,
+    layout, r, explain=False))[1]`` of each, to the last bit, faster: the layout search's path.
 
     Each of the three sections (model states, activations, buffers) reads only a few of the layout's settings, and
-    many layouts share them: the (bytes, phases) a section adds are recorded once per ``ctx`` and those settings
-    (its ``_*_key``), then replayed into the per-phase sums in the order :func:`peak_of` adds them, so every sum
-    is the same float. Bytes are never negative, so a phase no part is alive in (0.0 here, absent there) never
-    changes the maximum."""
-    st = ctx.stage(layout, stage)
-    totals = [0.0] * len(_PHASE_INDEX)
-    for section, key in ((_model_states, _states_key(layout, st)), (_activations, _activations_key(layout, st)),
-                         (_buffers, _buffers_key(layout, st))):
-        entries = ctx.sections.get(key)
-        if entries is None:
-            recorder = _Recorder(ctx.parts)
-            section(ctx, layout, st, recorder)
-            entries = ctx.sections[key] = recorder.entries
-        for nbytes, phases in entries:
-            for i in phases:
-                totals[i] += nbytes
-    return max(totals)
+    many layouts share them: what a section adds is recorded once per ``ctx`` and those settings (its key below),
+    the model states as their per-phase sums (they come first), the others as (bytes, phases) replayed into those
+    sums in the order :func:`peak_of` adds them, so every sum is the same float. Bytes are never negative, so a phase
+    no part is alive in (0.0 here, absent there) never changes the maximum."""
+    t, p, c, sp = layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel, layout.sequence_parallel
+    shards, zero = layout.optimizer_shards, layout.zero
+    # What each section reads of the layout (and below, of the stage): _model_states, _activations, _buffers.
+    states = ("states", t, p > 1, zero, shards)
+    acts = ("activations", t, sp, c, layout.recompute, layout.recompute_layers, in_flight(layout, p - 1)[0], p == 1)
+    bufs = ("buffers", t, sp, c, p > 1, layout.expert_parallel, layout.expert_tensor_parallel,
+            layout.moe_capacity_factor, zero == 3 and shards > 1)
+    worst, worst_stage = -1.0, 0
+    for r in stages:
+        st = ctx.stage(layout, r)
+        totals = list(_recorded(ctx, _model_states, states + (st.local,), layout, st, prefix=True))
+        for section, key in ((_activations, acts + (in_flight(layout, r), st.layers[r], r == p - 1)),
+                             (_buffers, bufs + (st.first, st.last, st.local))):
+            for nbytes, phases in _recorded(ctx, section, key, layout, st):
+                for i in phases:
+                    totals[i] += nbytes
+        total = max(totals)
+        if total > worst:
+            worst, worst_stage = total, r
+    return worst, worst_stage
 
 
-def _states_key(layout: Layout, st: _Stage) -> tuple:
-    """Everything of the layout and stage that :func:`_model_states` reads."""
-    return ("states", st.local, layout.tensor_parallel, layout.pipeline_parallel > 1, layout.zero, layout.optimizer_shards)
-
-
-def _activations_key(layout: Layout, st: _Stage) -> tuple:
-    """Everything of the layout and stage that :func:`_activations` reads."""
-    p = layout.pipeline_parallel
-    return ("activations", layout.tensor_parallel, layout.sequence_parallel, layout.context_parallel, layout.recompute,
-            layout.recompute_layers, in_flight(layout, st.index), in_flight(layout, p - 1)[0], st.layers[st.index],
-            st.index == p - 1, p == 1)
-
-
-def _buffers_key(layout: Layout, st: _Stage) -> tuple:
-    """Everything of the layout and stage that :func:`_buffers` reads."""
-    return ("buffers", layout.tensor_parallel, layout.sequence_parallel, layout.context_parallel,
-            layout.pipeline_parallel > 1, layout.expert_parallel, layout.expert_tensor_parallel,
-            layout.moe_capacity_factor, layout.zero == 3 and layout.optimizer_shards > 1, st.first, st.last, st.local)
+def _recorded(ctx: Context, section: Callable, key: tuple, layout: Layout, st: _Stage, prefix: bool = False) -> list:
+    """What ``section`` adds for ``key`` (memoised in ``ctx``): its (bytes, phase indices), or (``prefix``) the
+    per-phase sums they make from zero."""
+    hit = ctx.sections.get(key)
+    if hit is None:
+        recorder = _Recorder(ctx.parts)
+        section(ctx, layout, st, recorder)
+        hit = recorder.entries
+        if prefix:
+            hit = [0.0] * len(_PHASE_INDEX)
+            for nbytes, phases in recorder.entries:
+                for i in phases:
+                    hit[i] += nbytes
+        ctx.sections[key] = hit
+    return hit
 
 
 def _model_states(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> None:
     """Weights, their copies, gradients, master weights and optimizer states: the rank's share (see the module
-    docstring). Reads only what :func:`_states_key` names (:func:`stage_peak` relies on it)."""
+    docstring). Reads only the settings :func:`most_loaded_stage` keys it by."""
     est, split, local = ctx.parts, ctx.split, st.local
     t, p, shards, zero = layout.tensor_parallel, layout.pipeline_parallel, layout.optimizer_shards, layout.zero
     share = local / split.total
@@ -327,7 +332,7 @@ def _model_states(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> No
 
 def _activations(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> None:
     """Micro batches (or chunks) in flight x layers x the block's bytes, CP splitting the tokens; the logits. Reads
-    only what :func:`_activations_key` names (:func:`stage_peak` relies on it)."""
+    only the settings :func:`most_loaded_stage` keys it by."""
     arch, sc, est, add, scaled = ctx.arch, ctx.sc, ctx.parts, parts.add, parts.scaled
     t, p, c, stage = layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel, st.index
     sp_div = t if layout.sequence_parallel else 1
@@ -369,7 +374,7 @@ def _activations(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> Non
 
 def _buffers(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> None:
     """The layout's communication buffers (:mod:`engine.scaleout.buffers`), FSDP's gathered units, TE's FP8 copies.
-    Reads only what :func:`_buffers_key` names (:func:`stage_peak` relies on it)."""
+    Reads only the settings :func:`most_loaded_stage` keys it by."""
     arch, spec, split, add = ctx.arch, ctx.spec, ctx.split, parts.add
     t, p, c = layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel
     ept = layout.expert_parallel * layout.expert_tensor_parallel

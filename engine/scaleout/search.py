@@ -27,8 +27,8 @@ from engine.model.architecture import Architecture
 from engine.scaleout import buffers
 from engine.scaleout.comm_volumes import step_collectives
 from engine.scaleout.fp8 import Fp8Recipe
-from engine.scaleout.layout import Layout, Recompute, Schedule, layout_problems
-from engine.scaleout.memory import CHECKPOINTED, Context, effective_scenario, group_sizes, stage_peak_bytes
+from engine.scaleout.layout import Layout, Recompute, layout_problems
+from engine.scaleout.memory import CHECKPOINTED, Context, effective_scenario, group_sizes, most_loaded_stage
 from engine.scaleout.step_time import Cluster, step_time
 from engine.scenario.training import Method, Scenario
 
@@ -128,11 +128,7 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
         ctx = contexts.get(key)
         if ctx is None:
             ctx = contexts[key] = Context(arch, effective_scenario(scenario, layout), fp8, master_weights)
-        worst, worst_stage = -1.0, 0
-        for r in dominant_stages(layout, ctx.uniform_blocks):
-            total = stage_peak_bytes(ctx, layout, r)
-            if total > worst:
-                worst, worst_stage = total, r
+        worst, worst_stage = most_loaded_stage(ctx, layout, dominant_stages(layout, ctx.uniform_blocks))
         device = device_used_bytes(worst) + buffers.nccl_bytes(group_sizes(layout))
         if device > usable:
             out.append(Candidate(layout, False, f"out of memory: stage {worst_stage} needs {device / 2**30:.1f} GiB "
