@@ -269,13 +269,15 @@ def most_loaded_stage(ctx: Context, layout: Layout, stages: Iterable[int]) -> tu
     acts = ("activations", t, sp, c, layout.recompute, layout.recompute_layers, in_flight(layout, p - 1)[0], p == 1)
     bufs = ("buffers", t, sp, c, p > 1, layout.expert_parallel, layout.expert_tensor_parallel,
             layout.moe_capacity_factor, zero == 3 and shards > 1)
-    worst, worst_stage = -1.0, 0
+    memo, worst, worst_stage = ctx.sections, -1.0, 0
     for r in stages:
         st = ctx.stage(layout, r)
-        totals = list(_recorded(ctx, _model_states, states + (st.local,), layout, st, prefix=True))
+        key = states + (st.local,)
+        totals = list(memo.get(key) or _recorded(ctx, _model_states, key, layout, st, prefix=True))
         for section, key in ((_activations, acts + (in_flight(layout, r), st.layers[r], r == p - 1)),
                              (_buffers, bufs + (st.first, st.last, st.local))):
-            for nbytes, phases in _recorded(ctx, section, key, layout, st):
+            entries = memo.get(key)
+            for nbytes, phases in (entries if entries is not None else _recorded(ctx, section, key, layout, st)):
                 for i in phases:
                     totals[i] += nbytes
         total = max(totals)
@@ -285,20 +287,18 @@ def most_loaded_stage(ctx: Context, layout: Layout, stages: Iterable[int]) -> tu
 
 
 def _recorded(ctx: Context, section: Callable, key: tuple, layout: Layout, st: _Stage, prefix: bool = False) -> list:
-    """What ``section`` adds for ``key`` (memoised in ``ctx``): its (bytes, phase indices), or (``prefix``) the
+    """What ``section`` adds for ``key``, recorded in ``ctx``: its (bytes, phase indices), or (``prefix``) the
     per-phase sums they make from zero."""
-    hit = ctx.sections.get(key)
-    if hit is None:
-        recorder = _Recorder(ctx.parts)
-        section(ctx, layout, st, recorder)
-        hit = recorder.entries
-        if prefix:
-            hit = [0.0] * len(_PHASE_INDEX)
-            for nbytes, phases in recorder.entries:
-                for i in phases:
-                    hit[i] += nbytes
-        ctx.sections[key] = hit
-    return hit
+    recorder = _Recorder(ctx.parts)
+    section(ctx, layout, st, recorder)
+    out = recorder.entries
+    if prefix:
+        out = [0.0] * len(_PHASE_INDEX)
+        for nbytes, phases in recorder.entries:
+            for i in phases:
+                out[i] += nbytes
+    ctx.sections[key] = out
+    return out
 
 
 def _model_states(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> None:
