@@ -2,9 +2,12 @@
 recompute, ZeRO stage and interleaving) on 1..all of the cluster's GPUs, whether it fits, how fast and how costly
 it is, the Pareto front of time and cost, and why the others do not fit.
 
-Fast by construction: the one-GPU estimate is computed once per (micro batch, full recompute, accumulation) and
-shared (:class:`engine.scaleout.memory.Context`); each layout then costs a few arithmetic passes over its stages
-(``benchmarks/bench_scaleout.py``: thousands of layouts in well under a second).
+Fast by construction, with the numbers of a fresh :func:`engine.scaleout.estimate.estimate_layout` per layout to
+the last bit (``tests/scaleout/test_scaleout_search_exact.py``): the one-GPU estimate is computed once per (micro
+batch, gradient checkpointing, accumulation) and shared (:class:`engine.scaleout.memory.Context`); within it each
+memory section of a stage and each rank's compute are memoised by the settings they read
+(:func:`engine.scaleout.memory.most_loaded_stage`), and the step time is computed only for layouts that fit
+(``benchmarks/bench_scaleout.py``).
 
 Searched: GPU counts 1, 2, 4 ... GPUs per node, then 1, 2, 4 ... nodes and all of them; TP in powers of two up to a
 node (TP stays inside one NVLink domain, as Megatron's and torchtitan's guides advise); CP in powers of two up to
