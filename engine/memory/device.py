@@ -70,6 +70,12 @@ def device_memory(allocated_bytes: float, pageable_bytes: float = 0.0) -> Device
     return DeviceMemory(allocated=allocated_bytes, pageable=pageable_bytes)
 
 
+def device_used_bytes(allocated_bytes: float) -> float:
+    """``device_memory(allocated_bytes).device_used``, the same sum in the same order, without building the model
+    (the layout search asks it of thousands of layouts)."""
+    return allocated_bytes + allocated_bytes * ALLOCATOR_RESERVE_FRACTION + 0.0 + CUDA_CONTEXT_BYTES
+
+
 def tensor_budget(device_bytes: float) -> float:
     """Largest allocated tensor peak whose device total (reserve and CUDA context added) fits in
     ``device_bytes``: ``(device_bytes - CUDA_CONTEXT_BYTES) / (1 + ALLOCATOR_RESERVE_FRACTION)``, at least 0."""

@@ -18,6 +18,7 @@ FSDP (weights, gradients and states sharded over DP x CP; torchtitan's ``data_pa
 from __future__ import annotations
 
 from enum import Enum
+from functools import lru_cache
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -140,9 +141,7 @@ class Layout(BaseModel):
         """Layers of each pipeline stage (the given split, or an even one with the remainder on the first stages)."""
         if self.layers_per_stage is not None:
             return self.layers_per_stage
-        p = self.pipeline_parallel
-        base, extra = divmod(num_layers, p)
-        return tuple(base + (1 if r < extra else 0) for r in range(p))
+        return _even_split(num_layers, self.pipeline_parallel)
 
     def label(self) -> str:
         """Short name, e.g. ``TP8 PP4 DP16 SP, full recompute, ZeRO-1``."""
@@ -166,6 +165,14 @@ class Layout(BaseModel):
             return cls(**fields)
         except ValidationError as exc:
             raise ScenarioError(explain_validation(exc, all_errors=True)) from None
+
+
+@lru_cache(maxsize=1024)
+def _even_split(num_layers: int, stages: int) -> tuple[int, ...]:
+    """``num_layers`` over ``stages`` as evenly as possible, the remainder on the first stages (cached: the layout
+    search asks for the same split again and again)."""
+    base, extra = divmod(num_layers, stages)
+    return tuple(base + (1 if r < extra else 0) for r in range(stages))
 
 
 def layout_problems(arch: Architecture, layout: Layout, seq_len: int) -> list[str]:

@@ -41,13 +41,13 @@ of its components is divided the way the layout divides it, and the layout's buf
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
 from engine.errors import ScenarioError
 from engine.memory.activations import BlockActivations, block_activations
-from engine.memory.components import MemoryComponent, Phase, step_phases
+from engine.memory.components import PHASES, MemoryComponent, Phase, step_phases
 from engine.memory.device import device_memory
 from engine.memory.estimate import estimate_memory
 from engine.memory.result import MemoryEstimate
@@ -60,6 +60,8 @@ from engine.scenario.precision import PrecisionMode, PrecisionSpec, precision_sp
 from engine.scenario.training import Method, Scenario
 
 ACTIVE = ("forward", "backward", "recompute")
+CHECKPOINTED = (Recompute.FULL, Recompute.SELECTIVE_OP)
+"""Recompute settings that checkpoint every block: the one-GPU estimate's gradient checkpointing."""
 
 
 class Part(NamedTuple):
@@ -107,10 +109,34 @@ class Context:
         self.compute_sc = act_sc  # the scenario the rank computes in (16-bit throughout with master weights)
         self.blocks: BlockActivations = block_activations(arch, act_sc, precision_spec(act_sc.precision))
         self.split: ParameterSplit = parameter_split(arch)
+        self.uniform_blocks = self.split.uniform_blocks
         self.linear_modules = sum(lin.count * lin.blocks(arch.num_layers) for lin in arch.layer_linears) / arch.num_layers
         self.master = self.spec.autocast and self.spec.weight_bytes == 4 and sc.method is Method.FULL and not self.master_weights
         rec = self.parts.get("recomputed_layer")
         self.block_copies = (rec.bytes - self.blocks.per_token * sc.tokens_per_micro_batch) if rec else 0.0
+        self.phases = step_phases(sc)
+        # Memos of the layout search, which asks the same of many layouts (see most_loaded_stage).
+        self.sections: dict[tuple, list[tuple[float, tuple[int, ...]]]] = {}
+        self._stages: dict[tuple, _Stage] = {}
+        self.memo: dict[tuple, Any] = {}  # engine.scaleout.step_time's per-layout compute
+        self._sac_saved: dict[tuple[int, bool], float] = {}
+
+    def stage(self, layout: Layout, stage: int) -> "_Stage":
+        """:func:`_stage` (memoised per PP, split, stage, TP and expert split)."""
+        key = (layout.pipeline_parallel, layout.layers_per_stage, stage, layout.tensor_parallel,
+               layout.expert_parallel * layout.expert_tensor_parallel)
+        st = self._stages.get(key)
+        if st is None:
+            st = self._stages[key] = _stage(self, layout, stage)
+        return st
+
+    def sac_saved_per_token(self, tp: int, sequence_parallel: bool) -> float:
+        """:func:`engine.scaleout.recompute.saved_per_token` of this context's block (memoised per TP and SP)."""
+        key = (tp, sequence_parallel)
+        if key not in self._sac_saved:
+            self._sac_saved[key] = recompute.saved_per_token(self.arch, self.blocks.resid, self.spec.compute_bytes,
+                                                             self.blocks.kernel, tp, sequence_parallel)
+        return self._sac_saved[key]
 
 
 def effective_scenario(scenario: Scenario, layout: Layout) -> Scenario:
@@ -119,7 +145,7 @@ def effective_scenario(scenario: Scenario, layout: Layout) -> Scenario:
     checkpointing."""
     return scenario.model_copy(update={
         "micro_batch_size": layout.micro_batch_size, "gradient_accumulation_steps": layout.micro_batches,
-        "gradient_checkpointing": layout.recompute in (Recompute.FULL, Recompute.SELECTIVE_OP)})
+        "gradient_checkpointing": layout.recompute in CHECKPOINTED})
 
 
 def check_layout(arch: Architecture, scenario: Scenario, layout: Layout) -> None:
@@ -162,34 +188,126 @@ def _per_token_layer(ctx: Context, layout: Layout) -> float:
     return outside + (b.inner + b.scores * ctx.sc.seq_len - scores) / t
 
 
-def stage_parts(ctx: Context, layout: Layout, stage: int, explain: bool = True) -> list[Part]:
-    """The components of one rank of pipeline stage ``stage`` (bytes alive and their phases)."""
-    arch, sc, spec, est = ctx.arch, ctx.sc, ctx.spec, ctx.parts
-    t, p, c = layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel
-    ept = layout.expert_parallel * layout.expert_tensor_parallel
-    sp_div = t if layout.sequence_parallel else 1
-    shards, zero = layout.optimizer_shards, layout.zero
-    layers = layout.stage_layers(arch.num_layers)
+class _Parts:
+    """Collects a rank's :class:`Part` list. Formulas are callables, built into text only when asked for (the
+    layout search skips them)."""
+
+    def __init__(self, est: dict[str, MemoryComponent], explain: bool):
+        self.est, self.explain, self.out = est, explain, []
+
+    def add(self, key: str, nbytes: float, phases: tuple[Phase, ...], formula: Callable[[], str], source: str = "",
+            label: str = "") -> None:
+        if nbytes or key in self.est:
+            comp = self.est.get(key)
+            self.out.append(Part(key, label or (comp.label if comp else key), nbytes, phases,
+                                 formula() if self.explain else "", source or (comp.source if comp else "")))
+
+    def scaled(self, key: str, factor: float, why: Callable[[], str], phases: tuple[Phase, ...] | None = None) -> None:
+        comp = self.est[key]
+        self.add(key, comp.bytes * factor, phases or comp.phases, lambda: f"{why()}; one GPU: {comp.formula}")
+
+
+_PHASE_INDEX = {ph: i for i, ph in enumerate(PHASES + ("inference",))}
+
+
+class _Recorder(_Parts):
+    """Records only what :func:`peak_of` reads of each part that :class:`_Parts` would collect: (bytes, phases as
+    indices of :data:`_PHASE_INDEX`), in order (the layout search's path: no labels, sources or formulas)."""
+
+    def __init__(self, est: dict[str, MemoryComponent]):
+        super().__init__(est, explain=False)
+        self.entries: list[tuple[float, tuple[int, ...]]] = []
+
+    def add(self, key: str, nbytes: float, phases: tuple[Phase, ...], formula: Callable[[], str], source: str = "",
+            label: str = "") -> None:
+        if nbytes or key in self.est:
+            self.entries.append((nbytes, tuple(_PHASE_INDEX[ph] for ph in phases)))
+
+
+class _Stage(NamedTuple):
+    """Where a pipeline stage sits: its index, every stage's layers, its blocks ``first..last-1`` and the
+    parameters one of its ranks holds."""
+
+    index: int
+    layers: tuple[int, ...]
+    first: int
+    last: int
+    local: float
+
+
+def _stage(ctx: Context, layout: Layout, stage: int) -> _Stage:
+    layers = layout.stage_layers(ctx.arch.num_layers)
     first = sum(layers[:stage])
     last = first + layers[stage]
-    split = ctx.split
-    local = split.stage_parameters(first, last, stage, p, t, ept)
+    local = ctx.split.stage_parameters(first, last, stage, layout.pipeline_parallel, layout.tensor_parallel,
+                                       layout.expert_parallel * layout.expert_tensor_parallel)
+    return _Stage(stage, layers, first, last, local)
+
+
+def stage_parts(ctx: Context, layout: Layout, stage: int, explain: bool = True) -> list[Part]:
+    """The components of one rank of pipeline stage ``stage`` (bytes alive and their phases), model states first."""
+    st, parts = _stage(ctx, layout, stage), _Parts(ctx.parts, explain)
+    _model_states(ctx, layout, st, parts)
+    _activations(ctx, layout, st, parts)
+    _buffers(ctx, layout, st, parts)
+    return parts.out
+
+
+def most_loaded_stage(ctx: Context, layout: Layout, stages: Iterable[int]) -> tuple[float, int]:
+    """(allocated peak, stage) of the most loaded of ``stages`` (the first on ties): ``peak_of(stage_parts(ctx,
+    layout, r, explain=False))[1]`` of each, to the last bit, faster: the layout search's path.
+
+    Each of the three sections (model states, activations, buffers) reads only a few of the layout's settings, and
+    many layouts share them: what a section adds is recorded once per ``ctx`` and those settings (its key below),
+    the model states as their per-phase sums (they come first), the others as (bytes, phases) replayed into those
+    sums in the order :func:`peak_of` adds them, so every sum is the same float. Bytes are never negative, so a phase
+    no part is alive in (0.0 here, absent there) never changes the maximum."""
+    t, p, c, sp = layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel, layout.sequence_parallel
+    shards, zero = layout.optimizer_shards, layout.zero
+    # What each section reads of the layout (and below, of the stage): _model_states, _activations, _buffers.
+    states = ("states", t, p > 1, zero, shards)
+    acts = ("activations", t, sp, c, layout.recompute, layout.recompute_layers, in_flight(layout, p - 1)[0], p == 1)
+    bufs = ("buffers", t, sp, c, p > 1, layout.expert_parallel, layout.expert_tensor_parallel,
+            layout.moe_capacity_factor, zero == 3 and shards > 1)
+    memo, worst, worst_stage = ctx.sections, -1.0, 0
+    for r in stages:
+        st = ctx.stage(layout, r)
+        key = states + (st.local,)
+        totals = list(memo.get(key) or _recorded(ctx, _model_states, key, layout, st, prefix=True))
+        for section, key in ((_activations, acts + (in_flight(layout, r), st.layers[r], r == p - 1)),
+                             (_buffers, bufs + (st.first, st.last, st.local))):
+            entries = memo.get(key)
+            for nbytes, phases in (entries if entries is not None else _recorded(ctx, section, key, layout, st)):
+                for i in phases:
+                    totals[i] += nbytes
+        total = max(totals)
+        if total > worst:
+            worst, worst_stage = total, r
+    return worst, worst_stage
+
+
+def _recorded(ctx: Context, section: Callable, key: tuple, layout: Layout, st: _Stage, prefix: bool = False) -> list:
+    """What ``section`` adds for ``key``, recorded in ``ctx``: its (bytes, phase indices), or (``prefix``) the
+    per-phase sums they make from zero."""
+    recorder = _Recorder(ctx.parts)
+    section(ctx, layout, st, recorder)
+    out = recorder.entries
+    if prefix:
+        out = [0.0] * len(_PHASE_INDEX)
+        for nbytes, phases in recorder.entries:
+            for i in phases:
+                out[i] += nbytes
+    ctx.sections[key] = out
+    return out
+
+
+def _model_states(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> None:
+    """Weights, their copies, gradients, master weights and optimizer states: the rank's share (see the module
+    docstring). Reads only the settings :func:`most_loaded_stage` keys it by."""
+    est, split, local = ctx.parts, ctx.split, st.local
+    t, p, shards, zero = layout.tensor_parallel, layout.pipeline_parallel, layout.optimizer_shards, layout.zero
     share = local / split.total
-    phases_all = step_phases(sc)
-    out: list[Part] = []
-
-    # Formulas are callables, built into text only when asked for (the layout search skips them).
-    def add(key: str, nbytes: float, phases: tuple[Phase, ...], formula: Callable[[], str], source: str = "",
-            label: str = "") -> None:
-        if nbytes or key in est:
-            comp = est.get(key)
-            out.append(Part(key, label or (comp.label if comp else key), nbytes, phases, formula() if explain else "",
-                            source or (comp.source if comp else "")))
-
-    def scaled(key: str, factor: float, why: Callable[[], str], phases: tuple[Phase, ...] | None = None) -> None:
-        comp = est[key]
-        add(key, comp.bytes * factor, phases or comp.phases, lambda: f"{why()}; one GPU: {comp.formula}")
-
+    scaled, add = parts.scaled, parts.add
     w_div = shards if (zero == 3 or (zero == 1 and ctx.master)) else 1
     fsdp2_master = zero == 3 and "master_weights" in est  # FSDP2: the fp32 shard is the only sharded copy
     scaled("weights", 0.0 if fsdp2_master else share / w_div, lambda: (
@@ -197,7 +315,7 @@ def stage_parts(ctx: Context, layout: Layout, stage: int, explain: bool = True) 
         f"{local / 1e9:.3f}B of {split.total / 1e9:.3f}B parameters on this rank"
         + (f", / {w_div} (sharded)" if w_div > 1 else "")))
     if zero != 3:
-        scaled("weight_copies", share, lambda: "this rank's share", phases_all if zero == 1 and ctx.master else None)
+        scaled("weight_copies", share, lambda: "this rank's share", ctx.phases if zero == 1 and ctx.master else None)
     else:
         add("weight_copies", 0.0, est["weight_copies"].phases, lambda: "replaced by the gathered FSDP units")
     # FSDP + PP: the sharded gradients appear at the last micro batch's reduce-scatter (they accumulate unsharded).
@@ -211,19 +329,24 @@ def stage_parts(ctx: Context, layout: Layout, stage: int, explain: bool = True) 
     for key in ("optimizer_states", "optimizer_temporaries"):
         scaled(key, share / shards, lambda: "this rank's share" + (f" / {shards} (DP x CP)" if shards > 1 else ""))
 
-    # Activations: micro batches (or chunks) in flight x layers x the block's bytes, CP splitting the tokens.
+
+def _activations(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> None:
+    """Micro batches (or chunks) in flight x layers x the block's bytes, CP splitting the tokens; the logits. Reads
+    only the settings :func:`most_loaded_stage` keys it by."""
+    arch, sc, est, add, scaled = ctx.arch, ctx.sc, ctx.parts, parts.add, parts.scaled
+    t, p, c, stage = layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel, st.index
+    sp_div = t if layout.sequence_parallel else 1
     tokens = sc.tokens_per_micro_batch / c
     layer = _per_token_layer(ctx, layout) * tokens
     count, chunks = in_flight(layout, stage)
-    per_chunk = layers[stage] / chunks
+    per_chunk = st.layers[stage] / chunks
     full = layout.recompute is Recompute.FULL
     op_sac = layout.recompute is Recompute.SELECTIVE_OP
     n_ckpt = (per_chunk if layout.recompute_layers is None else min(layout.recompute_layers, per_chunk)) if full else 0
     ckpt = ctx.blocks.resid * arch.hidden_size * tokens / sp_div
     if op_sac:
         n_ckpt = per_chunk
-        ckpt = recompute.saved_per_token(arch, ctx.blocks.resid, spec.compute_bytes, ctx.blocks.kernel, t,
-                                         layout.sequence_parallel) * tokens
+        ckpt = ctx.sac_saved_per_token(t, layout.sequence_parallel) * tokens
     is_last = stage == p - 1
     last_count = in_flight(layout, p - 1)[0]
     head = ctx.blocks.head * tokens / sp_div * last_count if is_last else 0.0
@@ -248,6 +371,16 @@ def stage_parts(ctx: Context, layout: Layout, stage: int, explain: bool = True) 
         if key in est:
             scaled(key, (last_count / (t * c)) if is_last else 0.0, lambda: "last stage, vocabulary-parallel / TP, tokens / CP")
 
+
+def _buffers(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> None:
+    """The layout's communication buffers (:mod:`engine.scaleout.buffers`), FSDP's gathered units, TE's FP8 copies.
+    Reads only the settings :func:`most_loaded_stage` keys it by."""
+    arch, spec, split, add = ctx.arch, ctx.spec, ctx.split, parts.add
+    t, p, c = layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel
+    ept = layout.expert_parallel * layout.expert_tensor_parallel
+    sp_div = t if layout.sequence_parallel else 1
+    shards, zero, first, last, local = layout.optimizer_shards, layout.zero, st.first, st.last, st.local
+    tokens = ctx.sc.tokens_per_micro_batch / c
     cb = spec.compute_bytes
     if t > 1 and layout.sequence_parallel:
         add("sp_gather_buffer", buffers.sequence_parallel_gather_bytes(tokens, arch.hidden_size, cb), ACTIVE,
@@ -287,24 +420,31 @@ def stage_parts(ctx: Context, layout: Layout, stage: int, explain: bool = True) 
             "torchtitan mixed_precision_reduce float32", "Unsharded gradient before reduce-scatter")
     if ctx.fp8 is Fp8Recipe.TE:
         lin = (sum(split.tp_per_block[first:last]) / t + sum(split.expert_per_block[first:last]) / ept)
-        add("fp8_weight_cache", fp8_weight_cache_bytes(ctx.fp8, lin), phases_all,
+        add("fp8_weight_cache", fp8_weight_cache_bytes(ctx.fp8, lin), ctx.phases,
             lambda: f"{lin / 1e9:.3f}B block-linear parameters x 2 B (FP8 weight + FP8 transpose)",
             "TransformerEngine issues 1261, 1429", "FP8 weight copies (TE)")
-        add("fp8_scaling", fp8_scaling_bytes(ctx.fp8, ctx.linear_modules * layers[stage]), phases_all,
+        add("fp8_scaling", fp8_scaling_bytes(ctx.fp8, ctx.linear_modules * st.layers[st.index]), ctx.phases,
             lambda: "amax history 1024 + scale, fp32, 3 tensors per linear", "TransformerEngine DelayedScaling",
             "FP8 scaling state (TE)")
-    return out
+
+
+def _phase_totals(parts: list[Part], totals: dict[str, float]) -> dict[str, float]:
+    """Add each part's bytes to the total of every phase it is alive in (in order: the sums are order-exact)."""
+    for part in parts:
+        for ph in part.phases:
+            totals[ph] = totals.get(ph, 0.0) + part.bytes
+    return totals
+
+
+def _peak_phase(totals: dict[str, float]) -> tuple[Phase, float]:
+    tie = {"backward": 2, "optimizer_step": 1}
+    phase = max(totals, key=lambda ph: (totals[ph], tie.get(ph, 0)))
+    return phase, totals[phase]  # type: ignore[return-value]
 
 
 def peak_of(parts: list[Part]) -> tuple[Phase, float]:
     """The phase with the most bytes alive and its total (ties: start of backward, then the optimizer step)."""
-    totals: dict[str, float] = {}
-    for part in parts:
-        for ph in part.phases:
-            totals[ph] = totals.get(ph, 0.0) + part.bytes
-    tie = {"backward": 2, "optimizer_step": 1}
-    phase = max(totals, key=lambda ph: (totals[ph], tie.get(ph, 0)))
-    return phase, totals[phase]  # type: ignore[return-value]
+    return _peak_phase(_phase_totals(parts, {}))
 
 
 def group_sizes(layout: Layout) -> tuple[int, ...]:

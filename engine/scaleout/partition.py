@@ -49,6 +49,11 @@ class ParameterSplit(BaseModel):
             n += self.final + (self.head / tp if (not self.tied or stages > 1) else 0.0)
         return n
 
+    @property
+    def uniform_blocks(self) -> bool:
+        """True when every block holds the same parameters of each kind (not so for DeepSeek's dense first layers)."""
+        return all(len(set(kind)) <= 1 for kind in (self.tp_per_block, self.replicated_per_block, self.expert_per_block))
+
     def block_parameters(self, block: int, tp: int, ep_tp: int) -> float:
         """Parameters of one block on one rank."""
         return self.tp_per_block[block] / tp + self.replicated_per_block[block] + self.expert_per_block[block] / ep_tp

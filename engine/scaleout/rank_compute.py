@@ -147,7 +147,8 @@ def _gemm_seconds(gemms: list[Gemm], rate: float, bw: float) -> float:
 def _work(arch: Architecture, sc: Scenario, layout: Layout, gpu: Gpu, rates: GpuRates, fp8: Fp8Recipe | None,
           kernel: str, fused: bool) -> _Work:
     key = (id(arch), sc, layout.tensor_parallel, layout.context_parallel, layout.expert_parallel,
-           layout.expert_tensor_parallel, layout.sequence_parallel, layout.recompute, layout.micro_batches, fp8, kernel,
+           layout.expert_tensor_parallel, layout.sequence_parallel, layout.recompute,
+           layout.micro_batches if fp8 is not None else 0, fp8, kernel,  # micro batches: only in the FP8 casts
            fused, gpu.name)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is arch:

@@ -2,9 +2,12 @@
 recompute, ZeRO stage and interleaving) on 1..all of the cluster's GPUs, whether it fits, how fast and how costly
 it is, the Pareto front of time and cost, and why the others do not fit.
 
-Fast by construction: the one-GPU estimate is computed once per (micro batch, full recompute, accumulation) and
-shared (:class:`engine.scaleout.memory.Context`); each layout then costs a few arithmetic passes over its stages
-(``benchmarks/bench_scaleout.py``: thousands of layouts in well under a second).
+Fast by construction, with the numbers of a fresh :func:`engine.scaleout.estimate.estimate_layout` per layout to
+the last bit (``tests/scaleout/test_scaleout_search_exact.py``): the one-GPU estimate is computed once per (micro
+batch, gradient checkpointing, accumulation) and shared (:class:`engine.scaleout.memory.Context`); within it each
+memory section of a stage and each rank's compute are memoised by the settings they read
+(:func:`engine.scaleout.memory.most_loaded_stage`), and the step time is computed only for layouts that fit
+(``benchmarks/bench_scaleout.py``).
 
 Searched: GPU counts 1, 2, 4 ... GPUs per node, then 1, 2, 4 ... nodes and all of them; TP in powers of two up to a
 node (TP stays inside one NVLink domain, as Megatron's and torchtitan's guides advise); CP in powers of two up to
@@ -22,13 +25,13 @@ from pydantic import ValidationError
 
 from engine.errors import ScenarioError
 from engine.hardware.gpus import prices_for
-from engine.memory.device import device_memory
+from engine.memory.device import device_used_bytes
 from engine.model.architecture import Architecture
 from engine.scaleout import buffers
 from engine.scaleout.comm_volumes import step_collectives
 from engine.scaleout.fp8 import Fp8Recipe
-from engine.scaleout.layout import Layout, Recompute, Schedule, layout_problems
-from engine.scaleout.memory import Context, effective_scenario, group_sizes, peak_of, stage_parts
+from engine.scaleout.layout import Layout, Recompute, layout_problems
+from engine.scaleout.memory import CHECKPOINTED, Context, effective_scenario, group_sizes, most_loaded_stage
 from engine.scaleout.step_time import Cluster, step_time
 from engine.scenario.training import Method, Scenario
 
@@ -122,17 +125,14 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
         if problems:
             out.append(_rejected(layout, problems[0]))
             continue
-        key = (layout.micro_batch_size, layout.recompute is Recompute.FULL, layout.micro_batches > 1)
+        # What the one-GPU estimate reads of the layout (effective_scenario): the micro batch, gradient checkpointing
+        # (full recompute and op-level SAC) and whether there is gradient accumulation (its count does not enter).
+        key = (layout.micro_batch_size, layout.recompute in CHECKPOINTED, layout.micro_batches > 1)
         ctx = contexts.get(key)
         if ctx is None:
             ctx = contexts[key] = Context(arch, effective_scenario(scenario, layout), fp8, master_weights)
-        worst, worst_stage, worst_parts = -1.0, 0, None
-        for r in dominant_stages(layout):
-            parts = stage_parts(ctx, layout, r, explain=False)
-            _, total = peak_of(parts)
-            if total > worst:
-                worst, worst_stage, worst_parts = total, r, parts
-        device = device_memory(worst).device_used + buffers.nccl_bytes(group_sizes(layout))
+        worst, worst_stage = most_loaded_stage(ctx, layout, dominant_stages(layout, ctx.uniform_blocks))
+        device = device_used_bytes(worst) + buffers.nccl_bytes(group_sizes(layout))
         if device > usable:
             out.append(Candidate(layout, False, f"out of memory: stage {worst_stage} needs {device / 2**30:.1f} GiB "
                                  f"(nvidia-smi), {usable / 2**30:.1f} GiB usable", worst, device, worst_stage,
@@ -152,15 +152,17 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
     return out
 
 
-def dominant_stages(layout: Layout) -> tuple[int, ...]:
-    """Stages that can hold the most loaded rank of an even split: the first and the last.
+def dominant_stages(layout: Layout, uniform_blocks: bool = True) -> tuple[int, ...]:
+    """Stages that can hold the most loaded rank of an even split of alike blocks: the first and the last.
 
     With the remainder layers on the first stages (:meth:`Layout.stage_layers`), a middle stage has at most the
     first stage's layers, at most its micro batches in flight (1F1B: PP - r; interleaved: decreasing in r; GPipe:
     equal), no embedding, no logits and the same buffers, so stage 0 holds at least as much in every component; the
-    last stage holds the output layer and the loss. (``tests/scaleout`` checks this against every stage.)"""
+    last stage holds the output layer and the loss. (``tests/scaleout`` checks this against every stage.) Blocks
+    that are not alike (``uniform_blocks`` False, :attr:`ParameterSplit.uniform_blocks`: DeepSeek's dense first
+    layers, lighter than its MoE blocks) or a given split: every stage."""
     p = layout.pipeline_parallel
-    if layout.layers_per_stage is not None:
+    if layout.layers_per_stage is not None or not uniform_blocks:
         return tuple(range(p))
     return (0,) if p == 1 else (0, p - 1)
 

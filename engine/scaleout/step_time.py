@@ -74,6 +74,12 @@ class Cluster(BaseModel):
         return _ring_link(self, n, per_node)
 
 
+    def __hash__(self) -> int:
+        # Cheaper than pydantic's hash of every field and the GPU's (the search hashes the cluster per collective);
+        # equal clusters still hash alike.
+        return hash((self.gpu.name, self.nodes, self.gpus_per_node, self.inter_node_gbits, self.intra_node_gbps))
+
+
 @lru_cache(maxsize=4096)
 def _ring_link(cluster: Cluster, n: int, per_node: int) -> cc.Link:
     """The ring's link over ``n`` ranks, ``per_node`` of them in each node (cached: the search asks again and again)."""
@@ -126,6 +132,22 @@ def compute_seconds(arch: Architecture, sc: Scenario, layout: Layout, gpu: Gpu, 
             seen[key] = stage_compute(arch, sc, layout, gpu, r, fp8, kernel, fused_kernels)
         out.append(seen[key])
     return out
+
+
+def _rank_compute(arch: Architecture, layout: Layout, gpu: Gpu, ctx: Context, fp8: Fp8Recipe | None,
+                  fused: bool) -> tuple[str, list[StageCompute]]:
+    """(attention kernel, :func:`compute_seconds` of every stage) in ``ctx``'s compute scenario, memoised in ``ctx``
+    per what :mod:`engine.scaleout.rank_compute` reads of the layout (the layout search asks again and again)."""
+    key = ("rank_compute", gpu.name, fp8, fused, layout.tensor_parallel, layout.context_parallel,
+           layout.expert_parallel, layout.expert_tensor_parallel, layout.sequence_parallel, layout.recompute,
+           layout.recompute_layers, layout.pipeline_parallel, layout.layers_per_stage,
+           layout.micro_batches if fp8 is not None else 0)  # micro batches enter only the FP8 casts
+    hit = ctx.memo.get(key)
+    if hit is None:
+        sc = ctx.compute_sc
+        kernel = attention_kernel(arch, sc, precision_spec(sc.precision), gpu)
+        hit = ctx.memo[key] = (kernel, compute_seconds(arch, sc, layout, gpu, fp8, kernel, fused))
+    return hit
 
 
 def collective_seconds(col: Collective, cluster: Cluster) -> float:
@@ -202,8 +224,7 @@ def step_time(arch: Architecture, layout: Layout, cluster: Cluster, collectives:
         ValueError: no catalog peak for the compute dtype on the cluster's GPU.
     """
     gpu, sc = cluster.gpu, ctx.compute_sc
-    kernel = attention_kernel(arch, sc, precision_spec(sc.precision), gpu)
-    stages = compute_seconds(arch, sc, layout, gpu, fp8, kernel, fused_kernels)
+    kernel, stages = _rank_compute(arch, layout, gpu, ctx, fp8, fused_kernels)
     slow = max(range(len(stages)), key=lambda r: stages[r].total_s)
     st, m = stages[slow], layout.micro_batches
     compute = m * st.total_s

@@ -1,0 +1,99 @@
+"""The layout search's fast path (shared contexts, memoised stage sections, cached rank compute) gives exactly (==)
+what a straightforward evaluation of every layout on its own gives: a fresh :func:`estimate_layout` per layout, its
+most loaded stage, its step time. Same candidates, same order, same reasons, same numbers to the last bit."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from engine.hardware.gpus import find_gpu
+from engine.model.build import architecture_from_config
+from engine.model.sources import config_from_catalog
+from engine.scaleout.estimate import estimate_layout
+from engine.scaleout.fp8 import Fp8Recipe
+from engine.scaleout.layout import Layout, Recompute, layout_problems
+from engine.scaleout.memory import scaleout_memory
+from engine.scaleout.search import Candidate, candidate_layouts, search_layouts
+from engine.scaleout.step_time import Cluster
+from engine.scenario.training import Scenario
+
+
+def _one_by_one(arch, sc: Scenario, cluster: Cluster, global_batch: int, fp8, master: bool, fused: bool,
+                price: float) -> list[Candidate]:
+    """Every candidate layout estimated on its own, nothing shared between layouts."""
+    usable = cluster.gpu.usable_memory_bytes
+    out = []
+    for fields in candidate_layouts(arch, cluster, global_batch, sc.seq_len):
+        try:
+            layout = Layout(**fields)
+        except ValidationError as exc:
+            reason = exc.errors()[0]["msg"].removeprefix("Value error, ")
+            out.append(Candidate(Layout.model_construct(**fields), False, reason, 0.0, 0.0, 0, None, None, None, None))
+            continue
+        problems = layout_problems(arch, layout, sc.seq_len)
+        if problems:
+            out.append(Candidate(layout, False, problems[0], 0.0, 0.0, 0, None, None, None, None))
+            continue
+        est = estimate_layout(arch, sc, layout, cluster, fp8, master_weights=master, fused_kernels=fused)
+        stage = est.memory.max_stage
+        peak, device = stage.peak_allocated_bytes, stage.device_used_bytes
+        if device > usable:
+            reason = (f"out of memory: stage {stage.stage} needs {device / 2**30:.1f} GiB (nvidia-smi), "
+                      f"{usable / 2**30:.1f} GiB usable")
+            out.append(Candidate(layout, False, reason, peak, device, stage.stage, None, None, None, None))
+            continue
+        t = est.time
+        gpu_h = layout.world_size * t.step_s / 3600 / t.tokens_per_step * 1e6
+        out.append(Candidate(layout, True, "", peak, device, stage.stage, t.step_s, t.tokens_per_second, gpu_h,
+                             gpu_h * price))
+    out.sort(key=lambda c: (not c.fits, c.step_s if c.step_s is not None else float("inf"), c.peak_allocated_bytes))
+    return out
+
+
+# model, GPU, nodes x GPUs per node, global batch, sequence length, FP8, master weights, fused kernels
+GRID = [
+    ("meta-llama/Llama-3.1-8B", "H100", 1, 8, 32, 4096, None, True, False),  # dense GQA, every recompute mode
+    ("deepseek-ai/DeepSeek-V2-Lite", "H100", 3, 2, 12, 2048, Fp8Recipe.TORCHAO, True, True),  # MoE, dense 1st layer, 6 GPUs
+    ("Qwen/Qwen2.5-0.5B", "H100", 3, 4, 24, 1024, Fp8Recipe.TE, False, False),  # tied embedding, 14 heads, 12 GPUs
+    ("mistralai/Mixtral-8x7B-v0.1", "A100", 1, 8, 8, 8192, None, False, False),  # MoE without master weights
+]
+
+
+def _search(repo, gpu, nodes, per_node, gbs, seq, fp8, master, fused):
+    arch = architecture_from_config(config_from_catalog(repo)[0])
+    cluster = Cluster(gpu=find_gpu(gpu), nodes=nodes, gpus_per_node=per_node)
+    sc = Scenario(seq_len=seq)
+    found = search_layouts(arch, sc, cluster, gbs, fp8, usd_per_gpu_hour=PRICE, master_weights=master, fused_kernels=fused)
+    return arch, cluster, sc, found
+
+
+PRICE = 2.5
+
+
+@pytest.mark.parametrize("case", GRID, ids=[c[0].split("/")[1] for c in GRID])
+def test_search_equals_one_layout_at_a_time(case):
+    arch, cluster, sc, found = _search(*case)
+    repo, gpu, nodes, per_node, gbs, seq, fp8, master, fused = case
+    assert found == _one_by_one(arch, sc, cluster, gbs, fp8, master, fused, PRICE)
+
+
+def test_the_grid_reaches_every_path():
+    """Fitting and out-of-memory layouts, op-level SAC that fits, rejections by validation (EP not dividing DP x CP)
+    and by the model (TP not dividing the heads): the equality above covers each of them."""
+    found = [c for case in GRID for c in _search(*case)[3]]
+    reasons = {c.reason.split(":")[0] for c in found}
+    assert any(c.fits for c in found) and "out of memory" in reasons
+    assert any(c.fits and c.layout.recompute is Recompute.SELECTIVE_OP for c in found)
+    assert any(r.startswith("expert parallel 2 must divide DP x CP = 3") for r in reasons)
+    assert "TP 4 does not divide the 14 attention heads" in reasons
+
+
+def test_dense_first_layer_puts_the_most_loaded_rank_in_the_middle():
+    """DeepSeek-V2-Lite (27 layers, the first with a dense MLP) on PP 4: stage 1's 7 MoE blocks hold more than
+    stage 0's 7 blocks with the dense one, so the search looks at every stage."""
+    arch, _, sc, found = _search("deepseek-ai/DeepSeek-V2-Lite", "H100", 2, 4, 16, 2048, None, True, False)
+    c = next(c for c in found if c.layout.label() == "TP2 PP4 DP1 SP, mb 4, full recompute, DDP")
+    peaks = [s.peak_allocated_bytes for s in scaleout_memory(arch, sc, c.layout, master_weights=True).stages]
+    assert arch.dense_mlp_layers == 1 and peaks[1] > peaks[0]
+    assert c.max_stage == 1 and c.peak_allocated_bytes == max(peaks)
