@@ -66,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
                 raise ScenarioError("time and cost of a dataset are not modelled for a parallel layout yet; "
                                     "see step_time (tokens per second) in the output")
             out = _estimate_json(arch, origin, scenario)
+            out["single_gpu_total_bytes"] = out["total_bytes"]
             out.update(scaleout.scaleout_json(arch, scenario, args, fp8))
+            scaleout.warn(out)
         else:
             if any(getattr(args, k) is not None for k in ("concurrency", "kv_cache_dtype", "weight_precision")):
                 raise ScenarioError("--concurrency, --kv-cache-dtype and --weight-precision need --method inference")

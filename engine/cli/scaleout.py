@@ -20,6 +20,7 @@ from engine.memory.parallel import Strategy
 from engine.model.architecture import Architecture
 from engine.scaleout.estimate import LayoutEstimate, estimate_layout
 from engine.scaleout.exports import EXPORTERS, export_layout
+from engine.plan.verdict import fit_verdict
 from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.layout import Layout, Recompute, Schedule
 from engine.scaleout.step_time import DEFAULT_INTER_NODE_GBITS, Cluster
@@ -128,8 +129,13 @@ def scaleout_json(arch: Architecture, scenario: Scenario, args: argparse.Namespa
 
 def _memory_json(est: LayoutEstimate) -> dict[str, Any]:
     mem, meg, layout = est.memory, est.megatron, est.layout
-    first = mem.stages[0]
+    first, worst = mem.stages[0], mem.max_stage
     return {
+        # The top-level memory fields are the most loaded rank's (as --strategy makes them per GPU); the one-GPU
+        # estimate of the same scenario stays as single_gpu_total_bytes.
+        "peak_allocated_bytes": round(worst.peak_allocated_bytes), "peak_reserved_bytes": round(worst.peak_reserved_bytes),
+        "device_used_bytes": round(worst.device_used_bytes), "total_bytes": round(worst.peak_allocated_bytes),
+        "peak_phase": worst.estimate.peak_phase, "components": {k: round(v) for k, v in worst.estimate.components.items()},
         "layout": {**layout.model_dump(mode="json"), "world_size": layout.world_size,
                    "micro_batches": layout.micro_batches, "label": layout.label()},
         "fp8_recipe": mem.fp8.value if mem.fp8 else None,
@@ -172,11 +178,25 @@ def _fit_time_json(est: LayoutEstimate, cluster: Cluster) -> dict[str, Any]:
         "gpu": {"name": cluster.gpu.name, "usable_memory_bytes": cluster.gpu.usable_memory_bytes},
         "num_gpus": est.layout.world_size,
         "fits": worst.device_used_bytes <= cluster.gpu.usable_memory_bytes,
+        "verdict": fit_verdict(worst.peak_allocated_bytes, cluster.gpu.usable_memory_bytes).value,
         "headroom_bytes": round(cluster.gpu.usable_memory_bytes - worst.device_used_bytes),
         "step_time": None if t is None else {**t.model_dump(mode="json"),
                                              "note": "engine.time's step-time model on the rank's shapes and links: "
                                                      "engine.scaleout.step_time (see its docstring)"},
     }
+
+
+def warn(out: dict[str, Any]) -> None:
+    """Say at the top level what a reader of the numbers must know: no fit, a tight one, a large pipeline bubble."""
+    warnings = out.setdefault("warnings", [])
+    if out.get("fits") is False:
+        warnings.append(f"the most loaded rank (stage {out['max_rank_stage']}) does not fit on {out['gpu']['name']}: "
+                        "any step time below is for reference only")
+    elif out.get("verdict") == "tight":
+        warnings.append("tight: may not fit (the most loaded rank has under 10% of its peak to spare)")
+    if out.get("bubble_fraction", 0.0) >= 0.25:
+        warnings.append(f"the pipeline bubble is {out['bubble_fraction']:.0%} of the step: raise --global-batch-size "
+                        "(more micro batches per step) or use --virtual-pipeline")
 
 
 TRACER_LIMITS = [

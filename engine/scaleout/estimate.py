@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict
 
 from engine.model.architecture import Architecture
 from engine.scaleout.comm_volumes import Collective, bubble_fraction, step_collectives
-from engine.scaleout.fp8 import Fp8Recipe
+from engine.scaleout.fp8 import Fp8Recipe, check_fp8_gpu
 from engine.scaleout.layout import Layout, Recompute
 from engine.scaleout.megatron import MegatronEstimate, megatron_estimate
 from engine.scaleout.memory import Context, ScaleoutMemory, context, scaleout_memory
@@ -47,8 +47,11 @@ def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, clus
     ``--tp-comm-overlap``, torchtitan AsyncTP): see :func:`engine.scaleout.step_time.step_time`.
 
     Raises:
-        ScenarioError: the layout does not fit the model (see :func:`engine.scaleout.memory.check_layout`).
+        ScenarioError: the layout does not fit the model (see :func:`engine.scaleout.memory.check_layout`), or FP8
+            on a GPU without FP8 (:func:`engine.scaleout.fp8.check_fp8_gpu`).
     """
+    if cluster is not None:
+        check_fp8_gpu(fp8, cluster.gpu)
     ctx = ctx or context(arch, scenario, layout, fp8, master_weights)
     mem = scaleout_memory(arch, scenario, layout, fp8, ctx)
     stage = mem.max_stage.stage

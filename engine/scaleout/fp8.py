@@ -24,6 +24,9 @@ from __future__ import annotations
 
 from enum import Enum
 
+from engine.errors import ScenarioError
+from engine.hardware.gpus import Gpu
+
 
 class Fp8Recipe(str, Enum):
     """FP8 implementation: TransformerEngine (delayed scaling, cached FP8 weights) or torchao float8 (dynamic)."""
@@ -77,3 +80,14 @@ def fp8_cast_bytes(recipe: Fp8Recipe, c: int, x: float, w: float, dy: float, mic
     if recipe is Fp8Recipe.TE:
         return (c + 2.0) * (x + w / max(micro_batches, 1)), (c + 2.0) * dy
     return (2.0 * c + 1.0) * (x + w), (2.0 * c + 1.0) * dy + (c + 1.0) * (x + w + dy)
+
+
+def check_fp8_gpu(fp8: Fp8Recipe | None, gpu: Gpu) -> None:
+    """FP8 training needs FP8 tensor cores (Hopper, Ada, Blackwell; the catalog's ``fp8`` column).
+
+    Raises:
+        ScenarioError: ``fp8`` on a GPU without them (TransformerEngine and torchao refuse to run FP8 matmuls there).
+    """
+    if fp8 is not None and not gpu.fp8:
+        raise ScenarioError(f"{gpu.name} has no FP8 tensor cores (Hopper, Ada or newer): FP8 training cannot run there; "
+                            "use bf16 mixed precision or a GPU with FP8")

@@ -29,7 +29,7 @@ from engine.memory.device import device_used_bytes
 from engine.model.architecture import Architecture
 from engine.scaleout import buffers
 from engine.scaleout.comm_volumes import step_collectives
-from engine.scaleout.fp8 import Fp8Recipe
+from engine.scaleout.fp8 import Fp8Recipe, check_fp8_gpu
 from engine.scaleout.layout import Layout, Recompute, layout_problems
 from engine.scaleout.memory import CHECKPOINTED, Context, effective_scenario, group_sizes, most_loaded_stage
 from engine.scaleout.step_time import Cluster, step_time
@@ -107,6 +107,7 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
     Raises:
         ScenarioError: LoRA/QLoRA (model parallelism is modelled for full training) or a global batch below 1.
     """
+    check_fp8_gpu(fp8, cluster.gpu)
     if scenario.method is not Method.FULL:
         raise ScenarioError("the layout search is for full training (Megatron-LM, torchtitan); LoRA/QLoRA: Memory page")
     if global_batch < 1:
