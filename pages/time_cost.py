@@ -72,7 +72,11 @@ if not plan.fits:
         st.button(f"Use {fewest} GPUs (the sidebar's hardware, for every page)", key="tc_use_fewest",
                   on_click=lambda: st.session_state.update(num_gpus=fewest))
 if hw.offload.value != "none":
-    st.caption("Offloading to CPU is not in the time model: the step times below are without the host transfers.")
+    # As the CLI refuses it: a time without the host transfers and CPU optimizer steps would be a silently wrong number.
+    st.warning(f"Time and cost do not model CPU offload ({hw.offload.value}): the host transfers and the CPU optimizer "
+               "step would dominate the step, and the model has no term for them. Set Offload to none in the sidebar "
+               "to see the time without offload; the Memory page shows what offload saves.")
+    st.stop()
 show_tight(plan.verdict, plan.label)
 for note in plan.notes:
     st.warning(note)

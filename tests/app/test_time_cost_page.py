@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from engine.validation.throughput import compare_measurements
 from engine.scenario.training import Method
+from engine.memory.parallel import Offload
 from apptest_support import charts, metric, no_exception
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,3 +154,14 @@ def test_no_price_says_why_instead_of_empty_axes(page):
     assert any(i.startswith("No cost curve to draw: 'Lambda on-demand' has no spot price for any plan that fits")
                for i in infos), infos
     assert any(i.startswith("No plan to place on the time-cost chart") for i in infos), infos
+
+
+def test_offload_is_refused_in_words_not_timed_silently(page):
+    # The time model has no term for host transfers or the CPU optimizer step (the CLI refuses --offload with a
+    # dataset size): the page says so and draws no time, rather than the no-offload numbers.
+    at = page
+    at.number_input(key="num_gpus").set_value(8).run()
+    at.selectbox(key="offload").set_value(Offload.OPTIMIZER).run()
+    no_exception(at)
+    assert any(w.value.startswith("Time and cost do not model CPU offload") for w in at.warning), [w.value for w in at.warning]
+    assert not any(m.label == "Wall time" for m in at.metric)
