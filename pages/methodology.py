@@ -366,7 +366,7 @@ def _traced() -> None:
 
 _traced()
 
-st.subheader("What changed in the numbers (issue 16)")
+st.subheader("What changed in the numbers (defects fixed)")
 st.markdown(
     """
 - **Verdict.** A fit is *tight: may not fit* when the headroom is under 10% of the allocated peak: published runs show
@@ -384,7 +384,7 @@ st.markdown(
   parameter of model states, the multipliers of DeepSpeed's own estimator since PR 5099 (0.14.3), now shown beside
   ours (it printed 4P + 16P/N before).
 - **Measured rows**: none of the 93 moved (target rows median 7.31%, max 20.37%; all rows median 8.49%, max 132.2%),
-  nor the 132 traced scenarios (median 0.10%, max 2.76%): the rows state their precision and none uses the changed
+  nor the 132 traced scenarios of those methods (median 0.10%, max 2.76%): the rows state their precision and none uses the changed
   multi-GPU or stored-format paths.
 """
 )

@@ -134,7 +134,7 @@ def gpu_rates(gpu: Gpu, precision: PrecisionMode) -> GpuRates:
         raise ValueError(peak.note)
     measured = {"bf16": gpu.matmul_bf16_tflops, "fp16": gpu.matmul_fp16_tflops}.get(peak.dtype)
     if measured is not None:
-        achievable, source = measured * 1e12, f"measured: {gpu.matmul_source}"
+        achievable, source = measured * 1e12, f"measured ({gpu.matmul_source})"
     else:
         frac = MATMUL_FRACTION_OF_PEAK[gpu.vendor]
         achievable, source = peak.flops * frac, f"{frac:g} x the dense {peak.dtype} peak (no published measurement)"
