@@ -140,21 +140,28 @@ def scenario_sidebar(arch: Architecture) -> Scenario | None:
 # Serving inputs
 
 
+AS_STORED = "as_stored"
+"""The weight-precision choice that serves a checkpoint in its stored format (``weight_precision=None``)."""
+
+
 def inference_inputs(max_context: int | None) -> InferenceScenario | None:
     """Serving inputs drawn in the page: weight precision, KV cache dtype, concurrent sequences, context."""
-    for key, value in (("inf_weight_precision", None), ("inf_kv_dtype", KvCacheDtype.BF16),
+    # "as stored" is a string, not None: Streamlit shows a selectbox whose value is None as "Choose an option".
+    if st.session_state.get("inf_weight_precision") is None:
+        st.session_state["inf_weight_precision"] = AS_STORED
+    for key, value in (("inf_kv_dtype", KvCacheDtype.BF16),
                        ("inf_concurrency", 1), ("inf_seq_len", min(8192, max_context or 8192))):
         st.session_state.setdefault(key, value)
     c1, c2, c3, c4 = st.columns(4)
-    wp = c1.selectbox("Weight precision", [None, *WeightPrecision], key="inf_weight_precision",
-                      format_func=lambda w: "as stored (bf16 if not quantized)" if w is None else WEIGHT_LABELS[w],
+    wp = c1.selectbox("Weight precision", [AS_STORED, *WeightPrecision], key="inf_weight_precision",
+                      format_func=lambda w: "as stored (bf16 if not quantized)" if w == AS_STORED else WEIGHT_LABELS[w],
                       help="A checkpoint stored quantized (its quantization_config: FP8, GPTQ, AWQ, bitsandbytes) is served as stored.")
     kv = c2.selectbox("KV cache dtype", list(KvCacheDtype), format_func=lambda k: k.value, key="inf_kv_dtype")
     conc = checked_number(c3, "Concurrent sequences", "inf_concurrency", 1, step=1)
     seq = checked_number(c4, "Context per sequence", "inf_seq_len", min(8192, max_context or 8192), step=1024,
                          help="Prompt + generated tokens of each sequence.")
     try:
-        return InferenceScenario.build(weight_precision=wp, kv_cache_dtype=kv, concurrency=int(conc), seq_len=int(seq))
+        return InferenceScenario.build(weight_precision=None if wp == AS_STORED else wp, kv_cache_dtype=kv, concurrency=int(conc), seq_len=int(seq))
     except ScenarioError as exc:
         st.error(f"This serving scenario is not valid: {exc}")
         return None

@@ -404,3 +404,13 @@ def test_a_link_carries_the_hardware_and_flags_bad_keys(new_app):
     assert "gpu='H300': not a GPU of the catalog; closest: NVIDIA H200, NVIDIA H100 80GB" in warning
     assert "num_gpus='0': must be between 1 and 1024" in warning
     assert bad.session_state["gpu"] == "NVIDIA A100 80GB"  # the default: the link's GPU was ignored
+
+
+def test_serving_weight_precision_shows_its_default_not_choose_an_option(app):
+    # Found by a fresh-user review: the default "as stored" was None, which Streamlit draws as "Choose an option".
+    app.radio(key="mem_workload").set_value("Inference").run()
+    no_exception(app)
+    box = app.selectbox(key="inf_weight_precision")
+    assert box.value == "as_stored" and box.format_func(box.value) == "as stored (bf16 if not quantized)"
+    # Served as stored: Llama-3.1-8B's bf16 weights, 8,030,261,248 x 2 B = 16.06 GB (14.96 GiB) of the catalog default.
+    assert next(m.value for m in app.metric if m.label == "Weights") in ("14.96 GiB", "16.06 GB")
