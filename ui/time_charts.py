@@ -16,23 +16,28 @@ CATEGORY_STYLE = {
 
 
 def time_stack_figure(rows: list[TechniqueTime]) -> go.Figure:
-    """Stacked bars of each technique's step time per 1,000 tokens by category (ms), labelled with tokens/s."""
+    """Horizontal stacked bars of each technique's step time per 1,000 tokens by category (ms), labelled with tokens/s.
+
+    Horizontal because a dozen techniques with two-line names do not fit side by side at 1,400 px: each name gets its
+    own row, and the tokens/s label sits right of its bar."""
     ok = [r for r in rows if r.throughput is not None]
-    x = [r.label.replace(" · ", "<br>") + (" ◀" if r.is_current else "") for r in ok]
+    y = [r.label + (" ◀" if r.is_current else "") for r in ok]
     data: list[dict] = []
     for key in CATEGORIES:
         label, color = CATEGORY_STYLE[key]
         values = [r.throughput.breakdown_s[key] / r.throughput.step.tokens * 1e6 for r in ok]  # type: ignore[union-attr]
         if any(values):
-            data.append({"type": "bar", "name": label, "x": x, "y": values, "marker": {"color": color},
-                         "hovertemplate": f"{label}: %{{y:,.2f}} ms per 1k tokens<extra></extra>"})
+            data.append({"type": "bar", "orientation": "h", "name": label, "y": y, "x": values, "marker": {"color": color},
+                         "hovertemplate": f"{label}: %{{x:,.2f}} ms per 1k tokens<extra></extra>"})
     totals = [r.throughput.step_time_s / r.throughput.step.tokens * 1e6 for r in ok]  # type: ignore[union-attr]
-    data.append({"type": "scatter", "x": x, "y": totals, "mode": "text", "showlegend": False, "hoverinfo": "skip",
-                 "text": [f"<b>{r.throughput.tokens_per_second:,.0f} tok/s</b>" for r in ok],  # type: ignore[union-attr]
-                 "textposition": "top center"})
-    layout = {"barmode": "stack", "yaxis": {"title": {"text": "Step time per 1,000 tokens (ms)"},
-                                            "range": [0, max(totals + [1e-9]) * 1.15]},
-              "legend": {"title": {"text": "Where the time goes"}}, "margin": {"t": 30, "b": 10}, "height": 480}
+    data.append({"type": "scatter", "y": y, "x": totals, "mode": "text", "showlegend": False, "hoverinfo": "skip",
+                 "text": [f"  {r.throughput.tokens_per_second:,.0f} tok/s" for r in ok],  # type: ignore[union-attr]
+                 "textposition": "middle right", "cliponaxis": False})
+    layout = {"barmode": "stack", "xaxis": {"title": {"text": "Step time per 1,000 tokens (ms)"},
+                                            "range": [0, max(totals + [1e-9]) * 1.25]},
+              "yaxis": {"autorange": "reversed", "automargin": True},
+              "legend": {"title": {"text": "Where the time goes"}, "orientation": "h", "y": -0.15},
+              "margin": {"t": 30, "b": 10, "r": 20}, "height": 160 + 34 * len(ok)}
     return go.Figure({"data": data, "layout": layout})
 
 
