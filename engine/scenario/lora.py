@@ -30,13 +30,32 @@ def default_targets(arch: Architecture) -> tuple[str, ...]:
     return tuple(n for n in names if all(_is_attention(lin) for lin in arch.layer_linears if lin.matches(n)))
 
 
+_RESOLVED: dict[tuple[int, tuple[str, ...] | None], tuple[Architecture, tuple[LinearLayer, ...]]] = {}
+_RESOLVED_SIZE = 1024
+"""Resolved targets by (architecture identity, targets): one estimate resolves the same targets many times (weights,
+activations, adapters, the time model) and a fit matrix thousands of times. The cached architecture is kept and
+compared by identity, so a reused id never returns another model's layers; errors are never cached."""
+
+
 def resolve_targets(arch: Architecture, targets: tuple[str, ...] | None) -> list[LinearLayer]:
-    """Linear layers of one block that ``targets`` selects.
+    """Linear layers of one block that ``targets`` selects (a new list each call; resolution cached per architecture).
 
     Raises:
         ScenarioError: no targets, or a target that matches no linear layer of this architecture (the
             message lists the names that exist).
     """
+    key = (id(arch), targets)
+    hit = _RESOLVED.get(key)
+    if hit is not None and hit[0] is arch:
+        return list(hit[1])
+    found = _resolve(arch, targets)
+    if len(_RESOLVED) >= _RESOLVED_SIZE:
+        _RESOLVED.clear()
+    _RESOLVED[key] = (arch, tuple(found))
+    return found
+
+
+def _resolve(arch: Architecture, targets: tuple[str, ...] | None) -> list[LinearLayer]:
     if targets is None:
         targets = default_targets(arch)
     if not targets:
