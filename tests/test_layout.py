@@ -50,15 +50,13 @@ def _imports(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
             candidates = [a.name for a in node.names]
         else:
             continue
-        for cand in candidates:
-            if cand in mods and cand != name:
-                out.add(cand)
-                break  # `from pkg import submodule` imports the submodule (and the package's __init__, counted below)
-        else:
-            continue
-        if cand.rsplit(".", 1)[0] in mods and cand.rsplit(".", 1)[0] != name and "." in cand:
+        # `from pkg import sub` runs pkg's __init__ and imports sub: both are edges (a sibling imported that way
+        # from inside pkg closes a cycle through pkg's __init__ when it imports its own submodules).
+        found = {cand for cand in candidates if cand in mods and cand != name}
+        out |= found
+        for cand in found:
             parent = cand.rsplit(".", 1)[0]
-            if not name.startswith(parent + ".") and parent != "engine":
+            if parent in mods and parent != name and not name.startswith(parent + ".") and parent != "engine":
                 out.add(parent)
     return out
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from engine.cli import scaleout
+import engine.cli.scaleout as scaleout  # by full path: engine.cli's __init__ imports this module
 from engine.cli.options import (
     INFERENCE, add_gpu_options, add_model_options, add_parallel_inference_options, add_scenario_options,
     add_time_cost_options, dataset_from_args, emit_json, fail, gpus_per_node, load_model, scenario_from_args,

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from engine.errors import ConflictingKeysError, TrainingConfigError
-from engine.importers import bnb, deepspeed
+import engine.importers.bnb as bnb
+import engine.importers.deepspeed as deepspeed
 from engine.importers.table import IGNORE, Handling, Map, Reading, Several, Sub, Unmodelled, Unsupported, check, collect
 from engine.importers.trainer import _DS_FILE, finish_galore, liger_kernels
 from engine.importers.values import (

@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from engine.errors import ConflictingKeysError, TrainingConfigError
-from engine.importers import accelerate, axolotl, bnb, deepspeed, llamafactory, peft, torchtune, trainer
+import engine.importers.accelerate as accelerate
+import engine.importers.axolotl as axolotl
+import engine.importers.bnb as bnb
+import engine.importers.deepspeed as deepspeed
+import engine.importers.llamafactory as llamafactory
+import engine.importers.peft as peft
+import engine.importers.torchtune as torchtune
+import engine.importers.trainer as trainer
 from engine.importers.parse import parse_training_config
 from engine.importers.table import Reading
 from engine.memory.parallel import Offload, Strategy

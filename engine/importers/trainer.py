@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from engine.errors import ConflictingKeysError
-from engine.importers import bnb, deepspeed
+import engine.importers.bnb as bnb
+import engine.importers.deepspeed as deepspeed
 from engine.importers.table import IGNORE, only_if_true, Handling, Map, Reading, Sub, Unmodelled, Unsupported, collect
 from engine.importers.values import (
     attention, boolean, choice, dtype, galore_gap, galore_proj_type, galore_targets, hf_fsdp, hf_optimizer, integer,
