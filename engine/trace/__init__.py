@@ -33,7 +33,6 @@ from engine.errors import (
     EngineError,
     NotTraceableError, TraceError, TraceFailedError, TraceModelTypeError, TraceUnavailableError,
 )
-from engine.scenario.optimizer import Optimizer
 from engine.scenario.training import Method, Scenario
 from engine.trace.result import CATEGORIES, PHASES, StepPeak, TraceResult
 
