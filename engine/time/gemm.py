@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import bisect
 import math
-from itertools import accumulate
-from operator import itemgetter
+from itertools import accumulate, repeat
+from operator import add, itemgetter, mul, truediv
 from typing import Iterator, NamedTuple
 
 from engine.model.architecture import Architecture, LinearLayer
@@ -176,47 +176,98 @@ def _pad(d: float, tile: int) -> float:
     return -(-d // tile) * tile
 
 
-class GemmTable:
-    """The GEMMs of :func:`gemm_shapes` with everything that does not depend on the tokens done once (built per
-    architecture and adapter set, then reused for every micro batch shape).
+def _picker(indices: list[int]):
+    """``values -> tuple(values[i] for i in indices)``, in C (itemgetter returns a bare value for one index)."""
+    if len(indices) == 1:
+        only = indices[0]
+        return lambda values: (values[only],)
+    return itemgetter(*indices) if indices else (lambda values: ())
 
-    :meth:`rooflines` takes what ``gemm_work`` and ``Gemm.flops`` give for each GEMM of :func:`step_gemms`, with the
-    same float operations in the same order (only products of two integers are taken early, and those are exact),
-    so the numbers are identical; it only skips building a :class:`Gemm` per shape (tests/time/test_fast_path.py).
+
+class GemmWork:
+    """The GEMMs of one micro batch shape: their exact FLOPs (all, and the blocks' forward, what checkpointing
+    recomputes), and :meth:`seconds`, each part's roofline time on a GPU (remembered per rate and bandwidth)."""
+
+    __slots__ = ("flops", "block_flops", "_table", "_tokens", "_pads", "_seconds")
+
+    def __init__(self, table: "GemmTable", tokens: tuple[float, ...], pads: tuple[float, ...], flops: float,
+                 block_flops: float) -> None:
+        self.flops, self.block_flops = flops, block_flops
+        self._table, self._tokens, self._pads = table, tokens, pads
+        self._seconds: dict[tuple[float, float], tuple[float, float, float]] = {}
+
+    def seconds(self, rate_flops: float, bandwidth_bytes_per_s: float) -> tuple[float, float, float]:
+        """Seconds of the blocks' forward, the LM head's forward and the backward GEMMs: the sum over each part's
+        GEMMs of max(padded FLOPs / rate, bytes / bandwidth)."""
+        key = (rate_flops, bandwidth_bytes_per_s)
+        hit = self._seconds.get(key)
+        if hit is None:
+            hit = self._seconds[key] = self._table.seconds(self._tokens, self._pads, rate_flops, bandwidth_bytes_per_s)
+        return hit
+
+
+class GemmTable:
+    """The GEMMs of :func:`gemm_shapes` for one operand width, with everything that does not depend on the tokens
+    done once (built per architecture and adapter set, then reused for every micro batch shape).
+
+    GEMMs of the same part and shape are merged (their copies added), and the rest is kept as columns in the order
+    blocks' forward, LM head's forward, backward: per GEMM, padded FLOPs = ``pad x a`` (``pad`` the tokens rounded
+    up to the tile of the dimension they are) and bytes = ``tokens x s + c``. Divided once per GPU by its matmul
+    rate and bandwidth, the columns give each GEMM's roofline time in a few C-level ``map`` calls per micro batch
+    shape rather than a Python loop per GEMM. The result is what ``gemm_work`` and ``Gemm.flops`` give for each GEMM
+    of :func:`step_gemms`, to rounding (tests/time/test_fast_path.py compares the two to 1e-12).
     """
 
-    def __init__(self, shapes: list[GemmShape]) -> None:
-        self.rows = []
+    def __init__(self, shapes: list[GemmShape], elem_bytes: int) -> None:
+        merged: dict[tuple, float] = {}
         for g in shapes:
-            recomputed = g.phase == "forward" and g.part != "lm_head"  # checkpointing reruns the blocks' forward
-            if g.m == TOKENS:  # (tokens, n, k)
-                consts = (g.n, g.k, _pad(g.n, TILE_MN), _pad(g.k, TILE_K), g.k * g.n)
-            else:  # (m, n, tokens): a weight gradient
-                consts = (g.m, g.n, _pad(g.m, TILE_MN) * _pad(g.n, TILE_MN), g.m * g.n, 2.0 * g.m * g.n)
-            self.rows.append((g.phase == "forward", recomputed, g.m == TOKENS, int(g.routed), g.copies, consts))
+            if g.copies <= 0:
+                continue
+            # checkpointing reruns the blocks' forward (not the LM head's): keep the two apart
+            part = 2 if g.phase != "forward" else (1 if g.part == "lm_head" else 0)
+            first = g.m == TOKENS
+            key = (part, int(g.routed), first, (g.n, g.k) if first else (g.m, g.n))
+            merged[key] = merged.get(key, 0.0) + g.copies
+        a, s, c, pad_at, tokens_at = [], [], [], [], []
+        counts = [0, 0, 0]
+        flops = [[0.0, 0.0], [0.0, 0.0]]  # exact FLOPs per token: [blocks' forward, the rest][routed]
+        for (part, routed, first, (d1, d2)), copies in sorted(merged.items(), key=lambda kv: kv[0][0]):
+            counts[part] += 1
+            if first:  # (tokens, n, k): the tokens pad to TILE_MN, n to TILE_MN, k to TILE_K
+                a.append(2.0 * _pad(d1, TILE_MN) * _pad(d2, TILE_K) * copies)
+            else:  # (m, n, tokens): a weight gradient; the tokens are the inner dimension and pad to TILE_K
+                a.append(2.0 * _pad(d1, TILE_MN) * _pad(d2, TILE_MN) * copies)
+            s.append(float((d1 + d2) * elem_bytes * copies))  # operand bytes per token
+            c.append(float(d1 * d2 * elem_bytes * copies))  # the weight (or its gradient): no tokens
+            flops[part != 0][routed] += 2.0 * d1 * d2 * copies
+            pad_at.append(2 * first + routed)
+            tokens_at.append(routed)
+        self._a, self._s, self._c = tuple(a), tuple(s), tuple(c)
+        self._pad_of, self._tokens_of = _picker(pad_at), _picker(tokens_at)
+        self._ends = (counts[0], counts[0] + counts[1])
+        self._flops = flops
+        self._scaled: dict[tuple[float, float], tuple[tuple[float, ...], ...]] = {}
 
-    def rooflines(self, tokens: tuple[float, float], elem_bytes: int, recompute: bool
-                  ) -> tuple[Roofline, Roofline, Roofline, float, float]:
-        """The forward, backward and recompute (empty unless ``recompute``) :class:`Roofline`, the FLOPs of all the
-        GEMMs and of the recomputed ones, for ``tokens`` = (tokens of the micro batch, tokens per routed expert)."""
-        pad_m = (_pad(tokens[0], TILE_MN), _pad(tokens[1], TILE_MN))
-        pad_k = (_pad(tokens[0], TILE_K), _pad(tokens[1], TILE_K))
-        fwd, bwd, rec = [], [], []
-        flops = rec_flops = 0.0
-        for forward, recomputed, tokens_first, routed, copies, c in self.rows:
-            t = tokens[routed]
-            if tokens_first:
-                n, k, pn, pk, kn = c
-                f, b = 2.0 * (pad_m[routed] * pn * pk) * copies, (t * k + kn + t * n) * elem_bytes * copies
-                g = 2.0 * t * n * k * copies
-            else:
-                m, n, pmn, mn, two_mn = c
-                f, b = 2.0 * (pmn * pad_k[routed]) * copies, (m * t + t * n + mn) * elem_bytes * copies
-                g = two_mn * t * copies
-            w = (f / b if b else math.inf, f, b)
-            (fwd if forward else bwd).append(w)
-            flops += g
-            if recompute and recomputed:
-                rec.append(w)
-                rec_flops += g
-        return Roofline.of(fwd), Roofline.of(bwd), Roofline.of(rec), flops, rec_flops
+    def work(self, tokens: tuple[float, float]) -> GemmWork:
+        """The :class:`GemmWork` for ``tokens`` = (tokens of the micro batch, tokens per routed expert)."""
+        t0, t1 = tokens
+        (b0, b1), (r0, r1) = self._flops
+        block = t0 * b0 + t1 * b1
+        pads = self._pad_of((_pad(t0, TILE_K), _pad(t1, TILE_K), _pad(t0, TILE_MN), _pad(t1, TILE_MN)))
+        return GemmWork(self, self._tokens_of(tokens), pads, block + (t0 * r0 + t1 * r1), block)
+
+    def seconds(self, tokens: tuple[float, ...], pads: tuple[float, ...], rate_flops: float,
+                bandwidth_bytes_per_s: float) -> tuple[float, float, float]:
+        """(blocks' forward, LM head's forward, backward) seconds of the GEMMs; ``tokens`` and ``pads`` per column."""
+        key = (rate_flops, bandwidth_bytes_per_s)
+        scaled = self._scaled.get(key)
+        if scaled is None:
+            if len(self._scaled) >= 64:
+                self._scaled.clear()
+            scaled = self._scaled[key] = (tuple(map(truediv, self._a, repeat(rate_flops))),
+                                          tuple(map(truediv, self._s, repeat(bandwidth_bytes_per_s))),
+                                          tuple(map(truediv, self._c, repeat(bandwidth_bytes_per_s))))
+        a, s, c = scaled
+        per = list(map(max, map(mul, a, pads), map(add, map(mul, s, tokens), c)))
+        nb, nh = self._ends
+        return sum(per[:nb]), sum(per[nb:nh]), sum(per[nh:])

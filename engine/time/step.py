@@ -17,9 +17,9 @@ step and gradient clipping run once per optimizer step (1/N of it per GPU under 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
-from pydantic import BaseModel, ConfigDict
 
 from engine.hardware.gpus import Gpu
 from engine.memory.parallel import Strategy
@@ -31,7 +31,7 @@ from engine.scenario.training import Framework, Method, Scenario
 from engine.time import collectives as cc
 from engine.time.adapters import extra_adapter_flops, galore_flops_per_step, offload_transfer_bytes
 from engine.time.attention import attention_seconds, attention_work
-from engine.time.gemm import GemmTable, Roofline, gemm_shapes, routed_tokens
+from engine.time.gemm import GemmTable, GemmWork, gemm_shapes, routed_tokens
 from engine.time.memory_bound import (
     BACKWARD_FACTOR, cast_bytes_per_use, dequant_bytes_per_use, layer_forward_bytes, loss_bytes, optimizer_bytes,
 )
@@ -48,11 +48,13 @@ HEAD_KERNELS = 8
 """Kernels of the final norm, LM head and loss in forward (embedding, norm, GEMM, upcast, log-softmax, NLL, mean)."""
 
 
-class StepTime(BaseModel):
+@dataclass(frozen=True, slots=True)
+class StepTime:
     """Seconds of one optimizer step (micro batch x accumulation steps) on one GPU, by category, and the FLOPs
-    it executes. ``breakdown_s`` maps each of :data:`CATEGORIES` to seconds; they add up to ``total_s``."""
+    it executes. ``breakdown_s`` maps each of :data:`CATEGORIES` to seconds; they add up to ``total_s``.
 
-    model_config = ConfigDict(frozen=True)
+    A plain frozen dataclass, not a pydantic model: only :func:`step_time` builds it, from computed numbers (nothing
+    to validate), once per plan; pydantic models that hold one (PlanEstimate) take the instance as it is."""
 
     tokens: int
     breakdown_s: dict[str, float]
@@ -75,7 +77,7 @@ class StepTime(BaseModel):
 class _Work(NamedTuple):
     """What one micro batch and optimizer step do, independent of the GPU (cached per architecture and scenario)."""
 
-    gemms: dict[str, Roofline]  # phase -> its GEMMs' roofline
+    gemms: GemmWork  # the blocks' forward (also the recompute), the LM head's forward, the backward
     model_flops: float
     executed_flops: float
     attention_full: float
@@ -129,7 +131,7 @@ def _method(arch: Architecture, sc: Scenario, kernel: str, fused: bool, c: int, 
         targets = adapted if sc.method in LORA_FAMILY else []
         train_base = sc.method is Method.FULL
         m = hit[1][key] = _Method(
-            adapted=adapted, targets=targets, gemms=GemmTable(gemm_shapes(arch, train_base, targets, sc.lora_r)),
+            adapted=adapted, targets=targets, gemms=GemmTable(gemm_shapes(arch, train_base, targets, sc.lora_r), c),
             linear_params=sum(gr.parameters for gr in arch.tensors if gr.linear),
             layer_bytes=layer_forward_bytes(arch, c, resid, fused),
             layer_kernels=layer_kernels(arch, sc, kernel, fused, sum(lin.count for lin in adapted)),
@@ -151,7 +153,8 @@ def _work(arch: Architecture, sc: Scenario, kernel: str, fused: bool) -> _Work:
     resid = 4 if (spec.weight_bytes == 4 or (sc.method is Method.QLORA and sc.prepare_kbit_training)) else spec.weight_bytes
     m = _method(arch, sc, kernel, fused, c, resid)
     ckpt = sc.gradient_checkpointing
-    fwd, bwd, rec, gemm_flops, recompute_flops = m.gemms.rooflines((t, routed_tokens(arch, t)), c, recompute=ckpt)
+    gemms = m.gemms.work((t, routed_tokens(arch, t)))
+    gemm_flops, recompute_flops = gemms.flops, (gemms.block_flops if ckpt else 0.0)
     full = attention_work(arch, t, sc.seq_len)
     # PaLM (Chowdhery et al. 2022, appendix B): model FLOPs count attention's full square three times (forward, two
     # backward matmuls); hardware FLOPs add the recompute.
@@ -160,7 +163,7 @@ def _work(arch: Architecture, sc: Scenario, kernel: str, fused: bool) -> _Work:
     cast_f, cast_b = cast_bytes_per_use(spec.autocast and spec.weight_bytes == 4)
     k_fwd = layers * m.layer_kernels + HEAD_KERNELS
     w = _Work(
-        gemms={"forward": fwd, "backward": bwd, "recompute": rec},
+        gemms=gemms,
         model_flops=model_flops, executed_flops=executed, attention_full=full,
         elem_fwd_bytes=layers * m.layer_bytes * t,
         casts_fwd_bytes=cast_f * m.linear_params,
@@ -199,10 +202,13 @@ def step_time(
         sc = sc.model_copy(update={"seq_len": effective_seq_len(sc)})
     w = _work(arch, sc, kernel, fused_kernels)
     bw, mm = rates.hbm_bytes_per_s, rates.matmul_flops
-    g = {phase: roof.seconds(mm, bw) for phase, roof in w.gemms.items()}
-    c = precision_spec(sc.precision).compute_bytes
-    a_fwd, a_bwd, _ = attention_seconds(arch, kernel, float(sc.tokens_per_micro_batch), sc.seq_len, c, rates)
+    g_block, g_head, g_bwd = w.gemms.seconds(mm, bw)
+    g_fwd = g_block + g_head
+    spec = precision_spec(sc.precision)
+    a_fwd, a_bwd, _ = attention_seconds(arch, kernel, float(sc.tokens_per_micro_batch), sc.seq_len,
+                                        spec.compute_bytes, rates)
     ckpt = sc.gradient_checkpointing
+    g_rec = g_block if ckpt else 0.0
     a_rec = a_fwd if ckpt else 0.0
     elem_fwd = w.elem_fwd_bytes / bw
     mb_fwd = elem_fwd + w.casts_fwd_bytes / bw
@@ -216,8 +222,8 @@ def step_time(
     # the GEMM rate: a third in the forward (and the recompute), two thirds in the backward.
     ad = w.adapter_flops / mm
     ad_fwd, ad_bwd = ad / 3, 2 * ad / 3 + (ad / 3 if ckpt else 0.0)
-    gpu_fwd = g["forward"] + a_fwd + mb_fwd + dq + ad_fwd
-    gpu_bwd = g["backward"] + g["recompute"] + a_bwd + a_rec + mb_bwd + mb_rec + dq + dq_rec + ad_bwd
+    gpu_fwd = g_fwd + a_fwd + mb_fwd + dq + ad_fwd
+    gpu_bwd = g_bwd + g_rec + a_bwd + a_rec + mb_bwd + mb_rec + dq + dq_rec + ad_bwd
     host = (max(0.0, w.kernels_fwd * SECONDS_PER_KERNEL - gpu_fwd)
             + max(0.0, w.kernels_bwd * SECONDS_PER_KERNEL - gpu_bwd))
     gas = sc.gradient_accumulation_steps
@@ -228,17 +234,18 @@ def step_time(
     states = sum(p.bytes for p in est.parts if p.key == "optimizer_states")
     grads = parts["gradients"].bytes if "gradients" in parts else 0.0
     trainable_w = parts["weights"].bytes if sc.method is Method.FULL else \
-        est.trainable_parameters * (4 if sc.framework is Framework.HF else precision_spec(sc.precision).weight_bytes)
+        est.trainable_parameters * (4 if sc.framework is Framework.HF else spec.weight_bytes)
     opt_bytes = optimizer_bytes(trainable_w, states, grads, sc.optimizer, clip=sc.framework is Framework.HF)
     # GaLore projects every gradient and the update (and refreshes its SVD every update_proj_gap steps): matmul work.
     opt_gpu = opt_bytes / shards / bw + galore_flops_per_step(arch, sc) / shards / mm
     opt = max(opt_gpu, optimizer_host_seconds(sc.optimizer, -(-w.tensors // shards)))
 
-    comm, link = _communication(arch, sc, est, gpu, num_gpus, strategy, gpu_fwd, gpu_bwd)
+    comm, link = _communication(arch, sc, est, parts, gpu, num_gpus, strategy, gpu_fwd, gpu_bwd)
     # Offloaded checkpointing copies overlap compute (non_blocking); what the passes do not hide is exposed.
-    offload = gas * max(0.0, w.offload_bytes / cc.host_link_bytes_per_s(gpu) - gpu_fwd - gpu_bwd)
+    offload = gas * max(0.0, w.offload_bytes / cc.host_link_bytes_per_s(gpu) - gpu_fwd - gpu_bwd) \
+        if w.offload_bytes else 0.0
     breakdown = {
-        "matmul": gas * (g["forward"] + g["backward"] + g["recompute"] + ad_fwd + ad_bwd),
+        "matmul": gas * (g_fwd + g_bwd + g_rec + ad_fwd + ad_bwd),
         "attention": gas * (a_fwd + a_bwd + a_rec),
         "memory_bound": gas * (mb_fwd + mb_bwd + mb_rec),
         "dequantization": gas * (2 * dq + dq_rec),
@@ -246,7 +253,7 @@ def step_time(
         "communication": comm + offload,
         "overhead": gas * host + STEP_SECONDS + (opt - opt_gpu),
     }
-    return StepTime.model_construct(
+    return StepTime(
         tokens=user_tokens * gas, breakdown_s=breakdown, executed_flops=w.executed_flops * gas,
         model_flops=w.model_flops * gas, attention_kernel=kernel, link=link,
     )
@@ -259,8 +266,8 @@ def _trainable_tensors(arch: Architecture, sc: Scenario, targets: list) -> int:
     return 2 * sum(lin.count * lin.blocks(arch.num_layers) for lin in targets)
 
 
-def _communication(arch: Architecture, sc: Scenario, est: MemoryEstimate, gpu: Gpu, n: int, strategy: Strategy,
-                   gpu_fwd: float, gpu_bwd: float) -> tuple[float, str | None]:
+def _communication(arch: Architecture, sc: Scenario, est: MemoryEstimate, parts: dict, gpu: Gpu, n: int,
+                   strategy: Strategy, gpu_fwd: float, gpu_bwd: float) -> tuple[float, str | None]:
     """Exposed seconds of the data-parallel collectives of one optimizer step, and the link's name.
 
     DDP: one all-reduce of the gradients per optimizer step (``no_sync`` on accumulation micro batches), in
@@ -273,7 +280,6 @@ def _communication(arch: Architecture, sc: Scenario, est: MemoryEstimate, gpu: G
     if n <= 1:
         return 0.0, None
     link = cc.data_parallel_link(gpu, n)
-    parts = est.parts_by_key
     grads = parts["gradients"].bytes if "gradients" in parts else 0.0
     weights = parts["weights"].bytes
     gas = sc.gradient_accumulation_steps

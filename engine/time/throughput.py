@@ -14,6 +14,8 @@ is kept and its level is the user's. The raw prediction's error is reported.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pydantic import BaseModel, ConfigDict
 
 from engine.errors import ScenarioError
@@ -71,14 +73,16 @@ def calibrate(measured_tokens_per_second: float, predicted: "Throughput") -> Cal
     return cal
 
 
-class Throughput(BaseModel):
+@dataclass(frozen=True, slots=True)
+class Throughput:
     """Tokens per second of ``num_gpus`` x ``gpu`` for one scenario.
 
     ``step`` is one GPU's optimizer step (uncalibrated); ``tokens_per_second`` counts all GPUs together, times
-    ``calibration``; ``step_time_s`` and ``breakdown_s`` are the calibrated step (the raw one / calibration).
+    ``calibration``; ``step_time_s`` and ``breakdown_s`` are the calibrated step (the raw one / calibration). Only
+    the inputs are stored: every figure derived from them is a property, so they cannot disagree. A frozen
+    dataclass like :class:`~engine.time.step.StepTime` (built only by :func:`estimate_throughput`, on the plan
+    search's hot path).
     """
-
-    model_config = ConfigDict(frozen=True)
 
     gpu: str
     num_gpus: int
@@ -87,14 +91,42 @@ class Throughput(BaseModel):
     peak: PeakFlops
     rates: GpuRates
     step: StepTime
-    raw_tokens_per_second: float
-    per_gpu_tokens_per_second: float
-    tokens_per_second: float
-    step_time_s: float
-    breakdown_s: dict[str, float]
-    mfu: float
-    hfu: float
     fused_kernels: bool = False
+
+    @property
+    def raw_tokens_per_second(self) -> float:
+        """Tokens/s of all GPUs together, uncalibrated."""
+        return self.step.tokens / self.step.total_s * self.num_gpus
+
+    @property
+    def per_gpu_tokens_per_second(self) -> float:
+        """Tokens/s of one GPU, calibrated."""
+        return self.step.tokens / self.step.total_s * self.calibration
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Tokens/s of all GPUs together, calibrated."""
+        return self.raw_tokens_per_second * self.calibration
+
+    @property
+    def step_time_s(self) -> float:
+        """Seconds of one optimizer step, calibrated."""
+        return self.step.total_s / self.calibration
+
+    @property
+    def breakdown_s(self) -> dict[str, float]:
+        """Calibrated seconds of the step by category (:data:`engine.time.step.CATEGORIES`)."""
+        return {k: v / self.calibration for k, v in self.step.breakdown_s.items()}
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation (PaLM, appendix B): model FLOPs per second / dense peak."""
+        return self.step.model_flops / self.step_time_s / self.peak.flops
+
+    @property
+    def hfu(self) -> float:
+        """Hardware FLOPs utilisation: FLOPs executed (recompute included) per second / dense peak."""
+        return self.step.executed_flops / self.step_time_s / self.peak.flops
 
     @property
     def executed_flops_per_token(self) -> float:
@@ -138,16 +170,9 @@ def estimate_throughput(
     rates = gpu_rates(gpu, sc.precision)
     est = estimate if estimate is not None else estimate_memory(arch, sc, gpu)
     step = step_time(arch, sc, est, gpu, rates, num_gpus=num_gpus, strategy=strategy, fused_kernels=fused_kernels)
-    total = step.total_s
-    per_gpu = step.tokens / total  # StepTime.tokens_per_second, its sum taken once
-    raw = per_gpu * num_gpus
-    return Throughput.model_construct(  # every field computed here: no validation needed on this hot path
+    return Throughput(
         gpu=gpu.name, num_gpus=num_gpus, strategy=strategy, calibration=calibration, peak=peak, rates=rates,
-        step=step, raw_tokens_per_second=raw,
-        per_gpu_tokens_per_second=per_gpu * calibration, tokens_per_second=raw * calibration,
-        step_time_s=total / calibration, breakdown_s={k: v / calibration for k, v in step.breakdown_s.items()},
-        mfu=step.model_flops / (total / calibration) / peak.flops,
-        hfu=step.executed_flops / (total / calibration) / peak.flops, fused_kernels=fused_kernels,
+        step=step, fused_kernels=fused_kernels,
     )
 
 
