@@ -1,7 +1,7 @@
 """Fit engine and fit page speed (run by hand: ``python benchmarks/bench_fit.py``; not part of the test suite).
 
 Targets, so the GPU fit page stays interactive when a widget changes:
-- the full matrix, every catalog model x every GPU x the 8 techniques of engine.plan.fit.TECHNIQUES (and each model's
+- the full matrix, every catalog model x every GPU x the techniques of engine.plan.fit.TECHNIQUES (10) (and each model's
   serving row): at least 10,000 cells in 100 ms, i.e. at most 10 us a cell, row estimates included. Wall time and this
   process's CPU time are both printed (on a shared machine the wall time includes other processes' turns); the target
   is checked on the CPU time;

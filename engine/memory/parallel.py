@@ -82,6 +82,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict
 
+from engine.memo import by_identity
 from engine.model.architecture import Architecture
 from engine.errors import ScenarioError
 from engine.memory.device import DeviceMemory, device_memory
@@ -290,6 +291,7 @@ def device_memory_per_gpu(est: MemoryEstimate, plan: "ParallelPlan", num_gpus: i
     return device_memory(per_gpu - pageable, pageable)
 
 
+@by_identity()
 def decoder_layer_parameters(arch: Architecture) -> int:
     """Parameters of one decoder block: the per-layer tensor groups (count a multiple of the layer count)
     divided by the number of layers. Blocks of the supported families are identical in size."""
@@ -300,6 +302,7 @@ def decoder_layer_parameters(arch: Architecture) -> int:
     return per_layer // arch.num_layers
 
 
+@by_identity()
 def largest_gathered_unit(arch: Architecture) -> tuple[int, str]:
     """(parameters, description) of the largest unit ZeRO-3 / FSDP gathers at once: a decoder layer, or
     the embedding / LM head matrix when that is larger (it is for most models with large vocabularies)."""

@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, computed_field, model_validator
 
+from engine.memo import by_identity
 from engine.model.quantization import StoredQuantization
 
 Role = Literal["embeddings", "attention", "mlp", "norms", "lm_head", "head", "vision"]
@@ -203,11 +204,7 @@ class Architecture(BaseModel):
     def parameter_counts(self) -> dict[str, int]:
         """Parameters by component (embeddings, attention, mlp, norms, lm_head; head and vision when the
         model has them) and ``total``."""
-        counts: dict[str, int] = {role: 0 for role in BASE_ROLES}
-        for group in self.tensors + self.vision_tensors:
-            counts[group.role] = counts.get(group.role, 0) + group.parameters
-        counts["total"] = sum(counts.values())
-        return counts
+        return dict(_parameter_counts(self))  # a copy: the cached dict is shared
 
     @property
     def language_parameters(self) -> int:
@@ -222,7 +219,7 @@ class Architecture(BaseModel):
     @property
     def total_parameters(self) -> int:
         """Unique parameters held in memory (tied weights once), vision tower included."""
-        return self.parameter_counts["total"]
+        return _parameter_counts(self)["total"]
 
     @property
     def active_parameters(self) -> int:
@@ -239,3 +236,13 @@ class Architecture(BaseModel):
     def linear_target_names(self) -> list[str]:
         """Short module names LoRA can target in a decoder block, in block order, without repeats."""
         return list(dict.fromkeys(lin.target_name for lin in self.layer_linears))
+
+
+@by_identity()
+def _parameter_counts(arch: Architecture) -> dict[str, int]:
+    """:attr:`Architecture.parameter_counts`, summed once per architecture (a fit matrix asks it of every row)."""
+    counts: dict[str, int] = {role: 0 for role in BASE_ROLES}
+    for group in arch.tensors + arch.vision_tensors:
+        counts[group.role] = counts.get(group.role, 0) + group.parameters
+    counts["total"] = sum(counts.values())
+    return counts

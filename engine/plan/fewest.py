@@ -25,22 +25,42 @@ def per_gpu_from_sums(sums: list[tuple[float, float, float]], n: int) -> float:
     return max(s / n + r + (m if n > 1 else 0.0) for s, r, m in sums)
 
 
+class FewestGpus:
+    """:meth:`ParallelPlan.min_gpus` (same answers) for many tensor budgets of one plan: the plan's one-GPU and
+    fewest-bytes-possible peaks are computed once, then each budget costs the bound below and one or two checks.
+
+    Each phase needs ``n >= sharded / (budget - replicated - multi)``, so the fewest GPUs is the largest of those
+    bounds, checked (and moved by one where rounding puts it off) against the exact per-GPU bytes."""
+
+    __slots__ = ("sums", "one", "divides", "floor")
+
+    def __init__(self, plan: ParallelPlan, sums: list[tuple[float, float, float]]) -> None:
+        self.sums = sums
+        self.one = per_gpu_from_sums(sums, 1)
+        self.divides = divides_memory(plan.strategy)
+        self.floor = per_gpu_from_sums(sums, MAX_GPUS) if self.divides else math.inf  # the most GPUs can do
+
+    def at(self, budget: float) -> int | None:
+        """The fewest GPUs whose per-GPU peak is within ``budget`` bytes (None: not even :data:`MAX_GPUS`)."""
+        if self.one <= budget:
+            return 1
+        if self.floor > budget:
+            return None
+        sums = self.sums
+        bound = 2
+        for s, r, m in sums:
+            room = budget - r - m
+            if s > 0:
+                bound = max(bound, min(MAX_GPUS, math.ceil(s / room)) if room > 0 else MAX_GPUS)
+        n = bound
+        while n < MAX_GPUS and per_gpu_from_sums(sums, n) > budget:
+            n += 1
+        while n > 2 and per_gpu_from_sums(sums, n - 1) <= budget:
+            n -= 1
+        return n
+
+
 def min_gpus_from_sums(plan: ParallelPlan, sums: list[tuple[float, float, float]], budget: float) -> int | None:
-    """:meth:`ParallelPlan.min_gpus` (same answer) from the phase sums: each phase needs ``n >= sharded / (budget -
-    replicated - multi)``, so the fewest GPUs is the largest of those bounds, checked (and moved by one where
-    rounding puts it off) against the exact per-GPU bytes."""
-    if per_gpu_from_sums(sums, 1) <= budget:
-        return 1
-    if not divides_memory(plan.strategy) or per_gpu_from_sums(sums, MAX_GPUS) > budget:
-        return None
-    bound = 2
-    for s, r, m in sums:
-        room = budget - r - m
-        if s > 0:
-            bound = max(bound, min(MAX_GPUS, math.ceil(s / room)) if room > 0 else MAX_GPUS)
-    n = bound
-    while n < MAX_GPUS and per_gpu_from_sums(sums, n) > budget:
-        n += 1
-    while n > 2 and per_gpu_from_sums(sums, n - 1) <= budget:
-        n -= 1
-    return n
+    """:meth:`ParallelPlan.min_gpus` (same answer) from the phase sums, for one budget (:class:`FewestGpus` for
+    many)."""
+    return FewestGpus(plan, sums).at(budget)

@@ -38,7 +38,7 @@ from engine.memory.inference import InferenceScenario, estimate_inference
 from engine.search import largest_true
 from engine.plan.verdict import Verdict, fit_verdict
 from engine.memory.parallel import MAX_GPUS, Offload, ParallelPlan, Strategy, plan_parallel
-from engine.plan.fewest import min_gpus_from_sums, per_gpu_from_sums, phase_sums
+from engine.plan.fewest import FewestGpus, per_gpu_from_sums, phase_sums
 from engine.scenario.precision import PrecisionMode
 from engine.scenario.training import MAX_MICRO_BATCH, MAX_SEQ_LEN, Method, Scenario
 
@@ -209,7 +209,8 @@ def _cells(plan: ParallelPlan, scenario: Scenario, gpus: Sequence[tuple[int, flo
     one-GPU peak and what nvidia-smi would show) are computed once; GPUs with the same usable memory and advice share
     one (immutable) cell. This is the matrix path: thousands of cells per page."""
     sums = phase_sums(plan)
-    one, phase = per_gpu_from_sums(sums, 1), plan.peak_phase(1)
+    fewest = FewestGpus(plan, sums)
+    one, phase = fewest.one, plan.peak_phase(1)
     used = device_memory(one).device_used
     bf16 = scenario.precision in BF16_MODES  # the only advice precision_advice gives a training scenario
     memo: dict[tuple[int, tuple[str, ...]], FitCell] = {}
@@ -218,9 +219,9 @@ def _cells(plan: ParallelPlan, scenario: Scenario, gpus: Sequence[tuple[int, flo
         advice = bf16_advice if bf16 else ()
         cell = memo.get((usable, advice))
         if cell is None:
-            n = min_gpus_from_sums(plan, sums, budget)
+            n = fewest.at(budget)
             cell = memo[(usable, advice)] = FitCell(
-                fits=one <= budget, verdict=fit_verdict(one, usable), peak_bytes=one, peak_phase=phase, headroom_bytes=usable - used, min_gpus=n,
+                fits=one <= budget, verdict=fit_verdict(one, usable, budget), peak_bytes=one, peak_phase=phase, headroom_bytes=usable - used, min_gpus=n,
                 per_gpu_bytes_at_min=per_gpu_from_sums(sums, n) if n else None, warning=advice[0] if advice else None,
             )
         cells.append(cell)

@@ -48,10 +48,12 @@ class Verdict(str, Enum):
 VERDICT_LABELS = {Verdict.FITS: "fits", Verdict.TIGHT: "tight: may not fit", Verdict.DOES_NOT_FIT: "does not fit"}
 
 
-def fit_verdict(allocated_bytes: float, usable_bytes: float) -> Verdict:
+def fit_verdict(allocated_bytes: float, usable_bytes: float, budget_bytes: float | None = None) -> Verdict:
     """The :class:`Verdict` of a per-GPU tensor peak of ``allocated_bytes`` on a GPU with ``usable_bytes`` of usable
-    memory (both bytes; see the module docstring for the rule and the margin's source)."""
-    if allocated_bytes > tensor_budget(usable_bytes):  # the same test as every fit search
+    memory (both bytes; see the module docstring for the rule and the margin's source). ``budget_bytes``:
+    ``tensor_budget(usable_bytes)`` when the caller has it (the fit matrix, once per GPU)."""
+    budget = tensor_budget(usable_bytes) if budget_bytes is None else budget_bytes
+    if allocated_bytes > budget:  # the same test as every fit search
         return Verdict.DOES_NOT_FIT
     if allocated_bytes * (1 + WORST_RESERVE_FRACTION) + CUDA_CONTEXT_BYTES > usable_bytes:
         return Verdict.TIGHT

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from engine.model.architecture import Architecture, LinearLayer, TensorGroup
 from engine.errors import ScenarioError
+from engine.memo import by_identity
 
 ALL_LINEAR = "all-linear"
 
@@ -19,6 +20,7 @@ def _is_attention(lin: LinearLayer) -> bool:
     return lin.role == "attention"
 
 
+@by_identity()
 def default_targets(arch: Architecture) -> tuple[str, ...]:
     """The attention projections of ``arch`` (q, k, v, o or their fused forms), the seeds' choice.
 
