@@ -16,7 +16,7 @@ from engine.scenario.lora import ALL_LINEAR
 from engine.scenario.optimizer import Optimizer
 from engine.memory.parallel import Offload, Strategy
 from engine.scenario.precision import PrecisionMode
-from engine.errors import CatalogError
+from engine.errors import AmbiguousGpuError, CatalogError
 from engine.scenario.training import Attention, Framework, Method, QuantType, Scenario
 from ui.inputs import LIMITS, valid_value
 
@@ -72,12 +72,15 @@ def _enum(kind: type) -> Callable[[str], Any]:
 
 
 def _gpu(text: str) -> str:
-    """A GPU of this session's catalog, by any name it accepts; unknown: the closest names, as the CLI says."""
+    """A GPU of this session's catalog, by any name it accepts; ambiguous ("A100"): the GPUs it names, unknown: the
+    closest names, as the CLI says."""
     from engine.hardware.gpus import _resolve
     from ui.catalog_session import session_gpus
 
     try:
         return _resolve(text, session_gpus()).name
+    except AmbiguousGpuError as exc:
+        raise ValueError("ambiguous: " + str(exc).removeprefix(f"ambiguous GPU '{text}': ")) from None
     except CatalogError as exc:
         raise ValueError("not a GPU of the catalog; " + str(exc).removeprefix(f"unknown GPU '{text}'").lstrip(";: ")) from None
 

@@ -34,7 +34,7 @@ def test_page_shows_every_stage_and_the_most_loaded_rank(page):
     # the headline equals the engine's most loaded rank for the same inputs (default model: Llama 3.1 8B, seq 2048)
     arch = architecture_from_config(config_from_catalog("meta-llama/Llama-3.1-8B")[0])
     layout = Layout(pipeline_parallel=4, data_parallel=4, zero=1, recompute="selective", global_batch_size=64)
-    est = estimate_layout(arch, Scenario(), layout, Cluster(gpu=find_gpu("H100"), nodes=2), master_weights=True)
+    est = estimate_layout(arch, Scenario(), layout, Cluster(gpu=find_gpu("H100 SXM"), nodes=2), master_weights=True)
     assert metric(at, "Most loaded rank (allocated)") == f"{est.memory.max_rank_peak_allocated_bytes / 2**30:.1f} GiB"
     assert any("no pipeline" in i.value for i in at.info)  # accelerate (first engine) cannot run PP: it says so
     at.radio(key="so_export").set_value("megatron").run()
