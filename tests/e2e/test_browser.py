@@ -242,12 +242,12 @@ def test_every_page_in_a_real_browser(chromium, server, tmp_path):
             sidebar = page.locator('[data-testid="stSidebar"]')
             expect(sidebar.get_by_text("Micro batch size: 0 is out of range; it must be a whole number from 1 to 65,536. "
                                        "The results use 8.")).to_be_visible()
-            expect(page.get_by_text("Results below are not for the sidebar as shown")).to_be_visible()
+            expect(page.get_by_text("Results below are not for the inputs as shown")).to_be_visible()
             _wait_idle(page)
             assert _metric_value(page, "Peak memory") == after  # still the results of micro batch 8
             box.fill("8")
             box.press("Enter")
-            expect(page.get_by_text("Results below are not for the sidebar as shown")).to_have_count(0)
+            expect(page.get_by_text("Results below are not for the inputs as shown")).to_have_count(0)
             _wait_idle(page)
 
             # One hardware setting for every page: 8 x H100 with ZeRO-3 (the default strategy), chosen here.
