@@ -1,20 +1,20 @@
 """Plans page: save the sidebar's scenario as a named plan, compare plans, export/import them as CSV, and copy
 the Trainer/PEFT/bitsandbytes (and DeepSpeed) settings that match a plan."""
 
-import pandas as pd
 import streamlit as st
 
 from engine.errors import EngineError
 from engine.plan.cost import calibration_for
 from engine.plan.config_export import config_files
-from engine.plan.plans import Plan, evaluate_plan, plan_record, plans_from_csv, plans_to_csv, training_code, unique_plan_name
+from engine.plan.plans import Plan, evaluate_plan, plans_from_csv, plans_to_csv, training_code, unique_plan_name
 from engine.units import fmt_bytes
 from ui.catalog_session import session_gpus, session_prices
 from ui.charts import fmt_hours, fmt_usd
 from ui.formats import md_plain
 from ui.layout import scenario_page
 from ui.plans import (
-    STAMP_KEY, add_plans, memory_compare_figure, remove_plan, resolve_config, saved_plans, time_cost_compare_figure,
+    STAMP_KEY, add_plans, compare_table, memory_compare_figure, remove_plan, resolve_config, saved_plans,
+    time_cost_compare_figure,
 )
 from ui.scenario_form import time_cost_sidebar
 from ui.verdict import verdict_label
@@ -96,11 +96,7 @@ if not plans:
 
 # --- Compare ---------------------------------------------------------------------------------------------------------
 st.subheader("Compare")
-rows = [plan_record(p, r) for p, r in plans]
-table = pd.DataFrame(rows)[["name", "model_repo_id", "method", "precision", "micro_batch_size", "seq_len", "gpu", "num_gpus",
-                            "strategy", "per_gpu_peak_gb", "fits", "verdict", "tokens_per_second", "train_hours",
-                            "cost_on_demand_usd", "cost_spot_usd"]]
-st.dataframe(table, hide_index=True, width="stretch", key="plans_table")
+compare_table(plans, unit)
 st.plotly_chart(memory_compare_figure(plans, unit), width="stretch", key="plans_memory_chart")
 st.caption("Components at each plan's peak on one GPU (before ZeRO-3 sharding); ◆ = the per-GPU peak of the plan's GPUs and strategy.")
 st.plotly_chart(time_cost_compare_figure(plans), width="stretch", key="plans_time_cost_chart")
