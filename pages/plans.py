@@ -5,6 +5,7 @@ import streamlit as st
 
 from engine.errors import EngineError
 from engine.plan.cost import calibration_for
+from engine.plan.code_summary import training_code_summary
 from engine.plan.config_export import config_files
 from engine.plan.plans import Plan, evaluate_plan, plans_from_csv, plans_to_csv, training_code, unique_plan_name
 from engine.units import fmt_bytes
@@ -116,7 +117,10 @@ c1.download_button("Download this plan (CSV)", plans_to_csv([(plan, result)]), f
 if c2.button("Remove this plan", key="plans_remove"):
     remove_plan(chosen)
     st.rerun()
-st.markdown("**Ready-to-run starting point** (TrainingArguments, LoraConfig, BitsAndBytesConfig, DeepSpeed ZeRO-3):")
+snippet = training_code_summary(plan)
+st.markdown(f"**{md_plain(snippet.title)}** for plan '{md_plain(plan.name)}': a starting point to copy, not a full script")
+for gap in snippet.not_expressed:
+    st.caption(f"Not in this snippet: {md_plain(gap)}.")
 try:
     plan_config = resolve_config(plan.model_repo_id, plan.model_revision)
 except EngineError:
