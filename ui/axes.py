@@ -54,8 +54,10 @@ def log_axis(values: Iterable[float | None], title: str, prefix: str = "") -> di
     axis.update({"tickmode": "array", "tickvals": ticks, "ticktext": [tick_text(t, prefix) for t in ticks]})
     inside = [t for t in ticks if lo * (1 - 1e-9) <= t <= hi * (1 + 1e-9)]
     if len(inside) < 2:  # too narrow for two labelled ticks: widened to the ticks around the values
-        pad = 0.03  # decades, so a marker on the edge is not cut
-        axis["range"] = [min(math.log10(ticks[0]), math.log10(lo) - pad), max(math.log10(ticks[-1]), math.log10(hi) + pad)]
+        # A little beyond the end ticks: a marker there is not cut, and plotly.js (Streamlit 1.67's) draws a tick that
+        # sits exactly on the range's end at y = -Infinity, with a console error.
+        pad = 0.03  # decades
+        axis["range"] = [math.log10(ticks[0]) - pad, math.log10(ticks[-1]) + pad]
     return axis
 
 

@@ -166,7 +166,7 @@ def test_each_deep_link_opens_its_page_first_on_a_fresh_server(chromium, tmp_pat
                     page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
                     page.set_default_timeout(60_000)
                     errors = _console_errors(page)
-                    page.goto(f"{url}/{path}?gpu=H100", wait_until="domcontentloaded")
+                    page.goto(f"{url}/{path}?gpu=H100%20SXM", wait_until="domcontentloaded")
                     expect(page.locator("h1", has_text=title)).to_be_visible()
                     _wait_idle(page)
                     assert page.url.split("?")[0] == f"{url}/{path}", label
