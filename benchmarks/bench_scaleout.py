@@ -26,7 +26,7 @@ CASES = (("meta-llama/Llama-3.1-8B", 2, 128), ("meta-llama/Llama-3.1-70B", 4, 25
 def main() -> None:
     for repo, nodes, gbs in CASES:
         arch = architecture_from_config(config_from_catalog(repo)[0])
-        cluster = Cluster(gpu=find_gpu("H100"), nodes=nodes)
+        cluster = Cluster(gpu=find_gpu("H100 SXM"), nodes=nodes)
         start = time.perf_counter()
         found = search_layouts(arch, Scenario(seq_len=4096), cluster, gbs)
         dt = time.perf_counter() - start

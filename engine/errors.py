@@ -27,6 +27,15 @@ class CatalogError(EngineError):
     """A bundled data file (model or GPU catalog) is missing or does not validate."""
 
 
+class AmbiguousGpuError(CatalogError):
+    """A GPU name fits several GPUs of the catalog ("A100": 40GB or 80GB, SXM or PCIe); ``candidates`` are their
+    catalog names, which the message lists."""
+
+    def __init__(self, message: str, candidates: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.candidates = candidates
+
+
 class HubError(EngineError):
     """Base class of errors met while reading a config from the Hugging Face Hub."""
 

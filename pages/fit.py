@@ -20,6 +20,7 @@ from ui.charts import CELL_LABELS, fit_heatmap
 from ui.layout import scenario_page
 from ui.verdict import show_tight
 from ui.downloads import csv_bytes
+from ui.tables import number_columns
 
 # The matrices cost tens of milliseconds per rerun (every catalog model x GPU x technique), so they and their heatmaps are
 # kept for all sessions, keyed by the JSON of their inputs (the engine's results are unchanged; a session's edited GPU
@@ -145,9 +146,10 @@ prices = sorted((p for p in session_prices() if p.gpu == gpu.name), key=lambda p
 if prices:
     with st.expander(f"Prices of one {gpu.name} GPU-hour", expanded=False):
         st.dataframe(pd.DataFrame([
-            {"source": p.source_name, "on-demand $/h": p.on_demand_usd_per_hour, "spot $/h": p.spot_usd_per_hour,
+            {"source": p.source_name, "on_demand": p.on_demand_usd_per_hour, "spot": p.spot_usd_per_hour,
              "date": p.date.isoformat(), "url": p.url, "note": p.note} for p in prices
-        ]), hide_index=True, width="stretch")
+        ]), hide_index=True, width="stretch", column_config=number_columns(
+            {"on_demand": ("on demand", "usd_per_gpu_hour"), "spot": ("spot", "usd_per_gpu_hour")}))
 
 st.subheader("Largest model per GPU: the seed chapter's table recomputed")
 st.caption("The seed's numbers beside the largest catalog model whose estimate fits, for a standard scenario you can change here.")

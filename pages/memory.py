@@ -18,13 +18,12 @@ from ui.checklist import checklist_section
 from ui.config_import import config_import_section
 from ui.hardware import hardware_sidebar
 from ui.layout import page_start, scenario_page
-from ui.scenario_form import inference_inputs
+from ui.scenario_form import INFERENCE, TRAINING, WORKLOADS, inference_inputs
 from ui.share import write_query_params
 from ui.trace_panel import trace_panel
 from ui.verdict import TIGHT_NOTE, verdict_box
 from engine.plan.verdict import Verdict, fit_verdict
 
-TRAINING, INFERENCE = "Fine-tuning", "Inference"
 TITLES = {TRAINING: "GPU memory of a fine-tuning step", INFERENCE: "GPU memory of serving the model"}
 
 st.session_state.setdefault("mem_workload", TRAINING)
@@ -32,7 +31,7 @@ serving = st.session_state["mem_workload"] == INFERENCE  # decides the title and
 
 
 def _workload() -> None:
-    st.radio("Workload", [TRAINING, INFERENCE], key="mem_workload", horizontal=True,
+    st.radio("Workload", list(WORKLOADS), key="mem_workload", horizontal=True,
              help="Fine-tuning: the sidebar's training scenario. Inference: serving the model (weights, KV cache); the "
                   "sidebar then asks only for the GPU.")
 
@@ -41,7 +40,6 @@ if serving:
     model = page_start(TITLES[INFERENCE])
     _workload()
     hw = hardware_sidebar(serving=True)
-    write_query_params(None)
 else:
     model, scenario, hw = scenario_page(TITLES[TRAINING])
     _workload()
@@ -54,6 +52,7 @@ def inference_view() -> None:
     """Serving memory: weights at the serving precision, KV cache, activation workspace; what fits."""
     arch = model.arch
     isc = inference_inputs(arch.max_position_embeddings)
+    write_query_params(None)  # after the serving inputs, so that the link carries them from the first run
     if isc is None:
         st.stop()
     est = estimate_inference(arch, isc)

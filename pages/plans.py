@@ -1,20 +1,21 @@
 """Plans page: save the sidebar's scenario as a named plan, compare plans, export/import them as CSV, and copy
 the Trainer/PEFT/bitsandbytes (and DeepSpeed) settings that match a plan."""
 
-import pandas as pd
 import streamlit as st
 
 from engine.errors import EngineError
 from engine.plan.cost import calibration_for
+from engine.plan.code_summary import training_code_summary
 from engine.plan.config_export import config_files
-from engine.plan.plans import Plan, evaluate_plan, plan_record, plans_from_csv, plans_to_csv, training_code, unique_plan_name
+from engine.plan.plans import Plan, evaluate_plan, plans_from_csv, plans_to_csv, training_code, unique_plan_name
 from engine.units import fmt_bytes
 from ui.catalog_session import session_gpus, session_prices
 from ui.charts import fmt_hours, fmt_usd
 from ui.formats import md_plain
 from ui.layout import scenario_page
 from ui.plans import (
-    STAMP_KEY, add_plans, memory_compare_figure, remove_plan, resolve_config, saved_plans, time_cost_compare_figure,
+    STAMP_KEY, add_plans, compare_table, memory_compare_figure, remove_plan, resolve_config, saved_plans,
+    time_cost_compare_figure,
 )
 from ui.scenario_form import time_cost_sidebar
 from ui.verdict import verdict_label
@@ -96,11 +97,7 @@ if not plans:
 
 # --- Compare ---------------------------------------------------------------------------------------------------------
 st.subheader("Compare")
-rows = [plan_record(p, r) for p, r in plans]
-table = pd.DataFrame(rows)[["name", "model_repo_id", "method", "precision", "micro_batch_size", "seq_len", "gpu", "num_gpus",
-                            "strategy", "per_gpu_peak_gb", "fits", "verdict", "tokens_per_second", "train_hours",
-                            "cost_on_demand_usd", "cost_spot_usd"]]
-st.dataframe(table, hide_index=True, width="stretch", key="plans_table")
+compare_table(plans, unit)
 st.plotly_chart(memory_compare_figure(plans, unit), width="stretch", key="plans_memory_chart")
 st.caption("Components at each plan's peak on one GPU (before ZeRO-3 sharding); ◆ = the per-GPU peak of the plan's GPUs and strategy.")
 st.plotly_chart(time_cost_compare_figure(plans), width="stretch", key="plans_time_cost_chart")
@@ -120,7 +117,10 @@ c1.download_button("Download this plan (CSV)", plans_to_csv([(plan, result)]), f
 if c2.button("Remove this plan", key="plans_remove"):
     remove_plan(chosen)
     st.rerun()
-st.markdown("**Ready-to-run starting point** (TrainingArguments, LoraConfig, BitsAndBytesConfig, DeepSpeed ZeRO-3):")
+snippet = training_code_summary(plan)
+st.markdown(f"**{md_plain(snippet.title)}** for plan '{md_plain(plan.name)}': a starting point to copy, not a full script")
+for gap in snippet.not_expressed:
+    st.caption(f"Not in this snippet: {md_plain(gap)}.")
 try:
     plan_config = resolve_config(plan.model_repo_id, plan.model_revision)
 except EngineError:

@@ -12,10 +12,12 @@ from engine.scaleout.search import pareto_front, rejection_summary, search_layou
 from engine.scaleout.step_time import Cluster
 from ui.catalog_session import session_gpus
 from ui.layout import scenario_page
-from ui.scaleout import GIB, candidates_frame, layout_from, layout_inputs, stage_bars
+from engine.units import fmt_bytes
+from ui.scaleout import candidates_table, layout_from, layout_inputs, stage_bars
+from ui.tables import bytes_in, number_columns
 
 model, scenario, hw = scenario_page("Scale out: tensor, pipeline, context and expert parallelism")
-arch = model.arch
+arch, unit = model.arch, hw.unit
 st.caption("Per rank, for Megatron-LM / torchtitan-style training. The sidebar's micro batch, sequence length, precision "
            "and optimizer apply; gradient checkpointing is chosen here as Recompute. The product estimates; the "
            "exported settings run the layout on the engine that does it.")
@@ -49,20 +51,23 @@ mem = est.memory
 worst = mem.max_stage
 usable = gpu.usable_memory_bytes
 m1, m2, m3, m4 = st.columns(4)
-m1.metric("Most loaded rank (allocated)", f"{worst.peak_allocated_bytes / GIB:.1f} GiB", help=f"stage {worst.stage}")
-m2.metric("nvidia-smi on that rank", f"{worst.device_used_bytes / GIB:.1f} GiB",
-          delta=f"{(usable - worst.device_used_bytes) / GIB:+.1f} GiB headroom", delta_color="normal")
-m3.metric("Megatron-LM's formula (first stage)", f"{est.megatron.total_bytes / GIB:.1f} GiB", help=est.megatron.note)
+headroom = usable - worst.device_used_bytes
+m1.metric("Most loaded rank (allocated)", fmt_bytes(worst.peak_allocated_bytes, unit, 1), help=f"stage {worst.stage}")
+m2.metric("nvidia-smi on that rank", fmt_bytes(worst.device_used_bytes, unit, 1),
+          delta=f"{'+' if headroom >= 0 else '-'}{fmt_bytes(abs(headroom), unit, 1)} headroom", delta_color="normal")
+m3.metric("Megatron-LM's formula (first stage)", fmt_bytes(est.megatron.total_bytes, unit, 1), help=est.megatron.note)
 if est.time:
     m4.metric("Tokens/s", f"{est.time.tokens_per_second:,.0f}", help=f"MFU {est.time.mfu:.0%}")
 
 st.subheader(f"Memory per rank, one bar per pipeline stage ({layout.label()})")
 labels = {p.key: p.label for s in mem.stages for p in s.estimate.parts}
 stages = [{"stage": s.stage, "components": s.estimate.components} for s in mem.stages]
-st.plotly_chart(stage_bars(stages, labels), key="so_bars")
+st.plotly_chart(stage_bars(stages, labels, unit), key="so_bars")
 with st.expander("Components and formulas of the most loaded rank"):
-    st.dataframe(pd.DataFrame([{"component": p.label, "GiB": round(p.bytes / GIB, 3), "formula": p.formula, "source": p.source}
-                               for p in worst.estimate.parts if p.bytes]), hide_index=True, key="so_parts")
+    parts = pd.DataFrame([{"component": p.label, "bytes": p.bytes, "formula": p.formula, "source": p.source}
+                          for p in worst.estimate.parts if p.bytes])
+    st.dataframe(bytes_in(parts, ["bytes"], unit), hide_index=True, key="so_parts",
+                 column_config=number_columns({"bytes": ("memory", "bytes")}, unit))
 
 if est.time:
     t = est.time
@@ -70,7 +75,7 @@ if est.time:
     st.dataframe(pd.DataFrame([*({"part": k.replace("_", " "), "seconds": v} for k, v in t.breakdown_s.items()),
                                *({"part": f"{k.upper()} communication (before overlap)", "seconds": v} for k, v in t.comm_s.items()),
                                {"part": "step", "seconds": t.step_s}]),
-                 hide_index=True, key="so_time")
+                 hide_index=True, key="so_time", column_config=number_columns({"seconds": ("time", "seconds")}))
     st.caption(f"engine.time's step-time model on one rank's shapes (attention kernel: {t.attention_kernel}). Bubble "
                f"{t.bubble_fraction:.1%} = (PP - 1) / (v x micro batches + PP - 1). DP, FSDP and CP communication "
                "overlaps compute (only what it leaves exposed counts); TP, EP and PP sit on the critical path.")
@@ -96,9 +101,9 @@ if st.button("Search every layout of this cluster", key="so_search"):
         front = pareto_front(found)
         if front:
             st.markdown("**Pareto front (time vs cost)**")
-            st.dataframe(candidates_frame(front), hide_index=True, key="so_front")
+            candidates_table(front, unit, "so_front")
         st.markdown("**Fastest that fit**")
-        st.dataframe(candidates_frame(fits, 50), hide_index=True, key="so_fits")
+        candidates_table(fits, unit, "so_fits", 50)
         st.markdown("**Why the others do not fit**")
         st.dataframe(pd.DataFrame([{"reason": k, "layouts": v} for k, v in rejection_summary(found).items()]),
-                     hide_index=True, key="so_reasons")
+                     hide_index=True, key="so_reasons", column_config=number_columns({"layouts": ("layouts", "count")}))

@@ -24,6 +24,7 @@ from ui.scenario_form import time_cost_sidebar
 from ui.time_charts import CATEGORY_STYLE, shape_figure, time_stack_figure
 from ui.verdict import show_tight
 from ui.downloads import csv_bytes
+from ui.tables import number_columns
 
 model, scenario, hw = scenario_page("Training time and cost")
 tc = time_cost_sidebar(hw)
@@ -221,7 +222,10 @@ frame = pd.DataFrame(records)
 if not frame.empty:
     shown = frame[["gpu", "num_gpus", "tokens_per_second", "hours", "gpu_hours", "cost_usd_on_demand", "cost_usd_spot",
                    "pareto", "cheapest", "fastest", "notes"]]
-    st.dataframe(shown, hide_index=True, width="stretch", key="tc_plans_table")
+    st.dataframe(shown, hide_index=True, width="stretch", key="tc_plans_table", column_config=number_columns({
+        "num_gpus": ("GPUs", "count"), "tokens_per_second": ("throughput", "tokens_per_second"),
+        "hours": ("wall time", "hours"), "gpu_hours": ("GPU time", "gpu_hours"),
+        "cost_usd_on_demand": ("cost on demand", "usd"), "cost_usd_spot": ("cost spot", "usd")}))
 st.download_button("Download the plans (CSV)", csv_bytes(frame), file_name="training_plans.csv",
                    mime="text/csv", key="tc_plans_csv")
 if search.excluded:
@@ -230,7 +234,10 @@ if search.excluded:
 
 st.subheader("Our tokens/s against published measurements")
 comparison = compare_measurements()
-st.dataframe(pd.DataFrame([r.record() for r in comparison]), hide_index=True, width="stretch", key="tc_comparison_table")
+st.dataframe(pd.DataFrame([r.record() for r in comparison]), hide_index=True, width="stretch", key="tc_comparison_table",
+             column_config=number_columns({
+                 "measured tokens/s": ("measured", "tokens_per_second"), "predicted tokens/s": ("predicted", "tokens_per_second"),
+                 "MFU (predicted)": ("MFU (predicted)", "fraction"), "HFU (predicted)": ("HFU (predicted)", "fraction")}))
 _all = error_summary()
 st.caption(
     f"Each expressible published row's scenario through the step-time model, uncalibrated (data/throughput_measurements.csv, "

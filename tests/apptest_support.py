@@ -47,3 +47,13 @@ def hub(at: AppTest, repo_id: str, token: str | None = None) -> AppTest:
     at.text_input(key="hub_repo_id").input(repo_id).run()
     no_exception(at)
     return at
+
+
+def table(at: AppTest, column: str):
+    """The first st.dataframe with ``column`` (AppTest does not expose a dataframe's key)."""
+    return next(d for d in at.dataframe if column in d.value.columns)
+
+
+def column_config(frame) -> dict:
+    """The column_config an st.dataframe was drawn with: {column: {"label": ..., "type_config": {...}}}."""
+    return json.loads(frame.proto.columns or "{}")

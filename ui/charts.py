@@ -13,6 +13,7 @@ from engine.memory.sweep import SweepRow
 from engine.plan.verdict import Verdict
 from engine.units import Unit, fmt_bytes, to_unit
 from ui.verdict import VERDICT_MARKS, verdict_label
+from ui.axes import log_axis, point_axis
 from ui.formats import fmt_hours, fmt_usd, plain  # noqa: F401 (fmt_hours, fmt_usd: re-exported for the pages)
 
 COMPONENT_STYLE = {
@@ -210,6 +211,7 @@ def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "", labels: str = "F
 # Time & cost
 
 BASIS_LABEL = {"on_demand": "on-demand", "spot": "spot"}
+DATASET_AXIS = "dataset per epoch (tokens, after truncation / padding)"
 
 
 def _log_axes_vline(current_size: float, text: str) -> dict:
@@ -232,8 +234,8 @@ def time_vs_dataset_figure(
     if seed_hours is not None:
         data.append({"type": "scatter", "x": sizes, "y": seed_hours, "mode": "lines", "name": "seed rule",
                      "line": {"dash": "dash"}, "hovertemplate": "%{x:,.3s} tokens: %{y:,.3g} h<extra>seed rule</extra>"})
-    layout = {"xaxis": {"type": "log", "title": {"text": "tokens processed per epoch (after truncation / padding)"}},
-              "yaxis": {"type": "log", "title": {"text": "wall time (hours)"}}, "height": 380,
+    layout = {"xaxis": log_axis(sizes, DATASET_AXIS),
+              "yaxis": log_axis([*hours, *(seed_hours or [])], "wall time (hours)"), "height": 380,
               "margin": {"t": 30, "b": 10}, "legend": {"orientation": "h", "y": -0.25},
               **_log_axes_vline(current_size, "your dataset")}
     return go.Figure({"data": data, "layout": layout})
@@ -244,8 +246,9 @@ def cost_vs_dataset_figure(series: dict[str, tuple[list[float], list[float]]], c
     data = [{"type": "scatter", "x": sizes, "y": costs, "mode": "lines", "name": label,
              "hovertemplate": f"{label}<br>%{{x:,.3s}} tokens: $%{{y:,.2f}}<extra></extra>"}
             for label, (sizes, costs) in series.items()]
-    layout = {"xaxis": {"type": "log", "title": {"text": "tokens processed per epoch (after truncation / padding)"}},
-              "yaxis": {"type": "log", "title": {"text": f"cost, {BASIS_LABEL.get(basis, basis)} (USD)"}},
+    layout = {"xaxis": log_axis([x for sizes, _ in series.values() for x in sizes], DATASET_AXIS),
+              "yaxis": log_axis([c for _, costs in series.values() for c in costs],
+                                f"cost, {BASIS_LABEL.get(basis, basis)} (USD)", prefix="$"),
               "height": 420, "margin": {"t": 30, "b": 10}, "legend": {"orientation": "h", "y": -0.25},
               **_log_axes_vline(current_size, "your dataset")}
     return go.Figure({"data": data, "layout": layout})
@@ -262,8 +265,7 @@ def gpu_count_figure(plans: list[PlanEstimate], basis: str, gpu: str) -> go.Figu
                      "name": f"cost, {BASIS_LABEL.get(basis, basis)} (USD)", "line": {"dash": "dash"},
                      "hovertemplate": "%{x} GPUs: $%{y:,.2f}<extra></extra>", "yaxis": "y2"})
     layout = {
-        "xaxis": {"type": "log", "tickvals": n, "ticktext": [str(v) for v in n], "title": {"text": f"number of {gpu}"},
-                  "domain": [0.0, 0.94]},
+        "xaxis": {**point_axis(n, f"number of {gpu} (GPUs)"), "domain": [0.0, 0.94]},
         "yaxis": {"title": {"text": "wall time (hours)"}, "rangemode": "tozero"},
         "yaxis2": {"title": {"text": "cost (USD)"}, "rangemode": "tozero", "overlaying": "y", "side": "right",
                    "anchor": "x"},
@@ -294,9 +296,10 @@ def plan_scatter_figure(search: PlanSearch) -> go.Figure:
             fig.add_annotation(x=math.log10(plan.run.hours), y=math.log10(plan.cost(basis) or 1e-9),
                                text=f"<b>{what}</b>: {plan.label}", showarrow=True, arrowhead=2, ax=40 if what == "cheapest" else -40,
                                ay=-40 if what == "cheapest" else 40, bgcolor="rgba(255,255,255,0.85)")
-    fig.update_layout(xaxis_type="log", yaxis_type="log", xaxis_title="wall time (hours)",
-                      yaxis_title=f"cost, {BASIS_LABEL.get(basis, basis)} (USD)", height=480, margin={"t": 30, "b": 10},
-                      legend={"orientation": "h", "y": -0.2})
+    fig.update_layout(xaxis=log_axis([p.run.hours for p in priced], "wall time (hours)"),
+                      yaxis=log_axis([p.cost(basis) for p in priced], f"cost, {BASIS_LABEL.get(basis, basis)} (USD)",
+                                     prefix="$"),
+                      height=480, margin={"t": 30, "b": 10}, legend={"orientation": "h", "y": -0.2})
     return fig
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import streamlit as st
 
 from engine.memory.parallel import MAX_GPUS
+from engine.scaleout.layout import MAX_DEGREE
 from engine.scenario.training import MAX_MICRO_BATCH, MAX_SEQ_LEN
 
 LIMITS: dict[str, tuple[float, float]] = {
@@ -24,6 +25,9 @@ LIMITS: dict[str, tuple[float, float]] = {
     "tc_examples": (1, 10**12), "tc_avg_tokens": (1.0, 1e7), "tc_total_tokens": (1, 10**15), "tc_epochs": (0.01, 10_000.0),
     "tc_runs": (1, 10_000), "tc_measured": (0.0, 1e9),
     "inf_concurrency": (1, 1 << 20), "inf_seq_len": (1, 1 << 21),
+    # Scale out page (ui.scaleout.layout_inputs): the engine's bounds (Layout, Cluster.nodes); PP beyond the model's
+    # layers is the engine's layout problem, said on the page
+    "so_pp": (1, MAX_DEGREE), "so_nodes": (1, 4096), "so_gbs": (1, 1 << 20), "so_v": (1, 16),
 }
 """Valid range of each checked input, by widget key (= URL parameter)."""
 
@@ -65,7 +69,7 @@ def _draw_stale() -> None:
     if slot is None or not stale:
         return
     items = "; ".join(f"**{label}** {typed} {reason}, so {used} is used" for label, typed, used, reason in stale)
-    slot.warning(f"Results below are not for the sidebar as shown: {items}. Fix the marked input to update them.",
+    slot.warning(f"Results below are not for the inputs as shown: {items}. Fix the marked input to update them.",
                  icon=":material/history:")
 
 

@@ -1,18 +1,20 @@
-"""Saved plans in the session, and the Plotly figures that compare them (Plans page)."""
+"""Saved plans in the session, and the table and Plotly figures that compare them (Plans page)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
 from engine.errors import EngineError
-from engine.plan.plans import COMPONENT_KEYS, Plan, PlanResult, unique_plan_name
+from engine.plan.plans import COMPONENT_KEYS, Plan, PlanResult, plan_record, unique_plan_name
 from engine.model.sources import config_from_catalog
 from engine.units import Unit, to_unit
 from ui.formats import plain
+from ui.tables import bytes_in, number_columns
 
 PLANS_KEY = "saved_plans"
 STAMP_KEY = "saved_plans_stamp"  # (app_version, exported_at) of an imported file, until the plans change
@@ -42,6 +44,25 @@ def add_plans(items: list[tuple[Plan, PlanResult]], stamp: tuple[str | None, str
         plans.append((plan, result))
     st.session_state[STAMP_KEY] = stamp if (stamp and fresh and all(stamp) and not renamed) else None
     return renamed
+
+
+COMPARE_COLUMNS = {
+    "micro_batch_size": ("micro batch size", "count"), "seq_len": ("sequence length", "count"), "num_gpus": ("GPUs", "count"),
+    "per_gpu_peak_bytes": ("per-GPU peak", "bytes"), "tokens_per_second": ("throughput", "tokens_per_second"),
+    "train_hours": ("wall time", "hours"), "cost_on_demand_usd": ("cost on demand", "usd"),
+    "cost_spot_usd": ("cost spot", "usd"),
+}
+"""The compare table's numeric columns: (label, kind of :data:`ui.tables.KINDS`)."""
+
+
+def compare_table(plans: list[tuple[Plan, PlanResult]], unit: Unit) -> None:
+    """The saved plans side by side: inputs and results, each number column in one format, bytes in ``unit``."""
+    rows = [plan_record(p, r) for p, r in plans]
+    frame = pd.DataFrame(rows)[["name", "model_repo_id", "method", "precision", "micro_batch_size", "seq_len", "gpu",
+                                "num_gpus", "strategy", "per_gpu_peak_bytes", "fits", "verdict", "tokens_per_second",
+                                "train_hours", "cost_on_demand_usd", "cost_spot_usd"]]
+    st.dataframe(bytes_in(frame, ["per_gpu_peak_bytes"], unit), hide_index=True, width="stretch", key="plans_table",
+                 column_config=number_columns(COMPARE_COLUMNS, unit))
 
 
 def remove_plan(name: str) -> None:

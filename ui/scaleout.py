@@ -1,4 +1,5 @@
-"""Widgets and figures of the Scale out page: the layout chooser and the per-stage memory bars (no formulas here)."""
+"""Widgets, tables and figures of the Scale out page: the layout chooser, the per-stage memory bars and the layout
+search's table, bytes in the sidebar's unit (no formulas here)."""
 
 from __future__ import annotations
 
@@ -8,26 +9,30 @@ import streamlit as st
 
 from engine.errors import ScenarioError
 from engine.scaleout.layout import Layout, Recompute, Schedule
-
-GIB = 2**30
+from engine.units import Unit, to_unit
+from ui.inputs import checked_number
+from ui.tables import bytes_in, number_columns
 
 
 def layout_inputs(num_layers: int, micro_batch: int) -> tuple[dict, int, int]:
-    """The layout's fields from the page's widgets, with the node count and GPUs per node."""
+    """The layout's fields from the page's widgets, with the node count and GPUs per node. A number typed out of range
+    is said so under its input and the last valid one is used (:func:`ui.inputs.checked_number`); a pipeline deeper
+    than the model's ``num_layers`` is the engine's layout problem, which the page says."""
     c = st.columns(4)
     tp = c[0].selectbox("Tensor parallel", [1, 2, 4, 8], index=0, key="so_tp")
-    pp = c[1].number_input("Pipeline parallel", 1, max(1, num_layers), 1, key="so_pp")
+    pp = checked_number(c[1], "Pipeline parallel", "so_pp", 1, step=1, help=f"Pipeline stages; at most the model's "
+                        f"{num_layers} layers.")
     cp = c[2].selectbox("Context parallel", [1, 2, 4, 8, 16], index=0, key="so_cp")
     ep = c[3].selectbox("Expert parallel", [1, 2, 4, 8, 16, 32, 64], index=0, key="so_ep")
     c = st.columns(4)
-    nodes = c[0].number_input("Nodes", 1, 4096, 1, key="so_nodes")
+    nodes = checked_number(c[0], "Nodes", "so_nodes", 1, step=1)
     per_node = c[1].selectbox("GPUs per node", [1, 2, 4, 8], index=3, key="so_gpn")
-    gbs = c[2].number_input("Global batch (sequences)", 1, 1 << 20, 64, key="so_gbs")
+    gbs = checked_number(c[2], "Global batch (sequences)", "so_gbs", 64, step=1)
     zero = c[3].selectbox("Data-parallel sharding", [0, 1, 3], index=1, key="so_zero",
                           format_func=lambda z: {0: "DDP", 1: "ZeRO-1 / distributed optimizer", 3: "ZeRO-3 / FSDP"}[z])
     c = st.columns(4)
     recompute = c[0].selectbox("Recompute", [r.value for r in Recompute], index=1, key="so_rec")
-    v = c[1].number_input("Virtual stages (interleaved)", 1, 16, 1, key="so_v")
+    v = checked_number(c[1], "Virtual stages (interleaved)", "so_v", 1, step=1)
     schedule = c[2].selectbox("Schedule", [s.value for s in Schedule if s is not Schedule.INTERLEAVED], key="so_sched")
     sp = c[3].checkbox("Sequence parallel", value=tp > 1, key="so_sp", disabled=tp == 1)
     world = int(nodes) * int(per_node)
@@ -38,28 +43,33 @@ def layout_inputs(num_layers: int, micro_batch: int) -> tuple[dict, int, int]:
     return fields, world, int(per_node)
 
 
-def stage_bars(stages: list[dict], labels: dict[str, str]) -> go.Figure:
-    """Stacked bars of each pipeline stage's components at its peak (GiB)."""
+def stage_bars(stages: list[dict], labels: dict[str, str], unit: Unit) -> go.Figure:
+    """Stacked bars of each pipeline stage's components at its peak, in ``unit``."""
     fig = go.Figure()
     keys = [k for k in dict.fromkeys(k for s in stages for k in s["components"]) if any(s["components"].get(k) for s in stages)]
     for k in keys:
         fig.add_bar(name=labels.get(k, k), x=[f"stage {s['stage']}" for s in stages],
-                    y=[s["components"].get(k, 0.0) / GIB for s in stages])
-    fig.update_layout(barmode="stack", yaxis_title="GiB per GPU (allocated)", height=420, legend_title="component")
+                    y=[to_unit(s["components"].get(k, 0.0), unit) for s in stages],
+                    hovertemplate=f"{labels.get(k, k)}: %{{y:,.2f}} {unit}<extra></extra>")
+    fig.update_layout(barmode="stack", yaxis_title=f"Memory per GPU, allocated ({unit})", height=420,
+                      legend_title="component")
     return fig
 
 
-def candidates_frame(rows: list, limit: int = 200) -> pd.DataFrame:
-    """The search results as a table (fits first)."""
-    return pd.DataFrame([{
+CANDIDATE_COLUMNS = {"GPUs": ("GPUs", "count"), "device_bytes": ("most loaded rank, nvidia-smi", "bytes"),
+                     "step_s": ("step", "seconds"), "tokens_per_second": ("tokens/s", "tokens_per_second"),
+                     "usd_per_million_tokens": ("cost per million tokens", "usd")}
+
+
+def candidates_table(rows: list, unit: Unit, key: str, limit: int = 200) -> None:
+    """The search results as a table (fits first): every number column in one format, bytes in ``unit``."""
+    frame = pd.DataFrame([{
         "layout": c.layout.label() if c.fits or c.peak_allocated_bytes else str(c.layout.model_dump(exclude_none=True)),
-        "GPUs": c.layout.world_size,
-        "fits": c.fits, "most loaded rank (GiB, nvidia-smi)": round(c.device_bytes / GIB, 1) if c.device_bytes else None,
-        "step (s)": None if c.step_s is None else round(c.step_s, 2),
-        "tokens/s": None if c.tokens_per_second is None else round(c.tokens_per_second),
-        "USD / M tokens": None if c.usd_per_million_tokens is None else round(c.usd_per_million_tokens, 3),
-        "why not": c.reason,
-    } for c in rows[:limit]])
+        "GPUs": c.layout.world_size, "fits": c.fits, "device_bytes": c.device_bytes or None, "step_s": c.step_s,
+        "tokens_per_second": c.tokens_per_second, "usd_per_million_tokens": c.usd_per_million_tokens, "why not": c.reason,
+    } for c in rows[:limit]], columns=["layout", "GPUs", "fits", *list(CANDIDATE_COLUMNS)[1:], "why not"])
+    st.dataframe(bytes_in(frame, ["device_bytes"], unit), hide_index=True, key=key,
+                 column_config=number_columns(CANDIDATE_COLUMNS, unit))
 
 
 def layout_from(fields: dict, world: int) -> Layout | str:

@@ -143,6 +143,10 @@ def scenario_sidebar(arch: Architecture) -> Scenario | None:
 AS_STORED = "as_stored"
 """The weight-precision choice that serves a checkpoint in its stored format (``weight_precision=None``)."""
 
+TRAINING, INFERENCE = "Fine-tuning", "Inference"
+WORKLOADS = (TRAINING, INFERENCE)
+"""The Memory page's workloads (widget ``mem_workload``, a URL parameter of the same name)."""
+
 
 def inference_inputs(max_context: int | None) -> InferenceScenario | None:
     """Serving inputs drawn in the page: weight precision, KV cache dtype, concurrent sequences, context."""

@@ -16,9 +16,11 @@ from engine.scenario.lora import ALL_LINEAR
 from engine.scenario.optimizer import Optimizer
 from engine.memory.parallel import Offload, Strategy
 from engine.scenario.precision import PrecisionMode
-from engine.errors import CatalogError
+from engine.errors import AmbiguousGpuError, CatalogError
 from engine.scenario.training import Attention, Framework, Method, QuantType, Scenario
+from engine.memory.inference import KvCacheDtype, WeightPrecision
 from ui.inputs import LIMITS, valid_value
+from ui.scenario_form import AS_STORED, WORKLOADS
 
 _READ_FLAG = "_query_params_read"
 _PENDING_TARGETS = "_url_lora_targets"
@@ -71,13 +73,36 @@ def _enum(kind: type) -> Callable[[str], Any]:
     return parse
 
 
+def _choice(values: tuple[str, ...]) -> Callable[[str], str]:
+    """One of ``values``, in any letter case (``mem_workload=inference``)."""
+    def parse(text: str) -> str:
+        for value in values:
+            if text.strip().lower() == value.lower():
+                return value
+        raise ValueError("must be one of " + ", ".join(values))
+    return parse
+
+
+def _weight_precision(text: str) -> Any:
+    """Serving weights: ``as_stored`` (the checkpoint's own format) or a :class:`WeightPrecision`."""
+    if text == AS_STORED:
+        return AS_STORED
+    try:
+        return WeightPrecision(text)
+    except ValueError:
+        raise ValueError("must be one of " + ", ".join((AS_STORED, *(w.value for w in WeightPrecision)))) from None
+
+
 def _gpu(text: str) -> str:
-    """A GPU of this session's catalog, by any name it accepts; unknown: the closest names, as the CLI says."""
+    """A GPU of this session's catalog, by any name it accepts; ambiguous ("A100"): the GPUs it names, unknown: the
+    closest names, as the CLI says."""
     from engine.hardware.gpus import _resolve
     from ui.catalog_session import session_gpus
 
     try:
         return _resolve(text, session_gpus()).name
+    except AmbiguousGpuError as exc:
+        raise ValueError("ambiguous: " + str(exc).removeprefix(f"ambiguous GPU '{text}': ")) from None
     except CatalogError as exc:
         raise ValueError("not a GPU of the catalog; " + str(exc).removeprefix(f"unknown GPU '{text}'").lstrip(";: ")) from None
 
@@ -99,6 +124,9 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "strategy": _enum(Strategy), "offload": _enum(Offload), "unit": _enum_values(("GB", "GiB")),
     # Time & cost
     "tc_epochs": _limited("tc_epochs"), "tc_examples": _limited("tc_examples"), "tc_avg_tokens": _limited("tc_avg_tokens"),
+    # Memory page: the workload and the serving inputs (ui.scenario_form.inference_inputs)
+    "mem_workload": _choice(WORKLOADS), "inf_weight_precision": _weight_precision, "inf_kv_dtype": _enum(KvCacheDtype),
+    "inf_concurrency": _limited("inf_concurrency"), "inf_seq_len": _limited("inf_seq_len"),
 }
 LEGACY = {"mem_num_gpus": "num_gpus", "mem_gpus_per_node": "gpus_per_node", "mem_strategy": "strategy",
           "mem_offload": "offload", "tc_gpu": "gpu", "tc_num_gpus": "num_gpus", "tc_strategy": "strategy"}

@@ -6,6 +6,7 @@ import plotly.graph_objects as go
 
 from engine.time.step import CATEGORIES
 from engine.time.sweep import TechniqueTime
+from ui.axes import point_axis
 
 CATEGORY_STYLE = {
     "matmul": ("Matmuls (GEMMs)", "#4C78A8"), "attention": ("Attention", "#F58518"),
@@ -42,13 +43,13 @@ def time_stack_figure(rows: list[TechniqueTime]) -> go.Figure:
 
 
 def shape_figure(curves: dict[int, list[tuple[int, float]]], current_seq: int, current_mbs: int) -> go.Figure:
-    """Tokens/s against sequence length (log axis), one line per micro batch size."""
+    """Tokens/s against sequence length (log axis ticked at the lengths computed), one line per micro batch size."""
     data = [{"type": "scatter", "mode": "lines+markers", "name": f"micro batch {mbs}" + (" ◀" if mbs == current_mbs else ""),
              "x": [s for s, _ in pts], "y": [t for _, t in pts],
              "hovertemplate": f"micro batch {mbs}, %{{x:,}} tokens: %{{y:,.0f}} tokens/s<extra></extra>"}
             for mbs, pts in curves.items() if pts]
-    layout = {"xaxis": {"type": "log", "title": {"text": "Sequence length (tokens)"}},
-              "yaxis": {"title": {"text": "Tokens/s (one GPU)"}, "rangemode": "tozero"}, "height": 420,
+    layout = {"xaxis": point_axis([s for pts in curves.values() for s, _ in pts], "Sequence length (tokens)"),
+              "yaxis": {"title": {"text": "Throughput of one GPU (tokens/s)"}, "rangemode": "tozero"}, "height": 420,
               "margin": {"t": 30, "b": 10},
               "shapes": [{"type": "line", "xref": "x", "yref": "paper", "x0": current_seq, "x1": current_seq, "y0": 0, "y1": 1,
                           "line": {"dash": "dot", "color": "grey"}}]}

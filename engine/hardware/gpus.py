@@ -30,7 +30,10 @@ the source lists none.
 
 Names resolve forgivingly (:func:`find_gpu`): case, spaces, dashes, underscores, a vendor or brand prefix
 (NVIDIA, AMD, GeForce, Tesla, Instinct) and a "GB" after a number do not matter, and aliases such as
-"A100-80GB", "H100 SXM" or "RTX 4090" name their GPU. This module has no Streamlit import.
+"A100-80GB", "H100 SXM" or "RTX 4090" name their GPU. A name that fits several GPUs ("A100": 40GB or 80GB, SXM or
+PCIe; "V100": 16GB or 32GB; "H100": SXM, PCIe or NVL) is refused with the candidates (:class:`AmbiguousGpuError`),
+never resolved to one of them silently: the variants differ in memory, bandwidth or peak rate, so each would give
+other numbers. This module has no Streamlit import.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from engine.errors import CatalogError, validated_row
+from engine.errors import AmbiguousGpuError, CatalogError, validated_row
 from engine.files import csv_rows, data_file
 
 GIB = 1024**3
@@ -252,13 +255,47 @@ def _key(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", text)
 
 
+def _words(name: str) -> frozenset[str]:
+    """The words of a GPU name in canonical form: ``"Tesla V100-SXM2-16GB"`` -> {"v100", "sxm2", "16"}."""
+    text = re.sub(r"(\d)\s*gb\b", r"\1", _BRANDS.sub(" ", name.lower()))
+    return frozenset(w for w in re.split(r"[^a-z0-9]+", text) if w)
+
+
+def variants(name: str, gpus: tuple[Gpu, ...]) -> list[str]:
+    """Catalog names of the GPUs ``name`` could mean: those whose name or an alias has every word of ``name``
+    ("A100" -> the four A100s; "H100 SXM" -> the H100 80GB only), in catalog order."""
+    wanted = _words(name)
+    if not wanted:
+        return []
+    return [g.name for g in gpus if any(wanted <= _words(n) for n in (g.name, *g.aliases))]
+
+
 def _resolve(name: str, gpus: tuple[Gpu, ...]) -> Gpu:
+    """The GPU ``name`` names: a catalog name (never ambiguous: it is the catalog's own), else an alias that no other
+    GPU's name or alias also fits.
+
+    Raises:
+        AmbiguousGpuError: the name fits several GPUs; the message lists them.
+        CatalogError: no GPU has that name or alias; the message lists the closest names.
+    """
     wanted = _key(name)
     if wanted:
         for gpu in gpus:
-            if wanted == _key(gpu.name) or wanted in (_key(a) for a in gpu.aliases):
+            if wanted == _key(gpu.name):
                 return gpu
+        named = [g for g in gpus if wanted in (_key(a) for a in g.aliases)]
+        candidates = variants(name, gpus)
+        if len({g.name for g in named} | set(candidates)) > 1:
+            raise AmbiguousGpuError(ambiguous_gpu_message(name, candidates), tuple(candidates))
+        if named:
+            return named[0]
     raise CatalogError(unknown_gpu_message(name, gpus))
+
+
+def ambiguous_gpu_message(name: str, candidates: Sequence[str]) -> str:
+    """``"ambiguous GPU 'A100': it names 4 GPUs of the catalog (NVIDIA A100 40GB, ...); give one of these names"``."""
+    return (f"ambiguous GPU '{name}': it names {len(candidates)} GPUs of the catalog ({', '.join(candidates)}); "
+            "give one of these names")
 
 
 def unknown_gpu_message(name: str, gpus: tuple[Gpu, ...] | None = None) -> str:
@@ -299,6 +336,7 @@ def find_gpu(name: str) -> Gpu:
     """Resolve a GPU name forgivingly (see the module docstring).
 
     Raises:
+        AmbiguousGpuError: the name fits several GPUs ("A100", "V100", "H100"); the message lists them.
         CatalogError: no match; the message lists the closest names.
     """
     return _resolve(name, load_gpus())

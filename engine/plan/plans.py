@@ -192,7 +192,7 @@ def evaluate_plan(
 
 def _find_gpu(name: str, gpus: Sequence[Gpu] | None) -> Gpu:
     """The GPU named exactly ``name`` in ``gpus`` (default: the catalog), else the catalog's forgiving lookup."""
-    from engine.errors import CatalogError
+    from engine.errors import AmbiguousGpuError, CatalogError
     from engine.hardware.gpus import find_gpu
 
     table = load_gpus() if gpus is None else gpus
@@ -201,6 +201,8 @@ def _find_gpu(name: str, gpus: Sequence[Gpu] | None) -> Gpu:
             return g
     try:
         found = find_gpu(name)
+    except AmbiguousGpuError:
+        raise  # its message names the candidates
     except CatalogError:
         raise CatalogError(f"unknown GPU '{name}'") from None
     for g in table:

@@ -25,6 +25,11 @@ SEED_THROUGHPUT: tuple[tuple[float, str, int, float], ...] = (
     (70, "H100", 8, 800),
 )
 
+SEED_GPUS = {"A100-40GB": "NVIDIA A100 40GB", "A100-80GB": "NVIDIA A100 80GB", "H100": "NVIDIA H100 80GB"}
+"""The catalog GPU each of the seed's labels stands for. The seed writes "H100" without a variant, which the catalog
+refuses as ambiguous (SXM, PCIe or NVL); it is read as the H100 SXM 80GB, as the seed's largest-model table is
+(:mod:`engine.plan.largest`)."""
+
 SEED_SIZE_TOLERANCE = (0.85, 1.25)
 """A model counts as the listed size when within -15%/+25% of it (nominal sizes round: "7B" covers 5.95-8.75B,
 as in :func:`engine.plan.fit.compare_with_seed`)."""
@@ -55,9 +60,10 @@ def seed_throughput(parameters_b: float, gpu: Gpu | str, num_gpus: int = 1) -> S
     """The seed rule for a model of ``parameters_b`` billion parameters on ``num_gpus`` x ``gpu``, or None
     when the seed lists nothing for that GPU and count (or the GPU name is unknown).
 
-    The seed's GPU labels are resolved through :func:`engine.hardware.gpus.find_gpu` ("A100-40GB" -> NVIDIA A100 40GB,
+    The seed's GPU labels stand for the catalog GPUs of :data:`SEED_GPUS` ("A100-40GB" -> NVIDIA A100 40GB,
     "H100" -> NVIDIA H100 80GB (SXM)), so only that catalog GPU matches: an A100 40GB PCIe or an H100 PCIe is
-    another GPU, which the seed does not list. Among the listed sizes on that GPU and count the closest (log
+    another GPU, which the seed does not list. ``gpu`` by name goes through :func:`engine.hardware.gpus.find_gpu`:
+    an ambiguous name ("H100") matches nothing. Among the listed sizes on that GPU and count the closest (log
     scale) is used: its tokens/s as listed when the model is within :data:`SEED_SIZE_TOLERANCE` of that size,
     otherwise scaled by listed size / model size (training FLOPs per token are proportional to parameters).
     """
@@ -67,7 +73,7 @@ def seed_throughput(parameters_b: float, gpu: Gpu | str, num_gpus: int = 1) -> S
         target = gpu if isinstance(gpu, Gpu) else find_gpu(gpu)
     except CatalogError:
         return None
-    rows = [r for r in SEED_THROUGHPUT if r[2] == num_gpus and find_gpu(r[1]).name == target.name]
+    rows = [r for r in SEED_THROUGHPUT if r[2] == num_gpus and SEED_GPUS[r[1]] == target.name]
     if not rows:
         return None
     size, label, count, tps = min(rows, key=lambda r: abs(math.log(r[0] / parameters_b)))

@@ -35,7 +35,7 @@ GIB = 2**30
 _CATALOG = {"meta-llama/Llama-3.1-405B": "meta-llama/Llama-3.1-405B", "meta-llama/Llama-3.1-70B": "meta-llama/Llama-3.1-70B",
             "meta-llama/Llama-3.1-8B": "meta-llama/Llama-3.1-8B", "meta-llama/Meta-Llama-3-8B": "meta-llama/Llama-3.1-8B",
             "meta-llama/Llama-2-7b-hf": "meta-llama/Llama-2-7b-hf", "mistralai/Mixtral-8x7B-v0.1": "mistralai/Mixtral-8x7B-v0.1"}
-_GPUS = (("H200", "H200"), ("B200", "B200"), ("A100", "A100 80GB"), ("H100", "H100"))
+_GPUS = (("H200", "H200"), ("B200", "B200"), ("A100", "A100 80GB"), ("H100", "H100 SXM"))
 
 
 class RunComparison(BaseModel):

@@ -409,7 +409,7 @@ def test_app_absurd_numbers_in_a_widget_are_said_in_words_and_the_results_marked
     no_exception(at)
     assert at.number_input(key=key).value == value  # what the user typed stays visible
     assert [e.value for e in at.sidebar.error] == [words]
-    stale = [w.value for w in at.warning if w.value.startswith("Results below are not for the sidebar as shown")]
+    stale = [w.value for w in at.warning if w.value.startswith("Results below are not for the inputs as shown")]
     assert len(stale) == 1 and f"so {kept:,} is used" in stale[0], stale
     assert {m.label: m.value for m in at.metric} == before  # the results of the last valid value
     assert f"{key}=" not in " ".join(f"{k}={v}" for k, v in at.query_params.items() if v == [str(value)])

@@ -201,3 +201,17 @@ def test_import_of_a_file_missing_required_columns_is_one_error(page):
     errs = [e.value for e in page.error]
     assert len(errs) == 1 and md_plain("The file was not loaded: missing required columns 'method', 'seq_len'") in errs[0]
     assert "saved_plans" not in page.session_state or page.session_state["saved_plans"] == []
+
+
+def test_the_snippet_heading_says_what_the_snippet_reproduces(page):
+    # The heading was the same for every plan ("Ready-to-run starting point (TrainingArguments, LoraConfig,
+    # BitsAndBytesConfig, DeepSpeed ZeRO-3)"), naming DeepSpeed for a one-GPU plan that has none.
+    page.radio(key="method").set_value(Method.QLORA).run()
+    page.text_input(key="plan_name").input("qlora *one* GPU").run()
+    page.button(key="plan_save").click().run()
+    no_exception(page)
+    heading = next(m.value for m in page.markdown if "Trainer script" in m.value)
+    assert heading == ("**Hugging Face Trainer script: bitsandbytes BitsAndBytesConfig \\(4\\-bit NF4\\), PEFT LoraConfig, "
+                       "transformers TrainingArguments** for plan 'qlora \\*one\\* GPU': a starting point to copy, not "
+                       "a full script")
+    assert "DeepSpeed" not in heading and "BitsAndBytesConfig(" in page.code[0].value

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from apptest_support import metric, no_exception
+from apptest_support import charts, column_config, metric, no_exception, table
 from engine.model.build import architecture_from_config
 from engine.model.sources import config_from_catalog
 from engine.scaleout.estimate import estimate_layout
@@ -34,7 +34,7 @@ def test_page_shows_every_stage_and_the_most_loaded_rank(page):
     # the headline equals the engine's most loaded rank for the same inputs (default model: Llama 3.1 8B, seq 2048)
     arch = architecture_from_config(config_from_catalog("meta-llama/Llama-3.1-8B")[0])
     layout = Layout(pipeline_parallel=4, data_parallel=4, zero=1, recompute="selective", global_batch_size=64)
-    est = estimate_layout(arch, Scenario(), layout, Cluster(gpu=find_gpu("H100"), nodes=2), master_weights=True)
+    est = estimate_layout(arch, Scenario(), layout, Cluster(gpu=find_gpu("H100 SXM"), nodes=2), master_weights=True)
     assert metric(at, "Most loaded rank (allocated)") == f"{est.memory.max_rank_peak_allocated_bytes / 2**30:.1f} GiB"
     assert any("no pipeline" in i.value for i in at.info)  # accelerate (first engine) cannot run PP: it says so
     at.radio(key="so_export").set_value("megatron").run()
@@ -53,3 +53,66 @@ def test_search_lists_fits_and_reasons(page):
     at.button(key="so_search").click().run(timeout=120)
     no_exception(at)
     assert any("layouts searched" in m.value for m in at.markdown)
+    found = column_config(table(at, "why not"))
+    assert found["device_bytes"]["label"] == "most loaded rank, nvidia-smi (GiB)"
+    assert {k: v["type_config"]["format"] for k, v in found.items() if k != "_index"} == {
+        "GPUs": "%,d", "device_bytes": "%,.2f", "step_s": "%,.4f", "tokens_per_second": "%,.0f",
+        "usd_per_million_tokens": "%,.2f"}
+
+
+def _llama8b_estimate(layout: Layout, nodes: int = 1):
+    arch = architecture_from_config(config_from_catalog("meta-llama/Llama-3.1-8B")[0])
+    return estimate_layout(arch, Scenario(), layout, Cluster(gpu=find_gpu("A100 80GB"), nodes=nodes), master_weights=True)
+
+
+def test_bytes_follow_the_sidebars_unit(page):
+    # Every other page honours the sidebar's GB / GiB; this one printed GiB whatever the choice.
+    at = page
+    at.radio(key="unit").set_value("GB").run()
+    at.number_input(key="so_pp").set_value(2).run()
+    no_exception(at)
+    est = _llama8b_estimate(Layout(pipeline_parallel=2, data_parallel=4, zero=1, recompute="selective", global_batch_size=64))
+    worst = est.memory.max_stage
+    assert metric(at, "Most loaded rank (allocated)") == f"{worst.peak_allocated_bytes / 1e9:,.1f} GB"
+    assert metric(at, "nvidia-smi on that rank") == f"{worst.device_used_bytes / 1e9:,.1f} GB"
+    assert metric(at, "Megatron-LM's formula (first stage)") == f"{est.megatron.total_bytes / 1e9:,.1f} GB"
+    bars = charts(at)[0]
+    assert bars["layout"]["yaxis"]["title"]["text"] == "Memory per GPU, allocated (GB)"
+    stage0 = est.memory.stages[0].estimate.components
+    weights = next(t for t in bars["data"] if t["x"][0] == "stage 0" and t["name"] == "Weights")
+    assert weights["y"][0] == pytest.approx(stage0["weights"] / 1e9)
+    parts = table(at, "formula")
+    columns = column_config(parts)
+    assert columns["bytes"]["label"] == "memory (GB)" and columns["bytes"]["type_config"]["format"] == "%,.2f"
+    assert parts.value["bytes"].sum() == pytest.approx(sum(p.bytes for p in worst.estimate.parts) / 1e9)
+
+    at.radio(key="unit").set_value("GiB").run()
+    assert metric(at, "Most loaded rank (allocated)") == f"{worst.peak_allocated_bytes / 2**30:,.1f} GiB"
+
+
+@pytest.mark.parametrize(("key", "value", "words"), [
+    ("so_nodes", 0, "Nodes: 0 is out of range; it must be a whole number from 1 to 4,096. The results use 1."),
+    ("so_pp", 5000, "Pipeline parallel: 5,000 is out of range; it must be a whole number from 1 to 4,096. The results "
+                    "use 1."),
+    ("so_gbs", 0, "Global batch (sequences): 0 is out of range; it must be a whole number from 1 to 1,048,576. The "
+                  "results use 64."),
+])
+def test_an_out_of_range_layout_number_is_said_and_the_results_marked_stale(page, key, value, words):
+    # Streamlit's own bounds kept the previous value behind a red "!" without a word: the page looked current.
+    at = page
+    before = {m.label: m.value for m in at.metric}
+    at.number_input(key=key).set_value(value).run()
+    no_exception(at)
+    assert at.number_input(key=key).value == value
+    assert [e.value for e in at.main.error] == [words]
+    stale = [w.value for w in at.warning if w.value.startswith("Results below are not for the inputs as shown")]
+    assert len(stale) == 1 and f"**{words.split(':')[0]}** {value:,}" in stale[0], stale
+    assert {m.label: m.value for m in at.metric} == before  # the results of the last valid layout
+
+
+def test_a_pipeline_deeper_than_the_model_is_refused_in_words(page):
+    at = page
+    at.number_input(key="so_pp").set_value(64).run()  # Llama 3.1 8B has 32 layers
+    at.number_input(key="so_nodes").set_value(8).run()
+    no_exception(at)
+    assert any("needs at least 1 layers per stage (32 layers)" in e.value for e in at.error), [e.value for e in at.error]

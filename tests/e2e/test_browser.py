@@ -166,7 +166,7 @@ def test_each_deep_link_opens_its_page_first_on_a_fresh_server(chromium, tmp_pat
                     page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
                     page.set_default_timeout(60_000)
                     errors = _console_errors(page)
-                    page.goto(f"{url}/{path}?gpu=H100", wait_until="domcontentloaded")
+                    page.goto(f"{url}/{path}?gpu=H100%20SXM", wait_until="domcontentloaded")
                     expect(page.locator("h1", has_text=title)).to_be_visible()
                     _wait_idle(page)
                     assert page.url.split("?")[0] == f"{url}/{path}", label
@@ -242,12 +242,12 @@ def test_every_page_in_a_real_browser(chromium, server, tmp_path):
             sidebar = page.locator('[data-testid="stSidebar"]')
             expect(sidebar.get_by_text("Micro batch size: 0 is out of range; it must be a whole number from 1 to 65,536. "
                                        "The results use 8.")).to_be_visible()
-            expect(page.get_by_text("Results below are not for the sidebar as shown")).to_be_visible()
+            expect(page.get_by_text("Results below are not for the inputs as shown")).to_be_visible()
             _wait_idle(page)
             assert _metric_value(page, "Peak memory") == after  # still the results of micro batch 8
             box.fill("8")
             box.press("Enter")
-            expect(page.get_by_text("Results below are not for the sidebar as shown")).to_have_count(0)
+            expect(page.get_by_text("Results below are not for the inputs as shown")).to_have_count(0)
             _wait_idle(page)
 
             # One hardware setting for every page: 8 x H100 with ZeRO-3 (the default strategy), chosen here.

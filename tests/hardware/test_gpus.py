@@ -10,7 +10,7 @@ import pytest
 
 from engine.hardware.gpus import Gpu as CatalogGpu
 from engine.hardware.gpus import find_gpu as catalog_find_gpu
-from engine.errors import CatalogError
+from engine.errors import AmbiguousGpuError, CatalogError
 from engine.hardware.gpus import GPUS_FILE, PRICES_FILE, Gpu, closest_gpus, find_gpu, load_gpus, load_prices, prices_for
 
 DATA = Path(__file__).resolve().parents[2] / "data"
@@ -190,9 +190,10 @@ def test_a_malformed_price_row_names_the_row(tmp_path, field, value, needle):
 @pytest.mark.parametrize(
     ("text", "name"),
     [
-        ("A100-80GB", "NVIDIA A100 80GB"), ("a100 80gb", "NVIDIA A100 80GB"), ("A100", "NVIDIA A100 80GB"),
+        ("A100-80GB", "NVIDIA A100 80GB"), ("a100 80gb", "NVIDIA A100 80GB"), ("A100-SXM4-80GB", "NVIDIA A100 80GB"),
         ("A100-40GB", "NVIDIA A100 40GB"), ("nvidia a100-sxm4-40gb", "NVIDIA A100 40GB"),
-        ("H100 SXM", "NVIDIA H100 80GB"), ("H100", "NVIDIA H100 80GB"), ("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB"),
+        ("H100 SXM", "NVIDIA H100 80GB"), ("H100 NVL", "NVIDIA H100 NVL"), ("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB"),
+        ("V100-32GB", "NVIDIA V100 32GB"), ("Tesla V100-SXM2-16GB", "NVIDIA V100 16GB"), ("A100 PCIe 80GB", "NVIDIA A100 80GB PCIe"),
         ("h100_pcie", "NVIDIA H100 80GB PCIe"), ("RTX 4090", "NVIDIA RTX 4090"), ("GeForce RTX 4090", "NVIDIA RTX 4090"),
         ("rtx4090", "NVIDIA RTX 4090"), ("L40S", "NVIDIA L40S"), ("l40s", "NVIDIA L40S"), ("Tesla T4", "NVIDIA T4"),
         ("AMD MI300X", "AMD Instinct MI300X"), ("instinct mi325x", "AMD Instinct MI325X"),
@@ -201,6 +202,35 @@ def test_a_malformed_price_row_names_the_row(tmp_path, field, value, needle):
 )
 def test_gpu_names_resolve_forgivingly(text, name):
     assert find_gpu(text).name == name
+
+
+@pytest.mark.parametrize(
+    ("text", "candidates"),
+    [  # a family name fits every variant of the family; the variants differ in memory (and bandwidth or peak rate)
+        ("V100", ("NVIDIA V100 16GB", "NVIDIA V100 32GB")), ("Tesla V100", ("NVIDIA V100 16GB", "NVIDIA V100 32GB")),
+        ("A100", ("NVIDIA A100 40GB", "NVIDIA A100 40GB PCIe", "NVIDIA A100 80GB", "NVIDIA A100 80GB PCIe")),
+        ("a100", ("NVIDIA A100 40GB", "NVIDIA A100 40GB PCIe", "NVIDIA A100 80GB", "NVIDIA A100 80GB PCIe")),
+        ("A100 PCIe", ("NVIDIA A100 40GB PCIe", "NVIDIA A100 80GB PCIe")), ("A100 SXM", ("NVIDIA A100 40GB", "NVIDIA A100 80GB")),
+        ("H100", ("NVIDIA H100 80GB", "NVIDIA H100 80GB PCIe", "NVIDIA H100 NVL")),
+    ],
+)
+def test_an_ambiguous_gpu_name_is_refused_with_every_candidate(text, candidates):
+    # Each of these resolved silently to one variant (V100 -> 16GB, A100 -> 80GB SXM, H100 -> SXM): a 32GB V100 user
+    # got a 16GB answer. The message names them all, in catalog order, so the user can pick.
+    with pytest.raises(AmbiguousGpuError) as err:
+        find_gpu(text)
+    assert err.value.candidates == candidates
+    assert str(err.value) == (f"ambiguous GPU '{text}': it names {len(candidates)} GPUs of the catalog "
+                              f"({', '.join(candidates)}); give one of these names")
+    assert isinstance(err.value, CatalogError)  # every caller that reports a bad GPU name reports this one
+
+
+def test_every_catalog_name_resolves_to_itself():
+    gpus = load_gpus()
+    for g in gpus:
+        assert find_gpu(g.name) is g
+    # The price file names GPUs too: each of its names picks one GPU.
+    assert {p.gpu for p in load_prices()} <= {g.name for g in gpus}
 
 
 @pytest.mark.parametrize(("text", "expected"), [("A100 81", "NVIDIA A100 80GB"), ("RTX 4070", "NVIDIA RTX 4090"),

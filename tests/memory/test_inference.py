@@ -74,7 +74,7 @@ def test_inference_estimate_is_one_phase_with_kv_and_workspace(llama):
 
 def test_limits_are_the_largest_context_and_concurrency_that_fit(llama):
     isc = InferenceScenario(concurrency=16, seq_len=8192)
-    usable = find_gpu("H100").usable_memory_bytes
+    usable = find_gpu("H100 SXM").usable_memory_bytes
     lim = inference_limits(llama, isc, usable)
     at = lambda **kw: estimate_inference(llama, isc.model_copy(update=kw)).total_bytes  # noqa: E731
     assert at(seq_len=lim.max_seq_len) <= usable < at(seq_len=lim.max_seq_len + 1)
@@ -85,10 +85,10 @@ def test_limits_are_the_largest_context_and_concurrency_that_fit(llama):
 
 def test_fit_engine_accepts_an_inference_scenario(llama):
     isc = InferenceScenario(concurrency=80, seq_len=8192)  # 80 GiB of KV cache + 16 GB weights
-    fit = check_fit(llama, isc, find_gpu("H100"))
+    fit = check_fit(llama, isc, find_gpu("H100 SXM"))
     assert not fit.fits and fit.peak_phase == "inference" and fit.min_gpus is None  # replicas do not pool memory
     assert check_fit(llama, isc, find_gpu("H200")).fits
-    assert check_fit(llama, isc.model_copy(update={"kv_cache_dtype": KvCacheDtype.FP8}), find_gpu("H100")).fits
+    assert check_fit(llama, isc.model_copy(update={"kv_cache_dtype": KvCacheDtype.FP8}), find_gpu("H100 SXM")).fits
 
 
 def test_cli_method_inference(capsys):
@@ -100,7 +100,7 @@ def test_cli_method_inference(capsys):
         assert key in out, key
     assert out["kv_cache_bytes_per_token"] == 65_536 and out["components"]["kv_cache"] == 16 * 8192 * 65_536
     assert out["scenario"]["method"] == "inference" and out["cpu_bytes"] == 0
-    assert main(base + ["--strategy", "zero3", "--gpu", "H100"]) == 2
+    assert main(base + ["--strategy", "zero3", "--gpu", "H100 SXM"]) == 2
     assert main(["estimate", "--model", "meta-llama/Llama-3.1-8B", "--offline", "--concurrency", "4"]) == 2
     assert "need --method inference" in capsys.readouterr().err
 

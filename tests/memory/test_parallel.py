@@ -233,7 +233,7 @@ def test_deepspeed_estimate_beside_ours_counts_model_states_only(llama):
 @pytest.mark.parametrize("strategy", [s.value for s in Strategy])
 def test_cli_accepts_every_strategy_and_gives_per_gpu_values(capsys, strategy):
     base = ["estimate", "--model", "meta-llama/Llama-3.1-8B", "--offline", "--precision", "bf16", "--seq-len", "512",
-            "--gpu", "H100", "--num-gpus", "8", "--strategy", strategy]
+            "--gpu", "H100 SXM", "--num-gpus", "8", "--strategy", strategy]
     assert main(base) == 0
     out = json.loads(capsys.readouterr().out)
     for key in ("components", "total_bytes", "peak_phase", "phase_totals_bytes", "cpu_bytes", "per_gpu_peak_bytes",

@@ -125,7 +125,7 @@ def test_min_gpus_is_the_boundary_of_a_monotone_per_gpu_peak(catalog):
 def test_num_gpus_out_of_range_is_a_scenario_error(llama):
     for n in (0, MAX_GPUS + 1):
         with pytest.raises(ScenarioError, match="num_gpus"):
-            check_fit(llama, Scenario(), find_gpu("H100"), Strategy.ZERO3, num_gpus=n)
+            check_fit(llama, Scenario(), find_gpu("H100 SXM"), Strategy.ZERO3, num_gpus=n)
 
 
 def test_bf16_on_a_gpu_without_bf16_suggests_fp16(llama):

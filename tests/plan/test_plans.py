@@ -132,6 +132,12 @@ def test_import_unknown_gpu(exported):
     only_second_loads(plans_from_csv(corrupt(exported, "gpu", "Voodoo 5 6000")), "unknown GPU")
 
 
+def test_import_ambiguous_gpu_is_refused_with_the_candidates(exported):
+    # A hand-edited file saying "V100" is not loaded as the 16GB card: the row says which V100s there are.
+    only_second_loads(plans_from_csv(corrupt(exported, "gpu", "V100")),
+                      "ambiguous GPU 'V100': it names 2 GPUs of the catalog (NVIDIA V100 16GB, NVIDIA V100 32GB)")
+
+
 def test_import_negative_batch(exported):
     only_second_loads(plans_from_csv(corrupt(exported, "micro_batch_size", "-4")), "micro_batch_size")
 

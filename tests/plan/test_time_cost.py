@@ -85,16 +85,17 @@ def test_seed_rule_resolves_gpu_names_through_the_catalog():
     for name in ("A100-40GB", "NVIDIA A100 40GB", "a100 40gb"):
         assert seed_tokens_per_second(7, name) == 1_000
     assert seed_tokens_per_second(7, find_gpu("A100 40GB")) == 1_000
-    assert seed_tokens_per_second(8.03, "H100") == 2_000  # 8B is "7B" give or take nominal rounding
+    assert seed_tokens_per_second(8.03, "H100 SXM") == 2_000  # 8B is "7B" give or take nominal rounding
     assert seed_tokens_per_second(13, "A100-80GB") == 500
     assert seed_tokens_per_second(70.55, "H100 SXM", 8) == 800
     # Other GPUs are not the seed's: the PCIe parts, a 1-GPU 70B line, unknown names.
     assert seed_tokens_per_second(7, "A100 40GB PCIe") is None
     assert seed_tokens_per_second(7, "H100 PCIe") is None
-    assert seed_tokens_per_second(7, "H100", 2) is None
+    assert seed_tokens_per_second(7, "H100 SXM", 2) is None
     assert seed_tokens_per_second(7, "no such gpu") is None
+    assert seed_tokens_per_second(7, "H100") is None  # ambiguous (SXM, PCIe, NVL): not silently the seed's SXM
     # Far from every listed size: scaled by listed / model size, and says so.
-    small = seed_throughput(1.24, "H100")
+    small = seed_throughput(1.24, "H100 SXM")
     assert small is not None and small.scaled and small.tokens_per_second == pytest.approx(2_000 * 7 / 1.24)
     assert "scaled" in small.rule
 
@@ -214,7 +215,7 @@ def test_plans_say_which_link_carries_the_traffic():
     sc = Scenario.build(method="lora", precision="bf16")
     plan = estimate_plan(LLAMA8, sc, Dataset(total_tokens=10**8), find_gpu("RTX 4090"), 4, Strategy.ZERO3)
     assert "PCIe (no peer-to-peer" in " ".join(plan.notes)
-    big = estimate_plan(LLAMA8, sc, Dataset(total_tokens=10**8), find_gpu("H100"), 16, Strategy.ZERO3)
+    big = estimate_plan(LLAMA8, sc, Dataset(total_tokens=10**8), find_gpu("H100 SXM"), 16, Strategy.ZERO3)
     assert big.throughput.step.link.startswith("NVLink") and "2 nodes" in big.throughput.step.link
 
 
@@ -294,13 +295,13 @@ def test_cli_multi_gpu_calibration_and_missing_price():
     ("extra", "needle"),
     [
         (["--dataset-tokens", "1000"], "needs --gpu"),
-        (["--gpu", "H100", "--examples", "10"], "--avg-tokens"),
-        (["--gpu", "H100", "--measured-tokens-per-second", "3000"], "dataset size"),
-        (["--gpu", "H100", "--dataset-tokens", "10", "--examples", "3", "--avg-tokens", "5"], "not both"),
-        (["--gpu", "H100", "--dataset-tokens", "1000", "--measured-tokens-per-second", "0"], "must be positive"),
-        (["--gpu", "H100", "--dataset-tokens", "1000", "--measured-tokens-per-second", "99"], "check that the measured run"),
-        (["--gpu", "H100", "--dataset-tokens", "0"], "total_tokens"),
-        (["--gpu", "H100", "--dataset-tokens", "1000", "--price-source", "nowhere"], "unknown price source"),
+        (["--gpu", "H100 SXM", "--examples", "10"], "--avg-tokens"),
+        (["--gpu", "H100 SXM", "--measured-tokens-per-second", "3000"], "dataset size"),
+        (["--gpu", "H100 SXM", "--dataset-tokens", "10", "--examples", "3", "--avg-tokens", "5"], "not both"),
+        (["--gpu", "H100 SXM", "--dataset-tokens", "1000", "--measured-tokens-per-second", "0"], "must be positive"),
+        (["--gpu", "H100 SXM", "--dataset-tokens", "1000", "--measured-tokens-per-second", "99"], "check that the measured run"),
+        (["--gpu", "H100 SXM", "--dataset-tokens", "0"], "total_tokens"),
+        (["--gpu", "H100 SXM", "--dataset-tokens", "1000", "--price-source", "nowhere"], "unknown price source"),
     ],
 )
 def test_cli_bad_time_cost_options(extra, needle):

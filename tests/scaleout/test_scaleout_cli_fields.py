@@ -27,7 +27,7 @@ def run(capsys, *extra: str) -> tuple[int, dict | None, str]:
 
 
 def test_top_level_memory_is_the_most_loaded_rank(capsys):
-    code, out, _ = run(capsys, "--gpu", "H100")
+    code, out, _ = run(capsys, "--gpu", "H100 SXM")
     assert code == 0
     assert out["peak_allocated_bytes"] == out["max_rank_peak_allocated_bytes"]
     worst = max(out["per_rank"], key=lambda r: r["peak_allocated_bytes"])
@@ -39,7 +39,7 @@ def test_top_level_memory_is_the_most_loaded_rank(capsys):
 
 def test_a_large_pipeline_bubble_is_said(capsys):
     # PP 2 with the default global batch: one micro batch per step, bubble (2 - 1) / (1 + 2 - 1) = 50%.
-    code, out, _ = run(capsys, "--gpu", "H100")
+    code, out, _ = run(capsys, "--gpu", "H100 SXM")
     assert code == 0 and out["bubble_fraction"] == pytest.approx(0.5)
     assert any("pipeline bubble is 50%" in w for w in out["warnings"])
 
@@ -53,5 +53,5 @@ def test_fp8_on_a_gpu_without_fp8_exits_2(capsys, gpu):
 def test_fp8_check_names_the_gpu_and_passes_hopper():
     with pytest.raises(ScenarioError, match="NVIDIA A100 80GB has no FP8"):
         check_fp8_gpu(Fp8Recipe.TE, find_gpu("A100 80GB"))
-    check_fp8_gpu(Fp8Recipe.TE, find_gpu("H100"))  # Hopper has FP8
+    check_fp8_gpu(Fp8Recipe.TE, find_gpu("H100 SXM"))  # Hopper has FP8
     check_fp8_gpu(None, find_gpu("V100 32GB"))  # no FP8 asked: nothing to check

@@ -53,10 +53,10 @@ def _one_by_one(arch, sc: Scenario, cluster: Cluster, global_batch: int, fp8, ma
 
 # model, GPU, nodes x GPUs per node, global batch, sequence length, FP8, master weights, fused kernels
 GRID = [
-    ("meta-llama/Llama-3.1-8B", "H100", 1, 8, 32, 4096, None, True, False),  # dense GQA, every recompute mode
-    ("deepseek-ai/DeepSeek-V2-Lite", "H100", 3, 2, 12, 2048, Fp8Recipe.TORCHAO, True, True),  # MoE, dense 1st layer, 6 GPUs
-    ("Qwen/Qwen2.5-0.5B", "H100", 3, 4, 24, 1024, Fp8Recipe.TE, False, False),  # tied embedding, 14 heads, 12 GPUs
-    ("mistralai/Mixtral-8x7B-v0.1", "A100", 1, 8, 8, 8192, None, False, False),  # MoE without master weights
+    ("meta-llama/Llama-3.1-8B", "H100 SXM", 1, 8, 32, 4096, None, True, False),  # dense GQA, every recompute mode
+    ("deepseek-ai/DeepSeek-V2-Lite", "H100 SXM", 3, 2, 12, 2048, Fp8Recipe.TORCHAO, True, True),  # MoE, dense 1st layer, 6 GPUs
+    ("Qwen/Qwen2.5-0.5B", "H100 SXM", 3, 4, 24, 1024, Fp8Recipe.TE, False, False),  # tied embedding, 14 heads, 12 GPUs
+    ("mistralai/Mixtral-8x7B-v0.1", "A100 80GB", 1, 8, 8, 8192, None, False, False),  # MoE without master weights
 ]
 
 
@@ -92,7 +92,7 @@ def test_the_grid_reaches_every_path():
 def test_dense_first_layer_puts_the_most_loaded_rank_in_the_middle():
     """DeepSeek-V2-Lite (27 layers, the first with a dense MLP) on PP 4: stage 1's 7 MoE blocks hold more than
     stage 0's 7 blocks with the dense one, so the search looks at every stage."""
-    arch, _, sc, found = _search("deepseek-ai/DeepSeek-V2-Lite", "H100", 2, 4, 16, 2048, None, True, False)
+    arch, _, sc, found = _search("deepseek-ai/DeepSeek-V2-Lite", "H100 SXM", 2, 4, 16, 2048, None, True, False)
     c = next(c for c in found if c.layout.label() == "TP2 PP4 DP1 SP, mb 4, full recompute, DDP")
     peaks = [s.peak_allocated_bytes for s in scaleout_memory(arch, sc, c.layout, master_weights=True).stages]
     assert arch.dense_mlp_layers == 1 and peaks[1] > peaks[0]

@@ -20,7 +20,7 @@ from engine.time import collectives as cc
 from engine.time.rates import fp8_matmul_flops, gpu_rates
 from engine.time.step import step_time as one_gpu_step
 
-H100 = find_gpu("H100")
+H100 = find_gpu("H100 SXM")
 A100 = find_gpu("A100 80GB")
 
 

@@ -22,7 +22,7 @@ from engine.scaleout.step_time import Cluster
 from engine.scenario.training import Scenario
 
 LLAMA2 = architecture_from_config(config_from_catalog("meta-llama/Llama-2-7b-hf")[0])
-H100 = find_gpu("H100")
+H100 = find_gpu("H100 SXM")
 
 
 def test_bubble_fraction():
@@ -97,7 +97,7 @@ def test_exports_name_the_engines_settings():
 def test_cli_estimate_with_a_layout(capsys):
     rc = main(["estimate", "--model", "meta-llama/Llama-2-7b-hf", "--offline", "--seq-len", "4096", "--tensor-parallel", "2",
                "--pipeline-parallel", "2", "--num-gpus", "8", "--sequence-parallel", "--recompute", "selective",
-               "--strategy", "zero1", "--global-batch-size", "64", "--gpu", "H100"])
+               "--strategy", "zero1", "--global-batch-size", "64", "--gpu", "H100 SXM"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0
     assert [r["stage"] for r in out["per_rank"]] == [0, 1]

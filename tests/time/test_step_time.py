@@ -70,7 +70,7 @@ def test_ring_collectives_by_hand():
     assert cc.all_gather_seconds(8e9, 8, link) == cc.reduce_scatter_seconds(8e9, 8, link)
     assert cc.all_reduce_seconds(8e9, 1, link) == 0
     assert cc.exposed_seconds(1.0, 10.0) == pytest.approx(0.1) and cc.exposed_seconds(1.0, 0.0) == 1.0
-    nvlink = cc.data_parallel_link(find_gpu("H100"), 8)
+    nvlink = cc.data_parallel_link(find_gpu("H100 SXM"), 8)
     assert nvlink.name == "NVLink" and nvlink.bus_bytes_per_s == pytest.approx(0.80 * 450e9)  # ~367 GB/s measured
     pcie = cc.data_parallel_link(find_gpu("L40S"), 8)
     assert pcie.name == "PCIe" and pcie.bus_bytes_per_s == 10e9  # 8 GPUs cross the CPU sockets
@@ -82,7 +82,7 @@ def test_ring_collectives_by_hand():
 
 def test_breakdown_adds_up_and_mfu_hfu_are_results():
     sc = Scenario.build(method="full", precision="bf16", seq_len=2048, gradient_checkpointing=True)
-    tp = estimate_throughput(LLAMA8, sc, find_gpu("H100"))
+    tp = estimate_throughput(LLAMA8, sc, find_gpu("H100 SXM"))
     assert set(tp.breakdown_s) == set(CATEGORIES)
     assert tp.step_time_s == pytest.approx(sum(tp.breakdown_s.values()))
     assert tp.tokens_per_second == pytest.approx(2048 / tp.step_time_s)
@@ -96,8 +96,8 @@ def test_calibration_scales_every_plan():
     raw = estimate_throughput(LLAMA8, sc, A100)
     cal = calibrate(raw.tokens_per_second / 2, raw)
     assert cal.factor == pytest.approx(0.5) and cal.raw_error == pytest.approx(1.0)
-    other = estimate_throughput(LLAMA8, sc, find_gpu("H100"))
-    scaled = estimate_throughput(LLAMA8, sc, find_gpu("H100"), calibration=cal.factor)
+    other = estimate_throughput(LLAMA8, sc, find_gpu("H100 SXM"))
+    scaled = estimate_throughput(LLAMA8, sc, find_gpu("H100 SXM"), calibration=cal.factor)
     assert scaled.tokens_per_second == pytest.approx(other.tokens_per_second / 2)
     assert scaled.step_time_s == pytest.approx(2 * other.step_time_s)
     with pytest.raises(ScenarioError):
@@ -178,7 +178,7 @@ def test_8_gpus_over_pcie_scale_worse_than_8_over_nvlink():
         return tps(LLAMA8, gpu, 8, strategy, **base) / (8 * tps(LLAMA8, gpu, **base))
 
     for strategy in (Strategy.DDP, Strategy.ZERO3):
-        nvlink, pcie = scaling(find_gpu("H100"), strategy), scaling(find_gpu("H100 PCIe"), strategy)
+        nvlink, pcie = scaling(find_gpu("H100 SXM"), strategy), scaling(find_gpu("H100 PCIe"), strategy)
         assert pcie < nvlink - 0.1 and nvlink > 0.8, (strategy, nvlink, pcie)
 
 

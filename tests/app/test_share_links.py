@@ -1,0 +1,107 @@
+"""AppTest tests of links (ui/share.py): a GPU name of several GPUs, and the Memory page's serving settings in the URL."""
+
+from __future__ import annotations
+
+from apptest_support import no_exception
+
+
+def link_warning(at) -> str:
+    return " ".join(w.value for w in at.warning if "Some settings in the link were ignored" in w.value)
+
+
+def test_an_ambiguous_gpu_in_a_link_is_ignored_with_its_candidates(new_app):
+    # gpu=V100 used to open the V100 16GB silently; a 32GB user got the 16GB answer. As in the CLI, it is refused.
+    at = new_app()
+    at.query_params["gpu"] = "V100"
+    at.query_params["num_gpus"] = "2"
+    at.run()
+    no_exception(at)
+    assert ("gpu='V100': ambiguous: it names 2 GPUs of the catalog (NVIDIA V100 16GB, NVIDIA V100 32GB); give one of "
+            "these names") in link_warning(at)
+    assert at.session_state["gpu"] == "NVIDIA A100 80GB"  # the default, not a guessed V100
+    assert at.session_state["num_gpus"] == 2  # the link's other settings still apply
+    assert at.query_params["gpu"] == "NVIDIA A100 80GB"
+
+    exact = new_app()
+    exact.query_params["gpu"] = "V100-32GB"
+    exact.run()
+    assert exact.session_state["gpu"] == "NVIDIA V100 32GB" and not link_warning(exact)
+
+
+SERVING = {"mem_workload": "Inference", "inf_weight_precision": "int4", "inf_kv_dtype": "fp8", "inf_concurrency": "16",
+           "inf_seq_len": "4096"}
+
+
+def _serving_peak(seq_len: int, concurrency: int) -> str:
+    # The same serving scenario through the engine: Llama 3.1 8B (the catalog default), int4 weights, fp8 KV cache.
+    from engine.memory.inference import InferenceScenario, KvCacheDtype, WeightPrecision, estimate_inference
+    from engine.model.build import architecture_from_config
+    from engine.model.sources import config_from_catalog
+    from engine.units import fmt_bytes
+
+    arch = architecture_from_config(config_from_catalog("meta-llama/Llama-3.1-8B")[0])
+    isc = InferenceScenario.build(weight_precision=WeightPrecision.INT4, kv_cache_dtype=KvCacheDtype.FP8,
+                                  concurrency=concurrency, seq_len=seq_len)
+    return fmt_bytes(estimate_inference(arch, isc).total_bytes, "GiB")
+
+
+def test_the_serving_settings_are_in_the_link_and_a_link_reproduces_them(new_app):
+    at = new_app().run()
+    at.radio(key="mem_workload").set_value("Inference").run()
+    no_exception(at)
+    # From the first serving run: the URL carries the workload and every serving input, defaults included.
+    assert {k: at.query_params[k] for k in SERVING} == {
+        "mem_workload": "Inference", "inf_weight_precision": "as_stored", "inf_kv_dtype": "bf16", "inf_concurrency": "1",
+        "inf_seq_len": "8192"}
+    at.selectbox(key="inf_weight_precision").set_value("int4").run()
+    at.selectbox(key="inf_kv_dtype").set_value("fp8").run()
+    at.number_input(key="inf_concurrency").set_value(16).run()
+    at.number_input(key="inf_seq_len").set_value(4096).run()
+    no_exception(at)
+    params = dict(at.query_params)
+    assert {k: params[k] for k in SERVING} == SERVING
+    peak = next(m.value for m in at.metric if m.label == "Peak memory")
+    assert peak == _serving_peak(4096, 16)
+
+    fresh = new_app()
+    for k, v in params.items():
+        fresh.query_params[k] = v
+    fresh.run()
+    no_exception(fresh)
+    assert not link_warning(fresh)
+    assert fresh.radio(key="mem_workload").value == "Inference"
+    assert fresh.selectbox(key="inf_kv_dtype").value.value == "fp8"
+    assert fresh.number_input(key="inf_concurrency").value == 16
+    assert next(m.value for m in fresh.metric if m.label == "Peak memory") == peak
+    assert dict(fresh.query_params) == params
+
+
+def test_bad_serving_values_in_a_link_are_ignored_with_a_warning(new_app):
+    at = new_app()
+    for k, v in {"mem_workload": "inference", "inf_weight_precision": "int3", "inf_kv_dtype": "fp4",
+                 "inf_concurrency": "0", "inf_seq_len": "abc"}.items():
+        at.query_params[k] = v
+    at.run()
+    no_exception(at)
+    text = link_warning(at)
+    for needle in ("inf_weight_precision='int3': must be one of as_stored, bf16, fp16, int8, fp8, int4",
+                   "inf_kv_dtype='fp4': must be one of bf16, fp16, fp8, int8",
+                   "inf_concurrency='0': must be between 1 and 1048576",
+                   "inf_seq_len='abc': must be an integer between 1 and 2097152"):
+        assert needle in text, text
+    assert at.radio(key="mem_workload").value == "Inference"  # any letter case
+    assert at.selectbox(key="inf_weight_precision").value == "as_stored"  # the defaults, not the bad values
+    assert at.number_input(key="inf_concurrency").value == 1
+
+
+def test_an_old_link_without_serving_settings_still_opens_the_same_training_view(new_app):
+    old = {"model": "Qwen/Qwen2.5-0.5B", "method": "qlora", "micro_batch_size": "4", "gpu": "NVIDIA L4"}
+    at = new_app()
+    for k, v in old.items():
+        at.query_params[k] = v
+    at.run()
+    no_exception(at)
+    assert not link_warning(at)
+    assert at.radio(key="mem_workload").value == "Fine-tuning"
+    assert at.number_input(key="micro_batch_size").value == 4 and at.session_state["gpu"] == "NVIDIA L4"
+    assert {k: at.query_params[k] for k in old} == old
