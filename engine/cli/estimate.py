@@ -14,6 +14,7 @@ from engine.cli.options import (
     add_time_cost_options, dataset_from_args, emit_json, fail, gpus_per_node, load_model, scenario_from_args,
 )
 from engine.cli.from_config import imported_run
+from engine.cli.gpu_name import warn_gpu_name
 from engine.errors import EngineError, ScenarioError
 from engine.hardware.gpus import find_gpu
 from engine.memory.components import PHASES
@@ -91,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
                 raise ScenarioError("--num-gpus and --strategy need --gpu")
             elif dataset is not None:
                 raise ScenarioError("a dataset size needs --gpu to estimate time and cost")
+        warn_gpu_name(args, out)  # "A100" read as the A100 80GB: said on stderr and in warnings
     except EngineError as exc:
         return fail(exc)
     return emit_json(out)
