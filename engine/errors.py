@@ -28,8 +28,9 @@ class CatalogError(EngineError):
 
 
 class AmbiguousGpuError(CatalogError):
-    """A GPU name fits several GPUs of the catalog ("A100": 40GB or 80GB, SXM or PCIe); ``candidates`` are their
-    catalog names, which the message lists."""
+    """A GPU name fits several GPUs of the catalog and is no GPU's alias, so the catalog declares no default for it
+    ("A100 SXM": 40GB or 80GB; "A100" is the A100 80GB's alias and resolves to it with a note); ``candidates`` are
+    their catalog names, which the message lists."""
 
     def __init__(self, message: str, candidates: tuple[str, ...] = ()) -> None:
         super().__init__(message)

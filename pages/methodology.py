@@ -205,7 +205,7 @@ peak fits the usable memory (the GPU fit engine); the Pareto front of (hours, co
 taken from those plans only.
 
 **The seed rule** is the seed's throughput table ({"; ".join(f"{b:g}B on {f'{n}x ' if n > 1 else ''}{g} ~{t:,.0f} tokens/s" for b, g, n, t in SEED_THROUGHPUT)}),
-its GPU names read as catalog GPUs (its "H100", which names no one variant, as the H100 SXM 80GB); a model within -15%/+25% of a listed size takes that line's number,
+its GPU names read as catalog GPUs (its "H100" as the H100 SXM 80GB, the catalog's GPU for that name); a model within -15%/+25% of a listed size takes that line's number,
 otherwise it is scaled by listed size / model size. It ignores method, precision, batch and checkpointing.
 """
 )

@@ -1,14 +1,15 @@
 """Share a scenario as a URL: the scenario's widget values live in ``st.query_params``.
 
 :func:`read_query_params` runs once per session (from :func:`ui.layout.app_shell`): each known parameter is
-validated and put into the widget state before any widget is drawn; a bad value is ignored with an ``st.warning``.
+validated and put into the widget state before any widget is drawn; a bad value is ignored with an ``st.warning``,
+and a value applied with a note (``gpu=A100``, read as the catalog's A100 80GB) is said in another.
 :func:`write_query_params` runs on every page with a valid scenario and mirrors the current values into the URL.
 The token field is never a parameter, and nothing else is written.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import streamlit as st
 
@@ -93,18 +94,27 @@ def _weight_precision(text: str) -> Any:
         raise ValueError("must be one of " + ", ".join((AS_STORED, *(w.value for w in WeightPrecision)))) from None
 
 
-def _gpu(text: str) -> str:
-    """A GPU of this session's catalog, by any name it accepts; ambiguous ("A100"): the GPUs it names, unknown: the
-    closest names, as the CLI says."""
-    from engine.hardware.gpus import _resolve
+class _Noted(NamedTuple):
+    """A parsed value applied with a note the link's reader must see (a GPU name read as one of several)."""
+
+    value: Any
+    note: str
+
+
+def _gpu(text: str) -> str | _Noted:
+    """A GPU of this session's catalog, by any name it accepts; a family name ("A100") reads as the catalog's GPU for it
+    with the note saying so (old links keep working); a name of several GPUs that is nobody's alias: the GPUs it names,
+    unknown: the closest names, as the CLI says."""
+    from engine.hardware.gpus import _resolve, gpu_name_note
     from ui.catalog_session import session_gpus
 
     try:
-        return _resolve(text, session_gpus()).name
+        gpu, note = _resolve(text, session_gpus()), gpu_name_note(text, session_gpus())
     except AmbiguousGpuError as exc:
         raise ValueError("ambiguous: " + str(exc).removeprefix(f"ambiguous GPU '{text}': ")) from None
     except CatalogError as exc:
         raise ValueError("not a GPU of the catalog; " + str(exc).removeprefix(f"unknown GPU '{text}'").lstrip(";: ")) from None
+    return gpu.name if note is None else _Noted(gpu.name, note)
 
 
 def _limited(key: str) -> Callable[[str], Any]:
@@ -148,6 +158,7 @@ def read_query_params() -> None:
     st.session_state[_READ_FLAG] = True
     params = st.query_params
     bad: list[str] = []
+    notes: list[str] = []  # settings applied as read, with what the reader must know
     if "model" in params:
         from engine.model.sources import catalog_choices
 
@@ -172,9 +183,14 @@ def read_query_params() -> None:
             continue
         name, text = given[key]
         try:
-            st.session_state[key] = parse(text)
+            value = parse(text)
         except ValueError as exc:
             bad.append(f"{name}={text!r}: {exc}")
+            continue
+        if isinstance(value, _Noted):
+            notes.append(f"{name}={text!r}: {value.note}")
+            value = value.value
+        st.session_state[key] = value
     if "precision" in st.session_state and "precision" in given:
         st.session_state["precision_chosen"] = True  # the link's precision, not the method's default
     if "lora_targets" in params:
@@ -183,6 +199,10 @@ def read_query_params() -> None:
     bad += [f"{key}: not a setting of this app" for key in params if key not in known]
     if bad:
         st.warning("Some settings in the link were ignored: " + "; ".join(bad))
+    if notes:
+        from ui.formats import md_plain
+
+        st.warning("Read from the link: " + md_plain("; ".join(notes)))  # the link's text shown as typed
 
 
 def apply_pending_targets(arch, targets_key: str) -> None:

@@ -14,6 +14,7 @@ from engine.cli.options import (
     add_time_cost_options, dataset_from_args, emit_json, fail, gpus_per_node, load_model, scenario_from_args,
 )
 from engine.cli.from_config import imported_run
+from engine.cli.gpu_name import warn_gpu_name
 from engine.errors import EngineError, ScenarioError
 from engine.hardware.gpus import find_gpu
 from engine.memory.components import PHASES
@@ -91,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
                 raise ScenarioError("--num-gpus and --strategy need --gpu")
             elif dataset is not None:
                 raise ScenarioError("a dataset size needs --gpu to estimate time and cost")
+        warn_gpu_name(args, out)  # "A100" read as the A100 80GB: said on stderr and in warnings
     except EngineError as exc:
         return fail(exc)
     return emit_json(out)
@@ -295,10 +297,10 @@ def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Dataset, ar
 
 def _warn_if_not_fitting(out: dict[str, Any], args: argparse.Namespace) -> None:
     """Say at the top level when the plan does not fit (times and costs are then for reference only), or fits with
-    less than the safety margin to spare (:mod:`engine.plan.verdict`)."""
+    less than the safety margin to spare (:mod:`engine.plan.verdict`), on the catalog GPU ``--gpu`` was read as."""
     if out.get("verdict") == Verdict.TIGHT.value:
         out.setdefault("warnings", []).append(
-            f"tight: may not fit on {args.num_gpus or 1} x {args.gpu}: {out.get('headroom_bytes', 0):,} bytes to spare, less "
+            f"tight: may not fit on {args.num_gpus or 1} x {out['gpu']['name']}: {out.get('headroom_bytes', 0):,} bytes to spare, less "
             f"than the {SAFETY_MARGIN_FRACTION:.0%} of the peak by which the allocator's reserve can exceed the modelled one")
         return
     if out.get("fits") is not False:
@@ -308,6 +310,6 @@ def _warn_if_not_fitting(out: dict[str, Any], args: argparse.Namespace) -> None:
     advice = (f"the fewest that fit with {strategy} is {fewest}" if fewest
               else f"no count fits with {strategy}" + ("; try --strategy zero3" if strategy == "ddp" else ""))
     out.setdefault("warnings", []).append(
-        f"does not fit on {args.num_gpus or 1} x {args.gpu}: {advice}; any time and cost below are for reference only"
+        f"does not fit on {args.num_gpus or 1} x {out['gpu']['name']}: {advice}; any time and cost below are for reference only"
     )
 

@@ -107,8 +107,9 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
 
 def add_gpu_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", metavar="NAME", default=None,
-                   help="check the fit on this GPU (e.g. 'A100 80GB', 'H100 SXM', 'RTX 4090'; a name of several GPUs, "
-                        "such as 'A100', is refused with them); adds gpu, fits, headroom_bytes, min_gpus")
+                   help="check the fit on this GPU (e.g. 'A100 80GB', 'H100 SXM', 'RTX 4090'; a family name such as 'A100' "
+                        "reads as the catalog's GPU for it, the A100 80GB, with a warning naming the others; one that is no "
+                        "GPU's alias, such as 'A100 SXM', is refused with them); adds gpu, fits, headroom_bytes, min_gpus")
     p.add_argument("--num-gpus", type=positive_int, default=None, metavar="N", help="GPUs of that kind (with --gpu; default 1)")
     p.add_argument("--strategy", choices=[s.value for s in Strategy], default=None,
                    help="multi-GPU strategy (with --gpu): ddp = every GPU holds everything; zero1/zero2/zero3 = DeepSpeed ZeRO "

@@ -14,6 +14,7 @@ from engine.cli.options import (
     add_gpu_options, add_model_options, add_scenario_options, add_time_cost_options, dataset_from_args, emit_bytes,
     fail, load_model, scenario_from_args,
 )
+from engine.cli.gpu_name import warn_gpu_name
 from engine.errors import CatalogError, EngineError, ScenarioError, explain_validation
 from engine.hardware.gpus import find_gpu
 from engine.memory.parallel import Strategy
@@ -97,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
             except ValidationError as exc:
                 raise ScenarioError(explain_validation(exc, all_errors=True)) from None
             out = plans_to_csv([(plan, evaluate_plan(plan, config))])
+            warn_gpu_name(args)  # the CSV has the catalog name; stderr says how --gpu was read
     except EngineError as exc:
         return fail(exc)
     return emit_bytes(out, args.output)

@@ -30,10 +30,15 @@ the source lists none.
 
 Names resolve forgivingly (:func:`find_gpu`): case, spaces, dashes, underscores, a vendor or brand prefix
 (NVIDIA, AMD, GeForce, Tesla, Instinct) and a "GB" after a number do not matter, and aliases such as
-"A100-80GB", "H100 SXM" or "RTX 4090" name their GPU. A name that fits several GPUs ("A100": 40GB or 80GB, SXM or
-PCIe; "V100": 16GB or 32GB; "H100": SXM, PCIe or NVL) is refused with the candidates (:class:`AmbiguousGpuError`),
-never resolved to one of them silently: the variants differ in memory, bandwidth or peak rate, so each would give
-other numbers. This module has no Streamlit import.
+"A100-80GB", "H100 SXM" or "RTX 4090" name their GPU. A family name fits several GPUs ("A100": 40GB or 80GB, SXM or
+PCIe; "V100": 16GB or 32GB; "H100": SXM, PCIe or NVL), and the variants differ in memory, bandwidth or peak rate, so
+each gives other numbers. Published runs and scripts say "A100" or "H100" all the time, so such a name is not
+refused: when it is the alias of one GPU in ``gpus.csv`` (the catalog's declared default: "A100" -> NVIDIA A100 80GB,
+"H100" -> NVIDIA H100 80GB, the SXM board, "V100" -> NVIDIA V100 16GB) it resolves to that GPU, and
+:func:`gpu_name_note` says so and names the other GPUs it fits, for every caller to show (the CLI's warnings, the
+app's link and import warnings): never silently. A name that fits several GPUs and is nobody's alias ("A100 SXM")
+has no declared default and is refused with the candidates (:class:`AmbiguousGpuError`). This module has no
+Streamlit import.
 """
 
 from __future__ import annotations
@@ -270,32 +275,49 @@ def variants(name: str, gpus: tuple[Gpu, ...]) -> list[str]:
     return [g.name for g in gpus if any(wanted <= _words(n) for n in (g.name, *g.aliases))]
 
 
-def _resolve(name: str, gpus: tuple[Gpu, ...]) -> Gpu:
-    """The GPU ``name`` names: a catalog name (never ambiguous: it is the catalog's own), else an alias that no other
-    GPU's name or alias also fits.
+def _match(name: str, gpus: Sequence[Gpu]) -> tuple[Gpu, str | None]:
+    """The GPU ``name`` names and the note saying which other GPUs it also fits (None when it names one only).
+
+    A catalog name is the catalog's own and carries no note. Else an alias names its GPU: aliases are unique in a
+    table (:func:`gpus_from_rows`), so the alias is the table's declared default for that text; the note lists the
+    other GPUs :func:`variants` finds for it. A name that fits several GPUs and is no alias has no default.
 
     Raises:
-        AmbiguousGpuError: the name fits several GPUs; the message lists them.
+        AmbiguousGpuError: the name fits several GPUs and is nobody's alias; the message lists them.
         CatalogError: no GPU has that name or alias; the message lists the closest names.
     """
     wanted = _key(name)
     if wanted:
         for gpu in gpus:
             if wanted == _key(gpu.name):
-                return gpu
-        named = [g for g in gpus if wanted in (_key(a) for a in g.aliases)]
-        candidates = variants(name, gpus)
-        if len({g.name for g in named} | set(candidates)) > 1:
+                return gpu, None
+        named = next((g for g in gpus if wanted in (_key(a) for a in g.aliases)), None)
+        candidates = variants(name, tuple(gpus))
+        if named is not None:
+            others = [c for c in candidates if c != named.name]
+            return named, default_gpu_note(name, named.name, others) if others else None
+        if len(candidates) > 1:
             raise AmbiguousGpuError(ambiguous_gpu_message(name, candidates), tuple(candidates))
-        if named:
-            return named[0]
-    raise CatalogError(unknown_gpu_message(name, gpus))
+    raise CatalogError(unknown_gpu_message(name, tuple(gpus)))
+
+
+def _resolve(name: str, gpus: Sequence[Gpu]) -> Gpu:
+    """The GPU ``name`` names in ``gpus`` (the rule of :func:`_match`, whose errors it raises), without the note."""
+    return _match(name, gpus)[0]
+
+
+def default_gpu_note(name: str, chosen: str, others: Sequence[str]) -> str:
+    """``"'A100' read as NVIDIA A100 80GB (the catalog's GPU for that name); it also fits NVIDIA A100 40GB, ...: give
+    the full name for another"``."""
+    return (f"'{name}' read as {chosen} (the catalog's GPU for that name); it also fits {', '.join(others)}: "
+            "give the full name for another")
 
 
 def ambiguous_gpu_message(name: str, candidates: Sequence[str]) -> str:
-    """``"ambiguous GPU 'A100': it names 4 GPUs of the catalog (NVIDIA A100 40GB, ...); give one of these names"``."""
-    return (f"ambiguous GPU '{name}': it names {len(candidates)} GPUs of the catalog ({', '.join(candidates)}); "
-            "give one of these names")
+    """``"ambiguous GPU 'A100 SXM': it names 2 GPUs of the catalog (NVIDIA A100 40GB, NVIDIA A100 80GB) and the catalog
+    declares none of them its GPU for that name; give one of these names"``."""
+    return (f"ambiguous GPU '{name}': it names {len(candidates)} GPUs of the catalog ({', '.join(candidates)}) and the "
+            "catalog declares none of them its GPU for that name; give one of these names")
 
 
 def unknown_gpu_message(name: str, gpus: tuple[Gpu, ...] | None = None) -> str:
@@ -333,11 +355,26 @@ def closest_gpus(name: str, gpus: tuple[Gpu, ...] | None = None, n: int = 3) -> 
 
 
 def find_gpu(name: str) -> Gpu:
-    """Resolve a GPU name forgivingly (see the module docstring).
+    """Resolve a GPU name forgivingly (see the module docstring): a catalog name, else the GPU whose alias it is,
+    even when it also fits others ("A100" -> NVIDIA A100 80GB, the catalog's declared default; say
+    :func:`gpu_name_note` to the user).
 
     Raises:
-        AmbiguousGpuError: the name fits several GPUs ("A100", "V100", "H100"); the message lists them.
+        AmbiguousGpuError: the name fits several GPUs and is nobody's alias ("A100 SXM"); the message lists them.
         CatalogError: no match; the message lists the closest names.
     """
     return _resolve(name, load_gpus())
 
+
+def gpu_name_note(name: str, gpus: Sequence[Gpu] | None = None) -> str | None:
+    """What a user must be told about reading ``name`` as :func:`find_gpu` does (in ``gpus``, default the catalog):
+    None for a catalog name or a name that fits one GPU; for a name that fits several GPUs and is one's alias
+    ("A100", "H100", "V100", "A100 PCIe"), which GPU it was read as and the others it fits, e.g. ``"'A100' read as
+    NVIDIA A100 80GB (the catalog's GPU for that name); it also fits NVIDIA A100 40GB, NVIDIA A100 40GB PCIe, NVIDIA
+    A100 80GB PCIe: give the full name for another"``. The reason: the default keeps scripts and published runs
+    that say "A100" working, and the note keeps the choice visible (the variants give other numbers).
+
+    Raises:
+        AmbiguousGpuError, CatalogError: as :func:`find_gpu`, for a name it refuses.
+    """
+    return _match(name, load_gpus() if gpus is None else gpus)[1]

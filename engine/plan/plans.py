@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from engine.model.architecture import Architecture
 from engine.model.build import architecture_or_approximation
 from engine.plan.cost import CHEAPEST_LISTED, Dataset, estimate_plan, resolve_price_source
+from engine.plan.plan_gpu import find_plan_gpu, plan_gpu_note
 from engine.plan.verdict import Verdict
 from engine.csv_cells import neutralize, restore
 from engine.errors import EngineError, explain_validation
@@ -172,7 +173,7 @@ def evaluate_plan(
     if config is None:
         config, _ = config_from_catalog(plan.model_repo_id)
     arch, _approx = architecture_or_approximation(config)
-    gpu = _find_gpu(plan.gpu, gpus)
+    gpu = find_plan_gpu(plan.gpu, gpus)
     sc = plan.scenario()
     source = resolve_price_source(plan.price_source, prices)
     est = estimate_memory(arch, sc)
@@ -188,27 +189,6 @@ def evaluate_plan(
         cost_usd_on_demand=pe.run.cost_usd_on_demand, cost_usd_spot=pe.run.cost_usd_spot, price_source=source,
         notes=tuple(n for n in (*est.warnings, *pe.notes, pe.price.reason) if n),
     )
-
-
-def _find_gpu(name: str, gpus: Sequence[Gpu] | None) -> Gpu:
-    """The GPU named exactly ``name`` in ``gpus`` (default: the catalog), else the catalog's forgiving lookup."""
-    from engine.errors import AmbiguousGpuError, CatalogError
-    from engine.hardware.gpus import find_gpu
-
-    table = load_gpus() if gpus is None else gpus
-    for g in table:
-        if g.name == name:
-            return g
-    try:
-        found = find_gpu(name)
-    except AmbiguousGpuError:
-        raise  # its message names the candidates
-    except CatalogError:
-        raise CatalogError(f"unknown GPU '{name}'") from None
-    for g in table:
-        if g.name == found.name:
-            return g
-    raise CatalogError(f"unknown GPU '{name}'")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -376,7 +356,9 @@ def plans_from_csv(
     export (:mod:`engine.csv_cells`) are restored. The file is refused, with one reason (row 0), when it is empty,
     not UTF-8 text, not CSV, or lacks a :data:`REQUIRED_COLUMNS` column or any dataset size column; an optional
     input column that is missing gives one warning naming the default every plan then uses. A row with the wrong
-    number of cells, or that does not validate or evaluate, is listed in ``errors`` with why.
+    number of cells, or that does not validate or evaluate, is listed in ``errors`` with why. A row whose GPU is a
+    family name ("A100") loads on the catalog's GPU for it, under that GPU's name, with a warning saying so
+    (:mod:`engine.plan.plan_gpu`).
     """
     if not data.strip():
         return _file_error("the file is empty")
@@ -424,6 +406,9 @@ def plans_from_csv(
         except EngineError as exc:
             errors.append(RowError(row=number, reason=str(exc)))
             continue
+        if (note := plan_gpu_note(plan.gpu, gpus)) is not None:  # "A100": loaded as the A100 80GB, by that name
+            warnings += (f"row {number}: {note}",)
+            plan = plan.model_copy(update={"gpu": find_plan_gpu(plan.gpu, gpus).name})
         if not loaded:
             stamp = (restore(values.get("app_version") or "") or None, restore(values.get("exported_at") or "") or None)
         loaded.append((plan, result))

@@ -26,9 +26,9 @@ SEED_THROUGHPUT: tuple[tuple[float, str, int, float], ...] = (
 )
 
 SEED_GPUS = {"A100-40GB": "NVIDIA A100 40GB", "A100-80GB": "NVIDIA A100 80GB", "H100": "NVIDIA H100 80GB"}
-"""The catalog GPU each of the seed's labels stands for. The seed writes "H100" without a variant, which the catalog
-refuses as ambiguous (SXM, PCIe or NVL); it is read as the H100 SXM 80GB, as the seed's largest-model table is
-(:mod:`engine.plan.largest`)."""
+"""The catalog GPU each of the seed's labels stands for. The seed writes "H100" without a variant (SXM, PCIe or NVL);
+it is read as the H100 SXM 80GB, as the seed's largest-model table is (:mod:`engine.plan.largest`), by this table
+rather than through the catalog's default for the name (the same GPU today)."""
 
 SEED_SIZE_TOLERANCE = (0.85, 1.25)
 """A model counts as the listed size when within -15%/+25% of it (nominal sizes round: "7B" covers 5.95-8.75B,
@@ -63,7 +63,7 @@ def seed_throughput(parameters_b: float, gpu: Gpu | str, num_gpus: int = 1) -> S
     The seed's GPU labels stand for the catalog GPUs of :data:`SEED_GPUS` ("A100-40GB" -> NVIDIA A100 40GB,
     "H100" -> NVIDIA H100 80GB (SXM)), so only that catalog GPU matches: an A100 40GB PCIe or an H100 PCIe is
     another GPU, which the seed does not list. ``gpu`` by name goes through :func:`engine.hardware.gpus.find_gpu`:
-    an ambiguous name ("H100") matches nothing. Among the listed sizes on that GPU and count the closest (log
+    "H100" is the catalog's GPU for that name, the H100 80GB (SXM), so it matches. Among the listed sizes on that GPU and count the closest (log
     scale) is used: its tokens/s as listed when the model is within :data:`SEED_SIZE_TOLERANCE` of that size,
     otherwise scaled by listed size / model size (training FLOPs per token are proportional to parameters).
     """

@@ -1,6 +1,9 @@
-"""AppTest tests of links (ui/share.py): a GPU name of several GPUs, and the Memory page's serving settings in the URL."""
+"""AppTest tests of links (ui/share.py): a GPU name of several GPUs (read as the catalog's GPU for it, or refused),
+and the Memory page's serving settings in the URL."""
 
 from __future__ import annotations
+
+import re
 
 from apptest_support import no_exception
 
@@ -9,23 +12,58 @@ def link_warning(at) -> str:
     return " ".join(w.value for w in at.warning if "Some settings in the link were ignored" in w.value)
 
 
-def test_an_ambiguous_gpu_in_a_link_is_ignored_with_its_candidates(new_app):
-    # gpu=V100 used to open the V100 16GB silently; a 32GB user got the 16GB answer. As in the CLI, it is refused.
+def link_note(at) -> str:
+    """The link's notes as shown (Markdown escaped: the link's text is shown as typed), unescaped."""
+    return " ".join(re.sub(r"\\(.)", r"\1", w.value) for w in at.warning if w.value.startswith("Read from the link: "))
+
+
+def test_a_family_gpu_name_in_a_link_applies_the_catalogs_gpu_and_says_so(new_app):
+    # gpu=V100 opened the V100 16GB silently, then was refused; it now opens the 16GB (the catalog's GPU for "V100",
+    # its alias in data/gpus.csv) with a warning naming the 32GB, and the URL names the GPU in full from then on.
     at = new_app()
     at.query_params["gpu"] = "V100"
     at.query_params["num_gpus"] = "2"
     at.run()
     no_exception(at)
-    assert ("gpu='V100': ambiguous: it names 2 GPUs of the catalog (NVIDIA V100 16GB, NVIDIA V100 32GB); give one of "
-            "these names") in link_warning(at)
-    assert at.session_state["gpu"] == "NVIDIA A100 80GB"  # the default, not a guessed V100
-    assert at.session_state["num_gpus"] == 2  # the link's other settings still apply
-    assert at.query_params["gpu"] == "NVIDIA A100 80GB"
+    assert link_note(at) == ("Read from the link: gpu='V100': 'V100' read as NVIDIA V100 16GB (the catalog's GPU for "
+                             "that name); it also fits NVIDIA V100 32GB: give the full name for another")
+    assert not link_warning(at)
+    assert at.session_state["gpu"] == "NVIDIA V100 16GB" and at.session_state["num_gpus"] == 2
+    assert at.query_params["gpu"] == "NVIDIA V100 16GB"
+
+    # An old link's key (tc_gpu, before the pages shared one GPU) with "H100": the SXM board, said.
+    old = new_app()
+    old.query_params["tc_gpu"] = "H100"
+    old.run()
+    no_exception(old)
+    assert old.session_state["gpu"] == "NVIDIA H100 80GB"
+    assert link_note(old) == ("Read from the link: tc_gpu='H100': 'H100' read as NVIDIA H100 80GB (the catalog's GPU "
+                              "for that name); it also fits NVIDIA H100 80GB PCIe, NVIDIA H100 NVL: give the full name "
+                              "for another")
+
+    # The link's text is shown as typed, not as Markdown: "*V100*" is the V100's name with stars, not an emphasis.
+    starred = new_app()
+    starred.query_params["gpu"] = "*V100*"
+    starred.run()
+    assert starred.session_state["gpu"] == "NVIDIA V100 16GB"
+    assert "gpu='\\*V100\\*': '\\*V100\\*' read as NVIDIA V100 16GB" in starred.warning[0].value
 
     exact = new_app()
     exact.query_params["gpu"] = "V100-32GB"
     exact.run()
-    assert exact.session_state["gpu"] == "NVIDIA V100 32GB" and not link_warning(exact)
+    assert exact.session_state["gpu"] == "NVIDIA V100 32GB" and not link_warning(exact) and not link_note(exact)
+
+
+def test_a_gpu_name_of_several_gpus_that_is_no_alias_is_ignored_with_its_candidates(new_app):
+    at = new_app()
+    at.query_params["gpu"] = "V100 SXM2"
+    at.query_params["num_gpus"] = "2"
+    at.run()
+    no_exception(at)
+    assert ("gpu='V100 SXM2': ambiguous: it names 2 GPUs of the catalog (NVIDIA V100 16GB, NVIDIA V100 32GB) and the "
+            "catalog declares none of them its GPU for that name; give one of these names") in link_warning(at)
+    assert at.session_state["gpu"] == "NVIDIA A100 80GB"  # the default, not a guessed V100
+    assert at.session_state["num_gpus"] == 2  # the link's other settings still apply
 
 
 SERVING = {"mem_workload": "Inference", "inf_weight_precision": "int4", "inf_kv_dtype": "fp8", "inf_concurrency": "16",

@@ -11,7 +11,10 @@ import pytest
 from engine.hardware.gpus import Gpu as CatalogGpu
 from engine.hardware.gpus import find_gpu as catalog_find_gpu
 from engine.errors import AmbiguousGpuError, CatalogError
-from engine.hardware.gpus import GPUS_FILE, PRICES_FILE, Gpu, closest_gpus, find_gpu, load_gpus, load_prices, prices_for
+from engine.hardware.gpus import (
+    GPUS_FILE, PRICES_FILE, Gpu, _resolve, closest_gpus, find_gpu, gpu_name_note, gpus_from_rows, load_gpus, load_prices,
+    prices_for,
+)
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 MIB = 2**20
@@ -204,25 +207,61 @@ def test_gpu_names_resolve_forgivingly(text, name):
     assert find_gpu(text).name == name
 
 
+A100S = ("NVIDIA A100 40GB", "NVIDIA A100 40GB PCIe", "NVIDIA A100 80GB", "NVIDIA A100 80GB PCIe")
+
+
 @pytest.mark.parametrize(
-    ("text", "candidates"),
-    [  # a family name fits every variant of the family; the variants differ in memory (and bandwidth or peak rate)
-        ("V100", ("NVIDIA V100 16GB", "NVIDIA V100 32GB")), ("Tesla V100", ("NVIDIA V100 16GB", "NVIDIA V100 32GB")),
-        ("A100", ("NVIDIA A100 40GB", "NVIDIA A100 40GB PCIe", "NVIDIA A100 80GB", "NVIDIA A100 80GB PCIe")),
-        ("a100", ("NVIDIA A100 40GB", "NVIDIA A100 40GB PCIe", "NVIDIA A100 80GB", "NVIDIA A100 80GB PCIe")),
-        ("A100 PCIe", ("NVIDIA A100 40GB PCIe", "NVIDIA A100 80GB PCIe")), ("A100 SXM", ("NVIDIA A100 40GB", "NVIDIA A100 80GB")),
-        ("H100", ("NVIDIA H100 80GB", "NVIDIA H100 80GB PCIe", "NVIDIA H100 NVL")),
+    ("text", "chosen", "memory_gib", "others"),
+    [  # a family name is the alias of one variant in data/gpus.csv (the catalog's default) and fits the others too
+        ("A100", "NVIDIA A100 80GB", 80, A100S[:2] + A100S[3:]), ("a100", "NVIDIA A100 80GB", 80, A100S[:2] + A100S[3:]),
+        ("H100", "NVIDIA H100 80GB", 80, ("NVIDIA H100 80GB PCIe", "NVIDIA H100 NVL")),
+        ("V100", "NVIDIA V100 16GB", 16, ("NVIDIA V100 32GB",)), ("Tesla V100", "NVIDIA V100 16GB", 16, ("NVIDIA V100 32GB",)),
+        ("A100 PCIe", "NVIDIA A100 80GB PCIe", 80, ("NVIDIA A100 40GB PCIe",)),
     ],
 )
-def test_an_ambiguous_gpu_name_is_refused_with_every_candidate(text, candidates):
-    # Each of these resolved silently to one variant (V100 -> 16GB, A100 -> 80GB SXM, H100 -> SXM): a 32GB V100 user
-    # got a 16GB answer. The message names them all, in catalog order, so the user can pick.
-    with pytest.raises(AmbiguousGpuError) as err:
-        find_gpu(text)
-    assert err.value.candidates == candidates
-    assert str(err.value) == (f"ambiguous GPU '{text}': it names {len(candidates)} GPUs of the catalog "
-                              f"({', '.join(candidates)}); give one of these names")
-    assert isinstance(err.value, CatalogError)  # every caller that reports a bad GPU name reports this one
+def test_a_family_name_reads_as_the_catalogs_gpu_for_it_with_a_note(text, chosen, memory_gib, others):
+    # Published runs say "A100" / "H100": refusing them broke scripts, resolving them silently hid the choice. The
+    # alias declares the default; the note says which GPU was taken and every other one the name fits, catalog order.
+    gpu = find_gpu(text)
+    assert gpu.name == chosen and gpu.memory_gib == memory_gib
+    assert gpu_name_note(text) == (f"'{text}' read as {chosen} (the catalog's GPU for that name); it also fits "
+                                   f"{', '.join(others)}: give the full name for another")
+
+
+def test_the_alias_declares_the_default_in_an_edited_table():
+    # Move the "A100" alias to the 40GB row: the same name now reads as the 40GB card, and the note names the 80GB.
+    header, rows = _csv_rows(DATA / GPUS_FILE)
+    for row in rows:
+        aliases = [a for a in row["aliases"].split(";") if a != "A100"]
+        row["aliases"] = ";".join(aliases + (["A100"] if row["name"] == "NVIDIA A100 40GB" else []))
+    gpus = gpus_from_rows(list(enumerate(rows, start=2)), "edited")
+    assert _resolve("A100", gpus).name == "NVIDIA A100 40GB"
+    assert gpu_name_note("A100", gpus) == ("'A100' read as NVIDIA A100 40GB (the catalog's GPU for that name); it also "
+                                           "fits NVIDIA A100 40GB PCIe, NVIDIA A100 80GB, NVIDIA A100 80GB PCIe: give the "
+                                           "full name for another")
+
+
+@pytest.mark.parametrize("text", ["NVIDIA A100 80GB", "A100 80GB", "A100-80GB", "H100 SXM", "V100-32GB", "RTX 4090"])
+def test_a_catalog_name_or_a_one_gpu_alias_has_no_note(text):
+    # "A100 80GB" is the catalog's own name (canonically), though the 80GB PCIe also has those words: no note.
+    assert gpu_name_note(text) is None
+    assert find_gpu(text).name in {g.name for g in load_gpus()}
+
+
+@pytest.mark.parametrize(
+    ("text", "candidates"),
+    [("A100 SXM", ("NVIDIA A100 40GB", "NVIDIA A100 80GB")), ("V100 SXM2", ("NVIDIA V100 16GB", "NVIDIA V100 32GB"))],
+)
+def test_a_name_of_several_gpus_that_is_no_alias_is_refused_with_every_candidate(text, candidates):
+    # "A100 SXM" fits the 40GB and 80GB SXM boards and is neither's alias: the catalog declares no default for it.
+    for ask in (find_gpu, gpu_name_note):
+        with pytest.raises(AmbiguousGpuError) as err:
+            ask(text)
+        assert err.value.candidates == candidates
+        assert str(err.value) == (f"ambiguous GPU '{text}': it names {len(candidates)} GPUs of the catalog "
+                                  f"({', '.join(candidates)}) and the catalog declares none of them its GPU for that "
+                                  "name; give one of these names")
+        assert isinstance(err.value, CatalogError)  # every caller that reports a bad GPU name reports this one
 
 
 def test_every_catalog_name_resolves_to_itself():

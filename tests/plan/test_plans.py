@@ -132,10 +132,26 @@ def test_import_unknown_gpu(exported):
     only_second_loads(plans_from_csv(corrupt(exported, "gpu", "Voodoo 5 6000")), "unknown GPU")
 
 
-def test_import_ambiguous_gpu_is_refused_with_the_candidates(exported):
-    # A hand-edited file saying "V100" is not loaded as the 16GB card: the row says which V100s there are.
-    only_second_loads(plans_from_csv(corrupt(exported, "gpu", "V100")),
-                      "ambiguous GPU 'V100': it names 2 GPUs of the catalog (NVIDIA V100 16GB, NVIDIA V100 32GB)")
+A100_NOTE = ("'A100' read as NVIDIA A100 80GB (the catalog's GPU for that name); it also fits NVIDIA A100 40GB, "
+             "NVIDIA A100 40GB PCIe, NVIDIA A100 80GB PCIe: give the full name for another")
+
+
+def test_import_of_a_family_gpu_name_loads_the_catalogs_gpu_and_says_so(exported, evaluated):
+    # A hand-edited file (or a published run) saying "A100" loads on the A100 80GB, the catalog's GPU for that name,
+    # under that name, and the import says so: re-exported, the file is the one that named the GPU in full.
+    imported = plans_from_csv(corrupt(exported, "gpu", "A100"))
+    assert not imported.errors
+    assert imported.warnings == (f"row 1: {A100_NOTE}",)
+    (plan, result), second = imported.plans
+    assert plan == evaluated[0][0] and plan.gpu == "NVIDIA A100 80GB"
+    assert result == evaluated[0][1] and second == evaluated[1]
+    assert plans_to_csv(imported.plans, version=imported.app_version, exported_at=imported.exported_at) == exported
+
+
+def test_import_of_a_name_of_several_gpus_that_is_no_alias_is_refused_with_the_candidates(exported):
+    # "A100 SXM" fits the 40GB and 80GB SXM boards and the catalog declares neither its GPU for that name.
+    only_second_loads(plans_from_csv(corrupt(exported, "gpu", "A100 SXM")),
+                      "ambiguous GPU 'A100 SXM': it names 2 GPUs of the catalog (NVIDIA A100 40GB, NVIDIA A100 80GB)")
 
 
 def test_import_negative_batch(exported):
@@ -287,6 +303,14 @@ def test_cli_plan_input_lists_bad_rows_on_stderr(tmp_path, exported, capsys):
     assert main(["plan", "--input", str(src)]) == 0
     err = capsys.readouterr().err
     assert "row 1: unknown GPU" in err
+
+
+def test_cli_plan_input_says_how_a_family_gpu_name_was_read(tmp_path, exported, capsys):
+    src, dst = tmp_path / "plans.csv", tmp_path / "out.csv"
+    src.write_bytes(corrupt(exported, "gpu", "A100"))
+    assert main(["plan", "--input", str(src), "--output", str(dst)]) == 0
+    assert capsys.readouterr().err.splitlines() == [f"warning: row 1: {A100_NOTE}"]
+    assert dst.read_bytes() == exported  # the row now names NVIDIA A100 80GB
 
 
 def test_cli_plan_needs_a_gpu_and_a_dataset():

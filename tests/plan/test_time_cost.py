@@ -93,7 +93,7 @@ def test_seed_rule_resolves_gpu_names_through_the_catalog():
     assert seed_tokens_per_second(7, "H100 PCIe") is None
     assert seed_tokens_per_second(7, "H100 SXM", 2) is None
     assert seed_tokens_per_second(7, "no such gpu") is None
-    assert seed_tokens_per_second(7, "H100") is None  # ambiguous (SXM, PCIe, NVL): not silently the seed's SXM
+    assert seed_tokens_per_second(7, "H100") == 2_000  # the catalog's GPU for "H100" is the SXM board, the seed's
     # Far from every listed size: scaled by listed / model size, and says so.
     small = seed_throughput(1.24, "H100 SXM")
     assert small is not None and small.scaled and small.tokens_per_second == pytest.approx(2_000 * 7 / 1.24)

@@ -50,7 +50,7 @@ def test_cli_keeps_fits_and_adds_verdict_with_a_warning(tmp_path, capsys):
     assert main(["estimate", "--config", str(cfg), "--micro-batch-size", "4", "--seq-len", "1024", "--gpu", "V100 32GB"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["fits"] is True and out["verdict"] == "tight"
-    assert any(w.startswith("tight: may not fit on 1 x V100 32GB") for w in out["warnings"])
+    assert any(w.startswith("tight: may not fit on 1 x NVIDIA V100 32GB") for w in out["warnings"])
     assert main(["estimate", "--config", str(cfg), "--micro-batch-size", "1", "--seq-len", "128", "--gpu", "V100 32GB"]) == 0
     assert json.loads(capsys.readouterr().out)["verdict"] == "fits"
     assert main(["estimate", "--config", str(cfg), "--micro-batch-size", "16", "--seq-len", "1024", "--gpu", "V100 32GB"]) == 0
