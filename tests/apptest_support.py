@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 
 from streamlit.testing.v1 import AppTest
+
+
+def shown(markdown: str) -> str:
+    """What a user reads of an alert's Markdown: ui.formats.md_plain's backslash escapes removed."""
+    return re.sub(r"\\(.)", r"\1", markdown)
+
+
+def warnings_shown(at: AppTest) -> list[str]:
+    """Every st.warning of the run as the user reads it (escapes removed)."""
+    return [shown(w.value) for w in at.warning]
 
 
 def no_exception(at: AppTest) -> None:

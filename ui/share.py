@@ -197,12 +197,13 @@ def read_query_params() -> None:
         st.session_state[_PENDING_TARGETS] = [t for t in params["lora_targets"].split(",") if t]
     known = {*PARSERS, *LEGACY, "model", "hub", "rev", "lora_targets"}
     bad += [f"{key}: not a setting of this app" for key in params if key not in known]
-    if bad:
-        st.warning("Some settings in the link were ignored: " + "; ".join(bad))
-    if notes:
-        from ui.formats import md_plain
+    from ui.formats import md_plain
 
-        st.warning("Read from the link: " + md_plain("; ".join(notes)))  # the link's text shown as typed
+    # The link's text is anyone's: shown as typed, never as Markdown (a key "[x](https://...)" would be a live link)
+    if bad:
+        st.warning("Some settings in the link were ignored: " + md_plain("; ".join(bad)))
+    if notes:
+        st.warning("Read from the link: " + md_plain("; ".join(notes)))
 
 
 def apply_pending_targets(arch, targets_key: str) -> None:
@@ -213,7 +214,9 @@ def apply_pending_targets(arch, targets_key: str) -> None:
     names = arch.linear_target_names() + [ALL_LINEAR]
     unknown = [t for t in pending if t not in names]
     if unknown:
-        st.warning(f"LoRA targets in the link not in this model were ignored: {', '.join(unknown)}")
+        from ui.formats import md_plain
+
+        st.warning("LoRA targets in the link not in this model were ignored: " + md_plain(", ".join(unknown)))
     good = [t for t in pending if t in names]
     if good:
         st.session_state[targets_key] = good

@@ -28,7 +28,7 @@ from engine.scenario.training import Attention, Method, Scenario
 from engine.model.sources import config_from_catalog
 from hubstub import StubRepo
 from reference import param_counts, reference_config, require_reference
-from apptest_support import hub, no_exception, rendered_text
+from apptest_support import hub, no_exception, rendered_text, warnings_shown
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "streamlit_app.py")
@@ -387,7 +387,7 @@ def test_a_link_carries_the_hardware_and_flags_bad_keys(new_app):
     no_exception(at)
     assert at.session_state["num_gpus"] == 4 and at.session_state["strategy"].value == "zero3"
     assert at.session_state["gpu"] == "NVIDIA H100 80GB" and at.session_state["offload"].value == "optimizer"
-    assert any("colour: not a setting of this app" in w.value for w in at.warning)
+    assert any("colour: not a setting of this app" in w for w in warnings_shown(at))
 
     old = new_app()
     for k, v in {"mem_num_gpus": "2", "tc_gpu": "NVIDIA L4"}.items():
@@ -400,7 +400,7 @@ def test_a_link_carries_the_hardware_and_flags_bad_keys(new_app):
     bad.query_params["num_gpus"] = "0"
     bad.run()
     no_exception(bad)
-    warning = next(w.value for w in bad.warning if "ignored" in w.value)
+    warning = next(w for w in warnings_shown(bad) if "ignored" in w)
     assert "gpu='H300': not a GPU of the catalog; closest: NVIDIA H200, NVIDIA H100 80GB" in warning
     assert "num_gpus='0': must be between 1 and 1024" in warning
     assert bad.session_state["gpu"] == "NVIDIA A100 80GB"  # the default: the link's GPU was ignored

@@ -47,7 +47,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from apptest_support import hub, no_exception
+from apptest_support import hub, no_exception, warnings_shown
 from engine.model.build import architecture_from_config
 from engine.errors import (
     CatalogError,
@@ -240,7 +240,7 @@ def errors(at: AppTest) -> list[str]:
 
 
 def warnings(at: AppTest) -> list[str]:
-    return [w.value for w in at.warning]
+    return warnings_shown(at)
 
 
 def upload(at: AppTest, data: bytes) -> AppTest:

@@ -16,7 +16,7 @@ from engine.scenario.training import Method
 from engine.model.sources import config_from_catalog
 from hubstub import StubRepo
 from ui.formats import md_plain
-from apptest_support import no_exception
+from apptest_support import no_exception, warnings_shown
 
 PAGE = "pages/plans.py"
 QWEN_05B = "Qwen/Qwen2.5-0.5B"
@@ -133,7 +133,7 @@ def test_bad_url_values_are_ignored_with_a_warning(new_app):
         at.query_params[k] = v
     at.run()
     no_exception(at)
-    text = " ".join(w.value for w in at.warning)
+    text = " ".join(warnings_shown(at))
     for needle in ("method='bitfit'", "micro_batch_size='-2'", "seq_len='abc'", "model='acme/nope'"):
         assert needle in text
     assert at.selectbox(key="precision").value.value == "bf16"  # the good value is kept

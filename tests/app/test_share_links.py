@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import re
 
-from apptest_support import no_exception
+from apptest_support import no_exception, warnings_shown
 
 
 def link_warning(at) -> str:
-    return " ".join(w.value for w in at.warning if "Some settings in the link were ignored" in w.value)
+    return " ".join(w for w in warnings_shown(at) if "Some settings in the link were ignored" in w)
 
 
 def link_note(at) -> str:
@@ -143,3 +143,18 @@ def test_an_old_link_without_serving_settings_still_opens_the_same_training_view
     assert at.radio(key="mem_workload").value == "Fine-tuning"
     assert at.number_input(key="micro_batch_size").value == 4 and at.session_state["gpu"] == "NVIDIA L4"
     assert {k: at.query_params[k] for k in old} == old
+
+
+def test_a_links_unknown_key_and_lora_targets_are_shown_as_typed_not_as_markdown(new_app):
+    # Anyone can write a link: a key "[docs](https://evil.example)" must read as that text in the warning, not become
+    # a live link in the app (ui/share.py escapes the link's text with ui.formats.md_plain).
+    at = new_app()
+    at.query_params["[docs](https://evil.example)"] = "1"
+    at.query_params["lora_targets"] = "q_proj,**bold**"
+    at.query_params["method"] = "lora"
+    at.run()
+    no_exception(at)
+    raw = " ".join(w.value for w in at.warning)
+    assert "\\[docs\\]\\(https://evil\\.example\\)" in raw and "](https://evil" not in raw
+    assert "\\*\\*bold\\*\\*" in raw
+    assert any("[docs](https://evil.example): not a setting of this app" in w for w in warnings_shown(at))
