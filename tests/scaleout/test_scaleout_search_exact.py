@@ -1,6 +1,8 @@
 """The layout search's fast path (shared contexts, memoised stage sections, cached rank compute) gives exactly (==)
 what a straightforward evaluation of every layout on its own gives: a fresh :func:`estimate_layout` per layout, its
-most loaded stage, its step time. Same candidates, same order, same reasons, same numbers to the last bit."""
+most loaded stage, its step time. Same candidates, same order, same reasons, same numbers to the last bit (==, which
+is stricter than any relative tolerance): every shortcut the search takes (memos, hoisting, pruning) is checked
+against the public per-layout estimate, which shares none of the search's state."""
 
 from __future__ import annotations
 
@@ -57,6 +59,8 @@ GRID = [
     ("deepseek-ai/DeepSeek-V2-Lite", "H100", 3, 2, 12, 2048, Fp8Recipe.TORCHAO, True, True),  # MoE, dense 1st layer, 6 GPUs
     ("Qwen/Qwen2.5-0.5B", "H100", 3, 4, 24, 1024, Fp8Recipe.TE, False, False),  # tied embedding, 14 heads, 12 GPUs
     ("mistralai/Mixtral-8x7B-v0.1", "A100", 1, 8, 8, 8192, None, False, False),  # MoE without master weights
+    # two whole nodes: DP and ZeRO shards up to 16 across the network, PP (interleaved) and TP x CP spanning nodes
+    ("Qwen/Qwen2.5-0.5B", "H100", 2, 8, 16, 1024, None, True, True),
 ]
 
 
@@ -71,11 +75,22 @@ def _search(repo, gpu, nodes, per_node, gbs, seq, fp8, master, fused):
 PRICE = 2.5
 
 
-@pytest.mark.parametrize("case", GRID, ids=[c[0].split("/")[1] for c in GRID])
+@pytest.mark.parametrize("case", GRID, ids=[f"{c[0].split('/')[1]}-{c[2]}x{c[3]}" for c in GRID])
 def test_search_equals_one_layout_at_a_time(case):
     arch, cluster, sc, found = _search(*case)
     repo, gpu, nodes, per_node, gbs, seq, fp8, master, fused = case
     assert found == _one_by_one(arch, sc, cluster, gbs, fp8, master, fused, PRICE)
+
+
+def test_a_search_does_not_reuse_another_searchs_numbers():
+    """Whatever the search keeps between layouts stays inside one search: the same search after another one on a
+    different GPU (equal model, batch and layouts) gives what it gave the first time, and the two differ."""
+    case = ("Qwen/Qwen2.5-0.5B", "H100", 1, 4, 8, 1024, None, True, False)
+    first = _search(*case)[3]
+    other = _search(case[0], "H200", *case[2:])[3]
+    again = _search(*case)[3]
+    assert again == first
+    assert [c.layout for c in other] != [c.layout for c in first] or [c.step_s for c in other] != [c.step_s for c in first]
 
 
 def test_the_grid_reaches_every_path():
