@@ -175,6 +175,15 @@ def _even_split(num_layers: int, stages: int) -> tuple[int, ...]:
     return tuple(base + (1 if r < extra else 0) for r in range(stages))
 
 
+def problems_key(layout: Layout) -> tuple:
+    """Every setting :func:`layout_problems` reads of ``layout``: for one model and sequence length, layouts with equal
+    keys have the same problems (the layout search memoises them; keep the two in step)."""
+    interleaved = layout.schedule is Schedule.INTERLEAVED
+    return (layout.tensor_parallel, layout.pipeline_parallel, layout.virtual_pipeline, layout.layers_per_stage,
+            layout.schedule, layout.micro_batches if interleaved else 0, layout.context_parallel, layout.expert_parallel,
+            layout.expert_tensor_parallel)
+
+
 def layout_problems(arch: Architecture, layout: Layout, seq_len: int) -> list[str]:
     """Why ``layout`` cannot run ``arch`` at ``seq_len`` (empty when it can). Each line names the constraint."""
     out = []

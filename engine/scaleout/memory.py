@@ -208,6 +208,7 @@ class _Parts:
 
 
 _PHASE_INDEX = {ph: i for i, ph in enumerate(PHASES + ("inference",))}
+_PHASE_INDICES: dict[tuple[Phase, ...], tuple[int, ...]] = {}  # phases -> their indices, for _Recorder
 
 
 class _Recorder(_Parts):
@@ -221,7 +222,10 @@ class _Recorder(_Parts):
     def add(self, key: str, nbytes: float, phases: tuple[Phase, ...], formula: Callable[[], str], source: str = "",
             label: str = "") -> None:
         if nbytes or key in self.est:
-            self.entries.append((nbytes, tuple(_PHASE_INDEX[ph] for ph in phases)))
+            indices = _PHASE_INDICES.get(phases)
+            if indices is None:
+                indices = _PHASE_INDICES[phases] = tuple(_PHASE_INDEX[ph] for ph in phases)
+            self.entries.append((nbytes, indices))
 
 
 class _Stage(NamedTuple):

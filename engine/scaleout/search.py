@@ -19,6 +19,7 @@ divides. Sequence parallelism is on whenever TP > 1 (it saves memory at the same
 from __future__ import annotations
 
 import itertools
+from operator import itemgetter
 from typing import NamedTuple
 
 from pydantic import ValidationError
@@ -30,7 +31,7 @@ from engine.model.architecture import Architecture
 from engine.scaleout import buffers
 from engine.scaleout.comm_volumes import step_collectives
 from engine.scaleout.fp8 import Fp8Recipe, check_fp8_gpu
-from engine.scaleout.layout import Layout, Recompute, layout_problems
+from engine.scaleout.layout import Layout, Recompute, layout_problems, problems_key
 from engine.scaleout.memory import CHECKPOINTED, Context, effective_scenario, group_sizes, most_loaded_stage
 from engine.scaleout.step_time import Cluster, step_time
 from engine.scenario.training import Method, Scenario
@@ -115,6 +116,7 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
     price = usd_per_gpu_hour if usd_per_gpu_hour is not None else _cheapest_price(cluster)
     usable = cluster.gpu.usable_memory_bytes
     contexts: dict[tuple, Context] = {}
+    seen_problems: dict[tuple, list[str]] = {}
     out: list[Candidate] = []
     for fields in candidate_layouts(arch, cluster, global_batch, scenario.seq_len):
         try:
@@ -122,7 +124,10 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
         except ValidationError as exc:
             out.append(_rejected(Layout.model_construct(**fields), exc.errors()[0]["msg"].removeprefix("Value error, ")))
             continue
-        problems = layout_problems(arch, layout, scenario.seq_len)
+        pkey = problems_key(layout)
+        problems = seen_problems.get(pkey)
+        if problems is None:
+            problems = seen_problems[pkey] = layout_problems(arch, layout, scenario.seq_len)
         if problems:
             out.append(_rejected(layout, problems[0]))
             continue
@@ -149,8 +154,22 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
         gpu_h = layout.world_size * t.step_s / 3600 / t.tokens_per_step * 1e6
         out.append(Candidate(layout, True, "", worst, device, worst_stage, t.step_s, t.tokens_per_second, gpu_h,
                              gpu_h * price if price is not None else None))
-    out.sort(key=lambda c: (not c.fits, c.step_s if c.step_s is not None else float("inf"), c.peak_allocated_bytes))
-    return out
+    return _ranked(out)
+
+
+def _ranked(candidates: list[Candidate]) -> list[Candidate]:
+    """The ones that fit first, by (step time, peak), then the rest by peak: the stable sort by (not fits, step time or
+    infinity, peak), the same order, faster (a layout that does not fit has no step time, one that fits has one, so
+    each group compares on its own key alone)."""
+    fits = [c for c in candidates if c.fits]
+    rest = [c for c in candidates if not c.fits]
+    fits.sort(key=_BY_TIME)
+    rest.sort(key=_BY_PEAK)
+    return fits + rest
+
+
+_BY_TIME = itemgetter(Candidate._fields.index("step_s"), Candidate._fields.index("peak_allocated_bytes"))
+_BY_PEAK = itemgetter(Candidate._fields.index("peak_allocated_bytes"))
 
 
 def dominant_stages(layout: Layout, uniform_blocks: bool = True) -> tuple[int, ...]:
