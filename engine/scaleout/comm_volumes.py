@@ -102,6 +102,17 @@ def bubble_fraction(layout: Layout) -> float:
     return (p - 1) / (v * m + p - 1) if p > 1 else 0.0
 
 
+def collectives_key(layout: Layout, stage: int) -> tuple:
+    """Every setting :func:`step_collectives` reads of ``layout`` for pipeline stage ``stage``: for one model, sequence,
+    compute dtype and node size, equal keys give equal collectives (the layout search memoises them; keep the two
+    in step)."""
+    return (layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel, layout.data_parallel,
+            layout.expert_parallel, layout.expert_tensor_parallel, layout.micro_batches, layout.micro_batch_size,
+            layout.layers_per_stage, layout.recompute is Recompute.FULL, layout.sequence_parallel,
+            layout.moe_capacity_factor, layout.virtual_pipeline if layout.schedule is Schedule.INTERLEAVED else 1,
+            layout.zero, stage)
+
+
 def step_collectives(arch: Architecture, layout: Layout, split: ParameterSplit, seq_len: int, compute_bytes: int,
                      gpus_per_node: int, stage: int = 0, fp8_all_gather: bool = False) -> list[Collective]:
     """Every collective one rank of pipeline stage ``stage`` runs in one step (see the module docstring).

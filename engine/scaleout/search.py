@@ -29,11 +29,11 @@ from engine.hardware.gpus import prices_for
 from engine.memory.device import device_used_bytes
 from engine.model.architecture import Architecture
 from engine.scaleout import buffers
-from engine.scaleout.comm_volumes import step_collectives
+from engine.scaleout.comm_volumes import Collective, collectives_key, step_collectives
 from engine.scaleout.fp8 import Fp8Recipe, check_fp8_gpu
 from engine.scaleout.layout import Layout, Recompute, layout_problems, problems_key
 from engine.scaleout.memory import CHECKPOINTED, Context, effective_scenario, group_sizes, most_loaded_stage
-from engine.scaleout.step_time import Cluster, step_time
+from engine.scaleout.step_time import Cluster, collective_seconds, step_seconds
 from engine.scenario.training import Method, Scenario
 
 MICRO_BATCHES = (1, 2, 4, 8)
@@ -117,6 +117,8 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
     usable = cluster.gpu.usable_memory_bytes
     contexts: dict[tuple, Context] = {}
     seen_problems: dict[tuple, list[str]] = {}
+    comms: dict[tuple, tuple[list[Collective], list[float]]] = {}
+    timed: dict[Collective, float] = {}
     out: list[Candidate] = []
     for fields in candidate_layouts(arch, cluster, global_batch, scenario.seq_len):
         try:
@@ -144,15 +146,18 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
                                  f"(nvidia-smi), {usable / 2**30:.1f} GiB usable", worst, device, worst_stage,
                                  None, None, None, None))
             continue
-        cols = step_collectives(arch, layout, ctx.split, scenario.seq_len, ctx.spec.compute_bytes, cluster.gpus_per_node,
-                                worst_stage, fp8_all_gather=fp8 is Fp8Recipe.TORCHAO)
-        layers = layout.stage_layers(arch.num_layers)
-        first = sum(layers[:worst_stage])
-        held = ctx.split.stage_parameters(first, first + layers[worst_stage], worst_stage, layout.pipeline_parallel,
-                                          layout.tensor_parallel, layout.expert_parallel * layout.expert_tensor_parallel)
-        t = step_time(arch, layout, cluster, cols, ctx, held, fp8, fused_kernels=fused_kernels)
-        gpu_h = layout.world_size * t.step_s / 3600 / t.tokens_per_step * 1e6
-        out.append(Candidate(layout, True, "", worst, device, worst_stage, t.step_s, t.tokens_per_second, gpu_h,
+        # The collectives and their seconds, shared by the layouts that differ only in what they do not read
+        # (recompute short of full, e.g.); each collective timed once per search.
+        ckey = (ctx.spec.compute_bytes, collectives_key(layout, worst_stage))
+        hit = comms.get(ckey)
+        if hit is None:
+            cols = step_collectives(arch, layout, ctx.split, scenario.seq_len, ctx.spec.compute_bytes,
+                                    cluster.gpus_per_node, worst_stage, fp8_all_gather=fp8 is Fp8Recipe.TORCHAO)
+            hit = comms[ckey] = (cols, [_seconds(col, cluster, timed) for col in cols])
+        held = ctx.stage(layout, worst_stage).local  # the rank's parameters (engine.scaleout.partition)
+        step_s, tokens = step_seconds(arch, layout, cluster, hit[0], hit[1], ctx, held, fp8, fused_kernels=fused_kernels)
+        gpu_h = layout.world_size * step_s / 3600 / tokens * 1e6
+        out.append(Candidate(layout, True, "", worst, device, worst_stage, step_s, tokens / step_s, gpu_h,
                              gpu_h * price if price is not None else None))
     return _ranked(out)
 
@@ -170,6 +175,14 @@ def _ranked(candidates: list[Candidate]) -> list[Candidate]:
 
 _BY_TIME = itemgetter(Candidate._fields.index("step_s"), Candidate._fields.index("peak_allocated_bytes"))
 _BY_PEAK = itemgetter(Candidate._fields.index("peak_allocated_bytes"))
+
+
+def _seconds(col: Collective, cluster: Cluster, timed: dict[Collective, float]) -> float:
+    """:func:`collective_seconds` of ``col`` on ``cluster``, remembered in ``timed`` (one search, one cluster)."""
+    s = timed.get(col)
+    if s is None:
+        s = timed[col] = collective_seconds(col, cluster)
+    return s
 
 
 def dominant_stages(layout: Layout, uniform_blocks: bool = True) -> tuple[int, ...]:

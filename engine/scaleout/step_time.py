@@ -24,6 +24,7 @@ Every rate and constant is engine.time's (documented there); nothing here is fit
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -135,9 +136,10 @@ def compute_seconds(arch: Architecture, sc: Scenario, layout: Layout, gpu: Gpu, 
 
 
 def _rank_compute(arch: Architecture, layout: Layout, gpu: Gpu, ctx: Context, fp8: Fp8Recipe | None,
-                  fused: bool) -> tuple[str, list[StageCompute]]:
-    """(attention kernel, :func:`compute_seconds` of every stage) in ``ctx``'s compute scenario, memoised in ``ctx``
-    per what :mod:`engine.scaleout.rank_compute` reads of the layout (the layout search asks again and again)."""
+                  fused: bool) -> tuple[str, list[StageCompute], int]:
+    """(attention kernel, :func:`compute_seconds` of every stage, the slowest stage: the first of the longest) in
+    ``ctx``'s compute scenario, memoised in ``ctx`` per what :mod:`engine.scaleout.rank_compute` reads of the layout
+    (the layout search asks again and again)."""
     key = ("rank_compute", gpu.name, fp8, fused, layout.tensor_parallel, layout.context_parallel,
            layout.expert_parallel, layout.expert_tensor_parallel, layout.sequence_parallel, layout.recompute,
            layout.recompute_layers, layout.pipeline_parallel, layout.layers_per_stage,
@@ -146,7 +148,9 @@ def _rank_compute(arch: Architecture, layout: Layout, gpu: Gpu, ctx: Context, fp
     if hit is None:
         sc = ctx.compute_sc
         kernel = attention_kernel(arch, sc, precision_spec(sc.precision), gpu)
-        hit = ctx.memo[key] = (kernel, compute_seconds(arch, sc, layout, gpu, fp8, kernel, fused))
+        stages = compute_seconds(arch, sc, layout, gpu, fp8, kernel, fused)
+        slow = max(range(len(stages)), key=lambda r: stages[r].total_s)
+        hit = ctx.memo[key] = (kernel, stages, slow)
     return hit
 
 
@@ -209,6 +213,61 @@ def _optimizer(ctx: Context, layout: Layout, rank_parameters: float) -> tuple[fl
     return moved, optimizer_host_seconds(sc.optimizer, -(-round(tensors * held) // shards))
 
 
+def _optimizer_seconds(ctx: Context, layout: Layout, rank_parameters: float, gpu: Gpu) -> tuple[float, float]:
+    """(seconds of the optimizer step's HBM traffic, seconds of the step: the longer of that and its host time) of
+    :func:`_optimizer`, memoised in ``ctx`` per what it reads of the layout (its shards) and the rank's parameters."""
+    key = ("optimizer", gpu.name, layout.optimizer_shards if layout.zero >= 1 else 1, rank_parameters)
+    hit = ctx.memo.get(key)
+    if hit is None:
+        moved, opt_host = _optimizer(ctx, layout, rank_parameters)
+        opt_gpu = moved / gpu_rates(gpu, ctx.compute_sc.precision).hbm_bytes_per_s
+        hit = ctx.memo[key] = (opt_gpu, max(opt_gpu, opt_host))
+    return hit
+
+
+class _Step(NamedTuple):
+    """The figures of one step that :func:`step_time` reports and :func:`step_seconds` needs, in seconds."""
+
+    kernel: str
+    slow: int
+    stage: StageCompute
+    compute: float
+    critical: float
+    hidden: float
+    bubble: float
+    busy: float
+    pipelined: float
+    opt_gpu: float
+    opt: float
+    step: float
+
+
+def _step(arch: Architecture, layout: Layout, cluster: Cluster, collectives: list[Collective], seconds: list[float],
+          ctx: Context, rank_parameters: float, fp8: Fp8Recipe | None, fused_kernels: bool,
+          tp_comm_overlap: bool) -> _Step:
+    """The step of :func:`step_time` from the collectives and their :func:`collective_seconds`."""
+    kernel, stages, slow = _rank_compute(arch, layout, cluster.gpu, ctx, fp8, fused_kernels)
+    st, m = stages[slow], layout.micro_batches
+    compute = m * st.total_s
+    critical, hidden = _exposed(collectives, seconds, layout, st, tp_comm_overlap)
+    bubble = bubble_fraction(layout)
+    busy = compute + critical
+    pipelined = busy / (1 - bubble)
+    opt_gpu, opt = _optimizer_seconds(ctx, layout, rank_parameters, cluster.gpu)
+    step = pipelined + hidden + opt + STEP_SECONDS
+    return _Step(kernel, slow, st, compute, critical, hidden, bubble, busy, pipelined, opt_gpu, opt, step)
+
+
+def step_seconds(arch: Architecture, layout: Layout, cluster: Cluster, collectives: list[Collective],
+                 seconds: list[float], ctx: Context, rank_parameters: float, fp8: Fp8Recipe | None = None, *,
+                 fused_kernels: bool = False, tp_comm_overlap: bool = False) -> tuple[float, int]:
+    """(``step_s``, ``tokens_per_step``) of :func:`step_time` for the same arguments, to the last bit, given each
+    collective's :func:`collective_seconds` in ``seconds``, without building the :class:`StepTime` (the layout
+    search's path: it asks thousands of layouts, many with the same collectives)."""
+    s = _step(arch, layout, cluster, collectives, seconds, ctx, rank_parameters, fp8, fused_kernels, tp_comm_overlap)
+    return s.step, layout.micro_batches * layout.micro_batch_size * layout.data_parallel * ctx.sc.seq_len
+
+
 def step_time(arch: Architecture, layout: Layout, cluster: Cluster, collectives: list[Collective], ctx: Context,
               rank_parameters: float, fp8: Fp8Recipe | None = None, *, fused_kernels: bool = False,
               tp_comm_overlap: bool = False) -> StepTime:
@@ -224,33 +283,22 @@ def step_time(arch: Architecture, layout: Layout, cluster: Cluster, collectives:
         ValueError: no catalog peak for the compute dtype on the cluster's GPU.
     """
     gpu, sc = cluster.gpu, ctx.compute_sc
-    kernel, stages = _rank_compute(arch, layout, gpu, ctx, fp8, fused_kernels)
-    slow = max(range(len(stages)), key=lambda r: stages[r].total_s)
-    st, m = stages[slow], layout.micro_batches
-    compute = m * st.total_s
     seconds = [collective_seconds(c, cluster) for c in collectives]
+    s = _step(arch, layout, cluster, collectives, seconds, ctx, rank_parameters, fp8, fused_kernels, tp_comm_overlap)
+    st, m, step = s.stage, layout.micro_batches, s.step
     by_dim: dict[str, float] = {}
-    for col, s in zip(collectives, seconds):
-        by_dim[col.dimension] = by_dim.get(col.dimension, 0.0) + s
-    critical, hidden = _exposed(collectives, seconds, layout, st, tp_comm_overlap)
-    bubble = bubble_fraction(layout)
-    busy = compute + critical
-    pipelined = busy / (1 - bubble)
-    moved, opt_host = _optimizer(ctx, layout, rank_parameters)
-    rates = gpu_rates(gpu, sc.precision)
-    opt_gpu = moved / rates.hbm_bytes_per_s
-    opt = max(opt_gpu, opt_host)
-    step = pipelined + hidden + opt + STEP_SECONDS
+    for col, sec in zip(collectives, seconds):
+        by_dim[col.dimension] = by_dim.get(col.dimension, 0.0) + sec
     breakdown = {k: m * v for k, v in st.breakdown_s.items()}
-    breakdown["overhead"] += STEP_SECONDS + (opt - opt_gpu)
-    breakdown.update(optimizer=opt_gpu, communication=critical + hidden, bubble=pipelined - busy)
+    breakdown["overhead"] += STEP_SECONDS + (s.opt - s.opt_gpu)
+    breakdown.update(optimizer=s.opt_gpu, communication=s.critical + s.hidden, bubble=s.pipelined - s.busy)
     tokens = layout.micro_batches * layout.micro_batch_size * layout.data_parallel * ctx.sc.seq_len
     peak = peak_flops_for(gpu, sc.precision).flops or 1.0
     model_flops = model_flops_per_micro_batch(arch, ctx.sc) * m * layout.data_parallel
-    return StepTime.model_construct(  # every field computed here (the layout search's hot path)
-        compute_s=compute, comm_s=by_dim, exposed_comm_s=critical + hidden, bubble_fraction=bubble,
-        bubble_s=pipelined - busy, optimizer_s=opt, step_s=step, tokens_per_step=tokens,
+    return StepTime.model_construct(  # every field computed here
+        compute_s=s.compute, comm_s=by_dim, exposed_comm_s=s.critical + s.hidden, bubble_fraction=s.bubble,
+        bubble_s=s.pipelined - s.busy, optimizer_s=s.opt, step_s=step, tokens_per_step=tokens,
         tokens_per_second=tokens / step, tokens_per_second_per_gpu=tokens / step / layout.world_size,
-        mfu=model_flops / (step * layout.world_size * peak), breakdown_s=breakdown, slowest_stage=slow,
-        attention_kernel=kernel, provisional=False,
+        mfu=model_flops / (step * layout.world_size * peak), breakdown_s=breakdown, slowest_stage=s.slow,
+        attention_kernel=s.kernel, provisional=False,
     )
