@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 from operator import itemgetter
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 from pydantic import ValidationError
 
@@ -31,9 +31,9 @@ from engine.model.architecture import Architecture
 from engine.scaleout import buffers
 from engine.scaleout.comm_volumes import Collective, collectives_key, step_collectives
 from engine.scaleout.fp8 import Fp8Recipe, check_fp8_gpu
-from engine.scaleout.layout import Layout, Recompute, layout_problems, problems_key
+from engine.scaleout.layout import Layout, Recompute, Schedule, layout_problems, problems_key
 from engine.scaleout.memory import CHECKPOINTED, Context, effective_scenario, group_sizes, most_loaded_stage
-from engine.scaleout.step_time import Cluster, collective_seconds, step_seconds
+from engine.scaleout.step_time import Cluster, CommSums, collective_seconds, comm_sums, step_seconds
 from engine.scenario.training import Method, Scenario
 
 MICRO_BATCHES = (1, 2, 4, 8)
@@ -71,9 +71,9 @@ def gpu_counts(cluster: Cluster) -> list[int]:
     return sorted(counts)
 
 
-def candidate_layouts(arch: Architecture, cluster: Cluster, global_batch: int, seq_len: int) -> list[dict]:
-    """The layouts' fields, before validation (see the module docstring for the space)."""
-    out = []
+def _space(arch: Architecture, cluster: Cluster, global_batch: int) -> Iterator[tuple[int, int, int, int, int, list]]:
+    """The space searched, in its order (see the module docstring): each parallel shape (TP, CP, PP, DP, EP) with its
+    (micro batch, recompute, ZeRO stage, virtual pipeline) settings."""
     experts = arch.num_experts
     for world in gpu_counts(cluster):
         for tp in _powers(min(cluster.gpus_per_node, world)):
@@ -82,15 +82,25 @@ def candidate_layouts(arch: Architecture, cluster: Cluster, global_batch: int, s
                 for pp in (p for p in range(1, min(rest, arch.num_layers) + 1) if rest % p == 0):
                     dp = rest // pp
                     eps = [e for e in _powers(dp * cp) if experts and experts % e == 0] if experts else [1]
-                    for ep, mb, rec, zero in itertools.product(eps, MICRO_BATCHES, Recompute, (0, 1, 3)):
-                        if global_batch % (mb * dp):
-                            continue
-                        for v in ((1, 2) if pp > 1 else (1,)):
-                            out.append(dict(tensor_parallel=tp, context_parallel=cp, pipeline_parallel=pp,
-                                            data_parallel=dp, expert_parallel=ep, sequence_parallel=tp > 1,
-                                            recompute=rec, zero=zero, micro_batch_size=mb, global_batch_size=global_batch,
-                                            virtual_pipeline=v))
-    return out
+                    settings = [(mb, rec, zero, v)
+                                for mb, rec, zero in itertools.product(MICRO_BATCHES, Recompute, (0, 1, 3))
+                                if not global_batch % (mb * dp) for v in ((1, 2) if pp > 1 else (1,))]
+                    for ep in eps:
+                        yield tp, cp, pp, dp, ep, settings
+
+
+def _fields(tp: int, cp: int, pp: int, dp: int, ep: int, mb: int, rec: Recompute, zero: int, v: int,
+            global_batch: int) -> dict:
+    """One layout's fields (the schedule left for ``Layout`` to infer from ``v``)."""
+    return dict(tensor_parallel=tp, context_parallel=cp, pipeline_parallel=pp, data_parallel=dp, expert_parallel=ep,
+                sequence_parallel=tp > 1, recompute=rec, zero=zero, micro_batch_size=mb, global_batch_size=global_batch,
+                virtual_pipeline=v)
+
+
+def candidate_layouts(arch: Architecture, cluster: Cluster, global_batch: int, seq_len: int) -> list[dict]:
+    """The layouts' fields, before validation, in the search's order (see the module docstring for the space)."""
+    return [_fields(tp, cp, pp, dp, ep, mb, rec, zero, v, global_batch)
+            for tp, cp, pp, dp, ep, settings in _space(arch, cluster, global_batch) for mb, rec, zero, v in settings]
 
 
 def _cheapest_price(cluster: Cluster) -> float | None:
@@ -115,50 +125,58 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
         raise ScenarioError(f"global batch: must be at least 1 (got {global_batch})")
     price = usd_per_gpu_hour if usd_per_gpu_hour is not None else _cheapest_price(cluster)
     usable = cluster.gpu.usable_memory_bytes
+    too_big = f"(nvidia-smi), {usable / 2**30:.1f} GiB usable"
     contexts: dict[tuple, Context] = {}
     seen_problems: dict[tuple, list[str]] = {}
-    comms: dict[tuple, tuple[list[Collective], list[float]]] = {}
+    comms: dict[tuple, CommSums] = {}
     timed: dict[Collective, float] = {}
     out: list[Candidate] = []
-    for fields in candidate_layouts(arch, cluster, global_batch, scenario.seq_len):
-        try:
-            layout = Layout(**fields)
-        except ValidationError as exc:
-            out.append(_rejected(Layout.model_construct(**fields), exc.errors()[0]["msg"].removeprefix("Value error, ")))
-            continue
-        pkey = problems_key(layout)
-        problems = seen_problems.get(pkey)
-        if problems is None:
-            problems = seen_problems[pkey] = layout_problems(arch, layout, scenario.seq_len)
-        if problems:
-            out.append(_rejected(layout, problems[0]))
-            continue
-        # What the one-GPU estimate reads of the layout (effective_scenario): the micro batch, gradient checkpointing
-        # (full recompute and op-level SAC) and whether there is gradient accumulation (its count does not enter).
-        key = (layout.micro_batch_size, layout.recompute in CHECKPOINTED, layout.micro_batches > 1)
-        ctx = contexts.get(key)
-        if ctx is None:
-            ctx = contexts[key] = Context(arch, effective_scenario(scenario, layout), fp8, master_weights)
-        worst, worst_stage = most_loaded_stage(ctx, layout, dominant_stages(layout, ctx.uniform_blocks))
-        device = device_used_bytes(worst) + buffers.nccl_bytes(group_sizes(layout))
-        if device > usable:
-            out.append(Candidate(layout, False, f"out of memory: stage {worst_stage} needs {device / 2**30:.1f} GiB "
-                                 f"(nvidia-smi), {usable / 2**30:.1f} GiB usable", worst, device, worst_stage,
-                                 None, None, None, None))
-            continue
-        # The collectives and their seconds, shared by the layouts that differ only in what they do not read
-        # (recompute short of full, e.g.); each collective timed once per search.
-        ckey = (ctx.spec.compute_bytes, collectives_key(layout, worst_stage))
-        hit = comms.get(ckey)
-        if hit is None:
-            cols = step_collectives(arch, layout, ctx.split, scenario.seq_len, ctx.spec.compute_bytes,
-                                    cluster.gpus_per_node, worst_stage, fp8_all_gather=fp8 is Fp8Recipe.TORCHAO)
-            hit = comms[ckey] = (cols, [_seconds(col, cluster, timed) for col in cols])
-        held = ctx.stage(layout, worst_stage).local  # the rank's parameters (engine.scaleout.partition)
-        step_s, tokens = step_seconds(arch, layout, cluster, hit[0], hit[1], ctx, held, fp8, fused_kernels=fused_kernels)
-        gpu_h = layout.world_size * step_s / 3600 / tokens * 1e6
-        out.append(Candidate(layout, True, "", worst, device, worst_stage, step_s, tokens / step_s, gpu_h,
-                             gpu_h * price if price is not None else None))
+    for tp, cp, pp, dp, ep, settings in _space(arch, cluster, global_batch):
+        stages = nccl = None  # alike for every setting of the shape (what dominant_stages and group_sizes read)
+        for mb, rec, zero, v in settings:
+            fields = _fields(tp, cp, pp, dp, ep, mb, rec, zero, v, global_batch)
+            try:  # the schedule Layout would infer, named (its validation is then cheaper; the same layout)
+                layout = Layout(**fields, schedule=Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B)
+            except ValidationError as exc:
+                out.append(_rejected(Layout.model_construct(**fields), exc.errors()[0]["msg"].removeprefix("Value error, ")))
+                continue
+            pkey = problems_key(layout)
+            problems = seen_problems.get(pkey)
+            if problems is None:
+                problems = seen_problems[pkey] = layout_problems(arch, layout, scenario.seq_len)
+            if problems:
+                out.append(_rejected(layout, problems[0]))
+                continue
+            # What the one-GPU estimate reads of the layout (effective_scenario): the micro batch, gradient
+            # checkpointing (full recompute and op-level SAC) and whether there is gradient accumulation (its count
+            # does not enter).
+            key = (mb, rec in CHECKPOINTED, layout.micro_batches > 1)
+            ctx = contexts.get(key)
+            if ctx is None:
+                ctx = contexts[key] = Context(arch, effective_scenario(scenario, layout), fp8, master_weights)
+            if stages is None:
+                stages = dominant_stages(layout, ctx.uniform_blocks)
+                nccl = buffers.nccl_bytes(group_sizes(layout))
+            worst, worst_stage = most_loaded_stage(ctx, layout, stages)
+            device = device_used_bytes(worst) + nccl
+            if device > usable:
+                out.append(Candidate(layout, False, f"out of memory: stage {worst_stage} needs {device / 2**30:.1f} GiB "
+                                     f"{too_big}", worst, device, worst_stage, None, None, None, None))
+                continue
+            # The collectives' seconds by where they run, shared by the layouts that differ only in what they do not
+            # read (recompute short of full, e.g.; comm_sums reads of the layout only what collectives_key holds);
+            # each collective timed once per search.
+            ckey = (ctx.spec.compute_bytes, collectives_key(layout, worst_stage))
+            sums = comms.get(ckey)
+            if sums is None:
+                cols = step_collectives(arch, layout, ctx.split, scenario.seq_len, ctx.spec.compute_bytes,
+                                        cluster.gpus_per_node, worst_stage, fp8_all_gather=fp8 is Fp8Recipe.TORCHAO)
+                sums = comms[ckey] = comm_sums(cols, [_seconds(col, cluster, timed) for col in cols], layout, False)
+            held = ctx.stage(layout, worst_stage).local  # the rank's parameters (engine.scaleout.partition)
+            step_s, tokens = step_seconds(arch, layout, cluster, sums, ctx, held, fp8, fused_kernels=fused_kernels)
+            gpu_h = layout.world_size * step_s / 3600 / tokens * 1e6
+            out.append(Candidate(layout, True, "", worst, device, worst_stage, step_s, tokens / step_s, gpu_h,
+                                 gpu_h * price if price is not None else None))
     return _ranked(out)
 
 

@@ -166,10 +166,24 @@ def collective_seconds(col: Collective, cluster: Cluster) -> float:
     return fn(total, col.group_size, link, calls=col.count)
 
 
-def _exposed(cols: list[Collective], seconds: list[float], layout: Layout, st: StageCompute,
-             tp_comm_overlap: bool) -> tuple[float, float]:
-    """(critical-path seconds, exposed seconds of the overlapped collectives) of one step (see the module docstring)."""
-    m, fwd, bwd = layout.micro_batches, st.forward_s, st.backward_s
+class CommSums(NamedTuple):
+    """A step's collective seconds by where they run (see the module docstring): on the critical path, FSDP's per
+    micro batch forward and backward traffic, before the first forward, after the last backward, the CP ring, TP
+    under the GEMMs (``tp_comm_overlap``)."""
+
+    critical: float
+    per_forward: float
+    per_backward: float
+    start: float
+    end: float
+    ring: float
+    tp: float
+
+
+def comm_sums(cols: list[Collective], seconds: list[float], layout: Layout, tp_comm_overlap: bool) -> CommSums:
+    """:class:`CommSums` of ``cols`` (their :func:`collective_seconds` in ``seconds``). Reads of the layout only its
+    micro batches and ZeRO stage (the layout search shares the sums between layouts with the same collectives)."""
+    m = layout.micro_batches
     critical = per_f = per_b = start = end = ring = tp = 0.0
     for col, s in zip(cols, seconds):
         if tp_comm_overlap and col.dimension == "tp":
@@ -187,10 +201,15 @@ def _exposed(cols: list[Collective], seconds: list[float], layout: Layout, st: S
             start += s  # the updated (or, FSDP + PP, the stage's) weights, before the first forward
         else:
             end += s  # gradients, after the last micro batch's backward
-    hidden = (m * (cc.exposed_seconds(per_f, fwd) + cc.exposed_seconds(per_b, bwd)) + cc.exposed_seconds(start, fwd)
-              + cc.exposed_seconds(end, bwd) + cc.exposed_seconds(ring, st.attention_s * m)
-              + cc.exposed_seconds(tp, st.breakdown_s["matmul"] * m))
-    return critical, hidden
+    return CommSums(critical, per_f, per_b, start, end, ring, tp)
+
+
+def _hidden(sums: CommSums, m: int, st: StageCompute) -> float:
+    """Exposed seconds of the overlapped collectives beside the compute they run under (see the module docstring)."""
+    fwd, bwd = st.forward_s, st.backward_s
+    return (m * (cc.exposed_seconds(sums.per_forward, fwd) + cc.exposed_seconds(sums.per_backward, bwd))
+            + cc.exposed_seconds(sums.start, fwd) + cc.exposed_seconds(sums.end, bwd)
+            + cc.exposed_seconds(sums.ring, st.attention_s * m) + cc.exposed_seconds(sums.tp, st.breakdown_s["matmul"] * m))
 
 
 def _optimizer(ctx: Context, layout: Layout, rank_parameters: float) -> tuple[float, float]:
@@ -242,14 +261,13 @@ class _Step(NamedTuple):
     step: float
 
 
-def _step(arch: Architecture, layout: Layout, cluster: Cluster, collectives: list[Collective], seconds: list[float],
-          ctx: Context, rank_parameters: float, fp8: Fp8Recipe | None, fused_kernels: bool,
-          tp_comm_overlap: bool) -> _Step:
-    """The step of :func:`step_time` from the collectives and their :func:`collective_seconds`."""
+def _step(arch: Architecture, layout: Layout, cluster: Cluster, sums: CommSums, ctx: Context, rank_parameters: float,
+          fp8: Fp8Recipe | None, fused_kernels: bool) -> _Step:
+    """The step of :func:`step_time` from the :class:`CommSums` of its collectives."""
     kernel, stages, slow = _rank_compute(arch, layout, cluster.gpu, ctx, fp8, fused_kernels)
     st, m = stages[slow], layout.micro_batches
     compute = m * st.total_s
-    critical, hidden = _exposed(collectives, seconds, layout, st, tp_comm_overlap)
+    critical, hidden = sums.critical, _hidden(sums, m, st)
     bubble = bubble_fraction(layout)
     busy = compute + critical
     pipelined = busy / (1 - bubble)
@@ -258,13 +276,12 @@ def _step(arch: Architecture, layout: Layout, cluster: Cluster, collectives: lis
     return _Step(kernel, slow, st, compute, critical, hidden, bubble, busy, pipelined, opt_gpu, opt, step)
 
 
-def step_seconds(arch: Architecture, layout: Layout, cluster: Cluster, collectives: list[Collective],
-                 seconds: list[float], ctx: Context, rank_parameters: float, fp8: Fp8Recipe | None = None, *,
-                 fused_kernels: bool = False, tp_comm_overlap: bool = False) -> tuple[float, int]:
-    """(``step_s``, ``tokens_per_step``) of :func:`step_time` for the same arguments, to the last bit, given each
-    collective's :func:`collective_seconds` in ``seconds``, without building the :class:`StepTime` (the layout
-    search's path: it asks thousands of layouts, many with the same collectives)."""
-    s = _step(arch, layout, cluster, collectives, seconds, ctx, rank_parameters, fp8, fused_kernels, tp_comm_overlap)
+def step_seconds(arch: Architecture, layout: Layout, cluster: Cluster, sums: CommSums, ctx: Context,
+                 rank_parameters: float, fp8: Fp8Recipe | None = None, *, fused_kernels: bool = False) -> tuple[float, int]:
+    """(``step_s``, ``tokens_per_step``) of :func:`step_time` for the same layout, to the last bit, from its
+    collectives' :func:`comm_sums` (``tp_comm_overlap`` enters there), without building the :class:`StepTime` (the
+    layout search's path: it asks thousands of layouts, many with the same collectives)."""
+    s = _step(arch, layout, cluster, sums, ctx, rank_parameters, fp8, fused_kernels)
     return s.step, layout.micro_batches * layout.micro_batch_size * layout.data_parallel * ctx.sc.seq_len
 
 
@@ -284,7 +301,8 @@ def step_time(arch: Architecture, layout: Layout, cluster: Cluster, collectives:
     """
     gpu, sc = cluster.gpu, ctx.compute_sc
     seconds = [collective_seconds(c, cluster) for c in collectives]
-    s = _step(arch, layout, cluster, collectives, seconds, ctx, rank_parameters, fp8, fused_kernels, tp_comm_overlap)
+    sums = comm_sums(collectives, seconds, layout, tp_comm_overlap)
+    s = _step(arch, layout, cluster, sums, ctx, rank_parameters, fp8, fused_kernels)
     st, m, step = s.stage, layout.micro_batches, s.step
     by_dim: dict[str, float] = {}
     for col, sec in zip(collectives, seconds):
