@@ -167,12 +167,16 @@ def context(arch: Architecture, scenario: Scenario, layout: Layout, fp8: Fp8Reci
 
 def in_flight(layout: Layout, stage: int) -> tuple[int, int]:
     """(model chunks whose activations stage ``stage`` holds at the start of its first backward, chunks per stage)."""
-    p, m, v = layout.pipeline_parallel, layout.micro_batches, layout.virtual_pipeline
+    return _in_flight(layout.pipeline_parallel, layout.micro_batches, layout.virtual_pipeline, layout.schedule, stage)
+
+
+def _in_flight(p: int, m: int, v: int, schedule: Schedule, stage: int) -> tuple[int, int]:
+    """:func:`in_flight` of PP ``p``, ``m`` micro batches, ``v`` chunks per stage, ``schedule``."""
     if p == 1:
         return 1, 1
-    if layout.schedule is Schedule.GPIPE:
+    if schedule is Schedule.GPIPE:
         return m, 1
-    if layout.schedule is Schedule.INTERLEAVED:
+    if schedule is Schedule.INTERLEAVED:
         return min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v), v
     return min(p - stage, m), 1
 
@@ -268,22 +272,29 @@ def most_loaded_stage(ctx: Context, layout: Layout, stages: Iterable[int]) -> tu
     no part is alive in (0.0 here, absent there) never changes the maximum."""
     t, p, c, sp = layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel, layout.sequence_parallel
     shards, zero = layout.optimizer_shards, layout.zero
+    m, v, schedule, last = layout.micro_batches, layout.virtual_pipeline, layout.schedule, p - 1
+    last_flight = _in_flight(p, m, v, schedule, last)
     # What each section reads of the layout (and below, of the stage): _model_states, _activations, _buffers.
     states = ("states", t, p > 1, zero, shards)
-    acts = ("activations", t, sp, c, layout.recompute, layout.recompute_layers, in_flight(layout, p - 1)[0], p == 1)
+    acts = ("activations", t, sp, c, layout.recompute, layout.recompute_layers, last_flight[0], p == 1)
     bufs = ("buffers", t, sp, c, p > 1, layout.expert_parallel, layout.expert_tensor_parallel,
             layout.moe_capacity_factor, zero == 3 and shards > 1)
-    memo, worst, worst_stage = ctx.sections, -1.0, 0
+    get, worst, worst_stage = ctx.sections.get, -1.0, 0
     for r in stages:
         st = ctx.stage(layout, r)
-        key = states + (st.local,)
-        totals = list(memo.get(key) or _recorded(ctx, _model_states, key, layout, st, prefix=True))
-        for section, key in ((_activations, acts + (in_flight(layout, r), st.layers[r], r == p - 1)),
-                             (_buffers, bufs + (st.first, st.last, st.local))):
-            entries = memo.get(key)
-            for nbytes, phases in (entries if entries is not None else _recorded(ctx, section, key, layout, st)):
-                for i in phases:
-                    totals[i] += nbytes
+        key = (*states, st.local)
+        totals = get(key)
+        totals = list(totals if totals is not None else _recorded(ctx, _model_states, key, layout, st, prefix=True))
+        key = (*acts, last_flight if r == last else _in_flight(p, m, v, schedule, r), st.layers[r], r == last)
+        entries = get(key)
+        for nbytes, phases in (entries if entries is not None else _recorded(ctx, _activations, key, layout, st)):
+            for i in phases:
+                totals[i] += nbytes
+        key = (*bufs, st.first, st.last, st.local)
+        entries = get(key)
+        for nbytes, phases in (entries if entries is not None else _recorded(ctx, _buffers, key, layout, st)):
+            for i in phases:
+                totals[i] += nbytes
         total = max(totals)
         if total > worst:
             worst, worst_stage = total, r
