@@ -87,7 +87,8 @@ class Context:
     from the mixed-precision one, and the fp32 weights become ``master_weights``. Off (the default), a rank follows
     the Hugging Face Trainer's autocast, exactly as the one-GPU estimate does."""
 
-    def __init__(self, arch: Architecture, sc: Scenario, fp8: Fp8Recipe | None, master_weights: bool = False):
+    def __init__(self, arch: Architecture, sc: Scenario, fp8: Fp8Recipe | None, master_weights: bool = False,
+                 pool: "SectionPool | None" = None):
         self.arch, self.sc, self.fp8 = arch, sc, fp8
         self.spec: PrecisionSpec = precision_spec(sc.precision)
         self.estimate: MemoryEstimate = estimate_memory(arch, sc)
@@ -115,8 +116,14 @@ class Context:
         rec = self.parts.get("recomputed_layer")
         self.block_copies = (rec.bytes - self.blocks.per_token * sc.tokens_per_micro_batch) if rec else 0.0
         self.phases = step_phases(sc)
-        # Memos of the layout search, which asks the same of many layouts (see most_loaded_stage).
-        self.sections: dict[tuple, list[tuple[float, tuple[int, ...]]]] = {}
+        # Memos of the layout search, which asks the same of many layouts (see most_loaded_stage); the recorded
+        # sections shared with the other contexts of ``pool`` under what each section reads of its context.
+        pool = pool if pool is not None else SectionPool(arch)
+        if pool.arch is not arch:
+            raise ValueError("a section pool serves the contexts of one architecture")
+        self.sections = pool.sections
+        self.section_ids = (pool.id_of(_states_reads(self)), pool.id_of(("activations", pool.fresh())),
+                            pool.id_of(_buffers_reads(self)))
         self._stages: dict[tuple, _Stage] = {}
         self.memo: dict[tuple, Any] = {}  # engine.scaleout.step_time's per-layout compute
         self._sac_saved: dict[tuple[int, bool], float] = {}
@@ -137,6 +144,26 @@ class Context:
             self._sac_saved[key] = recompute.saved_per_token(self.arch, self.blocks.resid, self.spec.compute_bytes,
                                                              self.blocks.kernel, tp, sequence_parallel)
         return self._sac_saved[key]
+
+
+class SectionPool:
+    """The sections :func:`most_loaded_stage` records, shared by the contexts of one architecture (those of one
+    layout search): kept under what each section reads of its context (:func:`_states_reads`, :func:`_buffers_reads`;
+    the activations are the context's own), so contexts that agree on it (every micro batch alike for the model
+    states) record a section once."""
+
+    def __init__(self, arch: Architecture):
+        self.arch = arch
+        self.sections: dict[tuple, list] = {}
+        self._ids: dict[tuple, int] = {}
+
+    def id_of(self, reads: tuple) -> int:
+        """A number for ``reads``, the same for equal ones."""
+        return self._ids.setdefault(reads, len(self._ids))
+
+    def fresh(self) -> int:
+        """A number no other call returns."""
+        return len(self._ids)
 
 
 def effective_scenario(scenario: Scenario, layout: Layout) -> Scenario:
@@ -275,9 +302,10 @@ def most_loaded_stage(ctx: Context, layout: Layout, stages: Iterable[int]) -> tu
     m, v, schedule, last = layout.micro_batches, layout.virtual_pipeline, layout.schedule, p - 1
     last_flight = _in_flight(p, m, v, schedule, last)
     # What each section reads of the layout (and below, of the stage): _model_states, _activations, _buffers.
-    states = ("states", t, p > 1, zero, shards)
-    acts = ("activations", t, sp, c, layout.recompute, layout.recompute_layers, last_flight[0], p == 1)
-    bufs = ("buffers", t, sp, c, p > 1, layout.expert_parallel, layout.expert_tensor_parallel,
+    ids = ctx.section_ids
+    states = (ids[0], t, p > 1, zero, shards)
+    acts = (ids[1], t, sp, c, layout.recompute, layout.recompute_layers, last_flight[0], p == 1)
+    bufs = (ids[2], t, sp, c, p > 1, layout.expert_parallel, layout.expert_tensor_parallel,
             layout.moe_capacity_factor, zero == 3 and shards > 1)
     get, worst, worst_stage = ctx.sections.get, -1.0, 0
     for r in stages:
@@ -314,6 +342,29 @@ def _recorded(ctx: Context, section: Callable, key: tuple, layout: Layout, st: _
                 out[i] += nbytes
     ctx.sections[key] = out
     return out
+
+
+_STATE_PARTS = ("weights", "weight_copies", "gradients", "gradient_temporaries", "master_weights", "optimizer_states",
+                "optimizer_temporaries")
+_BUFFER_PARTS = ("sp_gather_buffer", "pp_p2p_buffers", "ep_all_to_all", "gathered_weights", "fsdp_accumulated_grads",
+                 "fsdp_grad_unit", "fp8_weight_cache", "fp8_scaling")
+
+
+def _states_reads(ctx: Context) -> tuple:
+    """Everything :func:`_model_states` reads of its context but the architecture (keep the two in step): the
+    one-GPU model states' bytes and phases, mixed precision without master weights, the step's phases."""
+    parts = ctx.parts
+    return ("states", ctx.master, ctx.phases,
+            tuple((parts[k].bytes, parts[k].phases) if k in parts else None for k in _STATE_PARTS))
+
+
+def _buffers_reads(ctx: Context) -> tuple:
+    """Everything :func:`_buffers` reads of its context but the architecture (keep the two in step): tokens per micro
+    batch, compute bytes, FP8 (TransformerEngine's copies live in the step's phases) and which of its parts the
+    one-GPU estimate has."""
+    return ("buffers", ctx.sc.tokens_per_micro_batch, ctx.spec.compute_bytes, ctx.fp8,
+            ctx.phases if ctx.fp8 is Fp8Recipe.TE else None, ctx.linear_modules,
+            tuple(k in ctx.parts for k in _BUFFER_PARTS))
 
 
 def _model_states(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> None:

@@ -34,7 +34,8 @@ from engine.scaleout import buffers
 from engine.scaleout.comm_volumes import Collective, collectives_key, step_collectives
 from engine.scaleout.fp8 import Fp8Recipe, check_fp8_gpu
 from engine.scaleout.layout import Layout, Recompute, Schedule, layout_problems, problems_key
-from engine.scaleout.memory import CHECKPOINTED, Context, effective_scenario, group_sizes, most_loaded_stage
+from engine.scaleout.memory import (CHECKPOINTED, Context, SectionPool, effective_scenario, group_sizes,
+                                    most_loaded_stage)
 from engine.scaleout.step_time import Cluster, CommSums, collective_seconds, comm_sums, step_seconds
 from engine.scenario.training import Method, Scenario
 
@@ -151,6 +152,7 @@ def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_
     usable = cluster.gpu.usable_memory_bytes
     too_big = f"(nvidia-smi), {usable / 2**30:.1f} GiB usable"
     contexts: dict[tuple, Context] = {}
+    pool = SectionPool(arch)  # what the contexts' stage sections share
     seen_problems: dict[tuple, list[str]] = {}
     comms: dict[tuple, CommSums] = {}
     timed: dict[Collective, float] = {}
@@ -177,7 +179,7 @@ def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_
             key = (mb, rec in CHECKPOINTED, layout.micro_batches > 1)
             ctx = contexts.get(key)
             if ctx is None:
-                ctx = contexts[key] = Context(arch, effective_scenario(scenario, layout), fp8, master_weights)
+                ctx = contexts[key] = Context(arch, effective_scenario(scenario, layout), fp8, master_weights, pool)
             if stages is None:
                 stages = dominant_stages(layout, ctx.uniform_blocks)
                 nccl = buffers.nccl_bytes(group_sizes(layout))
