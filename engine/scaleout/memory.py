@@ -41,13 +41,13 @@ of its components is divided the way the layout divides it, and the layout's buf
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
 from engine.errors import ScenarioError
 from engine.memory.activations import BlockActivations, block_activations
-from engine.memory.components import PHASES, MemoryComponent, Phase, step_phases
+from engine.memory.components import MemoryComponent, Phase, step_phases
 from engine.memory.device import device_memory
 from engine.memory.estimate import estimate_memory
 from engine.memory.result import MemoryEstimate
@@ -87,8 +87,7 @@ class Context:
     from the mixed-precision one, and the fp32 weights become ``master_weights``. Off (the default), a rank follows
     the Hugging Face Trainer's autocast, exactly as the one-GPU estimate does."""
 
-    def __init__(self, arch: Architecture, sc: Scenario, fp8: Fp8Recipe | None, master_weights: bool = False,
-                 pool: "SectionPool | None" = None):
+    def __init__(self, arch: Architecture, sc: Scenario, fp8: Fp8Recipe | None, master_weights: bool = False):
         self.arch, self.sc, self.fp8 = arch, sc, fp8
         self.spec: PrecisionSpec = precision_spec(sc.precision)
         self.estimate: MemoryEstimate = estimate_memory(arch, sc)
@@ -116,14 +115,10 @@ class Context:
         rec = self.parts.get("recomputed_layer")
         self.block_copies = (rec.bytes - self.blocks.per_token * sc.tokens_per_micro_batch) if rec else 0.0
         self.phases = step_phases(sc)
-        # Memos of the layout search, which asks the same of many layouts (see most_loaded_stage); the recorded
-        # sections shared with the other contexts of ``pool`` under what each section reads of its context.
-        pool = pool if pool is not None else SectionPool(arch)
-        if pool.arch is not arch:
-            raise ValueError("a section pool serves the contexts of one architecture")
-        self.sections = pool.sections
-        self.section_ids = (pool.id_of(_states_reads(self)), pool.id_of(("activations", pool.fresh())),
-                            pool.id_of(_buffers_reads(self)))
+        # Memos of the layout search, which asks the same of many layouts: the recorded stage sections
+        # (engine.scaleout.stage_peaks, which sets them when it first meets the context).
+        self.sections: dict[tuple, list] = {}
+        self.section_ids: tuple[int, int, int] | None = None
         self._stages: dict[tuple, _Stage] = {}
         self.memo: dict[tuple, Any] = {}  # engine.scaleout.step_time's per-layout compute
         self._sac_saved: dict[tuple[int, bool], float] = {}
@@ -144,26 +139,6 @@ class Context:
             self._sac_saved[key] = recompute.saved_per_token(self.arch, self.blocks.resid, self.spec.compute_bytes,
                                                              self.blocks.kernel, tp, sequence_parallel)
         return self._sac_saved[key]
-
-
-class SectionPool:
-    """The sections :func:`most_loaded_stage` records, shared by the contexts of one architecture (those of one
-    layout search): kept under what each section reads of its context (:func:`_states_reads`, :func:`_buffers_reads`;
-    the activations are the context's own), so contexts that agree on it (every micro batch alike for the model
-    states) record a section once."""
-
-    def __init__(self, arch: Architecture):
-        self.arch = arch
-        self.sections: dict[tuple, list] = {}
-        self._ids: dict[tuple, int] = {}
-
-    def id_of(self, reads: tuple) -> int:
-        """A number for ``reads``, the same for equal ones."""
-        return self._ids.setdefault(reads, len(self._ids))
-
-    def fresh(self) -> int:
-        """A number no other call returns."""
-        return len(self._ids)
 
 
 def effective_scenario(scenario: Scenario, layout: Layout) -> Scenario:
@@ -238,27 +213,6 @@ class _Parts:
         self.add(key, comp.bytes * factor, phases or comp.phases, lambda: f"{why()}; one GPU: {comp.formula}")
 
 
-_PHASE_INDEX = {ph: i for i, ph in enumerate(PHASES + ("inference",))}
-_PHASE_INDICES: dict[tuple[Phase, ...], tuple[int, ...]] = {}  # phases -> their indices, for _Recorder
-
-
-class _Recorder(_Parts):
-    """Records only what :func:`peak_of` reads of each part that :class:`_Parts` would collect: (bytes, phases as
-    indices of :data:`_PHASE_INDEX`), in order (the layout search's path: no labels, sources or formulas)."""
-
-    def __init__(self, est: dict[str, MemoryComponent]):
-        super().__init__(est, explain=False)
-        self.entries: list[tuple[float, tuple[int, ...]]] = []
-
-    def add(self, key: str, nbytes: float, phases: tuple[Phase, ...], formula: Callable[[], str], source: str = "",
-            label: str = "") -> None:
-        if nbytes or key in self.est:
-            indices = _PHASE_INDICES.get(phases)
-            if indices is None:
-                indices = _PHASE_INDICES[phases] = tuple(_PHASE_INDEX[ph] for ph in phases)
-            self.entries.append((nbytes, indices))
-
-
 class _Stage(NamedTuple):
     """Where a pipeline stage sits: its index, every stage's layers, its blocks ``first..last-1`` and the
     parameters one of its ranks holds."""
@@ -288,69 +242,13 @@ def stage_parts(ctx: Context, layout: Layout, stage: int, explain: bool = True) 
     return parts.out
 
 
-def most_loaded_stage(ctx: Context, layout: Layout, stages: Iterable[int]) -> tuple[float, int]:
-    """(allocated peak, stage) of the most loaded of ``stages`` (the first on ties): ``peak_of(stage_parts(ctx,
-    layout, r, explain=False))[1]`` of each, to the last bit, faster: the layout search's path.
-
-    Each of the three sections (model states, activations, buffers) reads only a few of the layout's settings, and
-    many layouts share them: what a section adds is recorded once per ``ctx`` and those settings (its key below),
-    the model states as their per-phase sums (they come first), the others as (bytes, phases) replayed into those
-    sums in the order :func:`peak_of` adds them, so every sum is the same float. Bytes are never negative, so a phase
-    no part is alive in (0.0 here, absent there) never changes the maximum."""
-    t, p, c, sp = layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel, layout.sequence_parallel
-    shards, zero = layout.optimizer_shards, layout.zero
-    m, v, schedule, last = layout.micro_batches, layout.virtual_pipeline, layout.schedule, p - 1
-    last_flight = _in_flight(p, m, v, schedule, last)
-    # What each section reads of the layout (and below, of the stage): _model_states, _activations, _buffers.
-    ids = ctx.section_ids
-    states = (ids[0], t, p > 1, zero, shards)
-    acts = (ids[1], t, sp, c, layout.recompute, layout.recompute_layers, last_flight[0], p == 1)
-    bufs = (ids[2], t, sp, c, p > 1, layout.expert_parallel, layout.expert_tensor_parallel,
-            layout.moe_capacity_factor, zero == 3 and shards > 1)
-    get, worst, worst_stage = ctx.sections.get, -1.0, 0
-    for r in stages:
-        st = ctx.stage(layout, r)
-        key = (*states, st.local)
-        totals = get(key)
-        totals = list(totals if totals is not None else _recorded(ctx, _model_states, key, layout, st, prefix=True))
-        key = (*acts, last_flight if r == last else _in_flight(p, m, v, schedule, r), st.layers[r], r == last)
-        entries = get(key)
-        for nbytes, phases in (entries if entries is not None else _recorded(ctx, _activations, key, layout, st)):
-            for i in phases:
-                totals[i] += nbytes
-        key = (*bufs, st.first, st.last, st.local)
-        entries = get(key)
-        for nbytes, phases in (entries if entries is not None else _recorded(ctx, _buffers, key, layout, st)):
-            for i in phases:
-                totals[i] += nbytes
-        total = max(totals)
-        if total > worst:
-            worst, worst_stage = total, r
-    return worst, worst_stage
-
-
-def _recorded(ctx: Context, section: Callable, key: tuple, layout: Layout, st: _Stage, prefix: bool = False) -> list:
-    """What ``section`` adds for ``key``, recorded in ``ctx``: its (bytes, phase indices), or (``prefix``) the
-    per-phase sums they make from zero."""
-    recorder = _Recorder(ctx.parts)
-    section(ctx, layout, st, recorder)
-    out = recorder.entries
-    if prefix:
-        out = [0.0] * len(_PHASE_INDEX)
-        for nbytes, phases in recorder.entries:
-            for i in phases:
-                out[i] += nbytes
-    ctx.sections[key] = out
-    return out
-
-
 _STATE_PARTS = ("weights", "weight_copies", "gradients", "gradient_temporaries", "master_weights", "optimizer_states",
                 "optimizer_temporaries")
 _BUFFER_PARTS = ("sp_gather_buffer", "pp_p2p_buffers", "ep_all_to_all", "gathered_weights", "fsdp_accumulated_grads",
                  "fsdp_grad_unit", "fp8_weight_cache", "fp8_scaling")
 
 
-def _states_reads(ctx: Context) -> tuple:
+def states_reads(ctx: Context) -> tuple:
     """Everything :func:`_model_states` reads of its context but the architecture (keep the two in step): the
     one-GPU model states' bytes and phases, mixed precision without master weights, the step's phases."""
     parts = ctx.parts
@@ -358,7 +256,7 @@ def _states_reads(ctx: Context) -> tuple:
             tuple((parts[k].bytes, parts[k].phases) if k in parts else None for k in _STATE_PARTS))
 
 
-def _buffers_reads(ctx: Context) -> tuple:
+def buffers_reads(ctx: Context) -> tuple:
     """Everything :func:`_buffers` reads of its context but the architecture (keep the two in step): tokens per micro
     batch, compute bytes, FP8 (TransformerEngine's copies live in the step's phases) and which of its parts the
     one-GPU estimate has."""
@@ -369,7 +267,7 @@ def _buffers_reads(ctx: Context) -> tuple:
 
 def _model_states(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> None:
     """Weights, their copies, gradients, master weights and optimizer states: the rank's share (see the module
-    docstring). Reads only the settings :func:`most_loaded_stage` keys it by."""
+    docstring). Reads only the settings :func:`engine.scaleout.stage_peaks.most_loaded_stage` keys it by."""
     est, split, local = ctx.parts, ctx.split, st.local
     t, p, shards, zero = layout.tensor_parallel, layout.pipeline_parallel, layout.optimizer_shards, layout.zero
     share = local / split.total
@@ -398,7 +296,7 @@ def _model_states(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> No
 
 def _activations(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> None:
     """Micro batches (or chunks) in flight x layers x the block's bytes, CP splitting the tokens; the logits. Reads
-    only the settings :func:`most_loaded_stage` keys it by."""
+    only the settings :func:`engine.scaleout.stage_peaks.most_loaded_stage` keys it by."""
     arch, sc, est, add, scaled = ctx.arch, ctx.sc, ctx.parts, parts.add, parts.scaled
     t, p, c, stage = layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel, st.index
     sp_div = t if layout.sequence_parallel else 1

@@ -3,11 +3,16 @@ recompute, ZeRO stage and interleaving) on 1..all of the cluster's GPUs, whether
 it is, the Pareto front of time and cost, and why the others do not fit.
 
 Fast by construction, with the numbers of a fresh :func:`engine.scaleout.estimate.estimate_layout` per layout to
-the last bit (``tests/scaleout/test_scaleout_search_exact.py``): the one-GPU estimate is computed once per (micro
-batch, gradient checkpointing, accumulation) and shared (:class:`engine.scaleout.memory.Context`); within it each
-memory section of a stage and each rank's compute are memoised by the settings they read
-(:func:`engine.scaleout.memory.most_loaded_stage`), and the step time is computed only for layouts that fit
-(``benchmarks/bench_scaleout.py``).
+the last bit (``tests/scaleout/test_scaleout_search_exact.py``; ``benchmarks/bench_scaleout.py``: tens of thousands
+of layouts in under 0.5 s). The space is walked by parallel shape, so what a shape's settings share is found once
+(its dominant stages, NCCL buffers). The one-GPU estimate is computed once per (micro batch, gradient
+checkpointing, accumulation) and shared (:class:`engine.scaleout.memory.Context`); each memory section of a stage
+is recorded once under what it reads of the layout and of that estimate, for all of the search's contexts
+(:mod:`engine.scaleout.stage_peaks`); a layout's problems, a rank's compute, the collectives' seconds and the
+optimizer step are memoised by the settings they read (:func:`engine.scaleout.layout.problems_key`,
+:func:`engine.scaleout.comm_volumes.collectives_key`); the step time is computed only for layouts that fit, without
+building a :class:`~engine.scaleout.step_time.StepTime` (:func:`engine.scaleout.step_time.step_seconds`). The
+cycle collector is paused meanwhile (the search makes no cycles).
 
 Searched: GPU counts 1, 2, 4 ... GPUs per node, then 1, 2, 4 ... nodes and all of them; TP in powers of two up to a
 node (TP stays inside one NVLink domain, as Megatron's and torchtitan's guides advise); CP in powers of two up to
@@ -34,8 +39,8 @@ from engine.scaleout import buffers
 from engine.scaleout.comm_volumes import Collective, collectives_key, step_collectives
 from engine.scaleout.fp8 import Fp8Recipe, check_fp8_gpu
 from engine.scaleout.layout import Layout, Recompute, Schedule, layout_problems, problems_key
-from engine.scaleout.memory import (CHECKPOINTED, Context, SectionPool, effective_scenario, group_sizes,
-                                    most_loaded_stage)
+from engine.scaleout.memory import CHECKPOINTED, Context, effective_scenario, group_sizes
+from engine.scaleout.stage_peaks import SectionPool, most_loaded_stage
 from engine.scaleout.step_time import Cluster, CommSums, collective_seconds, comm_sums, step_seconds
 from engine.scenario.training import Method, Scenario
 
@@ -179,7 +184,8 @@ def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_
             key = (mb, rec in CHECKPOINTED, layout.micro_batches > 1)
             ctx = contexts.get(key)
             if ctx is None:
-                ctx = contexts[key] = Context(arch, effective_scenario(scenario, layout), fp8, master_weights, pool)
+                ctx = contexts[key] = Context(arch, effective_scenario(scenario, layout), fp8, master_weights)
+                pool.adopt(ctx)
             if stages is None:
                 stages = dominant_stages(layout, ctx.uniform_blocks)
                 nccl = buffers.nccl_bytes(group_sizes(layout))
