@@ -51,12 +51,13 @@ _PHASE_INDICES: dict[tuple[Phase, ...], tuple[int, ...]] = {}  # phases -> their
 
 
 class _Recorder(_Parts):
-    """Records only what :func:`~engine.scaleout.memory.peak_of` reads of each part that :class:`_Parts` would collect: (bytes, phases as
-    indices of :data:`_PHASE_INDEX`), in order (the layout search's path: no labels, sources or formulas)."""
+    """Records only what :func:`~engine.scaleout.memory.peak_of` reads of each part that :class:`_Parts` would
+    collect, in order, flat: (phase index of :data:`_PHASE_INDEX`, bytes) for every phase of every part (the layout
+    search's path: no labels, sources or formulas)."""
 
     def __init__(self, est: dict[str, MemoryComponent]):
         super().__init__(est, explain=False)
-        self.entries: list[tuple[float, tuple[int, ...]]] = []
+        self.entries: list[tuple[int, float]] = []
 
     def add(self, key: str, nbytes: float, phases: tuple[Phase, ...], formula: Callable[[], str], source: str = "",
             label: str = "") -> None:
@@ -64,7 +65,7 @@ class _Recorder(_Parts):
             indices = _PHASE_INDICES.get(phases)
             if indices is None:
                 indices = _PHASE_INDICES[phases] = tuple(_PHASE_INDEX[ph] for ph in phases)
-            self.entries.append((nbytes, indices))
+            self.entries.extend((i, nbytes) for i in indices)
 
 
 def most_loaded_stage(ctx: Context, layout: Layout, stages: Iterable[int]) -> tuple[float, int]:
@@ -74,7 +75,7 @@ def most_loaded_stage(ctx: Context, layout: Layout, stages: Iterable[int]) -> tu
     Each of the three sections (model states, activations, buffers) reads only a few of the layout's settings, and
     many layouts share them: what a section adds is recorded once per :class:`SectionPool` (``ctx``'s own when no
     pool adopted it), what it reads of ``ctx`` and those settings (its key below), the model states as their
-    per-phase sums (they come first), the others as (bytes, phases) replayed into those sums in the order
+    per-phase sums (they come first), the others as (phase, bytes) replayed into those sums in the order
     :func:`peak_of` adds them, so every sum is the same float. Bytes are never negative, so a phase no part is alive
     in (0.0 here, absent there) never changes the maximum."""
     t, p, c, sp = layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel, layout.sequence_parallel
@@ -98,14 +99,12 @@ def most_loaded_stage(ctx: Context, layout: Layout, stages: Iterable[int]) -> tu
         totals = list(totals if totals is not None else _recorded(ctx, _model_states, key, layout, st, prefix=True))
         key = (*acts, last_flight if r == last else _in_flight(p, m, v, schedule, r), st.layers[r], r == last)
         entries = get(key)
-        for nbytes, phases in (entries if entries is not None else _recorded(ctx, _activations, key, layout, st)):
-            for i in phases:
-                totals[i] += nbytes
+        for i, nbytes in (entries if entries is not None else _recorded(ctx, _activations, key, layout, st)):
+            totals[i] += nbytes
         key = (*bufs, st.first, st.last, st.local)
         entries = get(key)
-        for nbytes, phases in (entries if entries is not None else _recorded(ctx, _buffers, key, layout, st)):
-            for i in phases:
-                totals[i] += nbytes
+        for i, nbytes in (entries if entries is not None else _recorded(ctx, _buffers, key, layout, st)):
+            totals[i] += nbytes
         total = max(totals)
         if total > worst:
             worst, worst_stage = total, r
@@ -113,15 +112,14 @@ def most_loaded_stage(ctx: Context, layout: Layout, stages: Iterable[int]) -> tu
 
 
 def _recorded(ctx: Context, section: Callable, key: tuple, layout: Layout, st: _Stage, prefix: bool = False) -> list:
-    """What ``section`` adds for ``key``, recorded in ``ctx``'s sections: its (bytes, phase indices), or (``prefix``) the
-    per-phase sums they make from zero."""
+    """What ``section`` adds for ``key``, recorded in ``ctx``'s sections: its flat (phase index, bytes) entries, or
+    (``prefix``) the per-phase sums they make from zero."""
     recorder = _Recorder(ctx.parts)
     section(ctx, layout, st, recorder)
     out = recorder.entries
     if prefix:
         out = [0.0] * len(_PHASE_INDEX)
-        for nbytes, phases in recorder.entries:
-            for i in phases:
-                out[i] += nbytes
+        for i, nbytes in recorder.entries:
+            out[i] += nbytes
     ctx.sections[key] = out
     return out
