@@ -167,6 +167,16 @@ class Layout(BaseModel):
             raise ScenarioError(explain_validation(exc, all_errors=True)) from None
 
 
+def validated_layout(fields: dict[str, Any]) -> Layout:
+    """``Layout(**fields)``: the same validation by the model's own validator, without ``BaseModel.__init__``'s Python
+    frame (the layout search validates tens of thousands).
+
+    Raises:
+        pydantic.ValidationError: as ``Layout(**fields)`` does.
+    """
+    return Layout.__pydantic_validator__.validate_python(fields)
+
+
 @lru_cache(maxsize=1024)
 def _even_split(num_layers: int, stages: int) -> tuple[int, ...]:
     """``num_layers`` over ``stages`` as evenly as possible, the remainder on the first stages (cached: the layout

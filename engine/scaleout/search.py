@@ -10,7 +10,7 @@ checkpointing, accumulation) and shared (:class:`engine.scaleout.memory.Context`
 is recorded once under what it reads of the layout and of that estimate, for all of the search's contexts
 (:mod:`engine.scaleout.stage_peaks`); a layout's problems, a rank's compute, the collectives' seconds and the
 optimizer step are memoised by the settings they read (:func:`engine.scaleout.layout.problems_key`,
-:func:`engine.scaleout.comm_volumes.collectives_key`); the step time is computed only for layouts that fit, without
+:func:`engine.scaleout.comm_volumes.model_parallel_key`, ``data_parallel_key``); the step time is computed only for layouts that fit, without
 building a :class:`~engine.scaleout.step_time.StepTime` (:func:`engine.scaleout.step_time.step_seconds`). The
 cycle collector is paused meanwhile (the search makes no cycles).
 
@@ -36,9 +36,10 @@ from engine.hardware.gpus import prices_for
 from engine.memory.device import device_used_bytes
 from engine.model.architecture import Architecture
 from engine.scaleout import buffers
-from engine.scaleout.comm_volumes import Collective, collectives_key, step_collectives
+from engine.scaleout.comm_volumes import (Collective, data_parallel_collectives, data_parallel_key,
+                                          model_parallel_collectives, model_parallel_key)
 from engine.scaleout.fp8 import Fp8Recipe, check_fp8_gpu
-from engine.scaleout.layout import Layout, Recompute, Schedule, layout_problems, problems_key
+from engine.scaleout.layout import Layout, Recompute, Schedule, layout_problems, problems_key, validated_layout
 from engine.scaleout.memory import CHECKPOINTED, Context, effective_scenario, group_sizes
 from engine.scaleout.stage_peaks import SectionPool, most_loaded_stage
 from engine.scaleout.step_time import Cluster, CommSums, collective_seconds, comm_sums, step_seconds
@@ -159,16 +160,20 @@ def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_
     contexts: dict[tuple, Context] = {}
     pool = SectionPool(arch)  # what the contexts' stage sections share
     seen_problems: dict[tuple, list[str]] = {}
-    comms: dict[tuple, CommSums] = {}
+    comms: dict[tuple, tuple[list[Collective], list[float]]] = {}
+    summed: dict[tuple[int, int], CommSums] = {}
     timed: dict[Collective, float] = {}
     out: list[Candidate] = []
     for tp, cp, pp, dp, ep, settings in _space(arch, cluster, global_batch):
         stages = nccl = None  # alike for every setting of the shape (what dominant_stages and group_sizes read)
         for mb, rec, zero, v in settings:
             fields = _fields(tp, cp, pp, dp, ep, mb, rec, zero, v, global_batch)
-            try:  # the schedule Layout would infer, named (its validation is then cheaper; the same layout)
-                layout = Layout(**fields, schedule=Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B)
+            # The schedule Layout would infer, named (its validation is then cheaper; the same layout).
+            fields["schedule"] = Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B
+            try:
+                layout = validated_layout(fields)
             except ValidationError as exc:
+                del fields["schedule"]  # the record of a layout that is not one, as it was given
                 out.append(_rejected(Layout.model_construct(**fields), exc.errors()[0]["msg"].removeprefix("Value error, ")))
                 continue
             pkey = problems_key(layout)
@@ -195,15 +200,24 @@ def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_
                 out.append(Candidate(layout, False, f"out of memory: stage {worst_stage} needs {device / 2**30:.1f} GiB "
                                      f"{too_big}", worst, device, worst_stage, None, None, None, None))
                 continue
-            # The collectives' seconds by where they run, shared by the layouts that differ only in what they do not
-            # read (recompute short of full, e.g.; comm_sums reads of the layout only what collectives_key holds);
-            # each collective timed once per search.
-            ckey = (ctx.spec.compute_bytes, collectives_key(layout, worst_stage))
-            sums = comms.get(ckey)
+            # The collectives' seconds by where they run: the model-parallel and the data-parallel ones each kept
+            # under the settings they read (the first not the ZeRO stage, the second not the micro batch or the
+            # recompute), each collective timed once per search, their sums (comm_sums reads of the layout only the
+            # micro batches and ZeRO stage, one in each key) once per pair.
+            cb = ctx.spec.compute_bytes
+            mkey, dkey = (cb, model_parallel_key(layout, worst_stage)), (cb, data_parallel_key(layout, worst_stage))
+            mp, dpc = comms.get(mkey), comms.get(dkey)
+            if mp is None:
+                cols = model_parallel_collectives(arch, layout, ctx.split, scenario.seq_len, cb, cluster.gpus_per_node,
+                                                  worst_stage)
+                mp = comms[mkey] = (cols, [_seconds(col, cluster, timed) for col in cols])
+            if dpc is None:
+                cols = data_parallel_collectives(arch, layout, ctx.split, cb, cluster.gpus_per_node, worst_stage,
+                                                 fp8_all_gather=fp8 is Fp8Recipe.TORCHAO)
+                dpc = comms[dkey] = (cols, [_seconds(col, cluster, timed) for col in cols])
+            sums = summed.get((id(mp), id(dpc)))  # both kept in comms for the whole search: their ids stay theirs
             if sums is None:
-                cols = step_collectives(arch, layout, ctx.split, scenario.seq_len, ctx.spec.compute_bytes,
-                                        cluster.gpus_per_node, worst_stage, fp8_all_gather=fp8 is Fp8Recipe.TORCHAO)
-                sums = comms[ckey] = comm_sums(cols, [_seconds(col, cluster, timed) for col in cols], layout, False)
+                sums = summed[(id(mp), id(dpc))] = comm_sums(mp[0] + dpc[0], mp[1] + dpc[1], layout, False)
             held = ctx.stage(layout, worst_stage).local  # the rank's parameters (engine.scaleout.partition)
             step_s, tokens = step_seconds(arch, layout, cluster, sums, ctx, held, fp8, fused_kernels=fused_kernels)
             gpu_h = layout.world_size * step_s / 3600 / tokens * 1e6
