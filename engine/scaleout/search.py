@@ -41,7 +41,7 @@ from engine.scaleout.comm_volumes import (Collective, data_parallel_collectives,
 from engine.scaleout.fp8 import Fp8Recipe, check_fp8_gpu
 from engine.scaleout.layout import Layout, Recompute, Schedule, layout_problems, problems_key, validated_layout
 from engine.scaleout.memory import CHECKPOINTED, Context, effective_scenario, group_sizes
-from engine.scaleout.stage_peaks import SectionPool, most_loaded_stage
+from engine.scaleout.stage_peaks import SectionPool, StageFamily
 from engine.scaleout.step_time import Cluster, CommSums, collective_seconds, comm_sums, step_seconds
 from engine.scenario.training import Method, Scenario
 
@@ -166,6 +166,7 @@ def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_
     out: list[Candidate] = []
     for tp, cp, pp, dp, ep, settings in _space(arch, cluster, global_batch):
         stages = nccl = None  # alike for every setting of the shape (what dominant_stages and group_sizes read)
+        families: dict[tuple[int, bool], StageFamily] = {}  # the shape's settings of one micro batch and context
         for mb, rec, zero, v in settings:
             fields = _fields(tp, cp, pp, dp, ep, mb, rec, zero, v, global_batch)
             # The schedule Layout would infer, named (its validation is then cheaper; the same layout).
@@ -183,18 +184,22 @@ def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_
             if problems:
                 out.append(_rejected(layout, problems[0]))
                 continue
-            # What the one-GPU estimate reads of the layout (effective_scenario): the micro batch, gradient
-            # checkpointing (full recompute and op-level SAC) and whether there is gradient accumulation (its count
-            # does not enter).
-            key = (mb, rec in CHECKPOINTED, layout.micro_batches > 1)
-            ctx = contexts.get(key)
-            if ctx is None:
-                ctx = contexts[key] = Context(arch, effective_scenario(scenario, layout), fp8, master_weights)
-                pool.adopt(ctx)
-            if stages is None:
-                stages = dominant_stages(layout, ctx.uniform_blocks)
-                nccl = buffers.nccl_bytes(group_sizes(layout))
-            worst, worst_stage = most_loaded_stage(ctx, layout, stages)
+            family = families.get((mb, rec in CHECKPOINTED))
+            if family is None:
+                # What the one-GPU estimate reads of the layout (effective_scenario): the micro batch, gradient
+                # checkpointing (full recompute and op-level SAC) and whether there is gradient accumulation (its
+                # count does not enter; within a shape the micro batch sets it).
+                key = (mb, rec in CHECKPOINTED, layout.micro_batches > 1)
+                ctx = contexts.get(key)
+                if ctx is None:
+                    ctx = contexts[key] = Context(arch, effective_scenario(scenario, layout), fp8, master_weights)
+                    pool.adopt(ctx)
+                if stages is None:
+                    stages = dominant_stages(layout, ctx.uniform_blocks)
+                    nccl = buffers.nccl_bytes(group_sizes(layout))
+                family = families[(mb, rec in CHECKPOINTED)] = StageFamily(ctx, layout, stages)
+            ctx = family.ctx
+            worst, worst_stage = family.most_loaded(layout)
             device = device_used_bytes(worst) + nccl
             if device > usable:
                 out.append(Candidate(layout, False, f"out of memory: stage {worst_stage} needs {device / 2**30:.1f} GiB "

@@ -70,45 +70,83 @@ class _Recorder(_Parts):
 
 def most_loaded_stage(ctx: Context, layout: Layout, stages: Iterable[int]) -> tuple[float, int]:
     """(allocated peak, stage) of the most loaded of ``stages`` (the first on ties): ``peak_of(stage_parts(ctx,
-    layout, r, explain=False))[1]`` of each, to the last bit, faster: the layout search's path.
+    layout, r, explain=False))[1]`` of each, to the last bit, faster: the layout search's path (through a
+    :class:`StageFamily` of its own here).
 
     Each of the three sections (model states, activations, buffers) reads only a few of the layout's settings, and
     many layouts share them: what a section adds is recorded once per :class:`SectionPool` (``ctx``'s own when no
-    pool adopted it), what it reads of ``ctx`` and those settings (its key below), the model states as their
-    per-phase sums (they come first), the others as (phase, bytes) replayed into those sums in the order
-    :func:`peak_of` adds them, so every sum is the same float. Bytes are never negative, so a phase no part is alive
-    in (0.0 here, absent there) never changes the maximum."""
-    t, p, c, sp = layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel, layout.sequence_parallel
-    shards, zero = layout.optimizer_shards, layout.zero
-    m, v, schedule, last = layout.micro_batches, layout.virtual_pipeline, layout.schedule, p - 1
-    last_flight = _in_flight(p, m, v, schedule, last)
-    # What each section reads of the layout (and below, of the stage): _model_states, _activations, _buffers.
-    ids = ctx.section_ids
-    if ids is None:
-        SectionPool(ctx.arch).adopt(ctx)
-        ids = ctx.section_ids
-    states = (ids[0], t, p > 1, zero, shards)
-    acts = (ids[1], t, sp, c, layout.recompute, layout.recompute_layers, last_flight[0], p == 1)
-    bufs = (ids[2], t, sp, c, p > 1, layout.expert_parallel, layout.expert_tensor_parallel,
-            layout.moe_capacity_factor, zero == 3 and shards > 1)
-    get, worst, worst_stage = ctx.sections.get, -1.0, 0
-    for r in stages:
-        st = ctx.stage(layout, r)
-        key = (*states, st.local)
-        totals = get(key)
-        totals = list(totals if totals is not None else _recorded(ctx, _model_states, key, layout, st, prefix=True))
-        key = (*acts, last_flight if r == last else _in_flight(p, m, v, schedule, r), st.layers[r], r == last)
-        entries = get(key)
-        for i, nbytes in (entries if entries is not None else _recorded(ctx, _activations, key, layout, st)):
-            totals[i] += nbytes
-        key = (*bufs, st.first, st.last, st.local)
-        entries = get(key)
-        for i, nbytes in (entries if entries is not None else _recorded(ctx, _buffers, key, layout, st)):
-            totals[i] += nbytes
-        total = max(totals)
-        if total > worst:
-            worst, worst_stage = total, r
-    return worst, worst_stage
+    pool adopted it), what it reads of ``ctx`` and those settings (its keys in :class:`StageFamily`), the model
+    states as their per-phase sums (they come first), the others as (phase, bytes) replayed into those sums in the
+    order :func:`~engine.scaleout.memory.peak_of` adds them, so every sum is the same float. Bytes are never
+    negative, so a phase no part is alive in (0.0 here, absent there) never changes the maximum."""
+    return StageFamily(ctx, layout, stages).most_loaded(layout)
+
+
+class StageFamily:
+    """:func:`most_loaded_stage` of the layouts that share ``ctx``, ``stages`` and every setting of ``layout`` but the
+    ZeRO stage, the recompute and the virtual pipeline (its schedule): in the layout search, the settings of one
+    parallel shape and micro batch with one context. What each section adds is looked up once per value of the
+    settings among those three it reads (the model states and buffers: the ZeRO stage; the activations: the
+    recompute and pipeline chunks), then only replayed. A layout outside the family gets another's numbers."""
+
+    def __init__(self, ctx: Context, layout: Layout, stages: Iterable[int]):
+        if ctx.section_ids is None:
+            SectionPool(ctx.arch).adopt(ctx)
+        self.ctx, self.stages = ctx, tuple(stages)
+        self._at = [ctx.stage(layout, r) for r in self.stages]
+        self._states: dict[int, list] = {}
+        self._acts: dict[tuple, list] = {}
+        self._bufs: dict[int, list] = {}
+
+    def most_loaded(self, layout: Layout) -> tuple[float, int]:
+        """:func:`most_loaded_stage` of ``layout``, a member of the family."""
+        zero = layout.zero
+        states = self._states.get(zero)
+        if states is None:
+            states = self._states[zero] = self._model_states(layout)
+        acts = self._acts.get((layout.recompute, layout.virtual_pipeline, layout.schedule))
+        if acts is None:
+            acts = self._acts[(layout.recompute, layout.virtual_pipeline, layout.schedule)] = self._activations(layout)
+        bufs = self._bufs.get(zero)
+        if bufs is None:
+            bufs = self._bufs[zero] = self._buffers(layout)
+        worst, worst_stage = -1.0, 0
+        for r, prefix, a, b in zip(self.stages, states, acts, bufs):
+            totals = list(prefix)
+            for i, nbytes in a:
+                totals[i] += nbytes
+            for i, nbytes in b:
+                totals[i] += nbytes
+            total = max(totals)
+            if total > worst:
+                worst, worst_stage = total, r
+        return worst, worst_stage
+
+    # What each section reads of the layout (and of the stage): _model_states, _activations, _buffers.
+    def _model_states(self, layout: Layout) -> list:
+        ctx, t, p = self.ctx, layout.tensor_parallel, layout.pipeline_parallel
+        key = (ctx.section_ids[0], t, p > 1, layout.zero, layout.optimizer_shards)
+        return [_entries(ctx, _model_states, (*key, st.local), layout, st, prefix=True) for st in self._at]
+
+    def _activations(self, layout: Layout) -> list:
+        ctx, t, p = self.ctx, layout.tensor_parallel, layout.pipeline_parallel
+        m, v, schedule, last = layout.micro_batches, layout.virtual_pipeline, layout.schedule, p - 1
+        key = (ctx.section_ids[1], t, layout.sequence_parallel, layout.context_parallel, layout.recompute,
+               layout.recompute_layers, _in_flight(p, m, v, schedule, last)[0], p == 1)
+        return [_entries(ctx, _activations, (*key, _in_flight(p, m, v, schedule, st.index), st.layers[st.index],
+                                             st.index == last), layout, st) for st in self._at]
+
+    def _buffers(self, layout: Layout) -> list:
+        ctx, t, p, shards = self.ctx, layout.tensor_parallel, layout.pipeline_parallel, layout.optimizer_shards
+        key = (ctx.section_ids[2], t, layout.sequence_parallel, layout.context_parallel, p > 1, layout.expert_parallel,
+               layout.expert_tensor_parallel, layout.moe_capacity_factor, layout.zero == 3 and shards > 1)
+        return [_entries(ctx, _buffers, (*key, st.first, st.last, st.local), layout, st) for st in self._at]
+
+
+def _entries(ctx: Context, section: Callable, key: tuple, layout: Layout, st: _Stage, prefix: bool = False) -> list:
+    """What ``section`` adds for ``key``: recorded in ``ctx``'s sections, or recorded now (:func:`_recorded`)."""
+    found = ctx.sections.get(key)
+    return found if found is not None else _recorded(ctx, section, key, layout, st, prefix)
 
 
 def _recorded(ctx: Context, section: Callable, key: tuple, layout: Layout, st: _Stage, prefix: bool = False) -> list:
