@@ -186,8 +186,9 @@ def _even_split(num_layers: int, stages: int) -> tuple[int, ...]:
 
 
 def problems_key(layout: Layout) -> tuple:
-    """Every setting :func:`layout_problems` reads of ``layout``: for one model and sequence length, layouts with equal
-    keys have the same problems (the layout search memoises them; keep the two in step)."""
+    """Every setting :func:`layout_problems` reads of ``layout`` (not its recompute, ZeRO stage or sequence
+    parallelism): for one model and sequence length, layouts with equal keys have the same problems (the layout
+    search memoises them; keep the two in step)."""
     interleaved = layout.schedule is Schedule.INTERLEAVED
     return (layout.tensor_parallel, layout.pipeline_parallel, layout.virtual_pipeline, layout.layers_per_stage,
             layout.schedule, layout.micro_batches if interleaved else 0, layout.context_parallel, layout.expert_parallel,

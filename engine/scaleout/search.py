@@ -4,15 +4,16 @@ it is, the Pareto front of time and cost, and why the others do not fit.
 
 Fast by construction, with the numbers of a fresh :func:`engine.scaleout.estimate.estimate_layout` per layout to
 the last bit (``tests/scaleout/test_scaleout_search_exact.py``; ``benchmarks/bench_scaleout.py``: tens of thousands
-of layouts in under 0.5 s). The space is walked by parallel shape, so what a shape's settings share is found once
-(its dominant stages, NCCL buffers). The one-GPU estimate is computed once per (micro batch, gradient
-checkpointing, accumulation) and shared (:class:`engine.scaleout.memory.Context`); each memory section of a stage
-is recorded once under what it reads of the layout and of that estimate, for all of the search's contexts
-(:mod:`engine.scaleout.stage_peaks`); a layout's problems, a rank's compute, the collectives' seconds and the
-optimizer step are memoised by the settings they read (:func:`engine.scaleout.layout.problems_key`,
-:func:`engine.scaleout.comm_volumes.model_parallel_key`, ``data_parallel_key``); the step time is computed only for layouts that fit, without
-building a :class:`~engine.scaleout.step_time.StepTime` (:func:`engine.scaleout.step_time.step_seconds`). The
-cycle collector is paused meanwhile (the search makes no cycles).
+of layouts in under 0.5 s). The space is walked by parallel shape and micro batch, so what their settings share is
+found once (dominant stages, NCCL buffers, the layout's problems, its context). The one-GPU estimate is computed
+once per (micro batch, gradient checkpointing, accumulation) and shared (:class:`engine.scaleout.memory.Context`);
+each memory section of a stage is recorded once under what it reads of the layout and of that estimate, for all of
+the search's contexts (:mod:`engine.scaleout.stage_peaks`); a layout's problems, a rank's compute, the collectives'
+seconds and the optimizer step are memoised by the settings they read (:func:`engine.scaleout.layout.problems_key`,
+:func:`engine.scaleout.comm_volumes.model_parallel_key`, ``data_parallel_key``); the step time is computed only for
+layouts that fit, without building a :class:`~engine.scaleout.step_time.StepTime`
+(:func:`engine.scaleout.step_time.step_seconds`). The cycle collector is paused meanwhile (the search makes no
+cycles).
 
 Searched: GPU counts 1, 2, 4 ... GPUs per node, then 1, 2, 4 ... nodes and all of them; TP in powers of two up to a
 node (TP stays inside one NVLink domain, as Megatron's and torchtitan's guides advise); CP in powers of two up to
@@ -82,7 +83,7 @@ def gpu_counts(cluster: Cluster) -> list[int]:
 
 def _space(arch: Architecture, cluster: Cluster, global_batch: int) -> Iterator[tuple[int, int, int, int, int, list]]:
     """The space searched, in its order (see the module docstring): each parallel shape (TP, CP, PP, DP, EP) with its
-    (micro batch, recompute, ZeRO stage, virtual pipeline) settings."""
+    settings, by micro batch: (micro batch, its (recompute, ZeRO stage, virtual pipeline) settings)."""
     experts = arch.num_experts
     for world in gpu_counts(cluster):
         for tp in _powers(min(cluster.gpus_per_node, world)):
@@ -91,9 +92,9 @@ def _space(arch: Architecture, cluster: Cluster, global_batch: int) -> Iterator[
                 for pp in (p for p in range(1, min(rest, arch.num_layers) + 1) if rest % p == 0):
                     dp = rest // pp
                     eps = [e for e in _powers(dp * cp) if experts and experts % e == 0] if experts else [1]
-                    settings = [(mb, rec, zero, v)
-                                for mb, rec, zero in itertools.product(MICRO_BATCHES, Recompute, (0, 1, 3))
-                                if not global_batch % (mb * dp) for v in ((1, 2) if pp > 1 else (1,))]
+                    settings = [(mb, [(rec, zero, v) for rec, zero in itertools.product(Recompute, (0, 1, 3))
+                                      for v in ((1, 2) if pp > 1 else (1,))])
+                                for mb in MICRO_BATCHES if not global_batch % (mb * dp)]
                     for ep in eps:
                         yield tp, cp, pp, dp, ep, settings
 
@@ -109,7 +110,8 @@ def _fields(tp: int, cp: int, pp: int, dp: int, ep: int, mb: int, rec: Recompute
 def candidate_layouts(arch: Architecture, cluster: Cluster, global_batch: int, seq_len: int) -> list[dict]:
     """The layouts' fields, before validation, in the search's order (see the module docstring for the space)."""
     return [_fields(tp, cp, pp, dp, ep, mb, rec, zero, v, global_batch)
-            for tp, cp, pp, dp, ep, settings in _space(arch, cluster, global_batch) for mb, rec, zero, v in settings]
+            for tp, cp, pp, dp, ep, settings in _space(arch, cluster, global_batch)
+            for mb, of_mb in settings for rec, zero, v in of_mb]
 
 
 def _cheapest_price(cluster: Cluster) -> float | None:
@@ -160,74 +162,63 @@ def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_
     contexts: dict[tuple, Context] = {}
     pool = SectionPool(arch)  # what the contexts' stage sections share
     seen_problems: dict[tuple, list[str]] = {}
-    comms: dict[tuple, tuple[list[Collective], list[float]]] = {}
-    summed: dict[tuple[int, int], CommSums] = {}
-    timed: dict[Collective, float] = {}
+    steps = _Steps(arch, scenario, cluster, fp8, fused_kernels)
     out: list[Candidate] = []
     for tp, cp, pp, dp, ep, settings in _space(arch, cluster, global_batch):
         stages = nccl = None  # alike for every setting of the shape (what dominant_stages and group_sizes read)
-        families: dict[tuple[int, bool], StageFamily] = {}  # the shape's settings of one micro batch and context
-        for mb, rec, zero, v in settings:
-            fields = _fields(tp, cp, pp, dp, ep, mb, rec, zero, v, global_batch)
-            # The schedule Layout would infer, named (its validation is then cheaper; the same layout).
-            fields["schedule"] = Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B
-            try:
-                layout = validated_layout(fields)
-            except ValidationError as exc:
-                del fields["schedule"]  # the record of a layout that is not one, as it was given
-                out.append(_rejected(Layout.model_construct(**fields), exc.errors()[0]["msg"].removeprefix("Value error, ")))
-                continue
-            pkey = problems_key(layout)
-            problems = seen_problems.get(pkey)
-            if problems is None:
-                problems = seen_problems[pkey] = layout_problems(arch, layout, scenario.seq_len)
-            if problems:
-                out.append(_rejected(layout, problems[0]))
-                continue
-            family = families.get((mb, rec in CHECKPOINTED))
-            if family is None:
-                # What the one-GPU estimate reads of the layout (effective_scenario): the micro batch, gradient
-                # checkpointing (full recompute and op-level SAC) and whether there is gradient accumulation (its
-                # count does not enter; within a shape the micro batch sets it).
-                key = (mb, rec in CHECKPOINTED, layout.micro_batches > 1)
-                ctx = contexts.get(key)
-                if ctx is None:
-                    ctx = contexts[key] = Context(arch, effective_scenario(scenario, layout), fp8, master_weights)
-                    pool.adopt(ctx)
-                if stages is None:
-                    stages = dominant_stages(layout, ctx.uniform_blocks)
-                    nccl = buffers.nccl_bytes(group_sizes(layout))
-                family = families[(mb, rec in CHECKPOINTED)] = StageFamily(ctx, layout, stages)
-            ctx = family.ctx
-            worst, worst_stage = family.most_loaded(layout)
-            device = device_used_bytes(worst) + nccl
-            if device > usable:
-                out.append(Candidate(layout, False, f"out of memory: stage {worst_stage} needs {device / 2**30:.1f} GiB "
-                                     f"{too_big}", worst, device, worst_stage, None, None, None, None))
-                continue
-            # The collectives' seconds by where they run: the model-parallel and the data-parallel ones each kept
-            # under the settings they read (the first not the ZeRO stage, the second not the micro batch or the
-            # recompute), each collective timed once per search, their sums (comm_sums reads of the layout only the
-            # micro batches and ZeRO stage, one in each key) once per pair.
-            cb = ctx.spec.compute_bytes
-            mkey, dkey = (cb, model_parallel_key(layout, worst_stage)), (cb, data_parallel_key(layout, worst_stage))
-            mp, dpc = comms.get(mkey), comms.get(dkey)
-            if mp is None:
-                cols = model_parallel_collectives(arch, layout, ctx.split, scenario.seq_len, cb, cluster.gpus_per_node,
-                                                  worst_stage)
-                mp = comms[mkey] = (cols, [_seconds(col, cluster, timed) for col in cols])
-            if dpc is None:
-                cols = data_parallel_collectives(arch, layout, ctx.split, cb, cluster.gpus_per_node, worst_stage,
-                                                 fp8_all_gather=fp8 is Fp8Recipe.TORCHAO)
-                dpc = comms[dkey] = (cols, [_seconds(col, cluster, timed) for col in cols])
-            sums = summed.get((id(mp), id(dpc)))  # both kept in comms for the whole search: their ids stay theirs
-            if sums is None:
-                sums = summed[(id(mp), id(dpc))] = comm_sums(mp[0] + dpc[0], mp[1] + dpc[1], layout, False)
-            held = ctx.stage(layout, worst_stage).local  # the rank's parameters (engine.scaleout.partition)
-            step_s, tokens = step_seconds(arch, layout, cluster, sums, ctx, held, fp8, fused_kernels=fused_kernels)
-            gpu_h = layout.world_size * step_s / 3600 / tokens * 1e6
-            out.append(Candidate(layout, True, "", worst, device, worst_stage, step_s, tokens / step_s, gpu_h,
-                                 gpu_h * price if price is not None else None))
+        for mb, of_mb in settings:
+            # Alike for the micro batch's settings: the layout's problems for each v (problems_key reads none of
+            # recompute and ZeRO stage) and, per gradient checkpointing, its context and the stage family.
+            problems_of: dict[int, list[str]] = {}
+            families: dict[bool, StageFamily] = {}
+            for rec, zero, v in of_mb:
+                fields = _fields(tp, cp, pp, dp, ep, mb, rec, zero, v, global_batch)
+                # The schedule Layout would infer, named (its validation is then cheaper; the same layout).
+                fields["schedule"] = Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B
+                try:
+                    layout = validated_layout(fields)
+                except ValidationError as exc:
+                    del fields["schedule"]  # the record of a layout that is not one, as it was given
+                    out.append(_rejected(Layout.model_construct(**fields),
+                                         exc.errors()[0]["msg"].removeprefix("Value error, ")))
+                    continue
+                problems = problems_of.get(v)
+                if problems is None:
+                    pkey = problems_key(layout)
+                    problems = seen_problems.get(pkey)
+                    if problems is None:
+                        problems = seen_problems[pkey] = layout_problems(arch, layout, scenario.seq_len)
+                    problems_of[v] = problems
+                if problems:
+                    out.append(_rejected(layout, problems[0]))
+                    continue
+                checkpointed = rec in CHECKPOINTED
+                family = families.get(checkpointed)
+                if family is None:
+                    # What the one-GPU estimate reads of the layout (effective_scenario): the micro batch, gradient
+                    # checkpointing (full recompute and op-level SAC) and whether there is gradient accumulation
+                    # (its count does not enter; within a shape the micro batch sets it).
+                    key = (mb, checkpointed, layout.micro_batches > 1)
+                    ctx = contexts.get(key)
+                    if ctx is None:
+                        ctx = contexts[key] = Context(arch, effective_scenario(scenario, layout), fp8, master_weights)
+                        pool.adopt(ctx)
+                    if stages is None:
+                        stages = dominant_stages(layout, ctx.uniform_blocks)
+                        nccl = buffers.nccl_bytes(group_sizes(layout))
+                    family = families[checkpointed] = StageFamily(ctx, layout, stages)
+                ctx = family.ctx
+                worst, worst_stage = family.most_loaded(layout)
+                device = device_used_bytes(worst) + nccl
+                if device > usable:
+                    out.append(Candidate(layout, False, f"out of memory: stage {worst_stage} needs "
+                                         f"{device / 2**30:.1f} GiB {too_big}", worst, device, worst_stage, None, None,
+                                         None, None))
+                    continue
+                step_s, tokens = steps.of(layout, ctx, worst_stage)
+                gpu_h = layout.world_size * step_s / 3600 / tokens * 1e6
+                out.append(Candidate(layout, True, "", worst, device, worst_stage, step_s, tokens / step_s, gpu_h,
+                                     gpu_h * price if price is not None else None))
     return out
 
 
@@ -246,12 +237,46 @@ _BY_TIME = itemgetter(Candidate._fields.index("step_s"), Candidate._fields.index
 _BY_PEAK = itemgetter(Candidate._fields.index("peak_allocated_bytes"))
 
 
-def _seconds(col: Collective, cluster: Cluster, timed: dict[Collective, float]) -> float:
-    """:func:`collective_seconds` of ``col`` on ``cluster``, remembered in ``timed`` (one search, one cluster)."""
-    s = timed.get(col)
-    if s is None:
-        s = timed[col] = collective_seconds(col, cluster)
-    return s
+class _Steps:
+    """The step time of the search's layouts that fit (:func:`engine.scaleout.step_time.step_seconds`), with what
+    layouts share kept for the search: the model-parallel and the data-parallel collectives each under the settings
+    they read (the first not the ZeRO stage, the second not the micro batch or the recompute), each collective's
+    seconds, and their sums per pair (:func:`~engine.scaleout.step_time.comm_sums` reads of the layout only the
+    micro batches and ZeRO stage, one in each key)."""
+
+    def __init__(self, arch: Architecture, scenario: Scenario, cluster: Cluster, fp8: Fp8Recipe | None, fused: bool):
+        self.arch, self.seq_len, self.cluster, self.fp8, self.fused = arch, scenario.seq_len, cluster, fp8, fused
+        self._parts: dict[tuple, tuple[list[Collective], list[float]]] = {}
+        self._sums: dict[tuple[int, int], CommSums] = {}
+        self._timed: dict[Collective, float] = {}
+
+    def of(self, layout: Layout, ctx: Context, stage: int) -> tuple[float, int]:
+        """(step seconds, tokens per step) of ``layout``, its most loaded rank on pipeline stage ``stage``."""
+        arch, cluster, cb, parts = self.arch, self.cluster, ctx.spec.compute_bytes, self._parts
+        mkey, dkey = (cb, model_parallel_key(layout, stage)), (cb, data_parallel_key(layout, stage))
+        mp, dp = parts.get(mkey), parts.get(dkey)
+        if mp is None:
+            mp = parts[mkey] = self._timed_list(model_parallel_collectives(
+                arch, layout, ctx.split, self.seq_len, cb, cluster.gpus_per_node, stage))
+        if dp is None:
+            dp = parts[dkey] = self._timed_list(data_parallel_collectives(
+                arch, layout, ctx.split, cb, cluster.gpus_per_node, stage, self.fp8 is Fp8Recipe.TORCHAO))
+        pair = (id(mp), id(dp))  # both kept in parts for the whole search: their ids stay theirs
+        sums = self._sums.get(pair)
+        if sums is None:
+            sums = self._sums[pair] = comm_sums(mp[0] + dp[0], mp[1] + dp[1], layout, False)
+        held = ctx.stage(layout, stage).local  # the rank's parameters (engine.scaleout.partition)
+        return step_seconds(arch, layout, cluster, sums, ctx, held, self.fp8, fused_kernels=self.fused)
+
+    def _timed_list(self, cols: list[Collective]) -> tuple[list[Collective], list[float]]:
+        """``cols`` and their :func:`collective_seconds`, each collective timed once per search."""
+        timed, out = self._timed, []
+        for col in cols:
+            s = timed.get(col)
+            if s is None:
+                s = timed[col] = collective_seconds(col, self.cluster)
+            out.append(s)
+        return cols, out
 
 
 def dominant_stages(layout: Layout, uniform_blocks: bool = True) -> tuple[int, ...]:
