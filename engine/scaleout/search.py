@@ -166,6 +166,7 @@ def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_
     out: list[Candidate] = []
     for tp, cp, pp, dp, ep, settings in _space(arch, cluster, global_batch):
         stages = nccl = None  # alike for every setting of the shape (what dominant_stages and group_sizes read)
+        shape: dict = {}  # what the shape's stage families share
         for mb, of_mb in settings:
             # Alike for the micro batch's settings: the layout's problems for each v (problems_key reads none of
             # recompute and ZeRO stage) and, per gradient checkpointing, its context and the stage family.
@@ -206,7 +207,7 @@ def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_
                     if stages is None:
                         stages = dominant_stages(layout, ctx.uniform_blocks)
                         nccl = buffers.nccl_bytes(group_sizes(layout))
-                    family = families[checkpointed] = StageFamily(ctx, layout, stages)
+                    family = families[checkpointed] = StageFamily(ctx, layout, stages, shape)
                 ctx = family.ctx
                 worst, worst_stage = family.most_loaded(layout)
                 device = device_used_bytes(worst) + nccl

@@ -87,29 +87,32 @@ class StageFamily:
     ZeRO stage, the recompute and the virtual pipeline (its schedule): in the layout search, the settings of one
     parallel shape and micro batch with one context. What each section adds is looked up once per value of the
     settings among those three it reads (the model states and buffers: the ZeRO stage; the activations: the
-    recompute and pipeline chunks), then only replayed. A layout outside the family gets another's numbers."""
+    recompute and pipeline chunks), then only replayed. A layout outside the family gets another's numbers.
 
-    def __init__(self, ctx: Context, layout: Layout, stages: Iterable[int]):
+    ``shape``: a dict shared by the families of one parallel shape (their contexts in one :class:`SectionPool`),
+    where the model states and buffers are kept per section id and ZeRO stage: contexts that share a section id
+    (:meth:`SectionPool.adopt`) share what it adds at every stage of the shape."""
+
+    def __init__(self, ctx: Context, layout: Layout, stages: Iterable[int], shape: dict | None = None):
         if ctx.section_ids is None:
             SectionPool(ctx.arch).adopt(ctx)
         self.ctx, self.stages = ctx, tuple(stages)
         self._at = [ctx.stage(layout, r) for r in self.stages]
-        self._states: dict[int, list] = {}
+        self._shape: dict[tuple[int, int], list] = shape if shape is not None else {}
         self._acts: dict[tuple, list] = {}
-        self._bufs: dict[int, list] = {}
 
     def most_loaded(self, layout: Layout) -> tuple[float, int]:
         """:func:`most_loaded_stage` of ``layout``, a member of the family."""
-        zero = layout.zero
-        states = self._states.get(zero)
+        zero, ids = layout.zero, self.ctx.section_ids
+        states = self._shape.get((ids[0], zero))
         if states is None:
-            states = self._states[zero] = self._model_states(layout)
+            states = self._shape[(ids[0], zero)] = self._model_states(layout)
         acts = self._acts.get((layout.recompute, layout.virtual_pipeline, layout.schedule))
         if acts is None:
             acts = self._acts[(layout.recompute, layout.virtual_pipeline, layout.schedule)] = self._activations(layout)
-        bufs = self._bufs.get(zero)
+        bufs = self._shape.get((ids[2], zero))
         if bufs is None:
-            bufs = self._bufs[zero] = self._buffers(layout)
+            bufs = self._shape[(ids[2], zero)] = self._buffers(layout)
         worst, worst_stage = -1.0, 0
         for r, prefix, a, b in zip(self.stages, states, acts, bufs):
             totals = list(prefix)
