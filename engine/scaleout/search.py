@@ -40,7 +40,8 @@ from engine.scaleout import buffers
 from engine.scaleout.comm_volumes import (Collective, data_parallel_collectives, data_parallel_key,
                                           model_parallel_collectives, model_parallel_key)
 from engine.scaleout.fp8 import Fp8Recipe, check_fp8_gpu
-from engine.scaleout.layout import Layout, Recompute, Schedule, layout_problems, problems_key, validated_layout
+from engine.scaleout.layout import (Layout, Recompute, Schedule, layout_problems, problems_key, validated_layout,
+                                    with_settings)
 from engine.scaleout.memory import CHECKPOINTED, Context, effective_scenario, group_sizes
 from engine.scaleout.stage_peaks import SectionPool, StageFamily
 from engine.scaleout.step_time import Cluster, CommSums, collective_seconds, comm_sums, step_seconds
@@ -167,22 +168,26 @@ def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_
     for tp, cp, pp, dp, ep, settings in _space(arch, cluster, global_batch):
         stages = nccl = None  # alike for every setting of the shape (what dominant_stages and group_sizes read)
         shape: dict = {}  # what the shape's stage families share
+        template: Layout | None = None  # the shape's first valid layout
         for mb, of_mb in settings:
             # Alike for the micro batch's settings: the layout's problems for each v (problems_key reads none of
             # recompute and ZeRO stage) and, per gradient checkpointing, its context and the stage family.
             problems_of: dict[int, list[str]] = {}
             families: dict[bool, StageFamily] = {}
             for rec, zero, v in of_mb:
-                fields = _fields(tp, cp, pp, dp, ep, mb, rec, zero, v, global_batch)
-                # The schedule Layout would infer, named (its validation is then cheaper; the same layout).
-                fields["schedule"] = Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B
-                try:
-                    layout = validated_layout(fields)
-                except ValidationError as exc:
-                    del fields["schedule"]  # the record of a layout that is not one, as it was given
-                    out.append(_rejected(Layout.model_construct(**fields),
-                                         exc.errors()[0]["msg"].removeprefix("Value error, ")))
-                    continue
+                if template is not None:  # the shape validated once: its other settings derived from it
+                    layout = with_settings(template, mb, rec, zero, v)
+                else:
+                    fields = _fields(tp, cp, pp, dp, ep, mb, rec, zero, v, global_batch)
+                    # The schedule Layout would infer, named (its validation is then cheaper; the same layout).
+                    fields["schedule"] = Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B
+                    try:
+                        layout = template = validated_layout(fields)
+                    except ValidationError as exc:
+                        del fields["schedule"]  # the record of a layout that is not one, as it was given
+                        out.append(_rejected(Layout.model_construct(**fields),
+                                             exc.errors()[0]["msg"].removeprefix("Value error, ")))
+                        continue
                 problems = problems_of.get(v)
                 if problems is None:
                     pkey = problems_key(layout)
