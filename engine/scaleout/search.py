@@ -165,9 +165,12 @@ def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_
     seen_problems: dict[tuple, list[str]] = {}
     steps = _Steps(arch, scenario, cluster, fp8, fused_kernels)
     out: list[Candidate] = []
+    last = across_ep = None
     for tp, cp, pp, dp, ep, settings in _space(arch, cluster, global_batch):
         stages = nccl = None  # alike for every setting of the shape (what dominant_stages and group_sizes read)
         shape: dict = {}  # what the shape's stage families share
+        if (tp, cp, pp, dp) != last:  # and what the shapes that differ only in EP (one after the other) share
+            last, across_ep = (tp, cp, pp, dp), {}
         template: Layout | None = None  # the shape's first valid layout
         for mb, of_mb in settings:
             # Alike for the micro batch's settings: the layout's problems for each v (problems_key reads none of
@@ -212,7 +215,7 @@ def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_
                     if stages is None:
                         stages = dominant_stages(layout, ctx.uniform_blocks)
                         nccl = buffers.nccl_bytes(group_sizes(layout))
-                    family = families[checkpointed] = StageFamily(ctx, layout, stages, shape)
+                    family = families[checkpointed] = StageFamily(ctx, layout, stages, shape, across_ep)
                 ctx = family.ctx
                 worst, worst_stage = family.most_loaded(layout)
                 device = device_used_bytes(worst) + nccl

@@ -91,15 +91,18 @@ class StageFamily:
 
     ``shape``: a dict shared by the families of one parallel shape (their contexts in one :class:`SectionPool`),
     where the model states and buffers are kept per section id and ZeRO stage: contexts that share a section id
-    (:meth:`SectionPool.adopt`) share what it adds at every stage of the shape."""
+    (:meth:`SectionPool.adopt`) share what it adds at every stage of the shape. ``activations``: the same for the
+    activations, shared more widely, by the shapes that differ only in their expert parallelism (which the
+    activations do not read)."""
 
-    def __init__(self, ctx: Context, layout: Layout, stages: Iterable[int], shape: dict | None = None):
+    def __init__(self, ctx: Context, layout: Layout, stages: Iterable[int], shape: dict | None = None,
+                 activations: dict | None = None):
         if ctx.section_ids is None:
             SectionPool(ctx.arch).adopt(ctx)
         self.ctx, self.stages = ctx, tuple(stages)
         self._at = [ctx.stage(layout, r) for r in self.stages]
         self._shape: dict[tuple[int, int], list] = shape if shape is not None else {}
-        self._acts: dict[tuple, list] = {}
+        self._acts: dict[tuple, list] = activations if activations is not None else {}
 
     def most_loaded(self, layout: Layout) -> tuple[float, int]:
         """:func:`most_loaded_stage` of ``layout``, a member of the family."""
@@ -107,9 +110,10 @@ class StageFamily:
         states = self._shape.get((ids[0], zero))
         if states is None:
             states = self._shape[(ids[0], zero)] = self._model_states(layout)
-        acts = self._acts.get((layout.recompute, layout.virtual_pipeline, layout.schedule))
+        key = (ids[1], layout.recompute, layout.virtual_pipeline, layout.schedule)
+        acts = self._acts.get(key)
         if acts is None:
-            acts = self._acts[(layout.recompute, layout.virtual_pipeline, layout.schedule)] = self._activations(layout)
+            acts = self._acts[key] = self._activations(layout)
         bufs = self._shape.get((ids[2], zero))
         if bufs is None:
             bufs = self._shape[(ids[2], zero)] = self._buffers(layout)
