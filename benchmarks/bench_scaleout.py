@@ -2,11 +2,13 @@
 benchmarks/bench_scaleout.py``; not part of the test suite).
 
 Target, so the Scale out page's search answers while the user waits: every case below (thousands to tens of
-thousands of layouts each) searched in under 0.5 s on the 2-core development machine. Each case runs 5 times (a new
-search each time, as the page runs it after a change: nothing of the previous search is kept); the median of this
-process's CPU time is checked (on a shared machine the wall time also counts other processes' turns), the median
-wall time is printed beside it. Prints layouts searched, how many fit, seconds and microseconds per layout, and
-exits non-zero when a case misses the target.
+thousands of layouts each) searched in under 0.5 s on the 2-core development machine. Each case runs 5 times, a
+new search each time as the page runs one after a change: the search's own memos start empty, the engine's
+per-function caches (GEMM tables of a rank, ring links) stay warm as they do in a running app. The median of this
+process's CPU time is checked (on a shared machine the wall time also counts other processes' turns); the median
+wall time and the first search's CPU time (those caches cold, as after the app starts) are printed beside it.
+Prints layouts searched, how many fit, seconds and microseconds per layout, and exits non-zero when a case misses
+the target.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def main() -> int:
             walls.append(time.perf_counter() - start)
         cpu, wall = statistics.median(cpus), statistics.median(walls)
         print(f"{repo:32s} {nodes:3d} x 8 H100, gbs {gbs}: {len(found):6d} layouts, {sum(c.fits for c in found):5d} fit, "
-              f"{cpu:.3f} s CPU ({cpu / len(found) * 1e6:.0f} us/layout), {wall:.3f} s wall")
+              f"{cpu:.3f} s CPU ({cpu / len(found) * 1e6:.0f} us/layout), {wall:.3f} s wall, first {cpus[0]:.3f} s CPU")
         if cpu > TARGET_S:
             failures.append(f"{repo}: {cpu:.3f} s > {TARGET_S} s")
     print(f"({os.cpu_count()} CPUs) " + ("OK" if not failures else "MISSED: " + "; ".join(failures)))
