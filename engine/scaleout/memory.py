@@ -55,7 +55,7 @@ from engine.model.architecture import Architecture
 from engine.scaleout import buffers, recompute
 from engine.scaleout.fp8 import Fp8Recipe, fp8_scaling_bytes, fp8_weight_cache_bytes, linear_input_factor
 from engine.scaleout.layout import Layout, Recompute, Schedule, layout_problems
-from engine.scaleout.partition import ParameterSplit, parameter_split
+from engine.scaleout.partition import ParameterSplit, largest_block, parameter_split
 from engine.scenario.precision import PrecisionMode, PrecisionSpec, precision_spec
 from engine.scenario.training import Method, Scenario
 
@@ -360,7 +360,7 @@ def _buffers(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> None:
             lambda: "2 x tokens x top-k x capacity factor x h x compute bytes",
             "Megatron MoEAlltoAllTokenDispatcher; moe_utils.get_capacity", "Expert all-to-all buffers")
     if zero == 3 and shards > 1:
-        unit = max(split.block_parameters(i, t, ept) for i in range(first, last)) if last > first else 0.0
+        unit = largest_block(split, first, last, t, ept)
         gather_b = 1 if ctx.fp8 is Fp8Recipe.TORCHAO else cb  # torchao float8 all-gather: 1-byte block weights
         gathered, grad = buffers.fsdp_unit_bytes(unit, gather_b)
         if p > 1:

@@ -149,9 +149,11 @@ def _rank_compute(arch: Architecture, layout: Layout, gpu: Gpu, ctx: Context, fp
         sc = ctx.compute_sc
         kernel = attention_kernel(arch, sc, precision_spec(sc.precision), gpu)
         stages = compute_seconds(arch, sc, layout, gpu, fp8, kernel, fused)
-        alike: dict[int, float] = {}  # stages alike are one object: its total once
-        totals = [alike[id(st)] if id(st) in alike else alike.setdefault(id(st), st.total_s) for st in stages]
-        hit = ctx.memo[key] = (kernel, stages, max(range(len(totals)), key=totals.__getitem__))
+        first: dict[int, int] = {}  # stages alike are one object: where each first stands, then its total once
+        for r, st in enumerate(stages):
+            first.setdefault(id(st), r)
+        slow = max(first.values(), key=lambda r: stages[r].total_s)  # the first of the longest, as over every stage
+        hit = ctx.memo[key] = (kernel, stages, slow)
     return hit
 
 
