@@ -38,7 +38,7 @@ def main() -> int:
     failures = []
     for repo, nodes, gbs in CASES:
         arch = architecture_from_config(config_from_catalog(repo)[0])
-        cluster = Cluster(gpu=find_gpu("H100"), nodes=nodes)
+        cluster = Cluster(gpu=find_gpu("H100 SXM"), nodes=nodes)
         walls, cpus = [], []
         for _ in range(REPEAT):
             start, cpu = time.perf_counter(), time.process_time()

@@ -87,12 +87,12 @@ def _one_by_one(arch, sc: Scenario, cluster: Cluster, global_batch: int, fp8, ma
 
 # model, GPU, nodes x GPUs per node, global batch, sequence length, FP8, master weights, fused kernels
 GRID = [
-    ("meta-llama/Llama-3.1-8B", "H100", 1, 8, 32, 4096, None, True, False),  # dense GQA, every recompute mode
-    ("deepseek-ai/DeepSeek-V2-Lite", "H100", 3, 2, 12, 2048, Fp8Recipe.TORCHAO, True, True),  # MoE, dense 1st layer, 6 GPUs
-    ("Qwen/Qwen2.5-0.5B", "H100", 3, 4, 24, 1024, Fp8Recipe.TE, False, False),  # tied embedding, 14 heads, 12 GPUs
-    ("mistralai/Mixtral-8x7B-v0.1", "A100", 1, 8, 8, 8192, None, False, False),  # MoE without master weights
+    ("meta-llama/Llama-3.1-8B", "H100 SXM", 1, 8, 32, 4096, None, True, False),  # dense GQA, every recompute mode
+    ("deepseek-ai/DeepSeek-V2-Lite", "H100 SXM", 3, 2, 12, 2048, Fp8Recipe.TORCHAO, True, True),  # MoE, dense 1st layer, 6 GPUs
+    ("Qwen/Qwen2.5-0.5B", "H100 SXM", 3, 4, 24, 1024, Fp8Recipe.TE, False, False),  # tied embedding, 14 heads, 12 GPUs
+    ("mistralai/Mixtral-8x7B-v0.1", "A100 80GB", 1, 8, 8, 8192, None, False, False),  # MoE without master weights
     # two whole nodes: DP and ZeRO shards up to 16 across the network, PP (interleaved) and TP x CP spanning nodes
-    ("Qwen/Qwen2.5-0.5B", "H100", 2, 8, 16, 1024, None, True, True),
+    ("Qwen/Qwen2.5-0.5B", "H100 SXM", 2, 8, 16, 1024, None, True, True),
 ]
 
 
@@ -118,7 +118,7 @@ def test_search_equals_one_layout_at_a_time(case):
 def test_a_search_does_not_reuse_another_searchs_numbers():
     """Whatever the search keeps between layouts stays inside one search: the same search after another one on a
     different GPU (equal model, batch and layouts) gives what it gave the first time, and the two differ."""
-    case = ("Qwen/Qwen2.5-0.5B", "H100", 1, 4, 8, 1024, None, True, False)
+    case = ("Qwen/Qwen2.5-0.5B", "H100 SXM", 1, 4, 8, 1024, None, True, False)
     first = _search(*case)[3]
     other = _search(case[0], "H200", *case[2:])[3]
     again = _search(*case)[3]
@@ -140,7 +140,7 @@ def test_the_grid_reaches_every_path():
 def test_dense_first_layer_puts_the_most_loaded_rank_in_the_middle():
     """DeepSeek-V2-Lite (27 layers, the first with a dense MLP) on PP 4: stage 1's 7 MoE blocks hold more than
     stage 0's 7 blocks with the dense one, so the search looks at every stage."""
-    arch, _, sc, found = _search("deepseek-ai/DeepSeek-V2-Lite", "H100", 2, 4, 16, 2048, None, True, False)
+    arch, _, sc, found = _search("deepseek-ai/DeepSeek-V2-Lite", "H100 SXM", 2, 4, 16, 2048, None, True, False)
     c = next(c for c in found if c.layout.label() == "TP2 PP4 DP1 SP, mb 4, full recompute, DDP")
     peaks = [s.peak_allocated_bytes for s in scaleout_memory(arch, sc, c.layout, master_weights=True).stages]
     assert arch.dense_mlp_layers == 1 and peaks[1] > peaks[0]
