@@ -102,11 +102,38 @@ def bubble_fraction(layout: Layout) -> float:
     return (p - 1) / (v * m + p - 1) if p > 1 else 0.0
 
 
+def model_parallel_key(layout: Layout, stage: int) -> tuple:
+    """Every setting :func:`model_parallel_collectives` reads of ``layout`` for pipeline stage ``stage``: for one
+    model, sequence, compute dtype and node size, equal keys give equal collectives (the layout search memoises
+    them; keep the two in step)."""
+    return (layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel, layout.data_parallel,
+            layout.expert_parallel, layout.expert_tensor_parallel, layout.micro_batches, layout.micro_batch_size,
+            layout.layers_per_stage, layout.recompute is Recompute.FULL, layout.sequence_parallel,
+            layout.moe_capacity_factor, layout.virtual_pipeline if layout.schedule is Schedule.INTERLEAVED else 1, stage)
+
+
+def data_parallel_key(layout: Layout, stage: int) -> tuple:
+    """Every setting :func:`data_parallel_collectives` reads of ``layout`` for pipeline stage ``stage`` (the micro
+    batches only for FSDP without PP, which gathers every micro batch), as :func:`model_parallel_key`."""
+    p, zero = layout.pipeline_parallel, layout.zero
+    return (layout.tensor_parallel, p, layout.context_parallel, layout.data_parallel, layout.expert_parallel,
+            layout.expert_tensor_parallel, layout.layers_per_stage, zero,
+            layout.micro_batches if zero == 3 and p == 1 else 0, stage)
+
+
 def step_collectives(arch: Architecture, layout: Layout, split: ParameterSplit, seq_len: int, compute_bytes: int,
                      gpus_per_node: int, stage: int = 0, fp8_all_gather: bool = False) -> list[Collective]:
-    """Every collective one rank of pipeline stage ``stage`` runs in one step (see the module docstring).
+    """Every collective one rank of pipeline stage ``stage`` runs in one step (see the module docstring): the
+    tensor, context, expert and pipeline parallel ones, then the data parallel ones.
 
     ``fp8_all_gather``: FSDP2 float8 all-gather (torchao tensorwise) moves 1-byte weights instead of 2."""
+    return (model_parallel_collectives(arch, layout, split, seq_len, compute_bytes, gpus_per_node, stage)
+            + data_parallel_collectives(arch, layout, split, compute_bytes, gpus_per_node, stage, fp8_all_gather))
+
+
+def model_parallel_collectives(arch: Architecture, layout: Layout, split: ParameterSplit, seq_len: int,
+                               compute_bytes: int, gpus_per_node: int, stage: int = 0) -> list[Collective]:
+    """The TP, CP, EP and PP collectives of :func:`step_collectives`."""
     t, p, c, d = layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel, layout.data_parallel
     e, et = layout.expert_parallel, layout.expert_tensor_parallel
     m, b, h, B = layout.micro_batches, layout.micro_batch_size, arch.hidden_size, compute_bytes
@@ -139,7 +166,7 @@ def step_collectives(arch: Architecture, layout: Layout, split: ParameterSplit, 
         out.append(Collective("cp", "context-parallel key/value gradient reduce-scatters", "reduce_scatter", kv,
                               n_layers * m, c, cp_link, True, "Megatron context_parallel.md", cp_rpn))
     if arch.num_experts and e > 1:
-        moe_layers = sum(1 for i in range(first, first + n_layers) if split.expert_per_block[i] > 0)
+        moe_layers = _block_sums(split, first, n_layers)[3]
         msg = tokens / (t if layout.sequence_parallel else 1) * arch.experts_per_token * h * B
         cf = layout.moe_capacity_factor or 1.0
         out.append(Collective("ep", "expert all-to-alls (dispatch + combine, fwd + bwd)", "all_to_all", msg * cf,
@@ -151,9 +178,21 @@ def step_collectives(arch: Architecture, layout: Layout, split: ParameterSplit, 
         out.append(Collective("pp", "pipeline send/recv (activations fwd, gradients bwd)", "p2p", msg, 2 * m * v, 2,
                               group_link(t * c * d, p, gpus_per_node), False, "Narayanan et al. 2021; Megatron p2p_communication.py",
                               ranks_per_node(t * c * d, p, gpus_per_node)))
-    dense = (sum(split.tp_per_block[first:first + n_layers]) / t + sum(split.replicated_per_block[first:first + n_layers])
-             + (split.vocab_embedding / t if stage == 0 else 0) + (split.head / t if stage == p - 1 else 0))
-    expert = sum(split.expert_per_block[first:first + n_layers]) / (e * et)
+    return out
+
+
+def data_parallel_collectives(arch: Architecture, layout: Layout, split: ParameterSplit, compute_bytes: int,
+                              gpus_per_node: int, stage: int = 0, fp8_all_gather: bool = False) -> list[Collective]:
+    """The data-parallel collectives of :func:`step_collectives` (dense and expert gradients, weight gathers)."""
+    t, p, c, d = layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel, layout.data_parallel
+    e, et, m, B = layout.expert_parallel, layout.expert_tensor_parallel, layout.micro_batches, compute_bytes
+    layers = layout.stage_layers(arch.num_layers)
+    first, n_layers = sum(layers[:stage]), layers[stage]
+    tp_params, replicated, experts, _ = _block_sums(split, first, n_layers)
+    out: list[Collective] = []
+    dense = (tp_params / t + replicated + (split.vocab_embedding / t if stage == 0 else 0)
+             + (split.head / t if stage == p - 1 else 0))
+    expert = experts / (e * et)
     for label, params, n, stride in (("dense", dense, d * c, t), ("expert", expert, d * c // e, t * e)):
         if n <= 1 or params <= 0:
             continue
@@ -181,3 +220,23 @@ def step_collectives(arch: Architecture, layout: Layout, split: ParameterSplit, 
             out.append(Collective("dp", f"gradient all-reduce ({label}, fp32)", "all_reduce", params * 4, 1, n, link, True,
                                   "Megatron DDP (--overlap-grad-reduce)", rpn))
     return out
+
+
+_BLOCK_SUMS: dict[tuple[int, int, int], tuple[ParameterSplit, tuple[float, float, float, int]]] = {}
+
+
+def _block_sums(split: ParameterSplit, first: int, n: int) -> tuple[float, float, float, int]:
+    """(TP-sharded, replicated and expert parameters of blocks ``first .. first + n - 1``, how many of them hold
+    experts), remembered per split (kept beside its id, so the id is not reused while the entry lives) and range:
+    the layout search asks for the same stages again and again."""
+    key = (id(split), first, n)
+    hit = _BLOCK_SUMS.get(key)
+    if hit is not None and hit[0] is split:
+        return hit[1]
+    last = first + n
+    sums = (sum(split.tp_per_block[first:last]), sum(split.replicated_per_block[first:last]),
+            sum(split.expert_per_block[first:last]), sum(1 for i in range(first, last) if split.expert_per_block[i] > 0))
+    if len(_BLOCK_SUMS) >= 4096:
+        _BLOCK_SUMS.clear()
+    _BLOCK_SUMS[key] = (split, sums)
+    return sums

@@ -167,12 +167,55 @@ class Layout(BaseModel):
             raise ScenarioError(explain_validation(exc, all_errors=True)) from None
 
 
+def validated_layout(fields: dict[str, Any]) -> Layout:
+    """``Layout(**fields)``: the same validation by the model's own validator, without ``BaseModel.__init__``'s Python
+    frame (the layout search validates tens of thousands).
+
+    Raises:
+        pydantic.ValidationError: as ``Layout(**fields)`` does.
+    """
+    return Layout.__pydantic_validator__.validate_python(fields)
+
+
+def with_settings(layout: Layout, micro_batch_size: int, recompute: Recompute, zero: int,
+                  virtual_pipeline: int) -> Layout:
+    """``layout`` with this micro batch size, recompute, ZeRO stage and virtual pipeline, its schedule inferred from
+    ``virtual_pipeline`` as :class:`Layout` infers it: equal (fields and fields set) to validating ``layout``'s fields
+    with these (the layout search derives a shape's settings from one validated layout of the shape). Only what
+    changes is checked, as the field constraints and ``Layout._consistent`` check it (keep the two in step); the
+    rest was checked when ``layout`` was validated and none of those checks reads these settings but the global
+    batch one, checked here. A combination they would refuse is validated in full, so the error is Layout's own.
+
+    Raises:
+        pydantic.ValidationError: as ``Layout(**fields)`` does.
+    """
+    v, mb, gbs = virtual_pipeline, micro_batch_size, layout.global_batch_size
+    if (type(mb) is int and 1 <= mb <= 65_536 and isinstance(recompute, Recompute) and type(zero) is int
+            and zero in (0, 1, 3) and type(v) is int and 1 <= v <= 64 and (v == 1 or layout.pipeline_parallel > 1)
+            and (gbs is None or not gbs % (mb * layout.data_parallel))):
+        return layout.model_copy(update={"micro_batch_size": mb, "recompute": recompute, "zero": zero,
+                                         "virtual_pipeline": v,
+                                         "schedule": Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B})
+    fields = {k: getattr(layout, k) for k in layout.model_fields_set if k != "schedule"}
+    return Layout(**{**fields, "micro_batch_size": mb, "recompute": recompute, "zero": zero, "virtual_pipeline": v})
+
+
 @lru_cache(maxsize=1024)
 def _even_split(num_layers: int, stages: int) -> tuple[int, ...]:
     """``num_layers`` over ``stages`` as evenly as possible, the remainder on the first stages (cached: the layout
     search asks for the same split again and again)."""
     base, extra = divmod(num_layers, stages)
     return tuple(base + (1 if r < extra else 0) for r in range(stages))
+
+
+def problems_key(layout: Layout) -> tuple:
+    """Every setting :func:`layout_problems` reads of ``layout`` (not its recompute, ZeRO stage or sequence
+    parallelism): for one model and sequence length, layouts with equal keys have the same problems (the layout
+    search memoises them; keep the two in step)."""
+    interleaved = layout.schedule is Schedule.INTERLEAVED
+    return (layout.tensor_parallel, layout.pipeline_parallel, layout.virtual_pipeline, layout.layers_per_stage,
+            layout.schedule, layout.micro_batches if interleaved else 0, layout.context_parallel, layout.expert_parallel,
+            layout.expert_tensor_parallel)
 
 
 def layout_problems(arch: Architecture, layout: Layout, seq_len: int) -> list[str]:

@@ -41,13 +41,13 @@ of its components is divided the way the layout divides it, and the layout's buf
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
 from engine.errors import ScenarioError
 from engine.memory.activations import BlockActivations, block_activations
-from engine.memory.components import PHASES, MemoryComponent, Phase, step_phases
+from engine.memory.components import MemoryComponent, Phase, step_phases
 from engine.memory.device import device_memory
 from engine.memory.estimate import estimate_memory
 from engine.memory.result import MemoryEstimate
@@ -55,7 +55,7 @@ from engine.model.architecture import Architecture
 from engine.scaleout import buffers, recompute
 from engine.scaleout.fp8 import Fp8Recipe, fp8_scaling_bytes, fp8_weight_cache_bytes, linear_input_factor
 from engine.scaleout.layout import Layout, Recompute, Schedule, layout_problems
-from engine.scaleout.partition import ParameterSplit, parameter_split
+from engine.scaleout.partition import ParameterSplit, largest_block, parameter_split
 from engine.scenario.precision import PrecisionMode, PrecisionSpec, precision_spec
 from engine.scenario.training import Method, Scenario
 
@@ -115,8 +115,10 @@ class Context:
         rec = self.parts.get("recomputed_layer")
         self.block_copies = (rec.bytes - self.blocks.per_token * sc.tokens_per_micro_batch) if rec else 0.0
         self.phases = step_phases(sc)
-        # Memos of the layout search, which asks the same of many layouts (see most_loaded_stage).
-        self.sections: dict[tuple, list[tuple[float, tuple[int, ...]]]] = {}
+        # Memos of the layout search, which asks the same of many layouts: the recorded stage sections
+        # (engine.scaleout.stage_peaks, which sets them when it first meets the context).
+        self.sections: dict[tuple, list] = {}
+        self.section_ids: tuple[int, int, int] | None = None
         self._stages: dict[tuple, _Stage] = {}
         self.memo: dict[tuple, Any] = {}  # engine.scaleout.step_time's per-layout compute
         self._sac_saved: dict[tuple[int, bool], float] = {}
@@ -167,12 +169,16 @@ def context(arch: Architecture, scenario: Scenario, layout: Layout, fp8: Fp8Reci
 
 def in_flight(layout: Layout, stage: int) -> tuple[int, int]:
     """(model chunks whose activations stage ``stage`` holds at the start of its first backward, chunks per stage)."""
-    p, m, v = layout.pipeline_parallel, layout.micro_batches, layout.virtual_pipeline
+    return _in_flight(layout.pipeline_parallel, layout.micro_batches, layout.virtual_pipeline, layout.schedule, stage)
+
+
+def _in_flight(p: int, m: int, v: int, schedule: Schedule, stage: int) -> tuple[int, int]:
+    """:func:`in_flight` of PP ``p``, ``m`` micro batches, ``v`` chunks per stage, ``schedule``."""
     if p == 1:
         return 1, 1
-    if layout.schedule is Schedule.GPIPE:
+    if schedule is Schedule.GPIPE:
         return m, 1
-    if layout.schedule is Schedule.INTERLEAVED:
+    if schedule is Schedule.INTERLEAVED:
         return min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v), v
     return min(p - stage, m), 1
 
@@ -207,23 +213,6 @@ class _Parts:
         self.add(key, comp.bytes * factor, phases or comp.phases, lambda: f"{why()}; one GPU: {comp.formula}")
 
 
-_PHASE_INDEX = {ph: i for i, ph in enumerate(PHASES + ("inference",))}
-
-
-class _Recorder(_Parts):
-    """Records only what :func:`peak_of` reads of each part that :class:`_Parts` would collect: (bytes, phases as
-    indices of :data:`_PHASE_INDEX`), in order (the layout search's path: no labels, sources or formulas)."""
-
-    def __init__(self, est: dict[str, MemoryComponent]):
-        super().__init__(est, explain=False)
-        self.entries: list[tuple[float, tuple[int, ...]]] = []
-
-    def add(self, key: str, nbytes: float, phases: tuple[Phase, ...], formula: Callable[[], str], source: str = "",
-            label: str = "") -> None:
-        if nbytes or key in self.est:
-            self.entries.append((nbytes, tuple(_PHASE_INDEX[ph] for ph in phases)))
-
-
 class _Stage(NamedTuple):
     """Where a pipeline stage sits: its index, every stage's layers, its blocks ``first..last-1`` and the
     parameters one of its ranks holds."""
@@ -253,57 +242,32 @@ def stage_parts(ctx: Context, layout: Layout, stage: int, explain: bool = True) 
     return parts.out
 
 
-def most_loaded_stage(ctx: Context, layout: Layout, stages: Iterable[int]) -> tuple[float, int]:
-    """(allocated peak, stage) of the most loaded of ``stages`` (the first on ties): ``peak_of(stage_parts(ctx,
-    layout, r, explain=False))[1]`` of each, to the last bit, faster: the layout search's path.
-
-    Each of the three sections (model states, activations, buffers) reads only a few of the layout's settings, and
-    many layouts share them: what a section adds is recorded once per ``ctx`` and those settings (its key below),
-    the model states as their per-phase sums (they come first), the others as (bytes, phases) replayed into those
-    sums in the order :func:`peak_of` adds them, so every sum is the same float. Bytes are never negative, so a phase
-    no part is alive in (0.0 here, absent there) never changes the maximum."""
-    t, p, c, sp = layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel, layout.sequence_parallel
-    shards, zero = layout.optimizer_shards, layout.zero
-    # What each section reads of the layout (and below, of the stage): _model_states, _activations, _buffers.
-    states = ("states", t, p > 1, zero, shards)
-    acts = ("activations", t, sp, c, layout.recompute, layout.recompute_layers, in_flight(layout, p - 1)[0], p == 1)
-    bufs = ("buffers", t, sp, c, p > 1, layout.expert_parallel, layout.expert_tensor_parallel,
-            layout.moe_capacity_factor, zero == 3 and shards > 1)
-    memo, worst, worst_stage = ctx.sections, -1.0, 0
-    for r in stages:
-        st = ctx.stage(layout, r)
-        key = states + (st.local,)
-        totals = list(memo.get(key) or _recorded(ctx, _model_states, key, layout, st, prefix=True))
-        for section, key in ((_activations, acts + (in_flight(layout, r), st.layers[r], r == p - 1)),
-                             (_buffers, bufs + (st.first, st.last, st.local))):
-            entries = memo.get(key)
-            for nbytes, phases in (entries if entries is not None else _recorded(ctx, section, key, layout, st)):
-                for i in phases:
-                    totals[i] += nbytes
-        total = max(totals)
-        if total > worst:
-            worst, worst_stage = total, r
-    return worst, worst_stage
+_STATE_PARTS = ("weights", "weight_copies", "gradients", "gradient_temporaries", "master_weights", "optimizer_states",
+                "optimizer_temporaries")
+_BUFFER_PARTS = ("sp_gather_buffer", "pp_p2p_buffers", "ep_all_to_all", "gathered_weights", "fsdp_accumulated_grads",
+                 "fsdp_grad_unit", "fp8_weight_cache", "fp8_scaling")
 
 
-def _recorded(ctx: Context, section: Callable, key: tuple, layout: Layout, st: _Stage, prefix: bool = False) -> list:
-    """What ``section`` adds for ``key``, recorded in ``ctx``: its (bytes, phase indices), or (``prefix``) the
-    per-phase sums they make from zero."""
-    recorder = _Recorder(ctx.parts)
-    section(ctx, layout, st, recorder)
-    out = recorder.entries
-    if prefix:
-        out = [0.0] * len(_PHASE_INDEX)
-        for nbytes, phases in recorder.entries:
-            for i in phases:
-                out[i] += nbytes
-    ctx.sections[key] = out
-    return out
+def states_reads(ctx: Context) -> tuple:
+    """Everything :func:`_model_states` reads of its context but the architecture (keep the two in step): the
+    one-GPU model states' bytes and phases, mixed precision without master weights, the step's phases."""
+    parts = ctx.parts
+    return ("states", ctx.master, ctx.phases,
+            tuple((parts[k].bytes, parts[k].phases) if k in parts else None for k in _STATE_PARTS))
+
+
+def buffers_reads(ctx: Context) -> tuple:
+    """Everything :func:`_buffers` reads of its context but the architecture (keep the two in step): tokens per micro
+    batch, compute bytes, FP8 (TransformerEngine's copies live in the step's phases) and which of its parts the
+    one-GPU estimate has."""
+    return ("buffers", ctx.sc.tokens_per_micro_batch, ctx.spec.compute_bytes, ctx.fp8,
+            ctx.phases if ctx.fp8 is Fp8Recipe.TE else None, ctx.linear_modules,
+            tuple(k in ctx.parts for k in _BUFFER_PARTS))
 
 
 def _model_states(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> None:
     """Weights, their copies, gradients, master weights and optimizer states: the rank's share (see the module
-    docstring). Reads only the settings :func:`most_loaded_stage` keys it by."""
+    docstring). Reads only the settings :func:`engine.scaleout.stage_peaks.most_loaded_stage` keys it by."""
     est, split, local = ctx.parts, ctx.split, st.local
     t, p, shards, zero = layout.tensor_parallel, layout.pipeline_parallel, layout.optimizer_shards, layout.zero
     share = local / split.total
@@ -332,7 +296,7 @@ def _model_states(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> No
 
 def _activations(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> None:
     """Micro batches (or chunks) in flight x layers x the block's bytes, CP splitting the tokens; the logits. Reads
-    only the settings :func:`most_loaded_stage` keys it by."""
+    only the settings :func:`engine.scaleout.stage_peaks.most_loaded_stage` keys it by."""
     arch, sc, est, add, scaled = ctx.arch, ctx.sc, ctx.parts, parts.add, parts.scaled
     t, p, c, stage = layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel, st.index
     sp_div = t if layout.sequence_parallel else 1
@@ -396,7 +360,7 @@ def _buffers(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> None:
             lambda: "2 x tokens x top-k x capacity factor x h x compute bytes",
             "Megatron MoEAlltoAllTokenDispatcher; moe_utils.get_capacity", "Expert all-to-all buffers")
     if zero == 3 and shards > 1:
-        unit = max(split.block_parameters(i, t, ept) for i in range(first, last)) if last > first else 0.0
+        unit = largest_block(split, first, last, t, ept)
         gather_b = 1 if ctx.fp8 is Fp8Recipe.TORCHAO else cb  # torchao float8 all-gather: 1-byte block weights
         gathered, grad = buffers.fsdp_unit_bytes(unit, gather_b)
         if p > 1:

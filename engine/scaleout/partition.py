@@ -59,6 +59,24 @@ class ParameterSplit(BaseModel):
         return self.tp_per_block[block] / tp + self.replicated_per_block[block] + self.expert_per_block[block] / ep_tp
 
 
+_LARGEST: dict[tuple[int, int, int, int, int], tuple[ParameterSplit, float]] = {}
+
+
+def largest_block(split: ParameterSplit, first: int, last: int, tp: int, ep_tp: int) -> float:
+    """The most parameters one rank holds of any of blocks ``first .. last - 1`` (0 for none), remembered per split
+    (kept beside its id, so the id is not reused while the entry lives) and range: the layout search asks for the
+    same stages again and again."""
+    key = (id(split), first, last, tp, ep_tp)
+    hit = _LARGEST.get(key)
+    if hit is not None and hit[0] is split:
+        return hit[1]
+    value = max(split.block_parameters(i, tp, ep_tp) for i in range(first, last)) if last > first else 0.0
+    if len(_LARGEST) >= 4096:
+        _LARGEST.clear()
+    _LARGEST[key] = (split, value)
+    return value
+
+
 def _is_router(arch: Architecture, g: TensorGroup) -> bool:
     return bool(arch.num_experts) and g.role == "mlp" and not g.expert and g.shape[0] == arch.num_experts
 

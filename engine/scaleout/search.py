@@ -3,11 +3,17 @@ recompute, ZeRO stage and interleaving) on 1..all of the cluster's GPUs, whether
 it is, the Pareto front of time and cost, and why the others do not fit.
 
 Fast by construction, with the numbers of a fresh :func:`engine.scaleout.estimate.estimate_layout` per layout to
-the last bit (``tests/scaleout/test_scaleout_search_exact.py``): the one-GPU estimate is computed once per (micro
-batch, gradient checkpointing, accumulation) and shared (:class:`engine.scaleout.memory.Context`); within it each
-memory section of a stage and each rank's compute are memoised by the settings they read
-(:func:`engine.scaleout.memory.most_loaded_stage`), and the step time is computed only for layouts that fit
-(``benchmarks/bench_scaleout.py``).
+the last bit (``tests/scaleout/test_scaleout_search_exact.py``; ``benchmarks/bench_scaleout.py``: tens of thousands
+of layouts in under 0.5 s). The space is walked by parallel shape and micro batch, so what their settings share is
+found once (dominant stages, NCCL buffers, the layout's problems, its context). The one-GPU estimate is computed
+once per (micro batch, gradient checkpointing, accumulation) and shared (:class:`engine.scaleout.memory.Context`);
+each memory section of a stage is recorded once under what it reads of the layout and of that estimate, for all of
+the search's contexts (:mod:`engine.scaleout.stage_peaks`); a layout's problems, a rank's compute, the collectives'
+seconds and the optimizer step are memoised by the settings they read (:func:`engine.scaleout.layout.problems_key`,
+:func:`engine.scaleout.comm_volumes.model_parallel_key`, ``data_parallel_key``); the step time is computed only for
+layouts that fit, without building a :class:`~engine.scaleout.step_time.StepTime`
+(:func:`engine.scaleout.step_time.step_seconds`). The cycle collector is paused meanwhile (the search makes no
+cycles).
 
 Searched: GPU counts 1, 2, 4 ... GPUs per node, then 1, 2, 4 ... nodes and all of them; TP in powers of two up to a
 node (TP stays inside one NVLink domain, as Megatron's and torchtitan's guides advise); CP in powers of two up to
@@ -18,8 +24,11 @@ divides. Sequence parallelism is on whenever TP > 1 (it saves memory at the same
 
 from __future__ import annotations
 
+import gc
 import itertools
-from typing import NamedTuple
+from contextlib import contextmanager
+from operator import itemgetter
+from typing import Iterator, NamedTuple
 
 from pydantic import ValidationError
 
@@ -28,11 +37,14 @@ from engine.hardware.gpus import prices_for
 from engine.memory.device import device_used_bytes
 from engine.model.architecture import Architecture
 from engine.scaleout import buffers
-from engine.scaleout.comm_volumes import step_collectives
+from engine.scaleout.comm_volumes import (Collective, data_parallel_collectives, data_parallel_key,
+                                          model_parallel_collectives, model_parallel_key)
 from engine.scaleout.fp8 import Fp8Recipe, check_fp8_gpu
-from engine.scaleout.layout import Layout, Recompute, layout_problems
-from engine.scaleout.memory import CHECKPOINTED, Context, effective_scenario, group_sizes, most_loaded_stage
-from engine.scaleout.step_time import Cluster, step_time
+from engine.scaleout.layout import (Layout, Recompute, Schedule, layout_problems, problems_key, validated_layout,
+                                    with_settings)
+from engine.scaleout.memory import CHECKPOINTED, Context, effective_scenario, group_sizes
+from engine.scaleout.stage_peaks import SectionPool, StageFamily
+from engine.scaleout.step_time import Cluster, CommSums, collective_seconds, comm_sums, step_seconds
 from engine.scenario.training import Method, Scenario
 
 MICRO_BATCHES = (1, 2, 4, 8)
@@ -70,9 +82,9 @@ def gpu_counts(cluster: Cluster) -> list[int]:
     return sorted(counts)
 
 
-def candidate_layouts(arch: Architecture, cluster: Cluster, global_batch: int, seq_len: int) -> list[dict]:
-    """The layouts' fields, before validation (see the module docstring for the space)."""
-    out = []
+def _space(arch: Architecture, cluster: Cluster, global_batch: int) -> Iterator[tuple[int, int, int, int, int, list]]:
+    """The space searched, in its order (see the module docstring): each parallel shape (TP, CP, PP, DP, EP) with its
+    settings, by micro batch: (micro batch, its (recompute, ZeRO stage, virtual pipeline) settings)."""
     experts = arch.num_experts
     for world in gpu_counts(cluster):
         for tp in _powers(min(cluster.gpus_per_node, world)):
@@ -81,15 +93,26 @@ def candidate_layouts(arch: Architecture, cluster: Cluster, global_batch: int, s
                 for pp in (p for p in range(1, min(rest, arch.num_layers) + 1) if rest % p == 0):
                     dp = rest // pp
                     eps = [e for e in _powers(dp * cp) if experts and experts % e == 0] if experts else [1]
-                    for ep, mb, rec, zero in itertools.product(eps, MICRO_BATCHES, Recompute, (0, 1, 3)):
-                        if global_batch % (mb * dp):
-                            continue
-                        for v in ((1, 2) if pp > 1 else (1,)):
-                            out.append(dict(tensor_parallel=tp, context_parallel=cp, pipeline_parallel=pp,
-                                            data_parallel=dp, expert_parallel=ep, sequence_parallel=tp > 1,
-                                            recompute=rec, zero=zero, micro_batch_size=mb, global_batch_size=global_batch,
-                                            virtual_pipeline=v))
-    return out
+                    settings = [(mb, [(rec, zero, v) for rec, zero in itertools.product(Recompute, (0, 1, 3))
+                                      for v in ((1, 2) if pp > 1 else (1,))])
+                                for mb in MICRO_BATCHES if not global_batch % (mb * dp)]
+                    for ep in eps:
+                        yield tp, cp, pp, dp, ep, settings
+
+
+def _fields(tp: int, cp: int, pp: int, dp: int, ep: int, mb: int, rec: Recompute, zero: int, v: int,
+            global_batch: int) -> dict:
+    """One layout's fields (the schedule left for ``Layout`` to infer from ``v``)."""
+    return dict(tensor_parallel=tp, context_parallel=cp, pipeline_parallel=pp, data_parallel=dp, expert_parallel=ep,
+                sequence_parallel=tp > 1, recompute=rec, zero=zero, micro_batch_size=mb, global_batch_size=global_batch,
+                virtual_pipeline=v)
+
+
+def candidate_layouts(arch: Architecture, cluster: Cluster, global_batch: int, seq_len: int) -> list[dict]:
+    """The layouts' fields, before validation, in the search's order (see the module docstring for the space)."""
+    return [_fields(tp, cp, pp, dp, ep, mb, rec, zero, v, global_batch)
+            for tp, cp, pp, dp, ep, settings in _space(arch, cluster, global_batch)
+            for mb, of_mb in settings for rec, zero, v in of_mb]
 
 
 def _cheapest_price(cluster: Cluster) -> float | None:
@@ -113,44 +136,156 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
     if global_batch < 1:
         raise ScenarioError(f"global batch: must be at least 1 (got {global_batch})")
     price = usd_per_gpu_hour if usd_per_gpu_hour is not None else _cheapest_price(cluster)
+    with _cyclic_gc_paused():
+        return _ranked(_evaluated(arch, scenario, cluster, global_batch, fp8, price, master_weights, fused_kernels))
+
+
+@contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Python's cycle collector off while the search runs (back as it was after): the search keeps tens of thousands
+    of small objects (layouts, candidates, memo entries) and makes no reference cycles, so the collections their
+    allocations set off find nothing to free and only walk the heap again and again (10-15% of the search's time).
+    Reference counting still frees everything the search drops."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_batch: int, fp8: Fp8Recipe | None,
+               price: float | None, master_weights: bool, fused_kernels: bool) -> list[Candidate]:
+    """Every candidate of :func:`search_layouts`, in the order of the space."""
     usable = cluster.gpu.usable_memory_bytes
+    too_big = f"(nvidia-smi), {usable / 2**30:.1f} GiB usable"
     contexts: dict[tuple, Context] = {}
+    pool = SectionPool(arch)  # what the contexts' stage sections share
+    seen_problems: dict[tuple, list[str]] = {}
+    steps = _Steps(arch, scenario, cluster, fp8, fused_kernels)
     out: list[Candidate] = []
-    for fields in candidate_layouts(arch, cluster, global_batch, scenario.seq_len):
-        try:
-            layout = Layout(**fields)
-        except ValidationError as exc:
-            out.append(_rejected(Layout.model_construct(**fields), exc.errors()[0]["msg"].removeprefix("Value error, ")))
-            continue
-        problems = layout_problems(arch, layout, scenario.seq_len)
-        if problems:
-            out.append(_rejected(layout, problems[0]))
-            continue
-        # What the one-GPU estimate reads of the layout (effective_scenario): the micro batch, gradient checkpointing
-        # (full recompute and op-level SAC) and whether there is gradient accumulation (its count does not enter).
-        key = (layout.micro_batch_size, layout.recompute in CHECKPOINTED, layout.micro_batches > 1)
-        ctx = contexts.get(key)
-        if ctx is None:
-            ctx = contexts[key] = Context(arch, effective_scenario(scenario, layout), fp8, master_weights)
-        worst, worst_stage = most_loaded_stage(ctx, layout, dominant_stages(layout, ctx.uniform_blocks))
-        device = device_used_bytes(worst) + buffers.nccl_bytes(group_sizes(layout))
-        if device > usable:
-            out.append(Candidate(layout, False, f"out of memory: stage {worst_stage} needs {device / 2**30:.1f} GiB "
-                                 f"(nvidia-smi), {usable / 2**30:.1f} GiB usable", worst, device, worst_stage,
-                                 None, None, None, None))
-            continue
-        cols = step_collectives(arch, layout, ctx.split, scenario.seq_len, ctx.spec.compute_bytes, cluster.gpus_per_node,
-                                worst_stage, fp8_all_gather=fp8 is Fp8Recipe.TORCHAO)
-        layers = layout.stage_layers(arch.num_layers)
-        first = sum(layers[:worst_stage])
-        held = ctx.split.stage_parameters(first, first + layers[worst_stage], worst_stage, layout.pipeline_parallel,
-                                          layout.tensor_parallel, layout.expert_parallel * layout.expert_tensor_parallel)
-        t = step_time(arch, layout, cluster, cols, ctx, held, fp8, fused_kernels=fused_kernels)
-        gpu_h = layout.world_size * t.step_s / 3600 / t.tokens_per_step * 1e6
-        out.append(Candidate(layout, True, "", worst, device, worst_stage, t.step_s, t.tokens_per_second, gpu_h,
-                             gpu_h * price if price is not None else None))
-    out.sort(key=lambda c: (not c.fits, c.step_s if c.step_s is not None else float("inf"), c.peak_allocated_bytes))
+    last = across_ep = None
+    for tp, cp, pp, dp, ep, settings in _space(arch, cluster, global_batch):
+        stages = nccl = None  # alike for every setting of the shape (what dominant_stages and group_sizes read)
+        shape: dict = {}  # what the shape's stage families share
+        if (tp, cp, pp, dp) != last:  # and what the shapes that differ only in EP (one after the other) share
+            last, across_ep = (tp, cp, pp, dp), {}
+        template: Layout | None = None  # the shape's first valid layout
+        for mb, of_mb in settings:
+            # Alike for the micro batch's settings: the layout's problems for each v (problems_key reads none of
+            # recompute and ZeRO stage) and, per gradient checkpointing, its context and the stage family.
+            problems_of: dict[int, list[str]] = {}
+            families: dict[bool, StageFamily] = {}
+            for rec, zero, v in of_mb:
+                if template is not None:  # the shape validated once: its other settings derived from it
+                    layout = with_settings(template, mb, rec, zero, v)
+                else:
+                    fields = _fields(tp, cp, pp, dp, ep, mb, rec, zero, v, global_batch)
+                    # The schedule Layout would infer, named (its validation is then cheaper; the same layout).
+                    fields["schedule"] = Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B
+                    try:
+                        layout = template = validated_layout(fields)
+                    except ValidationError as exc:
+                        del fields["schedule"]  # the record of a layout that is not one, as it was given
+                        out.append(_rejected(Layout.model_construct(**fields),
+                                             exc.errors()[0]["msg"].removeprefix("Value error, ")))
+                        continue
+                problems = problems_of.get(v)
+                if problems is None:
+                    pkey = problems_key(layout)
+                    problems = seen_problems.get(pkey)
+                    if problems is None:
+                        problems = seen_problems[pkey] = layout_problems(arch, layout, scenario.seq_len)
+                    problems_of[v] = problems
+                if problems:
+                    out.append(_rejected(layout, problems[0]))
+                    continue
+                checkpointed = rec in CHECKPOINTED
+                family = families.get(checkpointed)
+                if family is None:
+                    # What the one-GPU estimate reads of the layout (effective_scenario): the micro batch, gradient
+                    # checkpointing (full recompute and op-level SAC) and whether there is gradient accumulation
+                    # (its count does not enter; within a shape the micro batch sets it).
+                    key = (mb, checkpointed, layout.micro_batches > 1)
+                    ctx = contexts.get(key)
+                    if ctx is None:
+                        ctx = contexts[key] = Context(arch, effective_scenario(scenario, layout), fp8, master_weights)
+                        pool.adopt(ctx)
+                    if stages is None:
+                        stages = dominant_stages(layout, ctx.uniform_blocks)
+                        nccl = buffers.nccl_bytes(group_sizes(layout))
+                    family = families[checkpointed] = StageFamily(ctx, layout, stages, shape, across_ep)
+                ctx = family.ctx
+                worst, worst_stage = family.most_loaded(layout)
+                device = device_used_bytes(worst) + nccl
+                if device > usable:
+                    out.append(Candidate(layout, False, f"out of memory: stage {worst_stage} needs "
+                                         f"{device / 2**30:.1f} GiB {too_big}", worst, device, worst_stage, None, None,
+                                         None, None))
+                    continue
+                step_s, tokens = steps.of(layout, ctx, worst_stage)
+                gpu_h = layout.world_size * step_s / 3600 / tokens * 1e6
+                out.append(Candidate(layout, True, "", worst, device, worst_stage, step_s, tokens / step_s, gpu_h,
+                                     gpu_h * price if price is not None else None))
     return out
+
+
+def _ranked(candidates: list[Candidate]) -> list[Candidate]:
+    """The ones that fit first, by (step time, peak), then the rest by peak: the stable sort by (not fits, step time or
+    infinity, peak), the same order, faster (a layout that does not fit has no step time, one that fits has one, so
+    each group compares on its own key alone)."""
+    fits = [c for c in candidates if c.fits]
+    rest = [c for c in candidates if not c.fits]
+    fits.sort(key=_BY_TIME)
+    rest.sort(key=_BY_PEAK)
+    return fits + rest
+
+
+_BY_TIME = itemgetter(Candidate._fields.index("step_s"), Candidate._fields.index("peak_allocated_bytes"))
+_BY_PEAK = itemgetter(Candidate._fields.index("peak_allocated_bytes"))
+
+
+class _Steps:
+    """The step time of the search's layouts that fit (:func:`engine.scaleout.step_time.step_seconds`), with what
+    layouts share kept for the search: the model-parallel and the data-parallel collectives each under the settings
+    they read (the first not the ZeRO stage, the second not the micro batch or the recompute), each collective's
+    seconds, and their sums per pair (:func:`~engine.scaleout.step_time.comm_sums` reads of the layout only the
+    micro batches and ZeRO stage, one in each key)."""
+
+    def __init__(self, arch: Architecture, scenario: Scenario, cluster: Cluster, fp8: Fp8Recipe | None, fused: bool):
+        self.arch, self.seq_len, self.cluster, self.fp8, self.fused = arch, scenario.seq_len, cluster, fp8, fused
+        self._parts: dict[tuple, tuple[list[Collective], list[float]]] = {}
+        self._sums: dict[tuple[int, int], CommSums] = {}
+        self._timed: dict[Collective, float] = {}
+
+    def of(self, layout: Layout, ctx: Context, stage: int) -> tuple[float, int]:
+        """(step seconds, tokens per step) of ``layout``, its most loaded rank on pipeline stage ``stage``."""
+        arch, cluster, cb, parts = self.arch, self.cluster, ctx.spec.compute_bytes, self._parts
+        mkey, dkey = (cb, model_parallel_key(layout, stage)), (cb, data_parallel_key(layout, stage))
+        mp, dp = parts.get(mkey), parts.get(dkey)
+        if mp is None:
+            mp = parts[mkey] = self._timed_list(model_parallel_collectives(
+                arch, layout, ctx.split, self.seq_len, cb, cluster.gpus_per_node, stage))
+        if dp is None:
+            dp = parts[dkey] = self._timed_list(data_parallel_collectives(
+                arch, layout, ctx.split, cb, cluster.gpus_per_node, stage, self.fp8 is Fp8Recipe.TORCHAO))
+        pair = (id(mp), id(dp))  # both kept in parts for the whole search: their ids stay theirs
+        sums = self._sums.get(pair)
+        if sums is None:
+            sums = self._sums[pair] = comm_sums(mp[0] + dp[0], mp[1] + dp[1], layout, False)
+        held = ctx.stage(layout, stage).local  # the rank's parameters (engine.scaleout.partition)
+        return step_seconds(arch, layout, cluster, sums, ctx, held, self.fp8, fused_kernels=self.fused)
+
+    def _timed_list(self, cols: list[Collective]) -> tuple[list[Collective], list[float]]:
+        """``cols`` and their :func:`collective_seconds`, each collective timed once per search."""
+        timed, out = self._timed, []
+        for col in cols:
+            s = timed.get(col)
+            if s is None:
+                s = timed[col] = collective_seconds(col, self.cluster)
+            out.append(s)
+        return cols, out
 
 
 def dominant_stages(layout: Layout, uniform_blocks: bool = True) -> tuple[int, ...]:

@@ -24,6 +24,7 @@ Every rate and constant is engine.time's (documented there); nothing here is fit
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -135,9 +136,10 @@ def compute_seconds(arch: Architecture, sc: Scenario, layout: Layout, gpu: Gpu, 
 
 
 def _rank_compute(arch: Architecture, layout: Layout, gpu: Gpu, ctx: Context, fp8: Fp8Recipe | None,
-                  fused: bool) -> tuple[str, list[StageCompute]]:
-    """(attention kernel, :func:`compute_seconds` of every stage) in ``ctx``'s compute scenario, memoised in ``ctx``
-    per what :mod:`engine.scaleout.rank_compute` reads of the layout (the layout search asks again and again)."""
+                  fused: bool) -> tuple[str, list[StageCompute], int]:
+    """(attention kernel, :func:`compute_seconds` of every stage, the slowest stage: the first of the longest) in
+    ``ctx``'s compute scenario, memoised in ``ctx`` per what :mod:`engine.scaleout.rank_compute` reads of the layout
+    (the layout search asks again and again)."""
     key = ("rank_compute", gpu.name, fp8, fused, layout.tensor_parallel, layout.context_parallel,
            layout.expert_parallel, layout.expert_tensor_parallel, layout.sequence_parallel, layout.recompute,
            layout.recompute_layers, layout.pipeline_parallel, layout.layers_per_stage,
@@ -146,7 +148,12 @@ def _rank_compute(arch: Architecture, layout: Layout, gpu: Gpu, ctx: Context, fp
     if hit is None:
         sc = ctx.compute_sc
         kernel = attention_kernel(arch, sc, precision_spec(sc.precision), gpu)
-        hit = ctx.memo[key] = (kernel, compute_seconds(arch, sc, layout, gpu, fp8, kernel, fused))
+        stages = compute_seconds(arch, sc, layout, gpu, fp8, kernel, fused)
+        first: dict[int, int] = {}  # stages alike are one object: where each first stands, then its total once
+        for r, st in enumerate(stages):
+            first.setdefault(id(st), r)
+        slow = max(first.values(), key=lambda r: stages[r].total_s)  # the first of the longest, as over every stage
+        hit = ctx.memo[key] = (kernel, stages, slow)
     return hit
 
 
@@ -162,10 +169,24 @@ def collective_seconds(col: Collective, cluster: Cluster) -> float:
     return fn(total, col.group_size, link, calls=col.count)
 
 
-def _exposed(cols: list[Collective], seconds: list[float], layout: Layout, st: StageCompute,
-             tp_comm_overlap: bool) -> tuple[float, float]:
-    """(critical-path seconds, exposed seconds of the overlapped collectives) of one step (see the module docstring)."""
-    m, fwd, bwd = layout.micro_batches, st.forward_s, st.backward_s
+class CommSums(NamedTuple):
+    """A step's collective seconds by where they run (see the module docstring): on the critical path, FSDP's per
+    micro batch forward and backward traffic, before the first forward, after the last backward, the CP ring, TP
+    under the GEMMs (``tp_comm_overlap``)."""
+
+    critical: float
+    per_forward: float
+    per_backward: float
+    start: float
+    end: float
+    ring: float
+    tp: float
+
+
+def comm_sums(cols: list[Collective], seconds: list[float], layout: Layout, tp_comm_overlap: bool) -> CommSums:
+    """:class:`CommSums` of ``cols`` (their :func:`collective_seconds` in ``seconds``). Reads of the layout only its
+    micro batches and ZeRO stage (the layout search shares the sums between layouts with the same collectives)."""
+    m = layout.micro_batches
     critical = per_f = per_b = start = end = ring = tp = 0.0
     for col, s in zip(cols, seconds):
         if tp_comm_overlap and col.dimension == "tp":
@@ -183,10 +204,15 @@ def _exposed(cols: list[Collective], seconds: list[float], layout: Layout, st: S
             start += s  # the updated (or, FSDP + PP, the stage's) weights, before the first forward
         else:
             end += s  # gradients, after the last micro batch's backward
-    hidden = (m * (cc.exposed_seconds(per_f, fwd) + cc.exposed_seconds(per_b, bwd)) + cc.exposed_seconds(start, fwd)
-              + cc.exposed_seconds(end, bwd) + cc.exposed_seconds(ring, st.attention_s * m)
-              + cc.exposed_seconds(tp, st.breakdown_s["matmul"] * m))
-    return critical, hidden
+    return CommSums(critical, per_f, per_b, start, end, ring, tp)
+
+
+def _hidden(sums: CommSums, m: int, st: StageCompute) -> float:
+    """Exposed seconds of the overlapped collectives beside the compute they run under (see the module docstring)."""
+    fwd, bwd = st.forward_s, st.backward_s
+    return (m * (cc.exposed_seconds(sums.per_forward, fwd) + cc.exposed_seconds(sums.per_backward, bwd))
+            + cc.exposed_seconds(sums.start, fwd) + cc.exposed_seconds(sums.end, bwd)
+            + cc.exposed_seconds(sums.ring, st.attention_s * m) + cc.exposed_seconds(sums.tp, st.breakdown_s["matmul"] * m))
 
 
 def _optimizer(ctx: Context, layout: Layout, rank_parameters: float) -> tuple[float, float]:
@@ -209,6 +235,59 @@ def _optimizer(ctx: Context, layout: Layout, rank_parameters: float) -> tuple[fl
     return moved, optimizer_host_seconds(sc.optimizer, -(-round(tensors * held) // shards))
 
 
+def _optimizer_seconds(ctx: Context, layout: Layout, rank_parameters: float, gpu: Gpu) -> tuple[float, float]:
+    """(seconds of the optimizer step's HBM traffic, seconds of the step: the longer of that and its host time) of
+    :func:`_optimizer`, memoised in ``ctx`` per what it reads of the layout (its shards) and the rank's parameters."""
+    key = ("optimizer", gpu.name, layout.optimizer_shards if layout.zero >= 1 else 1, rank_parameters)
+    hit = ctx.memo.get(key)
+    if hit is None:
+        moved, opt_host = _optimizer(ctx, layout, rank_parameters)
+        opt_gpu = moved / gpu_rates(gpu, ctx.compute_sc.precision).hbm_bytes_per_s
+        hit = ctx.memo[key] = (opt_gpu, max(opt_gpu, opt_host))
+    return hit
+
+
+class _Step(NamedTuple):
+    """The figures of one step that :func:`step_time` reports and :func:`step_seconds` needs, in seconds."""
+
+    kernel: str
+    slow: int
+    stage: StageCompute
+    compute: float
+    critical: float
+    hidden: float
+    bubble: float
+    busy: float
+    pipelined: float
+    opt_gpu: float
+    opt: float
+    step: float
+
+
+def _step(arch: Architecture, layout: Layout, cluster: Cluster, sums: CommSums, ctx: Context, rank_parameters: float,
+          fp8: Fp8Recipe | None, fused_kernels: bool) -> _Step:
+    """The step of :func:`step_time` from the :class:`CommSums` of its collectives."""
+    kernel, stages, slow = _rank_compute(arch, layout, cluster.gpu, ctx, fp8, fused_kernels)
+    st, m = stages[slow], layout.micro_batches
+    compute = m * st.total_s
+    critical, hidden = sums.critical, _hidden(sums, m, st)
+    bubble = bubble_fraction(layout)
+    busy = compute + critical
+    pipelined = busy / (1 - bubble)
+    opt_gpu, opt = _optimizer_seconds(ctx, layout, rank_parameters, cluster.gpu)
+    step = pipelined + hidden + opt + STEP_SECONDS
+    return _Step(kernel, slow, st, compute, critical, hidden, bubble, busy, pipelined, opt_gpu, opt, step)
+
+
+def step_seconds(arch: Architecture, layout: Layout, cluster: Cluster, sums: CommSums, ctx: Context,
+                 rank_parameters: float, fp8: Fp8Recipe | None = None, *, fused_kernels: bool = False) -> tuple[float, int]:
+    """(``step_s``, ``tokens_per_step``) of :func:`step_time` for the same layout, to the last bit, from its
+    collectives' :func:`comm_sums` (``tp_comm_overlap`` enters there), without building the :class:`StepTime` (the
+    layout search's path: it asks thousands of layouts, many with the same collectives)."""
+    s = _step(arch, layout, cluster, sums, ctx, rank_parameters, fp8, fused_kernels)
+    return s.step, layout.micro_batches * layout.micro_batch_size * layout.data_parallel * ctx.sc.seq_len
+
+
 def step_time(arch: Architecture, layout: Layout, cluster: Cluster, collectives: list[Collective], ctx: Context,
               rank_parameters: float, fp8: Fp8Recipe | None = None, *, fused_kernels: bool = False,
               tp_comm_overlap: bool = False) -> StepTime:
@@ -224,33 +303,23 @@ def step_time(arch: Architecture, layout: Layout, cluster: Cluster, collectives:
         ValueError: no catalog peak for the compute dtype on the cluster's GPU.
     """
     gpu, sc = cluster.gpu, ctx.compute_sc
-    kernel, stages = _rank_compute(arch, layout, gpu, ctx, fp8, fused_kernels)
-    slow = max(range(len(stages)), key=lambda r: stages[r].total_s)
-    st, m = stages[slow], layout.micro_batches
-    compute = m * st.total_s
     seconds = [collective_seconds(c, cluster) for c in collectives]
+    sums = comm_sums(collectives, seconds, layout, tp_comm_overlap)
+    s = _step(arch, layout, cluster, sums, ctx, rank_parameters, fp8, fused_kernels)
+    st, m, step = s.stage, layout.micro_batches, s.step
     by_dim: dict[str, float] = {}
-    for col, s in zip(collectives, seconds):
-        by_dim[col.dimension] = by_dim.get(col.dimension, 0.0) + s
-    critical, hidden = _exposed(collectives, seconds, layout, st, tp_comm_overlap)
-    bubble = bubble_fraction(layout)
-    busy = compute + critical
-    pipelined = busy / (1 - bubble)
-    moved, opt_host = _optimizer(ctx, layout, rank_parameters)
-    rates = gpu_rates(gpu, sc.precision)
-    opt_gpu = moved / rates.hbm_bytes_per_s
-    opt = max(opt_gpu, opt_host)
-    step = pipelined + hidden + opt + STEP_SECONDS
+    for col, sec in zip(collectives, seconds):
+        by_dim[col.dimension] = by_dim.get(col.dimension, 0.0) + sec
     breakdown = {k: m * v for k, v in st.breakdown_s.items()}
-    breakdown["overhead"] += STEP_SECONDS + (opt - opt_gpu)
-    breakdown.update(optimizer=opt_gpu, communication=critical + hidden, bubble=pipelined - busy)
+    breakdown["overhead"] += STEP_SECONDS + (s.opt - s.opt_gpu)
+    breakdown.update(optimizer=s.opt_gpu, communication=s.critical + s.hidden, bubble=s.pipelined - s.busy)
     tokens = layout.micro_batches * layout.micro_batch_size * layout.data_parallel * ctx.sc.seq_len
     peak = peak_flops_for(gpu, sc.precision).flops or 1.0
     model_flops = model_flops_per_micro_batch(arch, ctx.sc) * m * layout.data_parallel
-    return StepTime.model_construct(  # every field computed here (the layout search's hot path)
-        compute_s=compute, comm_s=by_dim, exposed_comm_s=critical + hidden, bubble_fraction=bubble,
-        bubble_s=pipelined - busy, optimizer_s=opt, step_s=step, tokens_per_step=tokens,
+    return StepTime.model_construct(  # every field computed here
+        compute_s=s.compute, comm_s=by_dim, exposed_comm_s=s.critical + s.hidden, bubble_fraction=s.bubble,
+        bubble_s=s.pipelined - s.busy, optimizer_s=s.opt, step_s=step, tokens_per_step=tokens,
         tokens_per_second=tokens / step, tokens_per_second_per_gpu=tokens / step / layout.world_size,
-        mfu=model_flops / (step * layout.world_size * peak), breakdown_s=breakdown, slowest_stage=slow,
-        attention_kernel=kernel, provisional=False,
+        mfu=model_flops / (step * layout.world_size * peak), breakdown_s=breakdown, slowest_stage=s.slow,
+        attention_kernel=s.kernel, provisional=False,
     )

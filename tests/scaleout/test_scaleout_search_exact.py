@@ -1,6 +1,9 @@
 """The layout search's fast path (shared contexts, memoised stage sections, cached rank compute) gives exactly (==)
 what a straightforward evaluation of every layout on its own gives: a fresh :func:`estimate_layout` per layout, its
-most loaded stage, its step time. Same candidates, same order, same reasons, same numbers to the last bit."""
+most loaded stage, its step time, over the layouts the search's docstring names (enumerated here on their own). Same
+candidates, same order, same reasons, same numbers to the last bit (==, which is stricter than any relative
+tolerance): every shortcut the search takes (memos, hoisting, pruning) is checked against the public per-layout
+estimate, which shares none of the search's state."""
 
 from __future__ import annotations
 
@@ -19,12 +22,43 @@ from engine.scaleout.step_time import Cluster
 from engine.scenario.training import Scenario
 
 
+def _documented_space(arch, cluster: Cluster, global_batch: int) -> list[dict]:
+    """The layouts the search's docstring names, in plain nested loops of their own (not the search's enumeration,
+    so a shortcut taken there shows too): GPU counts 1, 2, 4 ... a node, then whole nodes 1, 2, 4 ... and all of
+    them; TP powers of two up to a node; CP powers of two up to 8; PP dividing the ranks left (world // (TP x CP)),
+    up to the layer count, DP the rest; EP powers of two up to DP x CP dividing the experts; micro batch 1, 2, 4, 8
+    dividing the global batch with DP; every recompute; ZeRO 0, 1, 3; v = 1, 2 with PP > 1."""
+    per_node, nodes = cluster.gpus_per_node, cluster.nodes
+    powers = lambda n: [2**k for k in range(n.bit_length()) if 2**k <= n]  # noqa: E731
+    worlds = sorted(set(powers(per_node)) | {per_node * k for k in powers(nodes)} | {per_node * nodes})
+    out = []
+    for world in worlds:
+        for tp in powers(min(per_node, world)):
+            for cp in powers(min(8, world // tp)):
+                left = world // (tp * cp)
+                for pp in [p for p in range(1, left + 1) if left % p == 0 and p <= arch.num_layers]:
+                    dp = left // pp
+                    eps = [e for e in powers(dp * cp) if arch.num_experts % e == 0] if arch.num_experts else [1]
+                    for ep in eps:
+                        for mb in (1, 2, 4, 8):
+                            if global_batch % (mb * dp):
+                                continue
+                            for rec in Recompute:
+                                for zero in (0, 1, 3):
+                                    for v in ((1, 2) if pp > 1 else (1,)):
+                                        out.append(dict(tensor_parallel=tp, context_parallel=cp, pipeline_parallel=pp,
+                                                        data_parallel=dp, expert_parallel=ep, sequence_parallel=tp > 1,
+                                                        recompute=rec, zero=zero, micro_batch_size=mb,
+                                                        global_batch_size=global_batch, virtual_pipeline=v))
+    return out
+
+
 def _one_by_one(arch, sc: Scenario, cluster: Cluster, global_batch: int, fp8, master: bool, fused: bool,
                 price: float) -> list[Candidate]:
     """Every candidate layout estimated on its own, nothing shared between layouts."""
     usable = cluster.gpu.usable_memory_bytes
     out = []
-    for fields in candidate_layouts(arch, cluster, global_batch, sc.seq_len):
+    for fields in _documented_space(arch, cluster, global_batch):
         try:
             layout = Layout(**fields)
         except ValidationError as exc:
@@ -57,6 +91,8 @@ GRID = [
     ("deepseek-ai/DeepSeek-V2-Lite", "H100 SXM", 3, 2, 12, 2048, Fp8Recipe.TORCHAO, True, True),  # MoE, dense 1st layer, 6 GPUs
     ("Qwen/Qwen2.5-0.5B", "H100 SXM", 3, 4, 24, 1024, Fp8Recipe.TE, False, False),  # tied embedding, 14 heads, 12 GPUs
     ("mistralai/Mixtral-8x7B-v0.1", "A100 80GB", 1, 8, 8, 8192, None, False, False),  # MoE without master weights
+    # two whole nodes: DP and ZeRO shards up to 16 across the network, PP (interleaved) and TP x CP spanning nodes
+    ("Qwen/Qwen2.5-0.5B", "H100 SXM", 2, 8, 16, 1024, None, True, True),
 ]
 
 
@@ -71,11 +107,23 @@ def _search(repo, gpu, nodes, per_node, gbs, seq, fp8, master, fused):
 PRICE = 2.5
 
 
-@pytest.mark.parametrize("case", GRID, ids=[c[0].split("/")[1] for c in GRID])
+@pytest.mark.parametrize("case", GRID, ids=[f"{c[0].split('/')[1]}-{c[2]}x{c[3]}" for c in GRID])
 def test_search_equals_one_layout_at_a_time(case):
     arch, cluster, sc, found = _search(*case)
     repo, gpu, nodes, per_node, gbs, seq, fp8, master, fused = case
+    assert candidate_layouts(arch, cluster, gbs, seq) == _documented_space(arch, cluster, gbs)
     assert found == _one_by_one(arch, sc, cluster, gbs, fp8, master, fused, PRICE)
+
+
+def test_a_search_does_not_reuse_another_searchs_numbers():
+    """Whatever the search keeps between layouts stays inside one search: the same search after another one on a
+    different GPU (equal model, batch and layouts) gives what it gave the first time, and the two differ."""
+    case = ("Qwen/Qwen2.5-0.5B", "H100 SXM", 1, 4, 8, 1024, None, True, False)
+    first = _search(*case)[3]
+    other = _search(case[0], "H200", *case[2:])[3]
+    again = _search(*case)[3]
+    assert again == first
+    assert [c.layout for c in other] != [c.layout for c in first] or [c.step_s for c in other] != [c.step_s for c in first]
 
 
 def test_the_grid_reaches_every_path():
