@@ -59,7 +59,7 @@ else:
                f"per GPU · {verdict_label(result.verdict)} · {fmt_hours(result.hours)} · "
                f"{fmt_usd(result.cost_usd_on_demand)} on demand · {fmt_usd(result.cost_usd_spot)} spot")
     clash = any(p.name == current.name for p, _ in saved_plans())
-    overwrite = clash and c1.checkbox(f"Replace the saved plan '{current.name}'", key="plan_overwrite")
+    overwrite = clash and c1.checkbox(f"Replace the saved plan '{md_plain(current.name)}'", key="plan_overwrite")
     if c2.button("Save plan", key="plan_save", type="primary"):
         if clash and not overwrite:
             st.warning(f"A plan named '{md_plain(current.name)}' is already saved: tick 'Replace the saved plan' to replace it, "

@@ -15,7 +15,7 @@ ENGINE = Path(__file__).resolve().parents[1] / "engine"
 
 # Stage of each top-level part of the engine (lower first).
 STAGES = {
-    "engine.errors": 0, "engine.units": 0, "engine.files": 0, "engine.search": 0, "engine.csv_cells": 0, "engine.memo": 0,
+    "engine.errors": 0, "engine.units": 0, "engine.files": 0, "engine.search": 0, "engine.csv_cells": 0, "engine.memo": 0, "engine.secrets": 0,
     "engine.model": 1, "engine.hardware": 1,
     "engine.scenario": 2,
     "engine.memory": 3, "engine.trace": 3,

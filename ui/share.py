@@ -18,6 +18,7 @@ from engine.scenario.optimizer import Optimizer
 from engine.memory.parallel import Offload, Strategy
 from engine.scenario.precision import PrecisionMode
 from engine.errors import AmbiguousGpuError, CatalogError
+from engine.secrets import REDACTED, looks_like_token
 from engine.scenario.training import Attention, Framework, Method, QuantType, Scenario
 from engine.memory.inference import KvCacheDtype, WeightPrecision
 from ui.inputs import LIMITS, valid_value
@@ -170,12 +171,15 @@ def read_query_params() -> None:
             bad.append(f"model={repo!r}: not in the bundled catalog")
     elif "hub" in params:
         repo = params["hub"].strip()
-        if repo and len(repo) <= 200 and not repo.startswith("hf_"):
+        rev = params.get("rev", "")
+        if repo and len(repo) <= 200 and not looks_like_token(repo):
             st.session_state["model_source"] = "Hub repo id"
             st.session_state["hub_repo_id"] = repo
-            st.session_state["hub_revision"] = params.get("rev", "")
+            st.session_state["hub_revision"] = "" if looks_like_token(rev) else rev
+            if looks_like_token(rev):
+                bad.append(f"rev={REDACTED}: not a revision")
         else:
-            bad.append(f"hub={repo!r}: not a repo id")
+            bad.append(f"hub={REDACTED if looks_like_token(repo) else repr(repo)}: not a repo id")
     given = {LEGACY.get(k, k): (k, params[k]) for k in params if k in LEGACY}
     given |= {k: (k, params[k]) for k in params if k in PARSERS}
     for key, parse in PARSERS.items():
@@ -231,9 +235,12 @@ def write_query_params(scenario: Scenario | None) -> None:
     if source == "Catalog" and state.get("catalog_repo"):
         out["model"] = state["catalog_repo"]
     elif source == "Hub repo id" and str(state.get("hub_repo_id", "")).strip():
-        out["hub"] = str(state["hub_repo_id"]).strip()
-        if str(state.get("hub_revision", "")).strip():
-            out["rev"] = str(state["hub_revision"]).strip()
+        # a token pasted into the repo id or revision box never goes into a link
+        if not looks_like_token(state["hub_repo_id"]):
+            out["hub"] = str(state["hub_repo_id"]).strip()
+            rev = str(state.get("hub_revision", "")).strip()
+            if rev and not looks_like_token(rev):
+                out["rev"] = rev
     for key in PARSERS:
         value = valid_value(key) if key in state else None
         if value is not None:

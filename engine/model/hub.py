@@ -33,6 +33,7 @@ from huggingface_hub import errors as hf_errors
 from huggingface_hub import hf_hub_url
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
+from engine.secrets import REDACTED, looks_like_token
 from engine.errors import (
     ConfigError,
     EngineError,
@@ -74,7 +75,9 @@ _CATALOG_HINT = "pick the model from the bundled catalog or upload its config.js
 
 
 def _shown(text: str, limit: int = 60) -> str:
-    """``repr`` of user text for messages, cut to ``limit`` characters."""
+    """``repr`` of user text for messages, cut to ``limit`` characters; a pasted token is never echoed."""
+    if looks_like_token(text):
+        return REDACTED
     return repr(text if len(text) <= limit else text[:limit] + "…")
 
 
@@ -94,7 +97,8 @@ def validate_repo_id(repo_id: str) -> str:
         The stripped id, e.g. ``"meta-llama/Llama-3.2-1B"``.
 
     Raises:
-        InvalidRepoIdError: the text is not a valid ``owner/name`` id; the message says which rule is broken.
+        InvalidRepoIdError: the text is not a valid ``owner/name`` id (or looks like an access token, which the
+            message does not repeat); the message says which rule is broken.
     """
     if not isinstance(repo_id, str):
         raise InvalidRepoIdError(
@@ -103,6 +107,9 @@ def validate_repo_id(repo_id: str) -> str:
     cleaned = repo_id.strip()
     if not cleaned:
         raise InvalidRepoIdError(f"Enter a Hub repo id of the form 'owner/name', e.g. '{_EXAMPLE_ID}'.")
+    if looks_like_token(cleaned):  # pasted into the wrong box: not echoed, never sent as a path
+        raise InvalidRepoIdError(f"The repo id box holds {REDACTED}; paste tokens into the token box only, and enter "
+                                 f"a repo id like '{_EXAMPLE_ID}'.")
     if cleaned.startswith(("http://", "https://")) or "huggingface.co/" in cleaned:
         raise InvalidRepoIdError(
             f"Repo id {_shown(cleaned)} looks like a URL; enter only the 'owner/name' part, e.g. '{_EXAMPLE_ID}'."

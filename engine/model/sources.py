@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from engine.secrets import REDACTED, looks_like_token
 from engine.model import hub
 from engine.model.hub import MAX_CONFIG_BYTES
 from engine.model.config_fields import load_config_json
@@ -109,7 +110,8 @@ def catalog_fallback(
         raise exc from None
     notice = f"The Hub is unreachable ({exc.reason}): showing the bundled copy of {origin.repo_id}."
     if revision:
-        notice += f" (The bundled copy is of the main branch; revision {revision!r} could not be checked.)"
+        shown = REDACTED if looks_like_token(revision) else repr(revision)
+        notice += f" (The bundled copy is of the main branch; revision {shown} could not be checked.)"
     return config, origin.model_copy(update={"kind": "catalog_fallback", "notice": notice})
 
 

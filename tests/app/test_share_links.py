@@ -158,3 +158,20 @@ def test_a_links_unknown_key_and_lora_targets_are_shown_as_typed_not_as_markdown
     assert "\\[docs\\]\\(https://evil\\.example\\)" in raw and "](https://evil" not in raw
     assert "\\*\\*bold\\*\\*" in raw
     assert any("[docs](https://evil.example): not a setting of this app" in w for w in warnings_shown(at))
+
+
+def test_a_token_pasted_as_hub_repo_or_revision_in_a_link_is_neither_shown_nor_kept(new_app):
+    at = new_app()
+    at.query_params["hub"] = "meta-llama/Llama-3.2-1B"
+    at.query_params["rev"] = "hf_SECRETTOKEN999"
+    at.run()
+    no_exception(at)
+    text = " ".join(w.value for w in at.warning) + " ".join(e.value for e in at.error) + " ".join(at.query_params.values())
+    assert "SECRETTOKEN" not in text
+    assert at.session_state["hub_revision"] == ""
+    bad = new_app()
+    bad.query_params["hub"] = "hf_SECRETTOKEN999"
+    bad.run()
+    no_exception(bad)
+    assert "SECRETTOKEN" not in " ".join(w.value for w in bad.warning) + " ".join(bad.query_params.values())
+    assert any("not a repo id" in w for w in warnings_shown(bad))
