@@ -58,11 +58,12 @@ gpus_key = json.dumps([g.model_dump(mode="json") for g in gpus])
 model_key = json.dumps(model.config, sort_keys=True, default=str)
 st.session_state.setdefault("fit_labels", CELL_LABELS[0])
 labels = st.radio("Cell labels", CELL_LABELS, key="fit_labels", horizontal=True,
-                  help="Fewest GPUs: ✓ one is enough, ×N the fewest of that GPU with the sidebar's strategy, ✗ none up to "
-                       "1,024. Headroom: on one GPU, in the sidebar's unit. The colour is always the one-GPU headroom.")
+                  help="Fewest GPUs: blank (green) one is enough, ≈ tight on one, ×N the fewest of that GPU with the "
+                       "sidebar's strategy, ✗ none up to 1,024. Headroom: on one GPU, in the sidebar's unit. The colour is "
+                       "always the one-GPU headroom.")
 st.caption(
     f"These matrices try every GPU of the catalog (columns from the least usable memory to the most), with the sidebar's "
-    f"scenario and, for the fewest GPUs, its strategy ({strategy.value}). Cells: ✓ one GPU is enough, ≈ tight: may not fit (under 10% of the peak to spare), ×N the fewest GPUs, ✗ none up to 1,024. Colour: the headroom (green) or shortfall (red) "
+    f"scenario and, for the fewest GPUs, its strategy ({strategy.value}). Cells: blank (green) one GPU is enough, ≈ tight: may not fit (under 10% of the peak to spare), ×N the fewest GPUs, ✗ none up to 1,024. Colour: the headroom (green) or shortfall (red) "
     f"in {unit} on one GPU against its usable memory (what nvidia-smi / rocm-smi report, before the CUDA context and "
     "allocator reserve). ⚠ after a GPU's name: it has no bf16 for a bf16 row. Hover a cell for its breakdown."
 )

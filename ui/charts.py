@@ -129,8 +129,14 @@ def short_gpu_name(name: str) -> str:
 
 
 CELL_LABELS = ("Fewest GPUs", "Headroom", "None")
-"""What a fit heatmap cell shows: the fewest GPUs (✓ one is enough, ≈ tight on one, ×N, ✗ none up to 1,024), the
+"""What a fit heatmap cell shows: the fewest GPUs (blank: one is enough, ≈ tight on one, ×N, ✗ none up to 1,024), the
 single-GPU headroom, or nothing (colour and hover only)."""
+
+# Every cell's label is an SVG text element that plotly.js lays out when the chart is drawn again, about 0.2 ms each in
+# headless Chromium on 2 cores (benchmarks/bench_browser.py): a one-GPU fit, the commonest cell, says it with its
+# green alone, and the text is one colour (black) so plotly.js does not work out a contrasting colour cell by cell,
+# which is why the colour scale's ends stay light enough for black text (5.6:1 on the red end, 7.7:1 on the green).
+_HEADROOM_COLOURS = [[0.0, "#d6604d"], [0.45, "#f4a582"], [0.5, "#f7f7f7"], [0.55, "#a6dba0"], [1.0, "#5aae61"]]
 
 
 def _cell_text(headroom: float, verdict: Verdict, min_gpus: int | None, unit: Unit, mode: str) -> str:
@@ -141,16 +147,30 @@ def _cell_text(headroom: float, verdict: Verdict, min_gpus: int | None, unit: Un
         value = to_unit(headroom, unit)
         size = f"{abs(value):.0f}" if abs(value) >= 9.5 else f"{abs(value):.1f}"
         return f"{'+' if headroom >= 0 else '−'}{size}"
-    if verdict is not Verdict.DOES_NOT_FIT:
-        return VERDICT_MARKS[verdict]  # ✓ fits on one GPU, ≈ tight: may not fit
+    if verdict is Verdict.FITS:
+        return ""  # one GPU is enough: the green says it
+    if verdict is Verdict.TIGHT:
+        return VERDICT_MARKS[verdict]  # ≈ tight: may not fit
     return "✗" if min_gpus is None else f"×{min_gpus}"
+
+
+def _heatmap_margin(x: list[str], y: list[str], titled: bool) -> dict:
+    """Margins that already hold a fit heatmap's row labels (left), its GPU names at -45 degrees under the axis title
+    (top) and its colour bar (right), estimated from the labels' lengths (12 px font, at most 6.5 px a character).
+
+    plotly.js first lays a chart out within the requested margins, then grows them to what the labels need and draws
+    the whole chart again; margins that are already wide enough spare that second drawing (about 25 ms a heatmap in
+    headless Chromium on 2 cores). An estimate that falls short only brings that drawing back (automargin stays on)."""
+    longest_x = max(map(len, x), default=0)
+    return {"l": round(10 + 6.5 * max(map(len, y), default=0)), "r": 120, "b": 10,
+            "t": round(0.71 * (6.5 * longest_x + 12) + 56 + (30 if titled else 0))}
 
 
 def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "", labels: str = "Fewest GPUs") -> go.Figure:
     """Rows x GPUs heatmap, the GPUs grouped by memory (columns from the smallest usable memory to the largest).
     Colour: single-GPU headroom (green) or shortfall (red) in ``unit``; text (``labels``, one of
-    :data:`CELL_LABELS`): the fewest GPUs with the row's strategy, or the headroom; ⚠ after a GPU's name: a bf16
-    scenario on a GPU without bf16. Hover gives the breakdown."""
+    :data:`CELL_LABELS`): the fewest GPUs with the row's strategy (none on a cell one GPU is enough for), or the
+    headroom; ⚠ after a GPU's name: a bf16 scenario on a GPU without bf16. Hover gives the breakdown."""
     order = sorted(range(len(matrix.gpus)), key=lambda i: (matrix.usable_bytes[i], i))
     x = [short_gpu_name(matrix.gpus[i]) for i in order]
     y, z, text, hover = [], [], [], []
@@ -191,15 +211,15 @@ def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "", labels: str = "F
     finite = [abs(v) for r in z for v in r if v is not None]
     span = max(finite + [1.0])
     cap = min(span, 80.0)  # beyond +-80 GB the colour saturates, so small margins stay visible
+    # No texttemplate at all without labels: plotly.js formats every cell's template even when its text is empty.
+    labelled = {"text": text, "texttemplate": "%{text}", "textfont": {"size": 11, "color": "black"}} if labels != "None" else {}
     fig = go.Figure(go.Heatmap(
-        x=x, y=y, z=z, text=text, texttemplate="%{text}", textfont={"size": 11},
-        customdata=hover, hovertemplate="%{customdata}<extra></extra>",
-        colorscale=[[0.0, "#b2182b"], [0.45, "#f4a582"], [0.5, "#f7f7f7"], [0.55, "#a6dba0"], [1.0, "#1b7837"]],
-        zmid=0, zmin=-cap, zmax=cap, xgap=1, ygap=1,
+        x=x, y=y, z=z, **labelled, customdata=hover, hovertemplate="%{customdata}<extra></extra>",
+        colorscale=_HEADROOM_COLOURS, zmid=0, zmin=-cap, zmax=cap, xgap=1, ygap=1,
         colorbar={"title": {"text": f"headroom<br>on one GPU<br>({unit})"}, "thickness": 14},
     ))
     fig.update_layout(
-        title=title or None, height=max(260, 30 * len(y) + 170), margin={"t": 40 if title else 10, "b": 10, "l": 10, "r": 10},
+        title=title or None, height=max(260, 30 * len(y) + 170), margin=_heatmap_margin(x, y, bool(title)),
         xaxis={"side": "top", "tickangle": -45, "title": {"text": "GPUs, from the least usable memory to the most"}},
         yaxis={"autorange": "reversed"},
     )
