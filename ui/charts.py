@@ -49,6 +49,19 @@ def usable_line(y: float, text: str, bgcolor: str | None = None) -> tuple[dict, 
     return shape, annotation
 
 
+LABEL_CHAR_PX = 6.5
+"""At most this many pixels a character of plotly.js's 12 px labels (ticks, legend entries) take, for margins sized in
+advance: plotly.js first lays a chart out within the requested margins, then grows them to what its labels need and
+draws the whole chart once more (about 15-30 ms a chart in headless Chromium on 2 cores, on every rerun that changes
+it); margins already wide enough spare that drawing. An estimate that falls short only brings it back (automargin
+stays on); one too wide leaves a little space."""
+
+
+def label_px(texts: list[str]) -> int:
+    """Pixels the longest of ``texts`` (one line each) may take at plotly.js's 12 px font."""
+    return round(LABEL_CHAR_PX * max(map(len, texts), default=0))
+
+
 def per_gpu_figure(components: dict[str, float], cpu_bytes: float, unit: Unit, gpu: Gpu | None,
                    title: str = "per GPU") -> go.Figure:
     """One stacked bar of the per-GPU components at the peak and, when states are offloaded, a separate bar of
@@ -109,8 +122,12 @@ def memory_stack_figure(rows: list[SweepRow], unit: Unit, gpu: Gpu | None) -> go
     top = max(totals + ([to_unit(gpu.usable_memory_bytes, unit)] if gpu else []) + [1e-9])
     layout = {"barmode": "stack", "yaxis": {"title": {"text": f"Peak memory, as nvidia-smi shows it ({unit})"},
                                             "range": [0, top * 1.15]},
-              "legend": {"title": {"text": "Component"}}, "margin": {"t": 30, "b": 10}, "height": 480,
-              "xaxis": {"tickangle": 0}, "shapes": shapes, "annotations": annotations}
+              "legend": {"title": {"text": "Component"}}, "height": 480, "xaxis": {"tickangle": 0},
+              # Measured in Chromium: the legend at x = 1.02 takes about 68 px and 5.1 px a character of its longest
+              # entry, the bars' names 24 px and 15 px a line (one per "<br>"), four-digit ticks and the title 80 px.
+              "margin": {"t": 30, "l": 82, "r": 68 + round(5.4 * max([len(d["name"]) for d in data if "name" in d] + [0])),
+                         "b": 24 + 15 * max([n.count("<br>") + 1 for n in x] + [1])},
+              "shapes": shapes, "annotations": annotations}
     return go.Figure({"data": data, "layout": layout})
 
 
@@ -119,7 +136,8 @@ def parameter_figure(counts: dict[str, int]) -> go.Figure:
     items = [(k, v) for k, v in counts.items() if k != "total" and v]
     fig = go.Figure(go.Bar(x=[v for _, v in items], y=[k for k, _ in items], orientation="h",
                            text=[f"{v:,}" for _, v in items], textposition="auto"))
-    fig.update_layout(xaxis_title="parameters", height=300, margin=dict(t=10, b=10))
+    fig.update_layout(xaxis_title="parameters", height=300,
+                      margin=dict(t=10, b=58, l=12 + label_px([k for k, _ in items])))  # no automargin redraw (LABEL_CHAR_PX)
     return fig
 
 
@@ -156,14 +174,9 @@ def _cell_text(headroom: float, verdict: Verdict, min_gpus: int | None, unit: Un
 
 def _heatmap_margin(x: list[str], y: list[str], titled: bool) -> dict:
     """Margins that already hold a fit heatmap's row labels (left), its GPU names at -45 degrees under the axis title
-    (top) and its colour bar (right), estimated from the labels' lengths (12 px font, at most 6.5 px a character).
-
-    plotly.js first lays a chart out within the requested margins, then grows them to what the labels need and draws
-    the whole chart again; margins that are already wide enough spare that second drawing (about 25 ms a heatmap in
-    headless Chromium on 2 cores). An estimate that falls short only brings that drawing back (automargin stays on)."""
-    longest_x = max(map(len, x), default=0)
-    return {"l": round(10 + 6.5 * max(map(len, y), default=0)), "r": 120, "b": 10,
-            "t": round(0.71 * (6.5 * longest_x + 12) + 56 + (30 if titled else 0))}
+    (top) and its colour bar (right), estimated from the labels' lengths (:data:`LABEL_CHAR_PX`; about 25 ms of
+    drawing spared a heatmap)."""
+    return {"l": 10 + label_px(y), "r": 120, "b": 10, "t": round(0.71 * (label_px(x) + 12) + 56 + (30 if titled else 0))}
 
 
 def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "", labels: str = "Fewest GPUs") -> go.Figure:

@@ -50,7 +50,8 @@ def checklist_figure(checklist: Checklist, unit: Unit, gpu: Gpu | None) -> go.Fi
         room = to_unit(tensor_budget(gpu.usable_memory_bytes), unit)
         shape, annotation = usable_line(room, f"{gpu.name}: {room:,.1f} {unit} for tensors")
         fig.update_layout(shapes=[shape], annotations=[annotation])
-    fig.update_layout(yaxis_title=f"Peak memory per GPU ({unit})", height=460, showlegend=False, margin=dict(t=30, b=10))
+    # Margins that hold four-digit ticks and one line of step names: no automargin redraw (ui.charts.LABEL_CHAR_PX).
+    fig.update_layout(yaxis_title=f"Peak memory per GPU ({unit})", height=460, showlegend=False, margin=dict(t=30, b=28, l=70))
     return fig
 
 
