@@ -59,11 +59,12 @@ gpus_key = json.dumps([g.model_dump(mode="json") for g in gpus])
 model_key = json.dumps(model.config, sort_keys=True, default=str)
 st.session_state.setdefault("fit_labels", CELL_LABELS[0])
 labels = st.radio("Cell labels", CELL_LABELS, key="fit_labels", horizontal=True,
-                  help="Fewest GPUs: ✓ one is enough, ×N the fewest of that GPU with the sidebar's strategy, ✗ none up to "
-                       "1,024. Headroom: on one GPU, in the sidebar's unit. The colour is always the one-GPU headroom.")
+                  help="Fewest GPUs: blank (green) one is enough, ≈ tight on one, ×N the fewest of that GPU with the "
+                       "sidebar's strategy, ✗ none up to 1,024. Headroom: on one GPU, in the sidebar's unit. The colour is "
+                       "always the one-GPU headroom.")
 st.caption(
     f"These matrices try every GPU of the catalog (columns from the least usable memory to the most), with the sidebar's "
-    f"scenario and, for the fewest GPUs, its strategy ({strategy.value}). Cells: ✓ one GPU is enough, ≈ tight: may not fit (under 10% of the peak to spare), ×N the fewest GPUs, ✗ none up to 1,024. Colour: the headroom (green) or shortfall (red) "
+    f"scenario and, for the fewest GPUs, its strategy ({strategy.value}). Cells: blank (green) one GPU is enough, ≈ tight: may not fit (under 10% of the peak to spare), ×N the fewest GPUs, ✗ none up to 1,024. Colour: the headroom (green) or shortfall (red) "
     f"in {unit} on one GPU against its usable memory (what nvidia-smi / rocm-smi report, before the CUDA context and "
     "allocator reserve). ⚠ after a GPU's name: it has no bf16 for a bf16 row. Hover a cell for its breakdown."
 )
@@ -151,51 +152,59 @@ if prices:
         ]), hide_index=True, width="stretch", column_config=number_columns(
             {"on_demand": ("on demand", "usd_per_gpu_hour"), "spot": ("spot", "usd_per_gpu_hour")}))
 
-st.subheader("Largest model per GPU: the seed chapter's table recomputed")
-st.caption("The seed's numbers beside the largest catalog model whose estimate fits, for a standard scenario you can change here.")
-st.session_state.setdefault("seed_seq_len", 2048)
-st.session_state.setdefault("seed_micro_batch", 1)
-st.session_state.setdefault("seed_ckpt", True)
-st.session_state.setdefault("seed_efficient", Method.LORA)
-st.session_state.setdefault("seed_full_precision", PrecisionMode.AMP_BF16)
-s1, s2, s3, s4, s5 = st.columns(5)
-seed_seq = int(s1.number_input("Sequence length", min_value=1, max_value=131_072, step=256, key="seed_seq_len"))
-seed_batch = int(s2.number_input("Micro batch", min_value=1, max_value=1024, step=1, key="seed_micro_batch"))
-seed_ckpt = s3.toggle("Gradient checkpointing", key="seed_ckpt")
-seed_full_precision = s4.selectbox("Full FT precision", [PrecisionMode.AMP_BF16, PrecisionMode.BF16],
-                                   format_func=lambda m: precision_spec(m).label, key="seed_full_precision")
-seed_eff = s5.selectbox("Efficient method", [Method.LORA, Method.QLORA], format_func=lambda m: m.value.upper() if m is Method.QLORA else "LoRA",
-                        key="seed_efficient")
-common = dict(micro_batch_size=seed_batch, seq_len=seed_seq, gradient_checkpointing=seed_ckpt, optimizer=Optimizer.ADAMW_FUSED)
-full_sc = Scenario.build(method=Method.FULL, precision=seed_full_precision, **common)
-eff_sc = Scenario.build(method=seed_eff, precision=PrecisionMode.BF16, **common)
-seed_rows = _seed_rows(full_sc, eff_sc, gpus, key=(full_sc.model_dump_json(), eff_sc.model_dump_json(), gpus_key))
-
 
 def _model(m) -> str:
     return "nothing in the catalog" if m.label is None else f"{m.label} ({fmt_count(m.parameters)})"
 
 
-st.table(pd.DataFrame([  # static: all ten columns wrap to the page width
-    {
-        "GPUs (seed)": r.seed.seed_label,
-        f"usable ({unit})": f"{to_unit(r.usable_memory_bytes, unit):,.1f}",
-        "seed VRAM": r.seed.seed_vram,
-        "seed: full FT": r.seed.seed_full or "—",
-        "computed: full FT": _model(r.full),
-        "full vs seed": r.full_vs_seed,
-        "seed: efficient": r.seed.seed_efficient,
-        f"computed: {seed_eff.value}": _model(r.efficient),
-        "efficient vs seed": r.efficient_vs_seed,
-        "strategy": r.strategy.value,
-    }
-    for r in seed_rows
-]), hide_index=True)
-st.caption(
-    f"Full FT: {precision_spec(seed_full_precision).label}, fused AdamW; efficient: {seed_eff.value} on a bf16 base (rank "
-    f"{Scenario().lora_r}, attention projections); both at micro batch {seed_batch} × {seed_seq:,} tokens"
-    f"{', gradient checkpointing' if seed_ckpt else ''}. Multi-GPU lines use ZeRO-3 across the GPUs. Source: {SEED_TABLE_SOURCE}."
-)
+@st.fragment
+def _seed_section(gpus: tuple, gpus_key: str, unit: str) -> None:
+    """The seed chapter's table recomputed for a standard scenario of its own: its inputs rerun only this section
+    (st.fragment), not the matrices above."""
+    st.subheader("Largest model per GPU: the seed chapter's table recomputed")
+    st.caption("The seed's numbers beside the largest catalog model whose estimate fits, for a standard scenario you can change here.")
+    st.session_state.setdefault("seed_seq_len", 2048)
+    st.session_state.setdefault("seed_micro_batch", 1)
+    st.session_state.setdefault("seed_ckpt", True)
+    st.session_state.setdefault("seed_efficient", Method.LORA)
+    st.session_state.setdefault("seed_full_precision", PrecisionMode.AMP_BF16)
+    s1, s2, s3, s4, s5 = st.columns(5)
+    seed_seq = int(s1.number_input("Sequence length", min_value=1, max_value=131_072, step=256, key="seed_seq_len"))
+    seed_batch = int(s2.number_input("Micro batch", min_value=1, max_value=1024, step=1, key="seed_micro_batch"))
+    seed_ckpt = s3.toggle("Gradient checkpointing", key="seed_ckpt")
+    seed_full_precision = s4.selectbox("Full FT precision", [PrecisionMode.AMP_BF16, PrecisionMode.BF16],
+                                       format_func=lambda m: precision_spec(m).label, key="seed_full_precision")
+    seed_eff = s5.selectbox("Efficient method", [Method.LORA, Method.QLORA], format_func=lambda m: m.value.upper() if m is Method.QLORA else "LoRA",
+                            key="seed_efficient")
+    common = dict(micro_batch_size=seed_batch, seq_len=seed_seq, gradient_checkpointing=seed_ckpt, optimizer=Optimizer.ADAMW_FUSED)
+    full_sc = Scenario.build(method=Method.FULL, precision=seed_full_precision, **common)
+    eff_sc = Scenario.build(method=seed_eff, precision=PrecisionMode.BF16, **common)
+    seed_rows = _seed_rows(full_sc, eff_sc, gpus, key=(full_sc.model_dump_json(), eff_sc.model_dump_json(), gpus_key))
+
+    st.table(pd.DataFrame([  # static: all ten columns wrap to the page width
+        {
+            "GPUs (seed)": r.seed.seed_label,
+            f"usable ({unit})": f"{to_unit(r.usable_memory_bytes, unit):,.1f}",
+            "seed VRAM": r.seed.seed_vram,
+            "seed: full FT": r.seed.seed_full or "—",
+            "computed: full FT": _model(r.full),
+            "full vs seed": r.full_vs_seed,
+            "seed: efficient": r.seed.seed_efficient,
+            f"computed: {seed_eff.value}": _model(r.efficient),
+            "efficient vs seed": r.efficient_vs_seed,
+            "strategy": r.strategy.value,
+        }
+        for r in seed_rows
+    ]), hide_index=True)
+    st.caption(
+        f"Full FT: {precision_spec(seed_full_precision).label}, fused AdamW; efficient: {seed_eff.value} on a bf16 base (rank "
+        f"{Scenario().lora_r}, attention projections); both at micro batch {seed_batch} × {seed_seq:,} tokens"
+        f"{', gradient checkpointing' if seed_ckpt else ''}. Multi-GPU lines use ZeRO-3 across the GPUs. Source: {SEED_TABLE_SOURCE}."
+    )
+
+
+_seed_section(gpus, gpus_key, unit)
+
 st.markdown(
     """**Why the numbers differ from the seed's**
 

@@ -196,12 +196,9 @@ table = pd.DataFrame(
 # A static table: every row and the formula and source columns wrap to the page's width (a scrolling grid cut them).
 st.table(table, hide_index=True)
 left, right = st.columns(2)
-with left.expander("Not yet modelled", expanded=True):
-    for item in est.not_modelled:
-        st.markdown(f"- {item}")
-with right.expander("Assumptions", expanded=True):
-    for a in est.assumptions:
-        st.markdown(f"- {a}")
+# One Markdown list each, not one element per line: every element is drawn again in the browser on each rerun.
+left.expander("Not yet modelled", expanded=True).markdown("\n".join(f"- {item}" for item in est.not_modelled))
+right.expander("Assumptions", expanded=True).markdown("\n".join(f"- {a}" for a in est.assumptions))
 if est.first_step_peak_bytes < est.total_bytes:
     st.caption(f"First training step: {fmt_bytes(est.first_step_peak_bytes, unit)} at most on one GPU (the optimizer "
                "states are created inside its optimizer step); the figures above are the steady state, from the second step.")

@@ -428,11 +428,18 @@ st.markdown(
 st.subheader("Scale out: TP x PP x CP x EP x DP against published large runs")
 
 
+@st.cache_resource(max_entries=1, show_spinner=False)
+def _large_runs():
+    """validate_large_runs(): a pure function of the bundled tables, the same for every visitor (about 100 ms a rerun
+    uncached, most of this page's server time)."""
+    from engine.validation.scaleout import validate_large_runs
+    return validate_large_runs()
+
+
 def _scaleout() -> None:
     """Every row of data/large_runs.csv with our estimate and its error, or why it cannot be expressed (engine.validation)."""
-    from engine.validation.scaleout import validate_large_runs
     try:
-        val = validate_large_runs()
+        val = _large_runs()
     except EngineError as exc:
         st.error(f"Cannot compare with the published large runs: {exc}")
         return

@@ -50,6 +50,19 @@ def usable_line(y: float, text: str, bgcolor: str | None = None) -> tuple[dict, 
     return shape, annotation
 
 
+LABEL_CHAR_PX = 6.5
+"""At most this many pixels a character of plotly.js's 12 px labels (ticks, legend entries) take, for margins sized in
+advance: plotly.js first lays a chart out within the requested margins, then grows them to what its labels need and
+draws the whole chart once more (about 15-30 ms a chart in headless Chromium on 2 cores, on every rerun that changes
+it); margins already wide enough spare that drawing. An estimate that falls short only brings it back (automargin
+stays on); one too wide leaves a little space."""
+
+
+def label_px(texts: list[str]) -> int:
+    """Pixels the longest of ``texts`` (one line each) may take at plotly.js's 12 px font."""
+    return round(LABEL_CHAR_PX * max(map(len, texts), default=0))
+
+
 def per_gpu_figure(components: dict[str, float], cpu_bytes: float, unit: Unit, gpu: Gpu | None,
                    title: str = "per GPU") -> go.Figure:
     """One stacked bar of the per-GPU components at the peak and, when states are offloaded, a separate bar of
@@ -110,8 +123,12 @@ def memory_stack_figure(rows: list[SweepRow], unit: Unit, gpu: Gpu | None) -> go
     top = max(totals + ([to_unit(gpu.usable_memory_bytes, unit)] if gpu else []) + [1e-9])
     layout = {"barmode": "stack", "yaxis": {"title": {"text": f"Peak memory, as nvidia-smi shows it ({unit})"},
                                             "range": [0, top * 1.15]},
-              "legend": {"title": {"text": "Component"}}, "margin": {"t": 30, "b": 10}, "height": 480,
-              "xaxis": {"tickangle": 0}, "shapes": shapes, "annotations": annotations}
+              "legend": {"title": {"text": "Component"}}, "height": 480, "xaxis": {"tickangle": 0},
+              # Measured in Chromium: the legend at x = 1.02 takes about 68 px and 5.1 px a character of its longest
+              # entry, the bars' names 24 px and 15 px a line (one per "<br>"), four-digit ticks and the title 80 px.
+              "margin": {"t": 30, "l": 82, "r": 68 + round(5.4 * max([len(d["name"]) for d in data if "name" in d] + [0])),
+                         "b": 24 + 15 * max([n.count("<br>") + 1 for n in x] + [1])},
+              "shapes": shapes, "annotations": annotations}
     return go.Figure({"data": data, "layout": layout})
 
 
@@ -120,7 +137,8 @@ def parameter_figure(counts: dict[str, int]) -> go.Figure:
     items = [(k, v) for k, v in counts.items() if k != "total" and v]
     fig = go.Figure(go.Bar(x=[v for _, v in items], y=[k for k, _ in items], orientation="h",
                            text=[f"{v:,}" for _, v in items], textposition="auto"))
-    fig.update_layout(xaxis_title="parameters", height=300, margin=dict(t=10, b=10))
+    fig.update_layout(xaxis_title="parameters", height=300,
+                      margin=dict(t=10, b=58, l=12 + label_px([k for k, _ in items])))  # no automargin redraw (LABEL_CHAR_PX)
     return fig
 
 
@@ -130,8 +148,14 @@ def short_gpu_name(name: str) -> str:
 
 
 CELL_LABELS = ("Fewest GPUs", "Headroom", "None")
-"""What a fit heatmap cell shows: the fewest GPUs (✓ one is enough, ≈ tight on one, ×N, ✗ none up to 1,024), the
+"""What a fit heatmap cell shows: the fewest GPUs (blank: one is enough, ≈ tight on one, ×N, ✗ none up to 1,024), the
 single-GPU headroom, or nothing (colour and hover only)."""
+
+# Every cell's label is an SVG text element that plotly.js lays out when the chart is drawn again, about 0.2 ms each in
+# headless Chromium on 2 cores (benchmarks/bench_browser.py): a one-GPU fit, the commonest cell, says it with its
+# green alone, and the text is one colour (black) so plotly.js does not work out a contrasting colour cell by cell,
+# which is why the colour scale's ends stay light enough for black text (5.6:1 on the red end, 7.7:1 on the green).
+_HEADROOM_COLOURS = [[0.0, "#d6604d"], [0.45, "#f4a582"], [0.5, "#f7f7f7"], [0.55, "#a6dba0"], [1.0, "#5aae61"]]
 
 
 def _cell_text(headroom: float, verdict: Verdict, min_gpus: int | None, unit: Unit, mode: str) -> str:
@@ -142,16 +166,25 @@ def _cell_text(headroom: float, verdict: Verdict, min_gpus: int | None, unit: Un
         value = to_unit(headroom, unit)
         size = f"{abs(value):.0f}" if abs(value) >= 9.5 else f"{abs(value):.1f}"
         return f"{'+' if headroom >= 0 else '−'}{size}"
-    if verdict is not Verdict.DOES_NOT_FIT:
-        return VERDICT_MARKS[verdict]  # ✓ fits on one GPU, ≈ tight: may not fit
+    if verdict is Verdict.FITS:
+        return ""  # one GPU is enough: the green says it
+    if verdict is Verdict.TIGHT:
+        return VERDICT_MARKS[verdict]  # ≈ tight: may not fit
     return "✗" if min_gpus is None else f"×{min_gpus}"
+
+
+def _heatmap_margin(x: list[str], y: list[str], titled: bool) -> dict:
+    """Margins that already hold a fit heatmap's row labels (left), its GPU names at -45 degrees under the axis title
+    (top) and its colour bar (right), estimated from the labels' lengths (:data:`LABEL_CHAR_PX`; about 25 ms of
+    drawing spared a heatmap)."""
+    return {"l": 10 + label_px(y), "r": 120, "b": 10, "t": round(0.71 * (label_px(x) + 12) + 56 + (30 if titled else 0))}
 
 
 def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "", labels: str = "Fewest GPUs") -> go.Figure:
     """Rows x GPUs heatmap, the GPUs grouped by memory (columns from the smallest usable memory to the largest).
     Colour: single-GPU headroom (green) or shortfall (red) in ``unit``; text (``labels``, one of
-    :data:`CELL_LABELS`): the fewest GPUs with the row's strategy, or the headroom; ⚠ after a GPU's name: a bf16
-    scenario on a GPU without bf16. Hover gives the breakdown."""
+    :data:`CELL_LABELS`): the fewest GPUs with the row's strategy (none on a cell one GPU is enough for), or the
+    headroom; ⚠ after a GPU's name: a bf16 scenario on a GPU without bf16. Hover gives the breakdown."""
     order = sorted(range(len(matrix.gpus)), key=lambda i: (matrix.usable_bytes[i], i))
     x = [short_gpu_name(matrix.gpus[i]) for i in order]
     y, z, text, hover = [], [], [], []
@@ -192,15 +225,15 @@ def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "", labels: str = "F
     finite = [abs(v) for r in z for v in r if v is not None]
     span = max(finite + [1.0])
     cap = min(span, 80.0)  # beyond +-80 GB the colour saturates, so small margins stay visible
+    # No texttemplate at all without labels: plotly.js formats every cell's template even when its text is empty.
+    labelled = {"text": text, "texttemplate": "%{text}", "textfont": {"size": 11, "color": "black"}} if labels != "None" else {}
     fig = go.Figure(go.Heatmap(
-        x=x, y=y, z=z, text=text, texttemplate="%{text}", textfont={"size": 11},
-        customdata=hover, hovertemplate="%{customdata}<extra></extra>",
-        colorscale=[[0.0, "#b2182b"], [0.45, "#f4a582"], [0.5, "#f7f7f7"], [0.55, "#a6dba0"], [1.0, "#1b7837"]],
-        zmid=0, zmin=-cap, zmax=cap, xgap=1, ygap=1,
+        x=x, y=y, z=z, **labelled, customdata=hover, hovertemplate="%{customdata}<extra></extra>",
+        colorscale=_HEADROOM_COLOURS, zmid=0, zmin=-cap, zmax=cap, xgap=1, ygap=1,
         colorbar={"title": {"text": f"headroom<br>on one GPU<br>({unit})"}, "thickness": 14},
     ))
     fig.update_layout(
-        title=title or None, height=max(260, 30 * len(y) + 170), margin={"t": 40 if title else 10, "b": 10, "l": 10, "r": 10},
+        title=title or None, height=max(260, 30 * len(y) + 170), margin=_heatmap_margin(x, y, bool(title)),
         xaxis={"side": "top", "tickangle": -45, "title": {"text": "GPUs, from the least usable memory to the most"}},
         yaxis={"autorange": "reversed"},
     )

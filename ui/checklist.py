@@ -50,7 +50,8 @@ def checklist_figure(checklist: Checklist, unit: Unit, gpu: Gpu | None) -> go.Fi
         room = to_unit(tensor_budget(gpu.usable_memory_bytes), unit)
         shape, annotation = usable_line(room, f"{gpu.name}: {room:,.1f} {unit} for tensors")
         fig.update_layout(shapes=[shape], annotations=[annotation])
-    fig.update_layout(yaxis_title=f"Peak memory per GPU ({unit})", height=460, showlegend=False, margin=dict(t=30, b=10))
+    # Margins that hold four-digit ticks and one line of step names: no automargin redraw (ui.charts.LABEL_CHAR_PX).
+    fig.update_layout(yaxis_title=f"Peak memory per GPU ({unit})", height=460, showlegend=False, margin=dict(t=30, b=28, l=70))
     return fig
 
 
@@ -69,11 +70,26 @@ def checklist_table(checklist: Checklist, unit: Unit) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+CHECKLIST_TITLE = "The seeds' checklist: from the naive run to yours"
+
+
 def checklist_section(arch: Architecture, scenario: Scenario, unit: Unit, gpu: Gpu | None,
                       strategy: Strategy = Strategy.DDP, num_gpus: int = 1) -> None:
-    """The "seeds' checklist" section: checkboxes (ticked where your scenario already uses the technique), the
-    DeepSpeed / shorter-sequence / smaller-batch values, the waterfall and the table."""
-    st.subheader("The seeds' checklist: from the naive run to yours")
+    """The "seeds' checklist" section, in an expander that is closed until opened: while it is closed nothing of it is
+    computed or sent, so the Memory page's reruns do not draw its waterfall (a Plotly chart costs 50-100 ms of the
+    browser's time each time it changes, benchmarks/bench_browser.py). Once open it stays open for the session and
+    its own widgets rerun only the section (:func:`_checklist`, an ``st.fragment``)."""
+    box = st.expander(CHECKLIST_TITLE, key="chk_open", on_change="rerun")
+    if box.open:
+        with box:
+            _checklist(arch, scenario, unit, gpu, strategy, num_gpus)
+
+
+@st.fragment
+def _checklist(arch: Architecture, scenario: Scenario, unit: Unit, gpu: Gpu | None, strategy: Strategy,
+               num_gpus: int) -> None:
+    """Checkboxes (ticked where your scenario already uses the technique), the DeepSpeed / shorter-sequence /
+    smaller-batch values, the waterfall and the table."""
     st.caption("Start: full fine-tuning in fp32 with AdamW at your micro batch and sequence length on one GPU. Each ticked "
                "technique is applied in the seeds' order; the boxes start ticked where your scenario already uses it.")
     ticked_by_default = default_techniques(scenario, strategy if num_gpus > 1 else Strategy.DDP)

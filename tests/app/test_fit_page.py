@@ -59,9 +59,11 @@ def test_page_renders_both_heatmaps_the_seed_table_and_what_fits(fit_page):
         cells = dict(zip(matrix.gpus, row.cells))
         for c, g in enumerate(by_memory):
             cell = cells[g.name]
-            # ✓ fits on one GPU, ≈ tight on one (under the safety margin), else ×N or ✗ (engine.plan.verdict)
-            label = ({Verdict.FITS: "✓", Verdict.TIGHT: "≈"}.get(cell.verdict)
-                     or ("✗" if cell.min_gpus is None else f"×{cell.min_gpus}"))
+            # blank: fits on one GPU (its green says it), ≈ tight on one (under the safety margin), else ×N or ✗
+            # (engine.plan.verdict)
+            label = ({Verdict.FITS: "", Verdict.TIGHT: "≈"}.get(cell.verdict)
+                     if cell.verdict is not Verdict.DOES_NOT_FIT
+                     else ("✗" if cell.min_gpus is None else f"×{cell.min_gpus}"))
             assert models_fig["text"][r][c] == label
             assert len(models_fig["text"][r][c]) <= 4
     assert "×" in "".join(models_fig["text"][matrix.rows.index(next(x for x in matrix.rows if x.label == "Llama 3.1 8B"))])
@@ -71,6 +73,10 @@ def test_page_renders_both_heatmaps_the_seed_table_and_what_fits(fit_page):
     llama = next(i for i, x in enumerate(matrix.rows) if x.label == "Llama 3.1 8B")
     value = next(c for g, c in zip(matrix.gpus, matrix.rows[llama].cells) if g == "NVIDIA A100 80GB").headroom_bytes / 2**30
     assert headroom[llama][a100] == f"{'+' if value >= 0 else '−'}{abs(value):.0f}"
+    # No labels: no text template either (plotly.js would still format one per cell), colour and hover stay.
+    at.radio(key="fit_labels").set_value("None").run()
+    bare = heatmap(charts(at)[0])
+    assert "texttemplate" not in bare and "text" not in bare and bare["z"] == models_fig["z"] and bare["customdata"]
     assert "fewest GPUs" in models_fig["customdata"][0][0]
     seed = seed_table(at)
     assert list(seed["GPUs (seed)"]) == ["RTX 3090", "RTX 4090", "A100-40GB", "A100-80GB", "H100", "2× A100-40GB",

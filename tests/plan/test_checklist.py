@@ -26,6 +26,7 @@ from engine.memory.parallel import Strategy, plan_parallel
 from engine.scenario.precision import PrecisionMode
 from engine.scenario.training import Method, Scenario
 from engine.validation.memory import row_scenario
+from ui.checklist import CHECKLIST_TITLE
 
 LLAMA_8B = architecture_from_config(catalog_model("meta-llama/Llama-3.1-8B").config)
 LLAMA_3B = architecture_from_config(catalog_model("meta-llama/Llama-3.2-3B").config)
@@ -160,8 +161,25 @@ def _waterfall(at) -> dict:
     return next(s for s in specs if s["data"] and s["data"][0]["type"] == "waterfall")
 
 
-def test_memory_page_draws_the_checklist_waterfall(new_app):
+def _open_checklist(at):
+    at.session_state["chk_open"] = True  # the expander, opened: its content runs only then
+    return at.run()
+
+
+def test_the_checklist_waits_closed_until_opened(new_app):
     at = new_app().run()
+    no_exception(at)
+    (box,) = [e for e in at.expander if e.label == CHECKLIST_TITLE]
+    traces = [t["type"] for c in at.get("plotly_chart") for t in json.loads(c.proto.spec)["data"]]
+    assert not box.children and "bar" in traces and "waterfall" not in traces
+    assert "chk_signature" not in at.session_state  # the section did not run
+    _open_checklist(at)
+    no_exception(at)
+    assert _waterfall(at) and at.checkbox(key="chk_gradient_checkpointing")
+
+
+def test_memory_page_draws_the_checklist_waterfall(new_app):
+    at = _open_checklist(new_app())
     no_exception(at)
     fig = _waterfall(at)["data"][0]
     # Default scenario: Llama 3.1 8B, full fine-tuning, mixed bf16: the naive bar, the mixed-precision step, the total.
@@ -196,7 +214,7 @@ def test_the_last_bar_is_the_users_configuration_when_the_ticks_rebuild_it():
 
 def test_the_boxes_follow_the_sidebar(new_app):
     # Reviewer's case: ticks set for one scenario must not survive a change of the sidebar's method/checkpointing.
-    at = new_app().run()
+    at = _open_checklist(new_app())
     no_exception(at)
     assert not at.checkbox(key="chk_qlora").value and not at.checkbox(key="chk_gradient_checkpointing").value
     at.radio(key="method").set_value(Method.LORA).run()
