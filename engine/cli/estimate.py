@@ -283,6 +283,7 @@ def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Dataset, ar
             "on_demand_source": price.on_demand_source,
             "spot_usd_per_gpu_hour": price.spot_usd_per_hour,
             "spot_source": price.spot_source,
+            "price_date": price.date,
             "fits": plan.fits,
             "verdict": plan.verdict.value,
             "seed_rule": None if seed is None else {

@@ -302,7 +302,7 @@ class PlanEstimate(BaseModel):
             "gpu_hours": self.run.gpu_hours, "cost_usd_on_demand": self.run.cost_usd_on_demand,
             "cost_usd_spot": self.run.cost_usd_spot, "on_demand_usd_per_gpu_hour": self.price.on_demand_usd_per_hour,
             "on_demand_source": self.price.on_demand_source, "spot_usd_per_gpu_hour": self.price.spot_usd_per_hour,
-            "spot_source": self.price.spot_source, "step_time_s": self.throughput.step_time_s,
+            "spot_source": self.price.spot_source, "price_date": self.price.date, "step_time_s": self.throughput.step_time_s,
             "mfu": self.throughput.mfu, "hfu": self.throughput.hfu, "calibration": self.throughput.calibration,
             "attention_kernel": self.throughput.attention_kernel, "link": self.throughput.step.link,
             "peak_dtype": self.throughput.peak.dtype,

@@ -308,3 +308,18 @@ def test_cli_bad_time_cost_options(extra, needle):
     proc = cli(*LORA_8B, *extra)
     assert proc.returncode == 2 and proc.stdout == ""
     assert len(proc.stderr.strip().splitlines()) == 1 and needle in proc.stderr
+
+
+def test_every_plan_record_and_the_cli_json_carry_the_prices_date(capsys):
+    """A price is given with its date (data/gpu_prices.csv: the seed chapter's H100 row is dated 2026-11-29, the date
+    the seeds were received; RunPod Community Cloud's 2026-09-25, its transcription)."""
+    from engine.cli import main
+
+    sc = Scenario.build(method="lora")
+    seed = estimate_plan(LLAMA8, sc, Dataset(total_tokens=10**6), find_gpu("H100 SXM"), price_source="seed chapter (approx.)")
+    runpod = estimate_plan(LLAMA8, sc, Dataset(total_tokens=10**6), find_gpu("H100 SXM"), price_source="RunPod Community Cloud")
+    assert seed.record()["price_date"] == "2026-11-29" and runpod.record()["price_date"] == "2026-09-25"
+    assert main(["estimate", "--offline", "--model", "meta-llama/Llama-3.1-8B", "--method", "lora", "--gpu", "H100 SXM",
+                 "--dataset-tokens", "1000000", "--price-source", "RunPod Community Cloud"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["time_cost"]["price_date"] == "2026-09-25", out.get("time_cost")
