@@ -275,12 +275,13 @@ def variants(name: str, gpus: tuple[Gpu, ...]) -> list[str]:
     return [g.name for g in gpus if any(wanted <= _words(n) for n in (g.name, *g.aliases))]
 
 
-def _match(name: str, gpus: Sequence[Gpu]) -> tuple[Gpu, str | None]:
+def _match(name: str, gpus: Sequence[Gpu], note: bool = True) -> tuple[Gpu, str | None]:
     """The GPU ``name`` names and the note saying which other GPUs it also fits (None when it names one only).
 
     A catalog name is the catalog's own and carries no note. Else an alias names its GPU: aliases are unique in a
     table (:func:`gpus_from_rows`), so the alias is the table's declared default for that text; the note lists the
-    other GPUs :func:`variants` finds for it. A name that fits several GPUs and is no alias has no default.
+    other GPUs :func:`variants` finds for it (computed only when ``note``: resolving a name needs none). A name that
+    fits several GPUs and is no alias has no default.
 
     Raises:
         AmbiguousGpuError: the name fits several GPUs and is nobody's alias; the message lists them.
@@ -292,6 +293,8 @@ def _match(name: str, gpus: Sequence[Gpu]) -> tuple[Gpu, str | None]:
             if wanted == _key(gpu.name):
                 return gpu, None
         named = next((g for g in gpus if wanted in (_key(a) for a in g.aliases)), None)
+        if named is not None and not note:
+            return named, None
         candidates = variants(name, tuple(gpus))
         if named is not None:
             others = [c for c in candidates if c != named.name]
@@ -303,7 +306,7 @@ def _match(name: str, gpus: Sequence[Gpu]) -> tuple[Gpu, str | None]:
 
 def _resolve(name: str, gpus: Sequence[Gpu]) -> Gpu:
     """The GPU ``name`` names in ``gpus`` (the rule of :func:`_match`, whose errors it raises), without the note."""
-    return _match(name, gpus)[0]
+    return _match(name, gpus, note=False)[0]
 
 
 def default_gpu_note(name: str, chosen: str, others: Sequence[str]) -> str:

@@ -59,8 +59,3 @@ class FewestGpus:
             n -= 1
         return n
 
-
-def min_gpus_from_sums(plan: ParallelPlan, sums: list[tuple[float, float, float]], budget: float) -> int | None:
-    """:meth:`ParallelPlan.min_gpus` (same answer) from the phase sums, for one budget (:class:`FewestGpus` for
-    many)."""
-    return FewestGpus(plan, sums).at(budget)

@@ -77,17 +77,9 @@ class Roofline:
     intensity; those above the GPU's ridge point (rate / bandwidth) are compute-bound, the rest bandwidth-bound."""
 
     def __init__(self, works: list[tuple[float, float]]) -> None:
-        self._build([(f / b if b else math.inf, f, b) for f, b in works])
-
-    @classmethod
-    def of(cls, items: list[tuple[float, float, float]]) -> "Roofline":
-        """The roofline of (intensity, FLOPs, bytes) triples, intensity = FLOPs / bytes (inf for no bytes)."""
-        roof = cls.__new__(cls)
-        roof._build(items)
-        return roof
-
-    def _build(self, items: list[tuple[float, float, float]]) -> None:
-        items = sorted(items, key=_intensity)  # stable: ties keep the GEMMs' order, so the sums below are fixed
+        """``works``: (padded FLOPs, bytes) of each GEMM (:func:`gemm_work`)."""
+        items = [(f / b if b else math.inf, f, b) for f, b in works]
+        items.sort(key=_intensity)  # stable: ties keep the GEMMs' order, so the sums below are fixed
         self._intensity, flops, nbytes = zip(*items) if items else ((), (), ())
         # running sums left to right from 0.0 (accumulate runs the loop in C)
         self._bytes_below = list(accumulate(nbytes, initial=0.0))

@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-
 from engine.hardware.gpus import Gpu
 from engine.memory.parallel import Strategy
 from engine.memory.result import MemoryEstimate

@@ -3,9 +3,7 @@ and the Memory page's serving settings in the URL."""
 
 from __future__ import annotations
 
-import re
-
-from apptest_support import no_exception, warnings_shown
+from apptest_support import no_exception, shown, warnings_shown
 
 
 def link_warning(at) -> str:
@@ -14,7 +12,7 @@ def link_warning(at) -> str:
 
 def link_note(at) -> str:
     """The link's notes as shown (Markdown escaped: the link's text is shown as typed), unescaped."""
-    return " ".join(re.sub(r"\\(.)", r"\1", w.value) for w in at.warning if w.value.startswith("Read from the link: "))
+    return " ".join(shown(w.value) for w in at.warning if w.value.startswith("Read from the link: "))
 
 
 def test_a_family_gpu_name_in_a_link_applies_the_catalogs_gpu_and_says_so(new_app):
