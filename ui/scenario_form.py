@@ -26,20 +26,8 @@ from engine.scenario.peft import uses_targets
 from ui.peft_form import peft_inputs
 from engine.scenario.training import FRAMEWORK_LABELS, METHOD_LABELS, Attention, Framework, Method, QuantType, Scenario, default_precision
 
-OPTIMIZER_LABELS = {
-    Optimizer.ADAMW: "AdamW (torch, foreach: adamw_torch)",
-    Optimizer.ADAMW_FUSED: "AdamW (torch, fused: Trainer default)",
-    Optimizer.ADAMW_8BIT: "8-bit AdamW (bitsandbytes)",
-    Optimizer.PAGED_ADAMW_8BIT: "Paged 8-bit AdamW (bitsandbytes)",
-    Optimizer.PAGED_ADAMW_32BIT: "Paged 32-bit AdamW (bitsandbytes)",
-    Optimizer.LION_32BIT: "Lion 32-bit (bitsandbytes)",
-    Optimizer.LION_8BIT: "8-bit Lion (bitsandbytes)",
-    Optimizer.ADAFACTOR: "Adafactor (transformers)",
-    Optimizer.SGD: "SGD (no momentum)",
-    Optimizer.SGD_MOMENTUM: "SGD with momentum 0.9",
-    Optimizer.GALORE_ADAMW: "GaLore AdamW (galore-torch, full fine-tuning)",
-    Optimizer.LORA_FA: "LoRA-FA (PEFT, frozen lora_A)",
-}
+OPTIMIZER_LABELS = {o: o.record.label for o in Optimizer}
+"""The optimizer widget's labels: each optimizer's record (engine.scenario.optimizer.RECORDS)."""
 
 
 def _init_defaults(arch: Architecture) -> None:

@@ -17,11 +17,12 @@ import engine.importers.deepspeed as deepspeed
 from engine.importers.table import IGNORE, Handling, Map, Reading, Several, Sub, Unmodelled, Unsupported, check, collect
 from engine.importers.trainer import _DS_FILE, finish_galore, liger_kernels
 from engine.importers.values import (
-    boolean, choice, galore_targets, hf_fsdp, hf_optimizer, integer, names, number, optim_args, positive, saveable, sharding,
-    text,
+    boolean, choice, galore_targets, hf_fsdp, hf_optimizer, integer, names, number, optim_args, positive, saveable,
+    sgd_momentum, sharding, text,
 )
 from engine.memory.parallel import Offload, Strategy
 from engine.scenario.lora import ALL_LINEAR
+from engine.scenario.optimizer import Optimizer
 from engine.scenario.training import Attention, QuantType
 
 FORMAT, VERSION = "axolotl", "0.19.0"
@@ -173,8 +174,10 @@ def read(doc: dict[str, Any]) -> Reading:
     _liger(r)
     _peft_only(r, adapter)
     args = finish_galore(r, s.pop("optim_args", None), "optim_target_modules")
-    if args:
-        r.unsupported["optim_args"] = "optimizer arguments are not modelled"
+    if sgd_momentum(s.get("optimizer"), args):  # axolotl passes optim_args on to TrainingArguments
+        s["optimizer"] = Optimizer.SGD_MOMENTUM
+    elif args:
+        r.unsupported["optim_args"] = "optimizer arguments beyond SGD's momentum are not modelled"
     s.pop("fsdp_by_reshard", None)
     reshard, offload, fsdp_gc = s.pop("ax_reshard", None), s.pop("ax_fsdp_offload", None), s.pop("ax_fsdp_gc", None)
     if "fsdp_config" in doc:

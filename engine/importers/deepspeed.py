@@ -14,9 +14,8 @@ from typing import Any
 
 from engine.errors import ConflictingKeysError
 from engine.importers.table import IGNORE, Handling, Map, Reading, Unmodelled, Unsupported, collect
-from engine.importers.values import boolean, choice, integer, zero_stage
+from engine.importers.values import boolean, choice, integer, record_names, zero_stage
 from engine.memory.parallel import Offload
-from engine.scenario.optimizer import Optimizer
 
 FORMAT, VERSION = "DeepSpeed config", "0.19.8"
 AUTO = "auto"
@@ -38,7 +37,7 @@ def _enabled(kind: str) -> Any:
 _DEVICE = choice({"none": "none", "cpu": "cpu",
                   "nvme": Unmodelled("ZeRO-Infinity: states on NVMe instead of CPU memory; not modelled (CPU offload is the "
                                      "closest: same GPU memory, no CPU memory)")})
-_DS_OPTIMIZERS = {"adamw": Optimizer.ADAMW_FUSED, "adam": Optimizer.ADAMW_FUSED,
+_DS_OPTIMIZERS = {**record_names("deepspeed_types"),
                   "lamb": Unmodelled("DeepSpeed LAMB: states not modelled"),
                   "onebitadam": Unmodelled("1-bit Adam (compressed communication): not modelled"),
                   "zerooneadam": Unmodelled("0/1 Adam: not modelled"), "onebitlamb": Unmodelled("1-bit LAMB: not modelled"),

@@ -16,7 +16,7 @@ from typing import Any
 
 from engine.errors import TrainingConfigError
 from engine.importers.table import IGNORE, Handling, Map, Reading, Unmodelled, Unsupported, collect
-from engine.importers.values import boolean, choice, integer, names, number, text
+from engine.importers.values import boolean, choice, integer, names, number, record_names, text
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.training import Attention, Framework, QuantType
 
@@ -42,11 +42,7 @@ HF_NAMES = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "output_
 MLP_NAMES = ("gate_proj", "up_proj", "down_proj")  # torchtune w1, w3, w2
 
 OPTIMIZERS = {
-    "torch.optim.adamw": "adamw", "torch.optim.adam": "adamw",
-    "bitsandbytes.optim.pagedadamw8bit": Optimizer.PAGED_ADAMW_8BIT, "bitsandbytes.optim.adamw8bit": Optimizer.ADAMW_8BIT,
-    "bitsandbytes.optim.pagedadamw": Optimizer.PAGED_ADAMW_32BIT, "bitsandbytes.optim.pagedadamw32bit": Optimizer.PAGED_ADAMW_32BIT,
-    "bitsandbytes.optim.lion": Optimizer.LION_32BIT, "bitsandbytes.optim.lion8bit": Optimizer.LION_8BIT,
-    "torch.optim.sgd": Optimizer.SGD,
+    **record_names("torchtune_components"),  # torch AdamW is the foreach one unless optimizer.fused; SGD takes momentum
     "torchao.optim.adamw8bit": Unmodelled("torchao 8-bit AdamW: not modelled"),
     "torchao.optim.adamw4bit": Unmodelled("torchao 4-bit AdamW: not modelled"),
 }
@@ -127,7 +123,7 @@ def read(doc: dict[str, Any]) -> Reading:
         targets = [HF_NAMES.get(a, a) for a in (attn or ())] + (list(MLP_NAMES) if mlp else [])
         s["lora_targets"] = tuple(targets)
     opt, fused, momentum = s.pop("tt_optimizer", None), s.pop("tt_fused", None), s.pop("tt_momentum", None)
-    if opt == "adamw":
+    if opt is Optimizer.ADAMW:
         s["optimizer"] = Optimizer.ADAMW_FUSED if fused else Optimizer.ADAMW
     elif opt is Optimizer.SGD and momentum:
         s["optimizer"] = Optimizer.SGD_MOMENTUM

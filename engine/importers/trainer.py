@@ -21,7 +21,7 @@ import engine.importers.deepspeed as deepspeed
 from engine.importers.table import IGNORE, only_if_true, Handling, Map, Reading, Sub, Unmodelled, Unsupported, collect
 from engine.importers.values import (
     attention, boolean, choice, dtype, galore_gap, galore_proj_type, galore_targets, hf_fsdp, hf_optimizer, integer,
-    names, number, optim_args, saveable, sharding, text,
+    names, number, optim_args, saveable, sgd_momentum, sharding, text,
 )
 from engine.memory.parallel import Offload, Strategy
 from engine.scenario.optimizer import Optimizer
@@ -205,7 +205,7 @@ def finish_trainer_keys(r: Reading, hf_file: bool) -> None:
                            "pick pure bf16 then)")
     args = finish_galore(r, r.settings.pop("optim_args", None), "optim_target_modules")
     finish_liger(r)
-    if args is not None and r.settings.get("optimizer") is Optimizer.SGD and float(args.get("momentum", 0) or 0) > 0:
+    if sgd_momentum(r.settings.get("optimizer"), args):
         r.settings["optimizer"] = Optimizer.SGD_MOMENTUM
     elif args:
         r.unsupported["optim_args"] = "optimizer arguments beyond SGD's momentum are not modelled"

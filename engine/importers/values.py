@@ -91,21 +91,30 @@ def _unmodelled_optim(what: str) -> Unmodelled:
 
 _GALORE_LAYERWISE = Unmodelled("layer-wise GaLore: each gradient is freed right after its own update, so the whole "
                                "model's gradients are never alive at once; not modelled (galore_adamw is)")
+def record_names(field: str) -> dict[str, Optimizer]:
+    """The names one tool gives the modelled optimizers, from their records' ``field`` (``trainer_imports``,
+    ``torchtune_components``, ``deepspeed_types``): name -> optimizer. Raises ``ValueError`` when two records claim a
+    name (the file would be ambiguous)."""
+    names: dict[str, Optimizer] = {}
+    for o in Optimizer:
+        for name in getattr(o.record, field):
+            if name in names:
+                raise ValueError(f"optimizer name {name!r} ({field}) is claimed by {names[name].value} and {o.value}")
+            names[name] = o
+    return names
+
+
 HF_OPTIMIZERS: dict[str, Any] = {
-    "adamw_torch": Optimizer.ADAMW, "adamw_torch_fused": Optimizer.ADAMW_FUSED, "adamw_bnb_8bit": Optimizer.ADAMW_8BIT,
-    "adamw_8bit": Optimizer.ADAMW_8BIT, "paged_adamw_8bit": Optimizer.PAGED_ADAMW_8BIT,
-    "paged_adamw_32bit": Optimizer.PAGED_ADAMW_32BIT, "lion_32bit": Optimizer.LION_32BIT, "lion_8bit": Optimizer.LION_8BIT,
+    **record_names("trainer_imports"),
     "paged_lion_32bit": _unmodelled_optim("paged Lion 32-bit (states in unified memory)"),
     "paged_lion_8bit": _unmodelled_optim("paged 8-bit Lion (states in unified memory)"),
-    "adafactor": Optimizer.ADAFACTOR, "sgd": Optimizer.SGD,
-    "galore_adamw": Optimizer.GALORE_ADAMW,
     "galore_adamw_8bit": Unmodelled("GaLore with 8-bit AdamW states (GaLoreAdamW8bit): not modelled (galore_adamw is)"),
     "galore_adafactor": Unmodelled("GaLore over Adafactor's factored states: not modelled (galore_adamw is)"),
     **{name: _GALORE_LAYERWISE for name in ("galore_adamw_layerwise", "galore_adamw_8bit_layerwise",
                                             "galore_adafactor_layerwise")},
     "adamw_torch_4bit": _unmodelled_optim("torchao 4-bit AdamW"), "adamw_torch_8bit": _unmodelled_optim("torchao 8-bit AdamW"),
     "adamw_torch_xla": _unmodelled_optim("AdamW on XLA"), "adamw_torch_npu_fused": _unmodelled_optim("AdamW on Ascend NPU"),
-    "adamw_apex_fused": Optimizer.ADAMW_FUSED, "adamw_anyprecision": _unmodelled_optim("AnyPrecision AdamW"),
+    "adamw_anyprecision": _unmodelled_optim("AnyPrecision AdamW"),
     "ademamix": _unmodelled_optim("AdEMAMix (three states)"), "ademamix_8bit": _unmodelled_optim("8-bit AdEMAMix"),
     "paged_ademamix_32bit": _unmodelled_optim("paged AdEMAMix"), "paged_ademamix_8bit": _unmodelled_optim("paged 8-bit AdEMAMix"),
     "adagrad": _unmodelled_optim("Adagrad (one state)"), "rmsprop": _unmodelled_optim("RMSprop (one state)"),
@@ -118,7 +127,8 @@ HF_OPTIMIZERS: dict[str, Any] = {
     "schedule_free_sgd": _unmodelled_optim("schedule-free SGD"), "apollo_adamw": _unmodelled_optim("APOLLO (low-rank states)"),
     "apollo_adamw_layerwise": _unmodelled_optim("layer-wise APOLLO"), "stable_adamw": _unmodelled_optim("StableAdamW"),
 }
-"""transformers ``OptimizerNames`` (4.57.6 / 5.24.0) -> the engine's optimizer, or what cannot be modelled."""
+"""transformers ``OptimizerNames`` (4.57.6 / 5.24.0) -> the engine's optimizer (the records' ``trainer_imports``), or
+what cannot be modelled."""
 
 
 def hf_optimizer(value: Any, key: str) -> Any:
@@ -127,6 +137,12 @@ def hf_optimizer(value: Any, key: str) -> Any:
     if name in HF_OPTIMIZERS:
         return HF_OPTIMIZERS[name]
     return _unmodelled_optim(f"optimizer {name!r}")
+
+
+def sgd_momentum(optimizer: Any, args: dict[str, str] | None) -> bool:
+    """Whether ``optim: sgd`` with these ``optim_args`` is SGD with momentum (a ``momentum`` above 0): the optimizer
+    whose record writes ``trainer_optim="sgd"`` with ``trainer_optim_args="momentum=0.9"``."""
+    return args is not None and optimizer is Optimizer.SGD and float(args.get("momentum", 0) or 0) > 0
 
 
 def optim_args(value: Any, key: str) -> dict[str, str]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from engine.memory.components import MemoryComponent, Phase
 from engine.model.architecture import Architecture, LinearLayer, TensorGroup
-from engine.scenario.optimizer import Optimizer
 from engine.scenario.peft import (
     LORA_FAMILY, adapter_groups, frozen_adapter_buffers, is_feedforward, saved_module_copies, targeted,
 )
@@ -33,7 +32,7 @@ def peft_tensor_bytes(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> 
     copies = {g.name for g in saved_module_copies(arch, sc)}
     trainable = [(g, float(spec.weight_bytes) if g.name in copies else adapter) for g in adapter_groups(arch, sc)]
     frozen = [(g, 4.0) for g in frozen_adapter_buffers(arch, sc)]
-    if sc.optimizer is Optimizer.LORA_FA:  # create_lorafa_optimizer freezes every lora_A: no gradient, no state
+    if sc.optimizer.record.freezes_lora_a:  # create_lorafa_optimizer freezes every lora_A: no gradient, no state
         frozen += [(g, b) for g, b in trainable if g.name.endswith(".lora_A")]
         trainable = [(g, b) for g, b in trainable if not g.name.endswith(".lora_A")]
     return trainable, frozen
@@ -68,7 +67,7 @@ def saved_per_token(arch: Architecture, sc: Scenario, c: int, autocast: bool) ->
         i, o, r = lin.in_features, lin.out_features, sc.lora_r
         m = sc.method
         if m in LORA_FAMILY or m is Method.ADALORA:
-            a_input = 0 if sc.optimizer is Optimizer.LORA_FA else w
+            a_input = 0 if sc.optimizer.record.freezes_lora_a else w
             per = (a_input + mask) * i + w * r
             if m is Method.DORA:
                 per += 2 * w * o

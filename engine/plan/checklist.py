@@ -79,9 +79,8 @@ TECHNIQUE_LABELS = {
     Technique.SMALLER_BATCHES: "Smaller batches",
 }
 
-MEMORY_SAVING_OPTIMIZERS = (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT, Optimizer.PAGED_ADAMW_32BIT,
-                            Optimizer.LION_8BIT)
-"""Optimizers the "8-bit or paged" item stands for."""
+MEMORY_SAVING_OPTIMIZERS = tuple(o for o in Optimizer if o.record.eight_bit or o.record.paged)
+"""Optimizers the "8-bit or paged" item stands for (their records' ``eight_bit`` / ``paged``)."""
 
 DEFAULT_ACCUMULATION = 4
 """Accumulation steps the accumulation step uses when the chosen scenario has none."""

@@ -49,6 +49,8 @@ def training_code_summary(plan: Plan) -> CodeSummary:
         objects.append(("DeepSpeed", f"ZeRO-{stage} config"))
     objects.append(("transformers", "TrainingArguments" + (f" (FSDP {plan.strategy.value.removeprefix('fsdp_')})"
                                                            if plan.strategy.value in _FSDP else "")))
+    if plan.optimizer.record.trainer_optim is None:  # built in code, not named in TrainingArguments
+        objects.append(("optimizer", plan.optimizer.record.label))
     if plan.framework is not Framework.HF:
         gaps.append(f"the plan's framework, {plan.framework.value}: this is the Hugging Face equivalent")
     return CodeSummary(framework="Hugging Face Trainer", objects=tuple(objects), not_expressed=tuple(gaps))

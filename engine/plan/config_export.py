@@ -57,15 +57,29 @@ _LORA_ADAPTERS = (Method.LORA, Method.QLORA, Method.DORA)
 """Methods the trainer formats (TRL's ModelConfig, axolotl, LLaMA-Factory) build: a LoraConfig, DoRA by a flag."""
 
 
+def optimizer_keys(plan: Plan, export: str, key: str = "optim") -> tuple[dict[str, Any], list[str]]:
+    """The keys that name the plan's optimizer in ``export`` (one of :data:`engine.scenario.optimizer.EXPORTS`) and
+    what that file cannot say about it, both from the optimizer's record: ``key`` (``optim``; axolotl ``optimizer``)
+    = ``trainer_optim`` with ``optim_args`` = ``trainer_optim_args``. An optimizer the Trainer cannot name gets no key
+    (never another optimizer's name) and its ``unnamed_note`` in the lost list; ``export_notes[export]`` adds what
+    else the format cannot say."""
+    rec = plan.optimizer.record
+    lost = [f"optimizer {rec.name} ({rec.export_notes[export]})"] if export in rec.export_notes else []
+    if rec.trainer_optim is None:
+        return {}, [f"optimizer {rec.name} ({rec.unnamed_note})", *lost]
+    body: dict[str, Any] = {key: rec.trainer_optim}
+    if rec.trainer_optim_args:
+        body["optim_args"] = rec.trainer_optim_args
+    return body, lost
+
+
 def _common_lost(plan: Plan, *, gpus: bool = True, loraplus: bool = False) -> list[str]:
-    """What a trainer format cannot say: another framework, another PEFT method than LoRA/DoRA, LoRA-FA (built with
-    ``peft.optimizers.create_lorafa_optimizer``, no ``optim`` name), LoRA+ where the format has no key for it."""
+    """What a trainer format cannot say: another framework, another PEFT method than LoRA/DoRA, LoRA+ where the
+    format has no key for it (the optimizer's own gaps: :func:`optimizer_keys`)."""
     lost = []
     if plan.method is not Method.FULL and plan.method not in _LORA_ADAPTERS:
         lost.append(f"method {plan.method.value} ({METHOD_LABELS[plan.method]}: this tool's config builds LoRA/DoRA "
                     "adapters only; see adapter_config.json)")
-    if plan.optimizer is Optimizer.LORA_FA:
-        lost.append("optimizer lora_fa (built with peft.optimizers.create_lorafa_optimizer, not an optim name)")
     if plan.loraplus_lr_ratio is not None and not loraplus:
         lost.append(f"LoRA+ loraplus_lr_ratio {plan.loraplus_lr_ratio:g} (peft.optimizers.create_loraplus_optimizer; "
                     "no memory or time effect)")
@@ -110,9 +124,10 @@ def sft_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
     body.update(output_dir="out", max_length=plan.seq_len, packing=plan.packing,
                 per_device_train_batch_size=plan.micro_batch_size,
                 gradient_accumulation_steps=plan.gradient_accumulation_steps, num_train_epochs=plan.epochs,
-                bf16=bf16, fp16=fp16, gradient_checkpointing=plan.gradient_checkpointing, optim=plan.optimizer.hf_name)
-    if plan.optimizer.hf_optim_args:
-        body["optim_args"] = plan.optimizer.hf_optim_args
+                bf16=bf16, fp16=fp16, gradient_checkpointing=plan.gradient_checkpointing)
+    optim, optim_lost = optimizer_keys(plan, "trl")
+    body.update(optim)
+    lost += optim_lost
     if plan.optimizer is Optimizer.GALORE_ADAMW:  # transformers refuses GaLore without its target modules
         body.update(optim_args=f"rank={plan.galore_rank}", optim_target_modules="all-linear")
     body.update(_hf_liger(plan))
@@ -259,12 +274,12 @@ def axolotl_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
             body["loraplus_lr_ratio"] = plan.loraplus_lr_ratio
     body.update(datasets=[{"path": "REPLACE/with-your-dataset", "type": "alpaca"}], output_dir="./outputs/out",
                 sequence_len=plan.seq_len, sample_packing=plan.packing, micro_batch_size=plan.micro_batch_size,
-                gradient_accumulation_steps=plan.gradient_accumulation_steps, num_epochs=plan.epochs,
-                optimizer=plan.optimizer.hf_name)
+                gradient_accumulation_steps=plan.gradient_accumulation_steps, num_epochs=plan.epochs)
+    optim, optim_lost = optimizer_keys(plan, "axolotl", key="optimizer")  # axolotl passes optim_args to the Trainer
+    body.update(optim)
+    lost += optim_lost
     if plan.optimizer is Optimizer.GALORE_ADAMW:
         body.update(optim_target_modules="all_linear", optim_args={"rank": plan.galore_rank})
-    if plan.optimizer is Optimizer.SGD_MOMENTUM:
-        lost.append("SGD momentum (optim_args is not read back)")
     # axolotl loads the model in the autocast dtype: mixed precision over fp32 weights has no spelling.
     if plan.precision in (PrecisionMode.AMP_BF16, PrecisionMode.AMP_FP16):
         lost.append(f"{plan.precision.value}: axolotl loads the weights in the 16-bit dtype (pure 16-bit here)")
@@ -317,10 +332,13 @@ def llamafactory_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
             body.update(quantization_type=plan.quant_type.value, double_quantization=plan.double_quant)
     body.update(dataset="REPLACE_with_your_dataset", template="default", cutoff_len=plan.seq_len, packing=plan.packing,
                 output_dir="saves/out", per_device_train_batch_size=plan.micro_batch_size,
-                gradient_accumulation_steps=plan.gradient_accumulation_steps, num_train_epochs=plan.epochs,
-                optim="adamw_torch" if plan.optimizer is Optimizer.GALORE_ADAMW else plan.optimizer.hf_name)
-    if plan.optimizer.hf_optim_args:
-        body["optim_args"] = plan.optimizer.hf_optim_args
+                gradient_accumulation_steps=plan.gradient_accumulation_steps, num_train_epochs=plan.epochs)
+    if plan.optimizer is Optimizer.GALORE_ADAMW:  # use_galore (above) builds GaLoreAdamW for optim adamw_torch
+        optim, optim_lost = {"optim": Optimizer.ADAMW.hf_name}, []
+    else:
+        optim, optim_lost = optimizer_keys(plan, "llamafactory")
+    body.update(optim)
+    lost += optim_lost
     # The compute dtype is the load dtype; a LoRA base stays 16-bit, full fine-tuning upcasts unless pure_bf16.
     p = plan.precision
     if lora and p in (PrecisionMode.AMP_BF16, PrecisionMode.AMP_FP16):

@@ -486,6 +486,17 @@ def _arch_for_targets(plan: Plan, config: dict[str, Any] | None) -> Architecture
         return None
 
 
+def _optimizer_code(plan: Plan) -> list[str]:
+    """For an optimizer ``TrainingArguments(optim=...)`` cannot name (its record's ``trainer_optim`` is None): a
+    comment that says so and the record's ``build_code`` (formatted with the plan's fields); nothing otherwise, so the
+    snippet never names another optimizer in its place."""
+    rec = plan.optimizer.record
+    if rec.trainer_optim is not None:
+        return []
+    fields = {k: getattr(plan, k) for k in Plan.model_fields}
+    return ["", f"# {rec.unnamed_note}", *(line.format(**fields) for line in rec.build_code)]
+
+
 def training_code(plan: Plan, config: dict[str, Any] | None = None) -> str:
     """Python source with the ``BitsAndBytesConfig`` (QLoRA), ``LoraConfig`` (LoRA/QLoRA), DeepSpeed ZeRO-3 dict
     (zero3 strategy) and ``TrainingArguments`` matching ``plan``: a starting point to copy, not a full script.
@@ -560,7 +571,7 @@ def training_code(plan: Plan, config: dict[str, Any] | None = None) -> str:
         f"    gradient_checkpointing={plan.gradient_checkpointing!r},",
         f"    bf16={bf16!r},",
         f"    fp16={fp16!r},",
-        f"    optim={plan.optimizer.hf_name!r},",
+        *([f"    optim={plan.optimizer.hf_name!r},"] if plan.optimizer.hf_name else []),
         f"    num_train_epochs={plan.epochs!r},",
     ]
     if plan.optimizer.hf_optim_args:
@@ -572,6 +583,7 @@ def training_code(plan: Plan, config: dict[str, Any] | None = None) -> str:
     elif plan.strategy.value in _FSDP:
         lines.append(f"    fsdp={_FSDP[plan.strategy.value]!r},")
     lines += [")", f"# max sequence length: {plan.seq_len} tokens (set it in your tokenizer / data collator or SFTConfig)."]
+    lines += _optimizer_code(plan)
     if plan.num_gpus > 1:
         lines.append(f"# Launch on {plan.num_gpus} GPUs, e.g. `torchrun --nproc_per_node {plan.num_gpus} train.py`"
                      + (" (or `deepspeed`)." if zero_stage(plan) else f" ({plan.strategy.value})."))

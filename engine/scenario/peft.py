@@ -194,5 +194,5 @@ def trainable_parameter_count(arch: Architecture, sc: Scenario) -> int:
     if sc.method is Method.FULL:
         return arch.total_parameters
     # LoRA-FA's optimizer freezes every lora_A (peft.optimizers.create_lorafa_optimizer)
-    fa = sc.optimizer.value == "lora_fa"
+    fa = sc.optimizer.record.freezes_lora_a
     return sum(g.parameters for g in adapter_groups(arch, sc) if not (fa and g.name.endswith(".lora_A")))

@@ -222,11 +222,11 @@ _LORA_PAIRS = (Method.LORA, Method.QLORA, Method.DORA)
 
 def _check_peft(sc: Scenario) -> None:
     """Combinations PEFT, transformers or the optimizer would reject (ValueError, shown by :meth:`Scenario.build`)."""
-    name = sc.optimizer.value
-    if name == "galore_adamw" and sc.method is not Method.FULL:
-        raise ValueError("galore_adamw projects the gradients of full weights: use it with method full")
-    if name == "lora_fa" and sc.method not in _LORA_PAIRS:
-        raise ValueError("lora_fa freezes LoRA's A matrices: use it with method lora, qlora or dora")
+    name, requires = sc.optimizer.value, sc.optimizer.record.requires
+    if requires == "full" and sc.method is not Method.FULL:
+        raise ValueError(f"{name} projects the gradients of full weights: use it with method full")
+    if requires == "lora_pairs" and sc.method not in _LORA_PAIRS:
+        raise ValueError(f"{name} freezes LoRA's A matrices: use it with method lora, qlora or dora")
     if (sc.use_rslora or sc.loraplus_lr_ratio is not None) and sc.method not in _LORA_PAIRS:
         raise ValueError("use_rslora / loraplus_lr_ratio apply to LoRA's A and B: use method lora, qlora or dora")
     if sc.modules_to_save and sc.method is Method.FULL:

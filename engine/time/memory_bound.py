@@ -11,16 +11,16 @@ reads the saved input and the incoming gradient and writes the outgoing one: :da
 from __future__ import annotations
 
 from engine.model.architecture import Architecture
-from engine.scenario.optimizer import Optimizer
+from engine.scenario.optimizer import Optimizer, StepKernel
 from engine.scenario.training import Method, QuantType, Scenario
 
 BACKWARD_FACTOR = 2.0
 """Backward bytes of an elementwise op / its forward bytes (see the module docstring)."""
 
-FUSED_OPTIMIZERS = (Optimizer.ADAMW_FUSED, Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT,
-                    Optimizer.PAGED_ADAMW_32BIT, Optimizer.LION_8BIT, Optimizer.LION_32BIT)
-"""Optimizers whose step is one kernel pass over each tensor: torch ``AdamW(fused=True)`` and bitsandbytes'
-blockwise kernels (``bnb.functional.optimizer_update_8bit_blockwise``, one CUDA kernel per tensor)."""
+FUSED_OPTIMIZERS = tuple(o for o in Optimizer if o.record.step_kernel is StepKernel.FUSED)
+"""Optimizers whose step is one kernel pass over each tensor (their record's ``step_kernel``): torch
+``AdamW(fused=True)`` and bitsandbytes' blockwise kernels (``bnb.functional.optimizer_update_8bit_blockwise``, one
+CUDA kernel per tensor)."""
 
 MULTI_PASS_OPTIMIZER_PASSES = 3.0
 """Passes over the optimizer's tensors of torch's foreach AdamW/SGD and transformers' Adafactor (each of
@@ -117,6 +117,12 @@ def optimizer_bytes(trainable_weight_bytes: float, state_bytes: float, grad_byte
     """Bytes one optimizer step moves: read weights, gradients and states, write weights and states, times
     the optimizer's passes (1 fused, :data:`MULTI_PASS_OPTIMIZER_PASSES` otherwise); gradient-norm clipping
     (``max_grad_norm``, the HF Trainer's default 1.0) reads the gradients, then scales them (read + write)."""
-    passes = 1.0 if optimizer in FUSED_OPTIMIZERS else MULTI_PASS_OPTIMIZER_PASSES
+    passes = optimizer_passes(optimizer)
     moved = (2 * (trainable_weight_bytes + state_bytes) + grad_bytes) * passes
     return moved + (3 * grad_bytes if clip else 0.0)
+
+
+def optimizer_passes(optimizer: Optimizer) -> float:
+    """Passes of one optimizer step over its tensors, from its record's ``step_kernel``: 1 for a fused kernel,
+    :data:`MULTI_PASS_OPTIMIZER_PASSES` for the foreach / per-op implementations."""
+    return 1.0 if optimizer.record.step_kernel is StepKernel.FUSED else MULTI_PASS_OPTIMIZER_PASSES

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from engine.model.architecture import Architecture
 from engine.scenario.lora import resolve_targets
-from engine.scenario.optimizer import Optimizer
+from engine.scenario.optimizer import HostLoop, Optimizer
 from engine.scenario.training import Method, Scenario
-from engine.time.memory_bound import FUSED_OPTIMIZERS
 
 SECONDS_PER_KERNEL = 13.5e-6
 """CPU time per kernel of an eager forward: 5-25 us per op on the Python -> dispatcher -> ``cudaLaunchKernel``
@@ -64,10 +63,11 @@ def _targets(arch: Architecture, sc: Scenario) -> int:
 
 
 def optimizer_host_seconds(optimizer: Optimizer, tensors: int) -> float:
-    """Host time of one optimizer step over ``tensors`` trainable tensors: per-tensor Python loops
-    (:data:`PYTHON_SECONDS_PER_TENSOR`) for bitsandbytes and Adafactor; torch's fused and foreach steps launch a
-    kernel per chunk of tensors (~12 foreach ops per chunk of 100 tensors)."""
-    if optimizer in FUSED_OPTIMIZERS and optimizer is not Optimizer.ADAMW_FUSED or optimizer is Optimizer.ADAFACTOR:
+    """Host time of one optimizer step over ``tensors`` trainable tensors, by its record's ``host_loop``: per-tensor
+    Python loops (:data:`PYTHON_SECONDS_PER_TENSOR`) for bitsandbytes and Adafactor; torch's fused and foreach steps
+    launch a kernel per chunk of tensors (~12 foreach ops per chunk of 100 tensors)."""
+    loop = optimizer.record.host_loop
+    if loop is HostLoop.PER_TENSOR:
         return tensors * PYTHON_SECONDS_PER_TENSOR
     chunks = max(1, -(-tensors // 100))
-    return chunks * (1 if optimizer is Optimizer.ADAMW_FUSED else 12) * SECONDS_PER_KERNEL
+    return chunks * (1 if loop is HostLoop.FUSED_CHUNKS else 12) * SECONDS_PER_KERNEL

@@ -33,6 +33,7 @@ from engine.errors import (
     EngineError,
     NotTraceableError, TraceError, TraceFailedError, TraceModelTypeError, TraceUnavailableError,
 )
+from engine.scenario.optimizer import Optimizer
 from engine.scenario.training import Method, Scenario
 from engine.trace.result import CATEGORIES, PHASES, StepPeak, TraceResult
 
@@ -47,9 +48,9 @@ DEFAULT_TIMEOUT_S = 300.0
 """Default limit for one trace (worker start, first build of the extension, model build, two steps)."""
 REQUIRED = ("torch", "transformers", "peft")
 
-TRACEABLE_OPTIMIZERS = {"adamw", "adamw_fused", "adafactor", "sgd", "sgd_momentum", "galore_adamw", "lora_fa"}
-"""Optimizers the worker can build (torch's AdamW foreach/fused and SGD, transformers' Adafactor, galore-torch's
-GaLoreAdamW, PEFT's LoRA-FA)."""
+TRACEABLE_OPTIMIZERS = {o.value for o in Optimizer if o.record.traceable}
+"""Optimizers the worker can build (their records' ``traceable``: torch's AdamW foreach/fused and SGD, transformers'
+Adafactor, galore-torch's GaLoreAdamW, PEFT's LoRA-FA; each built in :func:`engine.trace.step.make_optimizer`)."""
 
 
 def tracer_available() -> tuple[bool, str]:
@@ -80,7 +81,8 @@ def check_traceable(scenario: Scenario, config: dict[str, Any] | None = None) ->
     if name not in TRACEABLE_OPTIMIZERS:
         raise NotTraceableError(
             f"optimizer {name} is not traceable: bitsandbytes optimizers keep quantized or paged states updated by "
-            "CUDA-only kernels (no fake-tensor implementation); trace adamw_fused, adamw, adafactor or sgd instead")
+            "CUDA-only kernels (no fake-tensor implementation); trace one of "
+            + ", ".join(o.value for o in Optimizer if o.record.traceable and o.record.requires == "any") + " instead")
     framework = getattr(scenario, "framework", None)
     if framework is not None and getattr(framework, "value", framework) != "hf":
         raise NotTraceableError(
