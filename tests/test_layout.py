@@ -128,3 +128,26 @@ def test_every_engine_package_says_what_lives_there():
     for init in ENGINE.rglob("__init__.py"):
         doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
         assert doc and len(doc) > 60, f"{init.relative_to(ENGINE.parent)} needs a docstring: what lives there, what it may import"
+
+
+_MODEL_TYPE_TEST = __import__("re").compile(r"model_type\s*(==|!=|\bin\b|\bnot\s+in\b)|(==|!=)\s*\w*\.?model_type\b")
+
+
+def model_type_tests(text: str) -> list[str]:
+    """Lines that branch on a model_type string (``model_type ==``, ``!=``, ``in``, ``not in``)."""
+    return [line.strip() for line in text.splitlines() if _MODEL_TYPE_TEST.search(line)]
+
+
+def test_no_model_type_comparison_outside_engine_model():
+    # Structure differences between families are facts the builder sets on the Architecture (fused projections,
+    # norm readers, sliding windows, positions); code after engine.model reads those, never the type's name.
+    root = ENGINE.parent
+    offenders = {str(p.relative_to(root)): hits for p in [*ENGINE.rglob("*.py"), *(root / "ui").rglob("*.py"),
+                                                          *(root / "pages").rglob("*.py")]
+                 if "engine/model/" not in p.as_posix() and (hits := model_type_tests(p.read_text(encoding="utf-8")))}
+    assert offenders == {}
+
+
+def test_the_model_type_check_finds_a_planted_comparison():
+    assert model_type_tests('if arch.model_type == "phi3":\n    x = 1\nok = arch.model_type') == ['if arch.model_type == "phi3":']
+    assert model_type_tests('y = arch.model_type in ("gemma3", "gemma3_text")') != []

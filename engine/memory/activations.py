@@ -119,7 +119,7 @@ def _attention_scores(arch: Architecture, sc: Scenario, c: int, kernel: str, aut
     if kernel in ("flash", "memory_efficient"):
         return 0.0
     per_head = (4 + (c if c != 4 else 0)) if kernel == "eager" else c
-    if kernel == "eager" and arch.model_type == "gpt2" and not autocast:
+    if kernel == "eager" and not arch.eager_softmax_fp32 and not autocast:
         per_head = c  # GPT-2's eager attention takes the softmax in the input dtype (no fp32 upcast)
     if arch.attention_dropout > 0:
         per_head += 1 + c
@@ -219,9 +219,9 @@ def block_activations(arch: Architecture, sc: Scenario, spec: PrecisionSpec, gpu
     frozen = sc.method not in (Method.FULL, Method.QLORA)  # every PEFT method but QLoRA keeps torch's frozen linears
     norm = (_liger_norm_saved(arch, resid, h, sc.method is not Method.FULL) if sc.liger_kernels
             else _norm_saved(arch, resid, sc.method is not Method.FULL) * h)
-    attn_in = 0.0 if frozen else _linear_inputs(1 if arch.mlp == "plain" or arch.model_type == "phi3" else 3, resid, c, casts) * h
-    mlp_in = 0.0 if frozen else _linear_inputs(
-        1 if arch.mlp == "plain" or arch.model_type == "phi3" or arch.num_experts else 2, resid, c, casts) * h
+    # the linears reading each norm's output (a structure fact of the family: fused q/k/v read it once)
+    attn_in = 0.0 if frozen else _linear_inputs(arch.attention_norm_readers, resid, c, casts) * h
+    mlp_in = 0.0 if frozen else _linear_inputs(arch.mlp_norm_readers, resid, c, casts) * h
     extra_norms = (arch.norms_per_layer - 2) * norm  # Gemma 2's post-attention/post-MLP norms
     qk_norm = _norm_saved(arch, c, sc.method is not Method.FULL) * (arch.q_out + arch.kv_out) if arch.qk_norm else 0.0  # Qwen3 q/k norms
     dropout_masks = 2 * h if arch.hidden_dropout > 0 else 0.0

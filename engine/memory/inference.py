@@ -101,16 +101,10 @@ class InferenceScenario(BaseModel):
 
 
 def sliding_window_layers(arch: Architecture) -> int:
-    """How many layers cap their KV cache at ``arch.sliding_window`` (0 without a window)."""
-    if not arch.sliding_window:
-        return 0
-    if arch.model_type == "mistral":
-        return arch.num_layers
-    if arch.model_type == "gemma2":
-        return (arch.num_layers + 1) // 2  # layers 0, 2, 4, ... slide
-    if arch.model_type in ("gemma3", "gemma3_text"):
-        return arch.num_layers - arch.num_layers // 6  # every sixth layer is global
-    return 0  # e.g. Qwen2 ships a sliding_window with use_sliding_window=false
+    """How many layers cap their KV cache at ``arch.sliding_window`` (0 without a window): the family's structure fact
+    :attr:`~engine.model.architecture.Architecture.sliding_window_layers` (all of Mistral's, Gemma 2's even layers,
+    five of six of Gemma 3's; none of Qwen2's, which ships a sliding_window with use_sliding_window=false)."""
+    return arch.sliding_window_layers if arch.sliding_window else 0
 
 
 def kv_values_per_token_per_layer(arch: Architecture) -> int:

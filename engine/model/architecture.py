@@ -141,6 +141,17 @@ class Architecture(BaseModel):
       have no parameters (OLMo's non-parametric LayerNorm).
     - ``parallel_attention``: attention and MLP read the same block input (GPT-J, Falcon, Phi-2,
       Cohere, GPT-NeoX with ``use_parallel_residual``).
+    - Structure facts, set by each family builder (:func:`engine.model.families.common.make` requires them) and read
+      by the memory, time and checkpoint code instead of the ``model_type``: ``fused_qkv`` (q, k and v are one
+      projection: GPT-2's and Qwen v1's ``c_attn``, Phi-3's ``qkv_proj``, GPT-NeoX/Falcon/BLOOM ``query_key_value``),
+      ``fused_gate_up`` (the gated MLP's gate and up are one projection: Phi-3's ``gate_up_proj``),
+      ``attention_norm_readers`` / ``mlp_norm_readers`` (the linear modules that read the attention / MLP norm's
+      output: under autocast each saves its own 16-bit copy of it), ``sliding_window_layers`` (blocks whose
+      attention and KV cache are capped at ``sliding_window``: every one for Mistral, alternate ones for Gemma 2,
+      five of six for Gemma 3, none where a config's window is switched off), ``positional`` (rope, learned,
+      alibi, relative), ``eager_softmax_fp32`` (eager attention takes its softmax in fp32; GPT-2's does not) and
+      ``checkpoint_buffer_elements`` (buffers a checkpoint stores that transformers does not load as parameters:
+      GPT-2's per-block ``attn.bias`` causal masks, layers x positions^2; :mod:`engine.model.checkpoint`).
     - ``kv_lora_rank`` / ``q_lora_rank`` / ``qk_rope_head_dim`` / ``v_head_dim``: DeepSeek's multi-head
       latent attention. ``head_dim`` is then the query/key head width (nope + rope part), and
       ``num_key_value_heads`` equals the query heads, as the kernels see them after ``kv_b_proj``.
@@ -165,6 +176,13 @@ class Architecture(BaseModel):
     mlp: Literal["gated", "plain"]
     activation: str
     positional: Literal["rope", "learned", "alibi", "relative"]
+    fused_qkv: bool
+    fused_gate_up: bool
+    attention_norm_readers: int
+    mlp_norm_readers: int
+    sliding_window_layers: int
+    eager_softmax_fp32: bool = True
+    checkpoint_buffer_elements: int = 0
     parallel_attention: bool = False
     num_experts: int = 0
     experts_per_token: int = 0

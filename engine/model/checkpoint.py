@@ -81,7 +81,7 @@ def explain_difference(arch: Architecture, config: dict[str, Any], stored: int) 
     if arch.tie_word_embeddings and diff == head:
         causes.append(f"the checkpoint also stores the tied LM head ({head:,} = vocab x hidden), held once in memory")
     positions = arch.max_position_embeddings or 0
-    if arch.model_type == "gpt2" and diff == arch.num_layers * positions**2:
+    if arch.checkpoint_buffer_elements and diff == arch.checkpoint_buffer_elements:
         causes.append(f"the checkpoint stores {arch.num_layers} attn.bias causal-mask buffers of {positions} x {positions}, "
                       "which transformers does not load as parameters")
     if config.get("quantization_config"):

@@ -127,11 +127,21 @@ def make(
     tie: bool,
     tensors: list[TensorGroup],
     linears: list[LinearLayer],
+    fused_qkv: bool,
+    fused_gate_up: bool,
+    sliding_window_layers: int,
     **fields: Any,
 ) -> Architecture:
-    """The :class:`Architecture` from the sizes, tensors and linears; ``fields`` set the rest."""
+    """The :class:`Architecture` from the sizes, tensors and linears; ``fields`` set the rest.
+
+    Every builder states the structure facts (``fused_qkv``, ``fused_gate_up``, ``sliding_window_layers``; see
+    :class:`~engine.model.architecture.Architecture`); the norm readers follow from them (:func:`norm_readers`)
+    unless the builder gives ``attention_norm_readers`` / ``mlp_norm_readers`` itself."""
     fields.setdefault("max_position_embeddings", config.get("max_position_embeddings"))
     fields.setdefault("sliding_window", config.get("sliding_window"))
+    attention_readers, mlp_readers = norm_readers(fields["mlp"], fused_qkv, fused_gate_up, fields.get("num_experts", 0))
+    fields.setdefault("attention_norm_readers", attention_readers)
+    fields.setdefault("mlp_norm_readers", mlp_readers)
     return Architecture(
         model_type=model_type,
         hidden_size=d.hidden,
@@ -144,5 +154,21 @@ def make(
         tie_word_embeddings=tie,
         tensors=tuple(tensors),
         layer_linears=tuple(linears),
+        fused_qkv=fused_qkv,
+        fused_gate_up=fused_gate_up,
+        sliding_window_layers=sliding_window_layers if fields["sliding_window"] else 0,
         **fields,
     )
+
+
+def norm_readers(mlp: str, fused_qkv: bool, fused_gate_up: bool, experts: int) -> tuple[int, int]:
+    """(linears reading the attention norm's output, linears reading the MLP norm's output), as the activation
+    model counts the 16-bit copies autocast saves of each (traced: ../shared/reference/tracing-notes.md).
+
+    A gated block's q, k and v each read the attention norm (3; one fused projection: 1) and its gate and up the MLP
+    norm (2; fused: 1); a mixture of experts' router reads it once (the experts read their routed tokens). Blocks
+    with a plain MLP (GPT-2, NeoX, Falcon, BLOOM, OPT, Phi-2, StarCoder2, BERT, T5) count one reader each, as the
+    activation model has since its traces of GPT-2 (fused c_attn); OPT's, Phi-2's and StarCoder2's separate q/k/v
+    under autocast are not traced yet (kept at 1 so their estimates did not move with this refactor)."""
+    plain = mlp == "plain"
+    return (1 if plain or fused_qkv else 3), (1 if plain or fused_gate_up or experts else 2)

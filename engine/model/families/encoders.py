@@ -62,6 +62,7 @@ def bert(config: dict[str, Any], model_type: str) -> Architecture:
         *_mlm_head(h, d.vocab, tie),
     ]
     return make(model_type, config, d, intermediate=inter, tie=tie, tensors=tensors, linears=linears,
+                fused_qkv=False, fused_gate_up=False, sliding_window_layers=0,  # query, key, value; dense MLP
                 max_position_embeddings=positions, kind="encoder", norm="layernorm", norms_per_layer=2,
                 mlp="plain", positional="learned", activation=activation(config, "hidden_act", default="gelu"),
                 attention_dropout=dropout(config, "attention_probs_dropout_prob", default=0.1),
@@ -109,6 +110,7 @@ def t5(config: dict[str, Any], model_type: str) -> Architecture:
     proj = str(config.get("feed_forward_proj", "relu"))
     act = "gelu_new" if proj == "gated-gelu" else proj.removeprefix("gated-")
     return make(model_type, config, both, intermediate=ff, tie=tie, tensors=tensors, linears=linears,
+                fused_qkv=False, fused_gate_up=False, sliding_window_layers=0,  # q, k, v; wi_0 and wi_1 apart
                 max_position_embeddings=config.get("n_positions"), kind="encoder_decoder", num_encoder_layers=enc,
                 norm="rmsnorm", norms_per_layer=2, mlp="gated" if gated else "plain", positional="relative",
                 activation=act,

@@ -51,6 +51,10 @@ def gpt2(config: dict[str, Any], model_type: str) -> Architecture:
     if not tie:
         tensors.append(tensor("lm_head", (d.vocab, h), "lm_head"))
     return make(model_type, config, d, intermediate=inner, tie=tie, tensors=tensors, linears=linears,
+                fused_qkv=True, fused_gate_up=False, sliding_window_layers=0,  # c_attn
+                # GPT2Attention's eager softmax stays in the input dtype; each block's attn.bias causal mask
+                # (positions x positions) is saved in the checkpoint but not loaded as a parameter
+                eager_softmax_fp32=False, checkpoint_buffer_elements=d.layers * positions**2,
                 max_position_embeddings=positions, norm="layernorm", norms_per_layer=2, mlp="plain",
                 activation=activation(config, "activation_function", default="gelu_new"), positional="learned",
                 # GPT2Config defaults all three dropouts to 0.1, and the published config sets them so.
@@ -76,6 +80,7 @@ def gpt_neox(config: dict[str, Any], model_type: str) -> Architecture:
     tensors = (linear_tensors(linears, d.layers) + embeddings_and_head(d.vocab, h, tie)
                + norm("layer_norms", h, 2 * d.layers, "weight_bias") + norm("final_layer_norm", h, 1, "weight_bias"))
     return make(model_type, config, d, intermediate=inter, tie=tie, tensors=tensors, linears=linears,
+                fused_qkv=True, fused_gate_up=False, sliding_window_layers=0,  # query_key_value
                 norm="layernorm", norms_per_layer=2, mlp="plain", positional="rope",
                 activation=activation(config, "hidden_act", default="gelu"),
                 parallel_attention=read_flag(config, "use_parallel_residual", True),
@@ -95,6 +100,7 @@ def gptj(config: dict[str, Any], model_type: str) -> Architecture:
     tensors = (linear_tensors(linears, d.layers) + embeddings_and_head(d.vocab, h, tie, head_bias=True)
                + norm("ln_1", h, d.layers, "weight_bias") + norm("ln_f", h, 1, "weight_bias"))
     return make(model_type, config, d, intermediate=inner, tie=tie, tensors=tensors, linears=linears,
+                fused_qkv=False, fused_gate_up=False, sliding_window_layers=0,  # q_proj, k_proj, v_proj
                 max_position_embeddings=config.get("n_positions"), norm="layernorm", norms_per_layer=1,
                 mlp="plain", positional="rope", parallel_attention=True,
                 activation=activation(config, "activation_function", default="gelu_new"),
@@ -146,6 +152,7 @@ def falcon(config: dict[str, Any], model_type: str) -> Architecture:
     tensors = (linear_tensors(linears, d.layers) + embeddings_and_head(d.vocab, h, tie)
                + norm("layer_norms", h, n_norms * d.layers, "weight_bias") + norm("ln_f", h, 1, "weight_bias"))
     return make(model_type, config, d, intermediate=inter, tie=tie, tensors=tensors, linears=linears,
+                fused_qkv=True, fused_gate_up=False, sliding_window_layers=0,  # query_key_value
                 norm="layernorm", norms_per_layer=n_norms, mlp="plain",
                 positional="alibi" if read_flag(config, "alibi", False) else "rope",
                 parallel_attention=read_flag(config, "parallel_attn", True),
@@ -175,6 +182,7 @@ def phi(config: dict[str, Any], model_type: str) -> Architecture:
     if qk_norm:  # LayerNorm(hidden // heads) for q and for k
         tensors += norm("self_attn.qk_layernorms", h // d.heads, 2 * d.layers, "weight_bias")
     return make(model_type, config, d, intermediate=inter, tie=tie, tensors=tensors, linears=linears,
+                fused_qkv=False, fused_gate_up=False, sliding_window_layers=0,  # q_proj, k_proj, v_proj
                 norm="layernorm", norms_per_layer=1, mlp="plain", positional="rope", parallel_attention=True,
                 qk_norm=qk_norm, activation=activation(config, "hidden_act", default="gelu_new"),
                 attention_dropout=dropout(config, "attention_dropout"), hidden_dropout=dropout(config, "resid_pdrop"))
@@ -201,6 +209,7 @@ def opt(config: dict[str, Any], model_type: str) -> Architecture:
     if proj != h:
         tensors.append(tensor("project_in_out", (proj, h), "embeddings", count=2))
     return make(model_type, config, d, intermediate=ffn, tie=tie, tensors=tensors, linears=linears,
+                fused_qkv=False, fused_gate_up=False, sliding_window_layers=0,  # q_proj, k_proj, v_proj
                 max_position_embeddings=positions, norm="layernorm", norms_per_layer=2, mlp="plain",
                 positional="learned", activation=activation(config, "activation_function", default="relu"),
                 attention_dropout=dropout(config, "attention_dropout"), hidden_dropout=dropout(config, "dropout", default=0.1))
@@ -223,6 +232,7 @@ def bloom(config: dict[str, Any], model_type: str) -> Architecture:
                + norm("word_embeddings_layernorm", h, 1, "weight_bias", role="embeddings")
                + norm("layer_norms", h, 2 * d.layers, "weight_bias") + norm("ln_f", h, 1, "weight_bias"))
     return make(model_type, config, d, intermediate=4 * h, tie=tie, tensors=tensors, linears=linears,
+                fused_qkv=True, fused_gate_up=False, sliding_window_layers=0,  # query_key_value
                 norm="layernorm", norms_per_layer=2, mlp="plain", positional="alibi", activation="gelu",
                 attention_dropout=dropout(config, "attention_dropout"), hidden_dropout=dropout(config, "hidden_dropout"))
 

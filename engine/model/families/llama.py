@@ -45,6 +45,10 @@ class Family:
     norms_per_layer: int = 2
     qk_norm: QkNorm = ""
     fused: bool = False  # Phi-3 fuses qkv_proj and gate_up_proj
+    sliding: Literal["none", "all", "even", "five_of_six"] = "none"
+    """Blocks with sliding-window attention when the config sets ``sliding_window``: none (the window is off or
+    ignored, e.g. Qwen2's ``use_sliding_window: false``), all (Mistral), the even ones (Gemma 2: layers 0, 2, 4, ...),
+    all but every sixth (Gemma 3: five local layers per global one)."""
     mlp: Literal["gated", "plain"] = "gated"
     parallel: bool = False
     act_default: str = "silu"
@@ -56,13 +60,14 @@ class Family:
 FAMILIES: dict[str, Family] = {
     "llama": Family(tie_default=False, mlp_bias_key="mlp_bias"),
     "granite": Family(tie_default=False, mlp_bias_key="mlp_bias"),
-    "mistral": Family(tie_default=False, qkv_bias=False, o_bias=False),
+    "mistral": Family(tie_default=False, qkv_bias=False, o_bias=False, sliding="all"),
     "qwen2": Family(tie_default=False, qkv_bias=True, o_bias=False),
     "qwen3": Family(tie_default=False, qk_norm="head"),
     "gemma": Family(tie_default=True, norm="gemma_rmsnorm", act_default="gelu_pytorch_tanh"),
-    "gemma2": Family(tie_default=True, norm="gemma_rmsnorm", norms_per_layer=4, act_default="gelu_pytorch_tanh"),
+    "gemma2": Family(tie_default=True, norm="gemma_rmsnorm", norms_per_layer=4, act_default="gelu_pytorch_tanh",
+                     sliding="even"),
     "gemma3_text": Family(tie_default=True, norm="gemma_rmsnorm", norms_per_layer=4, qk_norm="head",
-                          act_default="gelu_pytorch_tanh"),
+                          act_default="gelu_pytorch_tanh", sliding="five_of_six"),
     "phi3": Family(tie_default=False, qkv_bias=False, o_bias=False, fused=True),
     "olmo": Family(tie_default=False, norm="layernorm", norm_params="none"),
     # OLMo 2 normalises after attention and after the MLP (post_attention/post_feedforward_layernorm).
@@ -180,7 +185,16 @@ def llama_like(config: dict[str, Any], model_type: str) -> Architecture:
     if model_type == "stablelm":
         fields["hidden_dropout"] = read_probability(config, "hidden_dropout")
     return make(model_type, config, d, intermediate=inter, tie=tie, tensors=tensors, linears=linears,
+                fused_qkv=fam.fused, fused_gate_up=fam.fused, sliding_window_layers=sliding_layers(fam, d.layers),
                 mlp=fam.mlp, **fields)
+
+
+def sliding_layers(fam: Family, layers: int) -> int:
+    """Blocks of ``layers`` with sliding-window attention (:attr:`Family.sliding`; 0 for "none"); the caller's
+    ``make`` sets 0 when the config has no window. Sources: transformers ``modeling_mistral.py`` (every layer),
+    ``modeling_gemma2.py`` (``layer_idx % 2 == 0`` slides), ``modeling_gemma3.py`` (``(layer_idx + 1) % 6 != 0``
+    slides, ``sliding_window_pattern`` 6)."""
+    return {"none": 0, "all": layers, "even": (layers + 1) // 2, "five_of_six": layers - layers // 6}[fam.sliding]
 
 
 BUILDERS = {name: llama_like for name in FAMILIES}

@@ -53,6 +53,7 @@ def _mixtral_like(config: dict[str, Any], model_type: str) -> Architecture:
     head_bias = model_type == "phimoe" and read_flag(config, "lm_head_bias", False)
     tensors = linear_tensors(linears, d.layers) + embeddings_and_head(d.vocab, d.hidden, tie, head_bias) + block_norms(fam, d)
     return make(model_type, config, d, intermediate=inter, tie=tie, tensors=tensors, linears=linears, mlp="gated",
+                fused_qkv=False, fused_gate_up=False, sliding_window_layers=0,  # Mixtral's window: not modelled
                 num_experts=experts, experts_per_token=top_k, **common_fields(config, fam, model_type))
 
 
@@ -103,6 +104,7 @@ def _qwen_moe(config: dict[str, Any], model_type: str) -> Architecture:
     tie = tied(config, fam.tie_default)
     tensors = linear_tensors(linears, d.layers) + embeddings_and_head(d.vocab, d.hidden, tie) + block_norms(fam, d)
     return make(model_type, config, d, intermediate=expert_inter, tie=tie, tensors=tensors, linears=linears, mlp="gated",
+                fused_qkv=False, fused_gate_up=False, sliding_window_layers=0,
                 num_experts=experts if sparse else 0, experts_per_token=top_k if sparse else 0,
                 num_shared_experts=1 if shared else 0, shared_expert_intermediate_size=shared,
                 dense_mlp_layers=dense, dense_intermediate_size=dense_inter if dense else 0,
@@ -197,6 +199,7 @@ def _deepseek(config: dict[str, Any], model_type: str) -> Architecture:
     # Kernels see keys and values per query head after kv_b_proj: head_dim is the q/k width (nope + rope).
     d = dataclasses.replace(d, kv_heads=d.heads, head_dim=mla.pop("qk"))
     return make(model_type, config, d, intermediate=moe.pop("expert_inter"), tie=tie, tensors=tensors, linears=linears,
+                fused_qkv=False, fused_gate_up=False, sliding_window_layers=0,  # MLA's q and kv_a projections apart
                 mlp="gated", **moe, **mla, **common_fields(config, fam, model_type))
 
 

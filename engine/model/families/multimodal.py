@@ -146,6 +146,7 @@ def _mllama_text(text: dict[str, Any]) -> Architecture:
                + norm("cross_attn.qk_norms", d.head_dim, 2 * n_cross, "weight")
                + [tensor("cross_attn_gates", (1,), "attention", count=2 * n_cross)])
     return make("mllama", text, d, intermediate=inter, tie=tie, tensors=tensors, linears=linears, mlp="gated",
+                fused_qkv=False, fused_gate_up=False, sliding_window_layers=0,
                 **common_fields(text, fam, "llama"))
 
 

@@ -52,6 +52,7 @@ def qwen(config: dict[str, Any], model_type: str) -> Architecture:
     tensors = (linear_tensors(linears, d.layers) + embeddings_and_head(d.vocab, h, tied=False)
                + norm("layer_norms", h, 2 * d.layers, "weight") + norm("ln_f", h, 1, "weight"))
     return make(model_type, config, d, intermediate=inter, tie=False, tensors=tensors, linears=linears,
+                fused_qkv=True, fused_gate_up=False, sliding_window_layers=0,  # c_attn; w1 and w2 apart
                 max_position_embeddings=config.get("max_position_embeddings") or config.get("seq_length"),
                 norm="rmsnorm", norms_per_layer=2, mlp="gated", activation="silu", positional="rope",
                 attention_dropout=dropout(config, "attn_dropout_prob"), hidden_dropout=dropout(config, "emb_dropout_prob"))
