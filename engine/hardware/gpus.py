@@ -23,6 +23,8 @@ so its row is one GCD). Per row:
   ``nvlink_gbps_per_direction`` and ``pcie_gbps_per_direction`` (GB/s one way per GPU, the figure collectives
   are limited by), ``p2p`` (False: GeForce 40/50 cards, whose stock driver has no peer-to-peer over PCIe, so
   NCCL stages traffic through host memory) and ``rates_source``.
+- a citation many rows share is written once in ``data/gpu_sources.csv`` and a cell cites it as ``[id]`` at its start
+  (:mod:`engine.hardware.sources`; the loaded rows carry the full text).
 
 ``gpu_prices.csv`` keeps several price sources side by side: ``gpu, source_name, on_demand_usd_per_hour,
 spot_usd_per_hour, date, url, note``. Every row carries its date and source; an empty spot price means
@@ -54,6 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from engine.errors import AmbiguousGpuError, CatalogError, validated_row
 from engine.files import csv_rows, data_file
+from engine.hardware.sources import expand_sources
 
 GIB = 1024**3
 MIB = 1024**2
@@ -167,7 +170,8 @@ class GpuPrice(BaseModel):
 
 @lru_cache(maxsize=8)
 def _load_gpus(path: Path) -> tuple[Gpu, ...]:
-    return gpus_from_rows(csv_rows(path), path.name)
+    # shared citations are written once in data/gpu_sources.csv and cited by [id] (engine.hardware.sources)
+    return gpus_from_rows(expand_sources(csv_rows(path), path.name), path.name)
 
 
 def gpus_from_rows(rows: Sequence[tuple[int, Mapping[str, Any]]], source: str) -> tuple[Gpu, ...]:

@@ -14,8 +14,9 @@ def test_edited_rows_validate_like_the_bundled_files():
     gpus = load_gpus()
     assert gpus_from_rows(_rows(gpus), "edited GPU table") == gpus
     bad = _rows(gpus)
-    bad[2][1]["memory_gib"] = -1
-    with pytest.raises(CatalogError, match=r"edited GPU table row 3 \('NVIDIA V100 32GB'\): memory_gib"):
+    line, row = next((n, r) for n, r in bad if r["name"] == "NVIDIA V100 32GB")
+    row["memory_gib"] = -1
+    with pytest.raises(CatalogError, match=rf"edited GPU table row {line} \('NVIDIA V100 32GB'\): memory_gib"):
         gpus_from_rows(bad, "edited GPU table")
     prices = [(i, {**p.model_dump(), "date": p.date.isoformat()}) for i, p in enumerate(load_prices(), start=1)]
     assert prices_from_rows(prices, gpus, "edited price table") == load_prices()

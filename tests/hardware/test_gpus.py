@@ -26,6 +26,12 @@ def _csv_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
         return list(reader.fieldnames or []), list(reader)
 
 
+def _row(rows: list[dict[str, str]], name: str) -> tuple[int, int]:
+    """(index in ``rows``, line number in the file: header = 1) of the GPU called ``name``."""
+    i = next(i for i, r in enumerate(rows) if r["name"] == name)
+    return i, i + 2
+
+
 def _write(path: Path, header: list[str], rows: list[dict[str, str]]) -> Path:
     with path.open("w", encoding="utf-8", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=header)
@@ -108,12 +114,13 @@ def test_memory_bytes_are_advertised_and_usable_bytes_are_mib():
 )
 def test_a_malformed_row_gives_an_error_naming_the_row(tmp_path, field, value, needle):
     header, rows = _csv_rows(DATA / GPUS_FILE)
-    rows[0][field] = value  # first data row = line 2
+    i, line = _row(rows, "NVIDIA T4")
+    rows[i][field] = value
     path = _write(tmp_path / GPUS_FILE, header, rows)
     with pytest.raises(CatalogError) as err:
         load_gpus(path)
     msg = str(err.value)
-    assert "gpus.csv row 2" in msg and "'NVIDIA T4'" in msg and needle in msg, msg
+    assert f"gpus.csv row {line} " in msg and "'NVIDIA T4'" in msg and needle in msg, msg
 
 
 def test_a_row_with_missing_fields_and_duplicate_aliases_are_rejected(tmp_path):
@@ -122,17 +129,20 @@ def test_a_row_with_missing_fields_and_duplicate_aliases_are_rejected(tmp_path):
     path.write_text(",".join(header) + "\n" + "NVIDIA X,NVIDIA,consumer\n", encoding="utf-8")
     with pytest.raises(CatalogError, match="row 2: wrong number of fields"):
         load_gpus(path)
-    rows[3]["aliases"] += ";T4"
-    with pytest.raises(CatalogError, match=r"row 5 .*'t4' already names 'NVIDIA T4'"):
+    i, line = _row(rows, "NVIDIA A10G")
+    rows[i]["aliases"] += ";T4"
+    with pytest.raises(CatalogError, match=rf"row {line} .*'t4' already names 'NVIDIA T4'"):
         load_gpus(_write(tmp_path / "dup.csv", header, rows))
 
 
 def test_the_data_folder_can_be_pointed_elsewhere(tmp_path, monkeypatch):
     header, rows = _csv_rows(DATA / GPUS_FILE)
-    rows[6]["memory_gib"] = "0"
+    i, line = _row(rows, "NVIDIA L40S")
+    rows[i]["memory_gib"] = "0"
     _write(tmp_path / GPUS_FILE, header, rows)
+    (tmp_path / "gpu_sources.csv").write_bytes((DATA / "gpu_sources.csv").read_bytes())
     monkeypatch.setenv("FINETUNE_FIT_DATA", str(tmp_path))
-    with pytest.raises(CatalogError, match=r"gpus.csv row 8 \('NVIDIA L40S'\): memory_gib"):
+    with pytest.raises(CatalogError, match=rf"gpus.csv row {line} \('NVIDIA L40S'\): memory_gib"):
         load_gpus()
     monkeypatch.delenv("FINETUNE_FIT_DATA")
     assert len(load_gpus()) >= 25
