@@ -20,7 +20,7 @@ def peft_inputs(method: Method, optimizer: Optimizer, checkpointing: bool) -> di
         saved = st.multiselect("Modules to save (trained in full)", sorted(SAVEABLE), key="modules_to_save",
                                help="PEFT modules_to_save: a trainable copy of the embedding / LM head, e.g. after adding tokens.")
         out["modules_to_save"] = tuple(saved) or None
-    if method in (Method.LORA, Method.QLORA, Method.DORA):
+    if method.record.lora_pairs:
         out["use_rslora"] = st.toggle("rsLoRA scaling (alpha / sqrt(r))", key="use_rslora",
                                       help="Changes the scaling only: no effect on memory or time.")
     if optimizer is Optimizer.GALORE_ADAMW:

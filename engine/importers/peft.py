@@ -25,25 +25,25 @@ from typing import Any
 from engine.importers.table import IGNORE, SKIP, Handling, Map, Reading, Unmodelled, Unsupported, collect
 from engine.importers.values import boolean, choice, integer, names, number, saveable, text
 from engine.scenario.lora import ALL_LINEAR
+from engine.scenario.methods import RECORDS
 
 FORMAT, VERSION = "PEFT adapter_config.json", "peft 0.21.2"
 
+_READ = [r for r in RECORDS.values() if r.peft_type and r.name == r.peft_type.lower()]
+"""The methods a ``peft_type`` names (QLoRA and DoRA are LORA plus a quantization file or ``use_dora``)."""
 PEFT_TYPES: dict[str, Any] = {
-    "LORA": "lora", "ADALORA": "adalora", "IA3": "ia3", "VERA": "vera", "LOHA": "loha", "LOKR": "lokr",
-    "PROMPT_TUNING": "prompt_tuning", "PREFIX_TUNING": "prefix_tuning", "P_TUNING": "p_tuning",
+    **{r.peft_type: r.name for r in _READ if r.peft_type},
     "TRAINABLE_TOKENS": Unmodelled("trainable tokens: trains the embedding rows of chosen tokens; not modelled yet"),
 }
-"""``peft_type`` -> the engine's method (:class:`~engine.scenario.training.Method`), or the method's effect in words."""
+"""``peft_type`` -> the engine's method (the records of :mod:`engine.scenario.methods`), or the effect in words."""
 
-RANK_KEY = {"lora": "r", "adalora": "init_r", "vera": "r", "loha": "r", "lokr": "r"}
-"""The key each method's rank comes from (AdaLoRA builds its tensors at ``init_r``)."""
-ALPHA_KEY = {"lora": "lora_alpha", "adalora": "lora_alpha", "loha": "alpha", "lokr": "alpha"}
-DROPOUT_KEY = {"lora": "lora_dropout", "adalora": "lora_dropout", "vera": "vera_dropout"}
-DEFAULTS = {"lora": dict(lora_r=8, lora_alpha=8.0, lora_dropout=0.0), "adalora": dict(lora_r=12, lora_alpha=8.0, lora_dropout=0.0),
-            "vera": dict(lora_r=256, lora_dropout=0.0), "loha": dict(lora_r=8, lora_alpha=8.0, lora_dropout=0.0),
-            "lokr": dict(lora_r=8, lora_alpha=8.0, lora_dropout=0.0), "ia3": dict(lora_dropout=0.0)}
-"""LoraConfig, AdaLoraConfig, VeraConfig, LoHaConfig, LoKrConfig defaults (peft 0.21.2)."""
-PROMPT_METHODS = ("prompt_tuning", "prefix_tuning", "p_tuning")
+RANK_KEY = {r.name: r.rank_key for r in _READ if r.rank_key}
+"""The key each method's rank comes from (AdaLoRA builds its tensors at ``init_r``); from the method records."""
+ALPHA_KEY = {r.name: r.alpha_key for r in _READ if r.alpha_key}
+DROPOUT_KEY = {r.name: r.dropout_key for r in _READ if r.dropout_key}
+DEFAULTS = {r.name: dict(r.peft_defaults) for r in _READ if r.peft_defaults}
+"""LoraConfig, AdaLoraConfig, VeraConfig, LoHaConfig, LoKrConfig, IA3Config defaults (peft 0.21.2; the records)."""
+PROMPT_METHODS = tuple(r.name for r in _READ if r.prompt)
 FEEDFORWARD_NAMES = ("down_proj", "fc2", "mlp.c_proj", "w2", "dense_4h_to_h")
 """The MLP output projections of the supported families (Llama/Qwen/Mistral ``down_proj``, Phi/OPT ``fc2``, GPT-2
 ``mlp.c_proj``, Mixtral ``w2``, Falcon ``dense_4h_to_h``): the modules IA3 scales on the input side."""

@@ -53,8 +53,9 @@ def _mixed(precision: PrecisionMode) -> tuple[bool, bool]:
     return (precision in (PrecisionMode.AMP_BF16, PrecisionMode.BF16), precision is PrecisionMode.AMP_FP16)
 
 
-_LORA_ADAPTERS = (Method.LORA, Method.QLORA, Method.DORA)
-"""Methods the trainer formats (TRL's ModelConfig, axolotl, LLaMA-Factory) build: a LoraConfig, DoRA by a flag."""
+_LORA_ADAPTERS = tuple(m for m in Method if m.record.trainer_formats)
+"""Methods the trainer formats (TRL's ModelConfig, axolotl, LLaMA-Factory) build: a LoraConfig, DoRA by a flag (the
+method records' ``trainer_formats``)."""
 
 
 def optimizer_keys(plan: Plan, export: str, key: str = "optim") -> tuple[dict[str, Any], list[str]]:
@@ -152,10 +153,8 @@ def _hf_liger(plan: Plan) -> dict[str, Any]:
     return {"use_liger_kernel": True, **({"liger_kernel_config": off} if off else {})}
 
 
-PEFT_TYPES = {Method.LORA: "LORA", Method.QLORA: "LORA", Method.DORA: "LORA", Method.ADALORA: "ADALORA",
-              Method.IA3: "IA3", Method.VERA: "VERA", Method.LOHA: "LOHA", Method.LOKR: "LOKR",
-              Method.PROMPT_TUNING: "PROMPT_TUNING", Method.PREFIX_TUNING: "PREFIX_TUNING", Method.P_TUNING: "P_TUNING"}
-"""The engine's PEFT methods -> ``peft_type`` (peft 0.21.2 ``PeftType``)."""
+PEFT_TYPES = {m: m.record.peft_type for m in Method if m.record.peft_type}
+"""The engine's PEFT methods -> ``peft_type`` (peft 0.21.2 ``PeftType``; the method records)."""
 
 
 def _method_keys(plan: Plan, targets: list[str] | str) -> dict[str, Any]:

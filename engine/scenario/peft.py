@@ -25,6 +25,9 @@ Every method freezes the base model; the trainable tensors are (per targeted ``n
 - Prefix tuning: one embedding of n x (layers x 2 x kv width): a key and a value prefix for every layer, in the
   KV heads' width for grouped-query models (Li & Liang 2021; PEFT ``utils/other.py`` GQA handling).
 
+Each method's per-module tensors and its other facts are its record in :mod:`engine.scenario.methods` (this module
+walks the targets and adds the prompt encoders, VeRA's shared buffers and ``modules_to_save``).
+
 ``modules_to_save`` (``embed_tokens``, ``lm_head``, ...) wraps a module in PEFT's ``ModulesToSaveWrapper``: a full
 trainable copy beside the frozen original (PEFT ``utils/other.py``).
 """
@@ -34,13 +37,14 @@ from __future__ import annotations
 from engine.errors import ScenarioError
 from engine.model.architecture import Architecture, LinearLayer, TensorGroup
 from engine.scenario.lora import default_targets, resolve_targets
+from engine.scenario.methods import factorization, is_feedforward, mlp_outputs  # noqa: F401  (re-exported)
 from engine.scenario.training import Method, Scenario
 
-LORA_FAMILY = (Method.LORA, Method.QLORA, Method.DORA)
-"""Methods that train ``lora_A`` / ``lora_B`` pairs (LoRA+ and LoRA-FA apply to them)."""
-PROMPT_METHODS = (Method.PROMPT_TUNING, Method.PREFIX_TUNING, Method.P_TUNING)
-"""Methods that add virtual tokens instead of changing linear layers (no target modules)."""
-SEQUENCE_GROWING = (Method.PROMPT_TUNING, Method.P_TUNING)
+LORA_FAMILY = tuple(m for m in Method if m.record.lora_pairs)
+"""Methods that train ``lora_A`` / ``lora_B`` pairs (LoRA+ and LoRA-FA apply to them; records' ``lora_pairs``)."""
+PROMPT_METHODS = tuple(m for m in Method if m.record.prompt)
+"""Methods that add virtual tokens instead of changing linear layers (no target modules; records' ``prompt``)."""
+SEQUENCE_GROWING = tuple(m for m in Method if m.record.grows_sequence)
 """Methods that prepend ``num_virtual_tokens`` embeddings to the input: every layer runs on s + n tokens."""
 
 
@@ -62,12 +66,6 @@ def method_default_targets(arch: Architecture, method: Method) -> tuple[str, ...
     return tuple(dict.fromkeys(kv + out))
 
 
-def mlp_outputs(arch: Architecture) -> list[LinearLayer]:
-    """The MLP's output projections (down_proj, fc2, GPT-2's mlp.c_proj): in = intermediate, out = hidden."""
-    return [lin for lin in arch.layer_linears if lin.role == "mlp" and lin.out_features == arch.hidden_size
-            and lin.in_features != arch.hidden_size]
-
-
 def targeted(arch: Architecture, sc: Scenario) -> list[LinearLayer]:
     """The linear modules of one block that the method adapts (none for full fine-tuning and prompt methods)."""
     if not uses_targets(sc.method):
@@ -75,52 +73,12 @@ def targeted(arch: Architecture, sc: Scenario) -> list[LinearLayer]:
     return resolve_targets(arch, sc.lora_targets if sc.lora_targets is not None else method_default_targets(arch, sc.method))
 
 
-def is_feedforward(arch: Architecture, lin: LinearLayer) -> bool:
-    """IA3 scales the input of a feed-forward (MLP output) module and the output of every other module."""
-    return any(lin.module == o.module for o in mlp_outputs(arch))
-
-
-def factorization(dim: int) -> tuple[int, int]:
-    """``dim = m x n`` with m <= n and m the largest divisor not above sqrt(dim) (PEFT LoKr ``factorization(dim, -1)``)."""
-    m = 1
-    d = 1
-    while d * d <= dim:
-        if dim % d == 0:
-            m = d
-        d += 1
-    return m, dim // m
-
-
-def lokr_shapes(lin: LinearLayer, r: int) -> list[tuple[str, tuple[int, ...]]]:
-    """LoKr's tensors for one module: out = a b, in = c d; w1 (a x c), w2 (b x d) or its rank-r factors."""
-    a, b = factorization(lin.out_features)
-    c, d = factorization(lin.in_features)
-    shapes = [("lokr_w1", (a, c))]
-    if r < max(b, d) / 2:
-        shapes += [("lokr_w2_a", (b, r)), ("lokr_w2_b", (r, d))]
-    else:
-        shapes.append(("lokr_w2", (b, d)))
-    return shapes
-
-
 def _module_shapes(arch: Architecture, sc: Scenario, lin: LinearLayer) -> list[tuple[str, tuple[int, ...]]]:
-    """Trainable tensors ``(name, shape)`` the method adds to one module."""
-    r, i, o = sc.lora_r, lin.in_features, lin.out_features
-    m = sc.method
-    if m in LORA_FAMILY:
-        out = [("lora_A", (r, i)), ("lora_B", (o, r))]
-        return out + [("lora_magnitude_vector", (o,))] if m is Method.DORA else out
-    if m is Method.ADALORA:
-        return [("lora_A", (r, i)), ("lora_E", (r, 1)), ("lora_B", (o, r)), ("ranknum", (1,))]
-    if m is Method.IA3:
-        return [("ia3_l", (1, i) if is_feedforward(arch, lin) else (o, 1))]
-    if m is Method.VERA:
-        return [("vera_lambda_b", (o,)), ("vera_lambda_d", (r,))]
-    if m is Method.LOHA:
-        return [("hada_w1_a", (o, r)), ("hada_w1_b", (r, i)), ("hada_w2_a", (o, r)), ("hada_w2_b", (r, i))]
-    if m is Method.LOKR:
-        return lokr_shapes(lin, r)
-    raise ScenarioError(f"method {m.value} has no per-module adapter")
+    """Trainable tensors ``(name, shape)`` the method adds to one module (its record's ``module_shapes``)."""
+    shapes = sc.method.record.module_shapes
+    if shapes is None:
+        raise ScenarioError(f"method {sc.method.value} has no per-module adapter")
+    return shapes(arch, lin, sc.lora_r)
 
 
 def adapter_groups(arch: Architecture, sc: Scenario) -> list[TensorGroup]:

@@ -14,30 +14,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from engine.errors import ScenarioError, explain_validation
+from engine.scenario.methods import Method
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.precision import PrecisionMode
 
 MAX_SEQ_LEN = 1 << 21
 """Longest sequence length accepted (2,097,152 tokens): beyond any published context window."""
 MAX_MICRO_BATCH = 65_536
-
-
-class Method(str, Enum):
-    """Fine-tuning technique."""
-
-    FULL = "full"
-    LORA = "lora"
-    QLORA = "qlora"
-    # PEFT methods beyond LoRA (trainable tensors: engine.scenario.peft)
-    DORA = "dora"
-    IA3 = "ia3"
-    VERA = "vera"
-    LOHA = "loha"
-    LOKR = "lokr"
-    ADALORA = "adalora"
-    PROMPT_TUNING = "prompt_tuning"
-    PREFIX_TUNING = "prefix_tuning"
-    P_TUNING = "p_tuning"
 
 
 class Attention(str, Enum):
@@ -97,15 +80,12 @@ class QuantStorage(str, Enum):
 
 FRAMEWORK_LABELS = {Framework.HF: "Hugging Face (Trainer + PEFT)", Framework.LITGPT: "LitGPT", Framework.TORCHTUNE: "torchtune"}
 
-METHOD_LABELS = {Method.FULL: "Full fine-tuning", Method.LORA: "LoRA", Method.QLORA: "QLoRA", Method.DORA: "DoRA",
-                 Method.IA3: "IA3", Method.VERA: "VeRA", Method.LOHA: "LoHa", Method.LOKR: "LoKr",
-                 Method.ADALORA: "AdaLoRA", Method.PROMPT_TUNING: "Prompt tuning",
-                 Method.PREFIX_TUNING: "Prefix tuning", Method.P_TUNING: "P-tuning"}
+METHOD_LABELS = {m: m.record.label for m in Method}
+"""Each method's label (its record in :data:`engine.scenario.methods.RECORDS`)."""
 
-DEFAULT_PRECISION: dict[Method, PrecisionMode] = {
-    m: PrecisionMode.AMP_BF16 if m is Method.FULL else PrecisionMode.BF16 for m in Method
-}
-"""The precision a scenario gets when none is chosen: what the Hugging Face docs and PEFT examples do per method.
+DEFAULT_PRECISION: dict[Method, PrecisionMode] = {m: m.record.default_precision for m in Method}
+"""The precision a scenario gets when none is chosen (each method's record): what the Hugging Face docs and PEFT
+examples do per method.
 
 - Full fine-tuning: the model loaded in fp32 and ``TrainingArguments(bf16=True)``: mixed bf16 with fp32 master
   weights (transformers "Methods and tools for efficient training on a single GPU", mixed precision).
@@ -217,7 +197,7 @@ class Scenario(BaseModel):
             raise ScenarioError(explain_validation(exc, all_errors=True)) from None
 
 
-_LORA_PAIRS = (Method.LORA, Method.QLORA, Method.DORA)
+_LORA_PAIRS = tuple(m for m in Method if m.record.lora_pairs)  # the method records' lora_pairs
 
 
 def _check_peft(sc: Scenario) -> None:
