@@ -49,6 +49,12 @@ FEEDFORWARD_NAMES = ("down_proj", "fc2", "mlp.c_proj", "w2", "dense_4h_to_h")
 ``mlp.c_proj``, Mixtral ``w2``, Falcon ``dense_4h_to_h``): the modules IA3 scales on the input side."""
 
 
+def is_feedforward_name(target: str) -> bool:
+    """Whether a ``target_modules`` entry names an MLP output projection: one of :data:`FEEDFORWARD_NAMES`, or a path
+    ending in one (``mlp.down_proj``, the IA3 default target the estimate writes; PEFT matches names by suffix)."""
+    return target in FEEDFORWARD_NAMES or target.rsplit(".", 1)[-1] in FEEDFORWARD_NAMES
+
+
 def _peft_type(value: Any, key: str) -> Any:
     name = text(value, key).upper()
     if name in PEFT_TYPES:
@@ -167,7 +173,7 @@ def _feedforward(r: Reading, ff: Any) -> None:
         return
     targets = set(r.settings.get("lora_targets") or ff)
     every = ALL_LINEAR in targets  # all-linear: the MLP output projections are among them
-    if not (set(ff) <= set(FEEDFORWARD_NAMES) if every else set(ff) == {t for t in targets if t in FEEDFORWARD_NAMES}):
+    if not (all(map(is_feedforward_name, ff)) if every else set(ff) == {t for t in targets if is_feedforward_name(t)}):
         r.mapped.pop("feedforward_modules", None)
         r.unsupported["feedforward_modules"] = (
             "IA3 scales the input of these modules: the estimate scales the input of the MLP's output projection "

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from engine.importers.peft import FEEDFORWARD_NAMES
+from engine.importers.peft import FEEDFORWARD_NAMES, is_feedforward_name
 from engine.memory.parallel import Strategy
 from engine.plan.plans import Plan, _targets, app_version, zero3_config
 from engine.scenario.lora import ALL_LINEAR
@@ -174,7 +174,7 @@ def _method_keys(plan: Plan, targets: list[str] | str) -> dict[str, Any]:
                     total_step=None)
     elif m is Method.IA3:
         ff = [t for t in FEEDFORWARD_NAMES if t == "down_proj"] if targets == ALL_LINEAR else \
-            [t for t in targets if t in FEEDFORWARD_NAMES]
+            [t for t in targets if is_feedforward_name(t)]
         keys.update(feedforward_modules=ff, init_ia3_weights=True)
     elif m is Method.VERA:
         keys.update(r=r, vera_dropout=plan.lora_dropout, projection_prng_key=0, save_projection=True, d_initial=0.1)

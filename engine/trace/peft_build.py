@@ -30,7 +30,11 @@ GALORE_SCALE = 0.25
 
 
 def peft_config(spec: dict[str, Any]):
-    """The PEFT config object of ``spec['method']`` (a Scenario dumped to JSON), or None for full fine-tuning."""
+    """The PEFT config object of ``spec['method']`` (a Scenario dumped to JSON), or None for full fine-tuning.
+
+    Raises:
+        ValueError: a method this function does not build (tracing something else would give a wrong number).
+    """
     import peft
 
     method = spec["method"]
@@ -65,7 +69,9 @@ def peft_config(spec: dict[str, Any]):
         return peft.PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=n)
     if method == "p_tuning":
         return peft.PromptEncoderConfig(task_type="CAUSAL_LM", num_virtual_tokens=n)
-    return None
+    if method == "full":
+        return None
+    raise ValueError(f"the tracer builds no PEFT config for method {method!r}")
 
 
 def galore_adamw():

@@ -59,3 +59,26 @@ def test_module_shapes_are_peft_s():
     groups = adapter_groups(arch, Scenario.build(method="lora", lora_targets=("q_proj",)))
     assert [(g.name, g.shape, g.count) for g in groups] == [("self_attn.q_proj.lora_A", (16, 4096), 32),
                                                             ("self_attn.q_proj.lora_B", (4096, 16), 32)]
+
+
+def test_the_tracer_builds_every_traceable_method():
+    # engine/trace/peft_build.peft_config (torch side) has a branch per method; QLoRA is not traceable (bitsandbytes)
+    import ast
+    from pathlib import Path
+
+    source = (Path(__file__).resolve().parents[2] / "engine/trace/peft_build.py").read_text(encoding="utf-8")
+    fn = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == "peft_config")
+    named = {c.value for c in ast.walk(fn) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    assert {m.value for m in Method if m is not Method.QLORA} <= named
+
+
+@pytest.mark.parametrize("m", [m for m in Method if m is not Method.FULL])
+def test_every_method_exports_an_adapter_file_that_imports_back(m):
+    from engine.importers import import_configs
+    from engine.plan.config_export import config_files
+    from engine.plan.plans import Plan
+
+    p = Plan(name="p", model_repo_id="meta-llama/Llama-3.2-1B", gpu="H100 SXM", dataset_total_tokens=10**6, method=m)
+    f = next(f for f in config_files(p) if f.name == "adapter_config.json")
+    got = import_configs([(f.name, f.text.encode())]).scenario().method
+    assert got is (Method.LORA if m is Method.QLORA else m)  # the 4-bit base is the bitsandbytes file's
