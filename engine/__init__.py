@@ -17,5 +17,5 @@ TRL, axolotl, LLaMA-Factory, torchtune, DeepSpeed, accelerate, PEFT, bitsandbyte
 settings; :mod:`engine.plan.config_export` writes a plan back as those files.
 
 See ``docs/architecture.md`` for each package's role and where to add a model family, a memory component, an
-optimizer, a GPU or a page.
+optimizer, a PEFT method, a GPU or a page (each backed by a test that fails when a new entry misses a place).
 """
