@@ -37,12 +37,12 @@ def _enabled(kind: str) -> Any:
 _DEVICE = choice({"none": "none", "cpu": "cpu",
                   "nvme": Unmodelled("ZeRO-Infinity: states on NVMe instead of CPU memory; not modelled (CPU offload is the "
                                      "closest: same GPU memory, no CPU memory)")})
-_DS_OPTIMIZERS = {**record_names("deepspeed_types"),
-                  "lamb": Unmodelled("DeepSpeed LAMB: states not modelled"),
+_DS_OPTIMIZERS = {"lamb": Unmodelled("DeepSpeed LAMB: states not modelled"),
                   "onebitadam": Unmodelled("1-bit Adam (compressed communication): not modelled"),
                   "zerooneadam": Unmodelled("0/1 Adam: not modelled"), "onebitlamb": Unmodelled("1-bit LAMB: not modelled"),
                   "muadam": Unmodelled("MuAdam: not modelled"), "muadamw": Unmodelled("MuAdamW: not modelled"),
-                  "musgd": Unmodelled("MuSGD: not modelled")}
+                  "musgd": Unmodelled("MuSGD: not modelled"),
+                  **record_names("deepspeed_types")}  # the records' names win over an unmodelled entry
 
 _NOT_MODELLED_ZERO3 = "ZeRO-3 gathering limit: the estimate gathers the largest unit plus one decoder layer, whatever this says"
 KEYS: dict[str, Handling] = {

@@ -42,9 +42,9 @@ HF_NAMES = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "output_
 MLP_NAMES = ("gate_proj", "up_proj", "down_proj")  # torchtune w1, w3, w2
 
 OPTIMIZERS = {
-    **record_names("torchtune_components"),  # torch AdamW is the foreach one unless optimizer.fused; SGD takes momentum
     "torchao.optim.adamw8bit": Unmodelled("torchao 8-bit AdamW: not modelled"),
     "torchao.optim.adamw4bit": Unmodelled("torchao 4-bit AdamW: not modelled"),
+    **record_names("torchtune_components"),  # torch AdamW is the foreach one unless optimizer.fused; SGD takes momentum
 }
 LOSSES = {"torchtune.modules.loss.cewithchunkedoutputloss": True, "torch.nn.crossentropyloss": False,
           "torchtune.modules.loss.linearcrossentropyloss": True}

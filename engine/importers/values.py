@@ -105,7 +105,6 @@ def record_names(field: str) -> dict[str, Optimizer]:
 
 
 HF_OPTIMIZERS: dict[str, Any] = {
-    **record_names("trainer_imports"),
     "paged_lion_32bit": _unmodelled_optim("paged Lion 32-bit (states in unified memory)"),
     "paged_lion_8bit": _unmodelled_optim("paged 8-bit Lion (states in unified memory)"),
     "galore_adamw_8bit": Unmodelled("GaLore with 8-bit AdamW states (GaLoreAdamW8bit): not modelled (galore_adamw is)"),
@@ -126,6 +125,7 @@ HF_OPTIMIZERS: dict[str, Any] = {
     "schedule_free_adamw": _unmodelled_optim("schedule-free AdamW (z and exp_avg_sq)"),
     "schedule_free_sgd": _unmodelled_optim("schedule-free SGD"), "apollo_adamw": _unmodelled_optim("APOLLO (low-rank states)"),
     "apollo_adamw_layerwise": _unmodelled_optim("layer-wise APOLLO"), "stable_adamw": _unmodelled_optim("StableAdamW"),
+    **record_names("trainer_imports"),  # last: an optimizer that becomes modelled wins over its unmodelled entry
 }
 """transformers ``OptimizerNames`` (4.57.6 / 5.24.0) -> the engine's optimizer (the records' ``trainer_imports``), or
 what cannot be modelled."""
