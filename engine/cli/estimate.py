@@ -62,13 +62,15 @@ def run(args: argparse.Namespace) -> int:
             out = _inference_json(arch, origin, args)
         elif scaleout.requested(args):
             fp8 = scaleout.take_fp8(args)
-            scenario = scenario_from_args(args)
-            if dataset_from_args(args) is not None:
-                raise ScenarioError("time and cost of a dataset are not modelled for a parallel layout yet; "
-                                    "see step_time (tokens per second) in the output")
+            scenario, precision_note = scaleout.layout_scenario(scenario_from_args(args), args)
+            dataset = dataset_from_args(args, step_time_options=True)
+            if dataset is not None and args.gpu is None:
+                raise ScenarioError("a dataset size needs --gpu to estimate time and cost")
             out = _estimate_json(arch, origin, scenario)
             out["single_gpu_total_bytes"] = out["total_bytes"]
-            out.update(scaleout.scaleout_json(arch, scenario, args, fp8))
+            if precision_note:
+                out["precision_note"] = precision_note
+            out.update(scaleout.scaleout_json(arch, scenario, args, fp8, dataset))
             scaleout.warn(out)
         else:
             if any(getattr(args, k) is not None for k in ("concurrency", "kv_cache_dtype", "weight_precision")):

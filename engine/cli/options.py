@@ -63,6 +63,8 @@ def add_scenario_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", choices=[m.value for m in Method], default=d.method.value, help=f"full fine-tuning, LoRA, QLoRA or another PEFT method (default: {d.method.value})")
     p.add_argument("--precision", choices=[m.value for m in PrecisionMode], default=None,
                    help="fp32; amp_bf16/amp_fp16 = mixed precision with fp32 weights; bf16/fp16 = pure 16-bit weights "
+                        "(no fp32 copy; with a layout's --master-weights, bf16 and amp_bf16 are both Megatron-LM's --bf16: a "
+                        "bf16 model with fp32 master weights and gradients, fp16 and amp_fp16 its --fp16) "
                         "(default: the method's usual one: " + ", ".join(f"{m.value} {p.value}" for m, p in DEFAULT_PRECISION.items()) + ")")
     p.add_argument("--optimizer", choices=[o.value for o in Optimizer], default=d.optimizer.value, help="optimizer (default: %(default)s; adamw is torch foreach)")
     p.add_argument("--micro-batch-size", type=int, default=d.micro_batch_size, metavar="N", help="sequences per forward pass per GPU (default: %(default)s)")
@@ -162,10 +164,13 @@ def add_time_cost_options(p: argparse.ArgumentParser) -> None:
 TIME_COST_OPTIONS = ("dataset_tokens", "examples", "avg_tokens", "epochs", "runs", "measured_tokens_per_second", "price_source")
 
 
-def dataset_from_args(args: argparse.Namespace) -> Dataset | None:
-    """The dataset of the time/cost options, None when no size is given; ScenarioError on a bad combination."""
+def dataset_from_args(args: argparse.Namespace, step_time_options: bool = False) -> Dataset | None:
+    """The dataset of the time/cost options, None when no size is given; ScenarioError on a bad combination.
+    ``step_time_options``: the estimate has a step time without a dataset (a parallel layout), so
+    ``--fused-kernels`` alone is one of its settings, not a time-and-cost option."""
     if args.dataset_tokens is None and args.examples is None and args.avg_tokens is None:
-        if any(getattr(args, k) is not None for k in TIME_COST_OPTIONS) or args.no_packing or args.fused_kernels:
+        if (any(getattr(args, k) is not None for k in TIME_COST_OPTIONS) or args.no_packing
+                or (args.fused_kernels and not step_time_options)):
             raise ScenarioError("time and cost options need a dataset size: --dataset-tokens N, or --examples N --avg-tokens T")
         return None
     if args.dataset_tokens is not None and (args.examples is not None or args.avg_tokens is not None):
