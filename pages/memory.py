@@ -162,6 +162,8 @@ if hw.is_multi:
         notes.append(f"Gathered at once: {plan.gathered_unit}.")
     if plan.replicated_note:
         notes.append(f"Not sharded: {plan.replicated_note}.")
+    if plan.storage_note:
+        notes.append(f"QLoRA storage: {plan.storage_note}.")
     if plan.bucket_note:
         notes.append(f"Buckets: {plan.bucket_note}.")
     st.caption(" ".join(notes))

@@ -181,6 +181,7 @@ def _per_gpu_json(arch: Architecture, scenario: Scenario, args: argparse.Namespa
         "gathered_unit": plan.gathered_unit or None,
         "replicated_quantized_weights_bytes": round(plan.replicated_quantized_bytes),
         "replicated_quantized_weights": plan.replicated_note or None,
+        "quant_storage_note": plan.storage_note or None,
         "comm_buckets": plan.bucket_note or None,
         "deepspeed_estimate": None if ds is None else {
             "function": ds.function, "gpu_bytes_per_gpu": ds.gpu_bytes_per_gpu, "cpu_bytes_per_node": ds.cpu_bytes_per_node,

@@ -79,9 +79,10 @@ def add_scenario_options(p: argparse.ArgumentParser) -> None:
                    help="comma-separated target modules, e.g. q_proj,v_proj, or all-linear (default: the attention projections)")
     p.add_argument("--quant-type", choices=[q.value for q in QuantType], default=d.quant_type.value, help="QLoRA base quantization: 4-bit nf4/fp4 or 8-bit int8 (LLM.int8) (default: %(default)s)")
     p.add_argument("--no-double-quant", action="store_true", help="QLoRA without double quantization")
-    p.add_argument("--quant-storage", choices=[q.value for q in QuantStorage], default=d.quant_storage.value,
+    p.add_argument("--quant-storage", choices=[q.value for q in QuantStorage], default=None,
                    help="QLoRA bnb_4bit_quant_storage: FSDP/ZeRO-3 shard the 4-bit base only in a float dtype, e.g. bf16 "
-                        "(default: %(default)s, as transformers)")
+                        f"(default: {d.quant_storage.value}, as transformers; under zero3 / fsdp_full_shard the compute dtype, "
+                        "as the FSDP-QLoRA recipe, said in quant_storage_note)")
     p.add_argument("--no-prepare-kbit", action="store_true", help="QLoRA without prepare_model_for_kbit_training (no fp32 upcast)")
     p.add_argument("--framework", choices=[f.value for f in Framework], default=d.framework.value,
                    help="training stack: hf = transformers + PEFT + Trainer; litgpt; torchtune (default: %(default)s)")
@@ -99,6 +100,8 @@ SCENARIO_FIELDS = (
 
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
     fields = {name: getattr(args, name) for name in SCENARIO_FIELDS}
+    if fields["quant_storage"] is None:  # unset: the multi-GPU split picks it (engine.memory.qlora_storage)
+        del fields["quant_storage"]
     fields.update(peft_fields(args))
     return Scenario.build(
         **fields,

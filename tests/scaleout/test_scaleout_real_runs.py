@@ -160,3 +160,21 @@ def test_mi300x_link_is_infinity_fabric(capsys):
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     assert {c["link_name"] for c in out["collectives"] if c["dimension"] == "tp"} == {"Infinity Fabric (xGMI)"}
+
+
+# 6. QLoRA under FSDP / ZeRO-3 without a named bnb_4bit_quant_storage: the recipe's compute dtype, said.
+@pytest.mark.parametrize("strategy", ["fsdp_full_shard", "zero3"])
+def test_qlora_under_full_sharding_defaults_to_a_float_storage(capsys, strategy):
+    args = ["estimate", "--model", "meta-llama/Llama-3.1-8B", "--offline", "--method", "qlora", "--seq-len", "512",
+            "--gradient-checkpointing", "--gpu", "A100 80GB", "--num-gpus", "8", "--strategy", strategy]
+    assert main(args) == 0
+    default = json.loads(capsys.readouterr().out)
+    assert main([*args, "--quant-storage", "bf16"]) == 0
+    bf16 = json.loads(capsys.readouterr().out)
+    assert main([*args, "--quant-storage", "uint8"]) == 0
+    uint8 = json.loads(capsys.readouterr().out)
+    assert default["peak_allocated_bytes"] == bf16["peak_allocated_bytes"] < uint8["peak_allocated_bytes"]
+    assert default["replicated_quantized_weights"] is None and uint8["replicated_quantized_weights"]
+    assert "bnb_4bit_quant_storage set to bf16" in default["quant_storage_note"] and bf16["quant_storage_note"] is None
+    # the replicated 4-bit base less its 1/8 shard is what the float storage saves per GPU
+    assert uint8["peak_allocated_bytes"] - default["peak_allocated_bytes"] > 0.8 * 7 / 8 * uint8["replicated_quantized_weights_bytes"]
