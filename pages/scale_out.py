@@ -55,7 +55,11 @@ headroom = usable - worst.device_used_bytes
 m1.metric("Most loaded rank (allocated)", fmt_bytes(worst.peak_allocated_bytes, unit, 1), help=f"stage {worst.stage}")
 m2.metric("nvidia-smi on that rank", fmt_bytes(worst.device_used_bytes, unit, 1),
           delta=f"{'+' if headroom >= 0 else '-'}{fmt_bytes(abs(headroom), unit, 1)} headroom", delta_color="normal")
-m3.metric("Megatron-LM's formula (first stage)", fmt_bytes(est.megatron.total_bytes, unit, 1), help=est.megatron.note)
+caveat = est.megatron.caveat(sc.method.value)
+m3.metric("Megatron-LM's formula (first stage)" + (", full training" if caveat else ""),
+          fmt_bytes(est.megatron.total_bytes, unit, 1), help=est.megatron.note)
+if caveat:
+    st.caption(caveat + ".")
 if est.time:
     m4.metric("Tokens/s", f"{est.time.tokens_per_second:,.0f}", help=f"MFU {est.time.mfu:.0%}")
 

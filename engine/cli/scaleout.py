@@ -150,7 +150,7 @@ def scaleout_json(arch: Architecture, scenario: Scenario, args: argparse.Namespa
                           inter_node_gbits=args.inter_node_gbits or DEFAULT_INTER_NODE_GBITS)
     est = estimate_layout(arch, scenario, layout, cluster, fp8, master_weights=args.master_weights,
                           fused_kernels=args.fused_kernels, tp_comm_overlap=args.tp_comm_overlap)
-    out = _memory_json(est)
+    out = _memory_json(est, scenario.method.value)
     if cluster is not None:
         out.update(_fit_time_json(est, cluster))
         for col_json, col in zip(out["collectives"], est.collectives):  # the catalog's name of the link it crosses
@@ -163,7 +163,7 @@ def scaleout_json(arch: Architecture, scenario: Scenario, args: argparse.Namespa
     return out
 
 
-def _memory_json(est: LayoutEstimate) -> dict[str, Any]:
+def _memory_json(est: LayoutEstimate, method: str) -> dict[str, Any]:
     mem, meg, layout = est.memory, est.megatron, est.layout
     first, worst = mem.stages[0], mem.max_stage
     return {
@@ -189,6 +189,7 @@ def _memory_json(est: LayoutEstimate) -> dict[str, Any]:
         "megatron_estimate": {
             "weight_and_optimizer_bytes": round(meg.weight_and_optimizer_bytes),
             "activation_bytes": round(meg.activation_bytes or 0), "branch": meg.branch, "note": meg.note,
+            "applies_to": meg.applies_to, "caveat": meg.caveat(method),
             "ours_first_stage_allocated_bytes": round(first.peak_allocated_bytes),
             "differences": [
                 "ours counts the blocks' saved tensors module by module (engine.memory.activations; Hugging Face "

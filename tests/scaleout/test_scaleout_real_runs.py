@@ -178,3 +178,12 @@ def test_qlora_under_full_sharding_defaults_to_a_float_storage(capsys, strategy)
     assert "bnb_4bit_quant_storage set to bf16" in default["quant_storage_note"] and bf16["quant_storage_note"] is None
     # the replicated 4-bit base less its 1/8 shard is what the float storage saves per GPU
     assert uint8["peak_allocated_bytes"] - default["peak_allocated_bytes"] > 0.8 * 7 / 8 * uint8["replicated_quantized_weights_bytes"]
+
+
+def test_megatrons_formula_is_said_to_be_for_full_training_with_lora(capsys):
+    args = ["estimate", "--model", "meta-llama/Llama-3.1-8B", "--offline", "--num-nodes", "1", "--gpu", "H100 80GB"]
+    assert main([*args, "--method", "lora"]) == 0
+    lora = json.loads(capsys.readouterr().out)["megatron_estimate"]
+    assert "for full training" in lora["caveat"] and "lora" in lora["caveat"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["megatron_estimate"]["caveat"] is None
