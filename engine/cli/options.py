@@ -130,9 +130,14 @@ def add_parallel_inference_options(p: argparse.ArgumentParser) -> None:
                    help="move optimizer states (and with zero3/fsdp_full_shard, weights) to CPU memory (default: none)")
     g.add_argument("--gpus-per-node", type=int, default=None, metavar="N",
                    help="GPUs per node, for the CPU memory per node of offload (default: min(num GPUs, 8))")
-    s = p.add_argument_group("serving (--method inference; --seq-len is the context per sequence)")
+    s = p.add_argument_group("serving (--method inference; --seq-len is the context per sequence; --tensor-parallel N "
+                             "splits one replica over N GPUs, vLLM tensor_parallel_size / TGI --num-shard; --num-gpus "
+                             "alone takes the fewest that fit)")
     s.add_argument("--concurrency", type=int, default=None, metavar="N", help="sequences served at once (default 1)")
     s.add_argument("--kv-cache-dtype", choices=[k.value for k in KvCacheDtype], default=None, help="KV cache element type (default bf16)")
+    s.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="X",
+                   help="with --gpu: vLLM's gpu_memory_utilization, the share of the GPU's memory for weights, activations "
+                        "and KV cache (vLLM's default 0.9; default here: all of the usable memory, as TGI)")
     s.add_argument("--weight-precision", choices=[w.value for w in WeightPrecision], default=None,
                    help="serving precision of the linear weights: bf16, fp16, int8, fp8, int4 (GPTQ/AWQ group 128) (default: as the "
                         "checkpoint stores them (its quantization_config), bf16 when not quantized)")

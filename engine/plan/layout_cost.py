@@ -73,3 +73,10 @@ def layout_run(est: LayoutEstimate, cluster: Cluster, dataset: Dataset, seq_len:
                      "time and cost for reference only")
     return LayoutRun(label=est.layout.label(), gpu=cluster.gpu.name, num_gpus=world, fits=fits,
                      verdict=fit_verdict(worst.peak_allocated_bytes, usable), run=run, price=quote, notes=tuple(notes))
+
+
+def candidate_runs(candidates: list, dataset: Dataset, seq_len: int, quote: PriceQuote) -> list[RunCost | None]:
+    """:func:`engine.plan.cost.run_cost` of ``dataset`` on each layout search result
+    (:class:`engine.scaleout.search.Candidate`) at ``quote``'s prices; None for one that does not fit (no time)."""
+    return [run_cost(dataset, seq_len, c.tokens_per_second, c.layout.world_size, quote.on_demand_usd_per_hour,
+                     quote.spot_usd_per_hour) if c.fits and c.tokens_per_second else None for c in candidates]
