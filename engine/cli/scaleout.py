@@ -114,7 +114,7 @@ def layout_scenario(scenario: Scenario, args: argparse.Namespace) -> tuple[Scena
 def layout_from_args(args: argparse.Namespace, scenario: Scenario) -> tuple[Layout, int]:
     """The layout and its GPU count from the options."""
     tp, pp, cp = args.tensor_parallel or 1, args.pipeline_parallel or 1, args.context_parallel or 1
-    per_node = args.gpus_per_node or 8
+    per_node = getattr(args, "gpus_per_node", None) or 8  # the plan verb has no --gpus-per-node: nodes of 8
     if args.num_nodes is not None and args.num_gpus is not None and args.num_gpus != args.num_nodes * per_node:
         raise ScenarioError(f"--num-gpus {args.num_gpus} disagrees with --num-nodes x --gpus-per-node = {args.num_nodes * per_node}")
     world = args.num_gpus or (args.num_nodes * per_node if args.num_nodes else tp * pp * cp)

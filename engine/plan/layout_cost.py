@@ -8,10 +8,13 @@ carried through the same :func:`run_cost` later: this module does no arithmetic 
 
 from __future__ import annotations
 
+import csv
+import io
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from engine.csv_cells import neutralize
 from engine.errors import ScenarioError
 from engine.plan.cost import CHEAPEST_LISTED, Dataset, PriceQuote, RunCost, quote_price, run_cost
 from engine.plan.verdict import Verdict, fit_verdict
@@ -36,7 +39,9 @@ class LayoutRun(BaseModel):
     notes: tuple[str, ...] = ()
 
     def record(self) -> dict[str, Any]:
-        """A flat row for a table or a CSV download (the plans CSV's time and cost column names)."""
+        """A flat row for a table or a CSV download, with the column names of the one-GPU plan's record
+        (:meth:`engine.plan.cost.PlanEstimate.record`) and of the CLI's JSON: ``hours``, ``gpu_hours``,
+        ``cost_usd_on_demand``, ``cost_usd_spot``."""
         return {
             "layout": self.label, "gpu": self.gpu, "num_gpus": self.num_gpus, "fits": self.fits,
             "verdict": self.verdict.value, "tokens_per_second": round(self.run.tokens_per_second, 1),
@@ -80,3 +85,16 @@ def candidate_runs(candidates: list, dataset: Dataset, seq_len: int, quote: Pric
     (:class:`engine.scaleout.search.Candidate`) at ``quote``'s prices; None for one that does not fit (no time)."""
     return [run_cost(dataset, seq_len, c.tokens_per_second, c.layout.world_size, quote.on_demand_usd_per_hour,
                      quote.spot_usd_per_hour) if c.fits and c.tokens_per_second else None for c in candidates]
+
+
+def layout_plans_csv(rows: list[dict[str, Any]]) -> bytes:
+    """Layout plans as CSV (UTF-8, ``\\n`` line ends): the union of the rows' keys in first-seen order as the header;
+    text cells neutralised against spreadsheet formulas (:func:`engine.csv_cells.neutralize`), None as empty."""
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(columns)
+    for r in rows:
+        writer.writerow(["" if r.get(c) is None else neutralize(r[c]) if isinstance(r[c], str) else
+                         ("true" if r[c] else "false") if isinstance(r[c], bool) else r[c] for c in columns])
+    return buf.getvalue().encode("utf-8")

@@ -187,3 +187,19 @@ def test_megatrons_formula_is_said_to_be_for_full_training_with_lora(capsys):
     assert "for full training" in lora["caveat"] and "lora" in lora["caveat"]
     assert main(args) == 0
     assert json.loads(capsys.readouterr().out)["megatron_estimate"]["caveat"] is None
+
+
+def test_plan_with_a_layout_writes_its_hours_and_cost(capsys):
+    import csv
+    import io
+
+    args = ["plan", "--model", "meta-llama/Llama-3.1-8B", "--offline", "--tensor-parallel", "2", "--num-nodes", "1",
+            "--gpu", "H100 80GB", "--master-weights", "--strategy", "zero2", "--dataset-tokens", "1000000000"]
+    assert main(args) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert len(rows) == 1 and rows[0]["layout_zero"] == "2" and rows[0]["layout_tensor_parallel"] == "2"
+    assert main(["estimate", *args[1:]]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("tokens_per_second", "hours", "gpu_hours", "cost_usd_on_demand"):
+        assert float(rows[0][key]) == pytest.approx(out[key], rel=1e-6), key
+    assert rows[0]["cost_usd_spot"] == ("" if out["cost_usd_spot"] is None else rows[0]["cost_usd_spot"])
