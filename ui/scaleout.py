@@ -27,26 +27,22 @@ NUMBERS = ("so_pp", "so_nodes", "so_gbs", "so_v", "so_tokens")
 FLAGS = ("so_sp", "so_master")
 SCALEOUT_KEYS = (*CHOICES, *NUMBERS, *FLAGS, "so_gpu")
 """Every input of the Scale out page: kept across page switches (:mod:`ui.layout`) and written to the URL."""
-_APPLY = "_so_apply"  # a search result's settings, put into the widgets at the start of the next run
-
-
 def use_layout(layout: Layout) -> None:
-    """Button callback: make ``layout`` (a search result of this cluster) the page's inputs, applied on the rerun."""
-    st.session_state[_APPLY] = {
+    """Button callback (it runs before the rerun draws any widget, so it may set their values): make ``layout``, a
+    search result of this cluster, the page's inputs, its micro batch the sidebar's."""
+    st.session_state.update({
+        "micro_batch_size": layout.micro_batch_size,
         "so_tp": layout.tensor_parallel, "so_pp": layout.pipeline_parallel, "so_cp": layout.context_parallel,
         "so_ep": layout.expert_parallel, "so_zero": layout.zero, "so_rec": layout.recompute.value,
         "so_v": layout.virtual_pipeline, "so_sp": layout.sequence_parallel,
         **({"so_sched": layout.schedule.value} if layout.schedule is not Schedule.INTERLEAVED else {}),
-    }
+    })
 
 
 def layout_inputs(num_layers: int, micro_batch: int) -> tuple[dict, int, int]:
     """The layout's fields from the page's widgets, with the node count and GPUs per node. A number typed out of range
     is said so under its input and the last valid one is used (:func:`ui.inputs.checked_number`); a pipeline deeper
     than the model's ``num_layers`` is the engine's layout problem, which the page says."""
-    applied = st.session_state.pop(_APPLY, None)
-    if applied:  # before the widgets exist, so their values may be set
-        st.session_state.update(applied)
     c = st.columns(4)
     tp = c[0].selectbox("Tensor parallel", list(CHOICES["so_tp"]), index=0, key="so_tp")
     pp = checked_number(c[1], "Pipeline parallel", "so_pp", 1, step=1, help=f"Pipeline stages; at most the model's "
