@@ -1,6 +1,7 @@
 """``python -m engine estimate``: peak training memory by component (JSON, bytes); with ``--gpu`` the fit and the
-per-GPU split of a multi-GPU strategy; with a dataset size the training time and cost; ``--method inference``
-gives serving memory instead.
+per-GPU split of a multi-GPU strategy; with a dataset size the training time and cost; a parallel layout
+(:mod:`engine.cli.scaleout`) its per-rank memory, step time and, with a dataset, hours and cost; ``--method inference``
+gives serving memory, over tensor-parallel GPUs, and its speed instead (:mod:`engine.cli.serving`).
 """
 
 from __future__ import annotations
