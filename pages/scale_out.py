@@ -9,7 +9,7 @@ from engine.errors import EngineError
 from engine.plan.cost import CHEAPEST_LISTED, Dataset, quote_price
 from engine.plan.layout_cost import candidate_runs, layout_run
 from engine.scaleout.estimate import estimate_layout
-from engine.scaleout.exports import EXPORTERS, VERSIONS, export_layout
+from engine.scaleout.exports import VERSIONS, export_layout
 from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.memory import MASTER_PRECISION
 from engine.scaleout.search import pareto_front, rejection_summary, search_layouts
