@@ -5,9 +5,9 @@ import pandas as pd
 import streamlit as st
 
 from engine.errors import EngineError
-from engine.memory.inference import estimate_inference, inference_limits, kv_cache_bytes_per_token, sliding_window_layers
+from engine.memory.inference import estimate_inference, kv_cache_bytes_per_token, sliding_window_layers
+from engine.plan.serving import serving_plan
 from engine.memory.estimate import estimate_memory
-from engine.memory.device import tensor_budget
 from engine.memory.parallel import STRATEGY_LABELS, deepspeed_estimate, device_memory_per_gpu, plan_parallel
 from engine.scenario.precision import PrecisionMode
 from engine.memory.seed_rules import seed_comparison
@@ -55,10 +55,14 @@ def inference_view() -> None:
     write_query_params(None)  # after the serving inputs, so that the link carries them from the first run
     if isc is None:
         st.stop()
-    est = estimate_inference(arch, isc)
+    try:
+        est = estimate_inference(arch, isc)
+    except EngineError as exc:  # a tensor-parallel degree the model's heads do not divide
+        st.error(f"Cannot serve this scenario: {exc}")
+        st.stop()
     for warning in est.warnings:
         st.warning(warning)
-    per_tok = kv_cache_bytes_per_token(arch, isc.kv_cache_dtype)
+    per_tok = kv_cache_bytes_per_token(arch, isc.kv_cache_dtype, isc.tensor_parallel)
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Parameters", fmt_count(est.total_parameters), help=f"{est.total_parameters:,} unique parameters")
     c2.metric("KV cache per token", f"{per_tok / 1024:,.1f} KiB", help=f"{per_tok:,} bytes with every layer caching the token")
@@ -68,18 +72,37 @@ def inference_view() -> None:
     if sliding:
         st.caption(f"{sliding} of {arch.num_layers} layers use a sliding window of {arch.sliding_window:,} tokens: "
                    "their cache stops growing there.")
-    # The sidebar's GPU: the same rule as training, what nvidia-smi would show against it.
+    # The sidebar's GPU: the same rule as training, what nvidia-smi would show against it; the plan (engine.plan.serving)
+    # gives one rank's budget at vLLM's gpu_memory_utilization, the most sequences and the speed.
     headroom = gpu.usable_memory_bytes - est.device_used_bytes
-    lim = inference_limits(arch, isc, tensor_budget(gpu.usable_memory_bytes))
+    plan = serving_plan(arch, isc, gpu)
+    lim = plan.limits
     verdict = fit_verdict(est.total_bytes, gpu.usable_memory_bytes)
+    where = f"one {gpu.name}" if isc.tensor_parallel == 1 else f"each of {isc.tensor_parallel} x {gpu.name} (tensor parallel)"
     verdict_box(verdict)(
-        f"{'Fits on' if headroom >= 0 else 'Does not fit on'} one {gpu.name} "
+        f"{'Fits on' if headroom >= 0 else 'Does not fit on'} {where} "
         f"{'(tight: may not fit) ' if verdict is Verdict.TIGHT else ''}"
         f"({'headroom' if headroom >= 0 else 'short by'} {fmt_bytes(abs(headroom), unit)}). Longest context at "
         f"{isc.concurrency} sequences: {lim.max_seq_len or 0:,} tokens; most sequences at {isc.seq_len:,} tokens: "
         f"{lim.max_concurrency or 0:,}."
+        + ("" if plan.fit.fits or not plan.min_tensor_parallel else
+           f" Tensor parallel {plan.min_tensor_parallel} fits.")
     )
-    st.plotly_chart(per_gpu_figure(est.components, 0.0, unit, gpu, title="one replica"), width="stretch", key="inference_chart")
+    s1, s2, s3, s4 = st.columns(4)
+    s1.metric("Max concurrency", f"{lim.max_concurrency or 0:,}",
+              help=f"sequences of {isc.seq_len:,} tokens within {fmt_bytes(lim.budget_bytes, unit)} per GPU "
+                   f"(gpu_memory_utilization {isc.gpu_memory_utilization:g} less the CUDA context)")
+    s2.metric("KV-cache budget", fmt_bytes(lim.kv_cache_budget_bytes, unit),
+              help=f"{lim.kv_cache_tokens:,} tokens per GPU beside the weights and the workspace")
+    if plan.fit.fits and plan.speed is not None:
+        s3.metric("Decode tokens/s", f"{plan.decode_tokens_per_second:,.0f}",
+                  help=f"{isc.concurrency} sequences at {isc.seq_len:,} tokens of context, {plan.speed.decode_bound} bound "
+                       f"({plan.speed.decode_tokens_per_second_per_sequence:,.1f} tokens/s per sequence)")
+        s4.metric("Prefill tokens/s", f"{plan.prefill_tokens_per_second:,.0f}", help="one prefill chunk, compute-bound")
+    else:
+        s3.metric("Decode tokens/s", "does not fit")
+    st.plotly_chart(per_gpu_figure(est.components, 0.0, unit, gpu, title="one replica" if isc.tensor_parallel == 1 else
+                                   "one tensor-parallel rank"), width="stretch", key="inference_chart")
     st.table(pd.DataFrame([{"component": p.label, unit: f"{to_unit(p.bytes, unit):,.2f}", "formula": p.formula,
                             "source": p.source} for p in est.parts]), hide_index=True)
     with st.expander("Not yet modelled", expanded=False):
@@ -162,6 +185,8 @@ if hw.is_multi:
         notes.append(f"Gathered at once: {plan.gathered_unit}.")
     if plan.replicated_note:
         notes.append(f"Not sharded: {plan.replicated_note}.")
+    if plan.storage_note:
+        notes.append(f"QLoRA storage: {plan.storage_note}.")
     if plan.bucket_note:
         notes.append(f"Buckets: {plan.bucket_note}.")
     st.caption(" ".join(notes))

@@ -257,7 +257,14 @@ fully trained model, with no activations, loss tensors or buckets.
 (2 x layers x KV heads x head_dim x dtype bytes per token, Llama 3.1 8B in bf16: 128 KiB; sliding-window layers hold at
 most the window: Mistral 7B v0.1 all layers at 4,096, Gemma 2 every other layer) x concurrent sequences x context + one
 layer's transient activations over a 2,048-token prefill chunk and the last tokens' fp32 logits. The longest context and
-the most sequences that fit a GPU are found by search. One replica per GPU; tensor parallelism is not modelled.
+the most sequences that fit a GPU are found by search. With tensor parallelism (vLLM `tensor_parallel_size`, TGI
+`--num-shard`) one rank holds the linears, embedding and LM head / TP, the norms whole and kv_heads / TP KV heads (one,
+replicated, when TP exceeds them); vLLM's `gpu_memory_utilization` share of the GPU, less the CUDA context, is the
+budget the KV cache fills. Decode speed (`engine/time/serving.py`): one token per sequence reads the rank's weights and
+every sequence's KV cache at HBM bandwidth, unless the batch's matmul FLOPs take longer (Pope et al. 2022), plus two
+tensor-parallel all-reduces per layer; prefill is compute-bound. Against vLLM PR 12569's log (Llama-3.1-70B w8a8, one
+80 GB GPU, utilization 0.98): weights 67.67 vs 67.72 GiB, 13.8 vs 10.79 sequences of 2,048 tokens (vLLM's profile run
+reserves more activation memory than our one-layer workspace).
 
 **Against measurements** (`tests/test_parallel.py`): torchtune Llama 3.1 70B LoRA + FSDP on 8 GPUs 27.6 GiB (ours 33.5,
 +21%, we count the full fp32 loss tensors torchtune chunks); 70B full FSDP + CPU offload 13.9 GiB (ours 18.2, +31%);

@@ -24,10 +24,11 @@ LIMITS: dict[str, tuple[float, float]] = {
     "num_gpus": (1, MAX_GPUS), "gpus_per_node": (1, 64),
     "tc_examples": (1, 10**12), "tc_avg_tokens": (1.0, 1e7), "tc_total_tokens": (1, 10**15), "tc_epochs": (0.01, 10_000.0),
     "tc_runs": (1, 10_000), "tc_measured": (0.0, 1e9),
-    "inf_concurrency": (1, 1 << 20), "inf_seq_len": (1, 1 << 21),
+    "inf_concurrency": (1, 1 << 20), "inf_seq_len": (1, 1 << 21), "inf_util": (0.05, 1.0),
     # Scale out page (ui.scaleout.layout_inputs): the engine's bounds (Layout, Cluster.nodes); PP beyond the model's
     # layers is the engine's layout problem, said on the page
     "so_pp": (1, MAX_DEGREE), "so_nodes": (1, 4096), "so_gbs": (1, 1 << 20), "so_v": (1, 16),
+    "so_tokens": (1, 10**15),
 }
 """Valid range of each checked input, by widget key (= URL parameter)."""
 

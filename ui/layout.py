@@ -24,6 +24,7 @@ from ui.hardware import KEYS as HARDWARE_KEYS
 from ui.hardware import Hardware, hardware_sidebar
 from ui.inputs import begin_run, stale_slot
 from ui.model_picker import PickedModel, model_sidebar
+from ui.scaleout import SCALEOUT_KEYS
 from ui.scenario_form import _targets_key, scenario_sidebar
 from ui.share import apply_pending_targets, read_query_params, write_query_params
 
@@ -58,7 +59,9 @@ _KEPT_KEYS = (
     "tc_size_mode", "tc_examples", "tc_avg_tokens", "tc_total_tokens", "tc_epochs", "tc_packing", "tc_runs", "tc_measured",
     "tc_fused", "tc_price_source", "tc_basis", "tc_max_gpus",
     # Memory page: the workload and serving (ui.scenario_form.inference_inputs)
-    "mem_workload", "inf_weight_precision", "inf_kv_dtype", "inf_concurrency", "inf_seq_len",
+    "mem_workload", "inf_weight_precision", "inf_kv_dtype", "inf_concurrency", "inf_seq_len", "inf_tp", "inf_util",
+    # Scale out page (ui.scaleout.layout_inputs and pages/scale_out.py)
+    *SCALEOUT_KEYS,
 )
 # Not the token field: re-assigning a widget's value sends it back to the browser in the widget message.
 

@@ -8,10 +8,35 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from engine.errors import ScenarioError
-from engine.scaleout.layout import Layout, Recompute, Schedule
+from engine.scaleout.exports import EXPORTERS
+from engine.scaleout.layout import ZERO_CHOICES, Layout, Recompute, Schedule
 from engine.units import Unit, to_unit
 from ui.inputs import checked_number
 from ui.tables import bytes_in, number_columns
+
+
+CHOICES: dict[str, tuple] = {
+    "so_tp": (1, 2, 4, 8), "so_cp": (1, 2, 4, 8, 16), "so_ep": (1, 2, 4, 8, 16, 32, 64), "so_gpn": (1, 2, 4, 8),
+    "so_zero": tuple(ZERO_CHOICES), "so_rec": tuple(r.value for r in Recompute),
+    "so_sched": tuple(s.value for s in Schedule if s is not Schedule.INTERLEAVED),
+    "so_fp8": ("off", "te", "torchao"), "so_export": tuple(sorted(EXPORTERS)),
+}
+"""Options of the page's select boxes, by widget key (= URL parameter, :mod:`ui.share`)."""
+NUMBERS = ("so_pp", "so_nodes", "so_gbs", "so_v", "so_tokens")
+"""Checked number inputs (ranges in :data:`ui.inputs.LIMITS`)."""
+FLAGS = ("so_sp", "so_master")
+SCALEOUT_KEYS = (*CHOICES, *NUMBERS, *FLAGS, "so_gpu")
+"""Every input of the Scale out page: kept across page switches (:mod:`ui.layout`) and written to the URL."""
+def use_layout(layout: Layout) -> None:
+    """Button callback (it runs before the rerun draws any widget, so it may set their values): make ``layout``, a
+    search result of this cluster, the page's inputs, its micro batch the sidebar's."""
+    st.session_state.update({
+        "micro_batch_size": layout.micro_batch_size,
+        "so_tp": layout.tensor_parallel, "so_pp": layout.pipeline_parallel, "so_cp": layout.context_parallel,
+        "so_ep": layout.expert_parallel, "so_zero": layout.zero, "so_rec": layout.recompute.value,
+        "so_v": layout.virtual_pipeline, "so_sp": layout.sequence_parallel,
+        **({"so_sched": layout.schedule.value} if layout.schedule is not Schedule.INTERLEAVED else {}),
+    })
 
 
 def layout_inputs(num_layers: int, micro_batch: int) -> tuple[dict, int, int]:
@@ -19,21 +44,21 @@ def layout_inputs(num_layers: int, micro_batch: int) -> tuple[dict, int, int]:
     is said so under its input and the last valid one is used (:func:`ui.inputs.checked_number`); a pipeline deeper
     than the model's ``num_layers`` is the engine's layout problem, which the page says."""
     c = st.columns(4)
-    tp = c[0].selectbox("Tensor parallel", [1, 2, 4, 8], index=0, key="so_tp")
+    tp = c[0].selectbox("Tensor parallel", list(CHOICES["so_tp"]), index=0, key="so_tp")
     pp = checked_number(c[1], "Pipeline parallel", "so_pp", 1, step=1, help=f"Pipeline stages; at most the model's "
                         f"{num_layers} layers.")
-    cp = c[2].selectbox("Context parallel", [1, 2, 4, 8, 16], index=0, key="so_cp")
-    ep = c[3].selectbox("Expert parallel", [1, 2, 4, 8, 16, 32, 64], index=0, key="so_ep")
+    cp = c[2].selectbox("Context parallel", list(CHOICES["so_cp"]), index=0, key="so_cp")
+    ep = c[3].selectbox("Expert parallel", list(CHOICES["so_ep"]), index=0, key="so_ep")
     c = st.columns(4)
     nodes = checked_number(c[0], "Nodes", "so_nodes", 1, step=1)
-    per_node = c[1].selectbox("GPUs per node", [1, 2, 4, 8], index=3, key="so_gpn")
+    per_node = c[1].selectbox("GPUs per node", list(CHOICES["so_gpn"]), index=3, key="so_gpn")
     gbs = checked_number(c[2], "Global batch (sequences)", "so_gbs", 64, step=1)
-    zero = c[3].selectbox("Data-parallel sharding", [0, 1, 3], index=1, key="so_zero",
-                          format_func=lambda z: {0: "DDP", 1: "ZeRO-1 / distributed optimizer", 3: "ZeRO-3 / FSDP"}[z])
+    zero = c[3].selectbox("Data-parallel sharding", list(CHOICES["so_zero"]), index=1, key="so_zero",
+                          format_func=ZERO_CHOICES.__getitem__)
     c = st.columns(4)
-    recompute = c[0].selectbox("Recompute", [r.value for r in Recompute], index=1, key="so_rec")
+    recompute = c[0].selectbox("Recompute", list(CHOICES["so_rec"]), index=1, key="so_rec")
     v = checked_number(c[1], "Virtual stages (interleaved)", "so_v", 1, step=1)
-    schedule = c[2].selectbox("Schedule", [s.value for s in Schedule if s is not Schedule.INTERLEAVED], key="so_sched")
+    schedule = c[2].selectbox("Schedule", list(CHOICES["so_sched"]), key="so_sched")
     sp = c[3].checkbox("Sequence parallel", value=tp > 1, key="so_sp", disabled=tp == 1)
     world = int(nodes) * int(per_node)
     fields = dict(tensor_parallel=tp, pipeline_parallel=int(pp), context_parallel=cp, expert_parallel=ep,
@@ -58,16 +83,24 @@ def stage_bars(stages: list[dict], labels: dict[str, str], unit: Unit) -> go.Fig
 
 CANDIDATE_COLUMNS = {"GPUs": ("GPUs", "count"), "device_bytes": ("most loaded rank, nvidia-smi", "bytes"),
                      "step_s": ("step", "seconds"), "tokens_per_second": ("tokens/s", "tokens_per_second"),
-                     "usd_per_million_tokens": ("cost per million tokens", "usd")}
+                     "usd_per_million_tokens": ("cost per million tokens", "usd"), "hours": ("dataset", "hours"),
+                     "gpu_hours": ("dataset", "gpu_hours"), "cost_usd_on_demand": ("dataset on demand", "usd"),
+                     "cost_usd_spot": ("dataset spot", "usd")}
 
 
-def candidates_table(rows: list, unit: Unit, key: str, limit: int = 200) -> None:
-    """The search results as a table (fits first): every number column in one format, bytes in ``unit``."""
+def candidates_table(rows: list, unit: Unit, key: str, limit: int = 200, runs: list | None = None) -> None:
+    """The search results as a table (fits first): every number column in one format, bytes in ``unit``; ``runs``
+    (:func:`engine.plan.layout_cost.candidate_runs` of the same rows) adds the dataset's hours and cost."""
+    runs = runs if runs is not None else [None] * len(rows)
     frame = pd.DataFrame([{
         "layout": c.layout.label() if c.fits or c.peak_allocated_bytes else str(c.layout.model_dump(exclude_none=True)),
-        "GPUs": c.layout.world_size, "fits": c.fits, "device_bytes": c.device_bytes or None, "step_s": c.step_s,
-        "tokens_per_second": c.tokens_per_second, "usd_per_million_tokens": c.usd_per_million_tokens, "why not": c.reason,
-    } for c in rows[:limit]], columns=["layout", "GPUs", "fits", *list(CANDIDATE_COLUMNS)[1:], "why not"])
+        "GPUs": c.layout.world_size, "fits": "fits" if c.fits else "does not fit", "device_bytes": c.device_bytes or None,
+        "step_s": c.step_s, "tokens_per_second": c.tokens_per_second if c.fits else None,
+        "usd_per_million_tokens": c.usd_per_million_tokens if c.fits else None,
+        "hours": r.hours if r else None, "gpu_hours": r.gpu_hours if r else None,
+        "cost_usd_on_demand": r.cost_usd_on_demand if r else None, "cost_usd_spot": r.cost_usd_spot if r else None,
+        "why not": c.reason,
+    } for c, r in zip(rows[:limit], runs[:limit])], columns=["layout", "GPUs", "fits", *list(CANDIDATE_COLUMNS)[1:], "why not"])
     st.dataframe(bytes_in(frame, ["device_bytes"], unit), hide_index=True, key=key,
                  column_config=number_columns(CANDIDATE_COLUMNS, unit))
 

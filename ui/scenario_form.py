@@ -152,8 +152,18 @@ def inference_inputs(max_context: int | None) -> InferenceScenario | None:
     conc = checked_number(c3, "Concurrent sequences", "inf_concurrency", 1, step=1)
     seq = checked_number(c4, "Context per sequence", "inf_seq_len", min(8192, max_context or 8192), step=1024,
                          help="Prompt + generated tokens of each sequence.")
+    st.session_state.setdefault("inf_tp", 1)
+    st.session_state.setdefault("inf_util", 0.9)
+    c1, c2, _, _ = st.columns(4)
+    tp = c1.selectbox("Tensor parallel (GPUs per replica)", [1, 2, 4, 8, 16], key="inf_tp",
+                      help="vLLM tensor_parallel_size / TGI --num-shard: weights and KV heads split over these GPUs of the "
+                           "sidebar's kind; the memory shown is one GPU's.")
+    util = checked_number(c2, "GPU memory utilization", "inf_util", 0.9, step=0.05,
+                          help="vLLM's gpu_memory_utilization (default 0.9): the share of each GPU's memory for weights, "
+                               "activations and KV cache; the KV-cache budget and the most sequences use it.")
     try:
-        return InferenceScenario.build(weight_precision=None if wp == AS_STORED else wp, kv_cache_dtype=kv, concurrency=int(conc), seq_len=int(seq))
+        return InferenceScenario.build(weight_precision=None if wp == AS_STORED else wp, kv_cache_dtype=kv, concurrency=int(conc),
+                                       seq_len=int(seq), tensor_parallel=int(tp), gpu_memory_utilization=float(util))
     except ScenarioError as exc:
         st.error(f"This serving scenario is not valid: {exc}")
         return None

@@ -22,6 +22,7 @@ from engine.secrets import REDACTED, looks_like_token
 from engine.scenario.training import Attention, Framework, Method, QuantType, Scenario
 from engine.memory.inference import KvCacheDtype, WeightPrecision
 from ui.inputs import LIMITS, valid_value
+from ui.scaleout import CHOICES as SCALEOUT_CHOICES, FLAGS as SCALEOUT_FLAGS, NUMBERS as SCALEOUT_NUMBERS
 from ui.scenario_form import AS_STORED, WORKLOADS
 
 _READ_FLAG = "_query_params_read"
@@ -118,6 +119,19 @@ def _gpu(text: str) -> str | _Noted:
     return gpu.name if note is None else _Noted(gpu.name, note)
 
 
+def _enum_values_int(values: tuple[int, ...]) -> Callable[[str], int]:
+    """One of the integer options of a selectbox."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value not in values:
+            raise ValueError("must be one of " + ", ".join(str(v) for v in values))
+        return value
+    return parse
+
+
 def _limited(key: str) -> Callable[[str], Any]:
     lo, hi = LIMITS[key]
     return _int(lo, hi) if isinstance(lo, int) and isinstance(hi, int) else _float(lo, hi)
@@ -138,6 +152,10 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     # Memory page: the workload and the serving inputs (ui.scenario_form.inference_inputs)
     "mem_workload": _choice(WORKLOADS), "inf_weight_precision": _weight_precision, "inf_kv_dtype": _enum(KvCacheDtype),
     "inf_concurrency": _limited("inf_concurrency"), "inf_seq_len": _limited("inf_seq_len"),
+    "inf_tp": _enum_values_int((1, 2, 4, 8, 16)), "inf_util": _limited("inf_util"),
+    # Scale out page (ui.scaleout): the layout, the cluster, FP8, master weights and the export shown
+    **{k: (_enum_values_int(v) if isinstance(v[0], int) else _enum_values(v)) for k, v in SCALEOUT_CHOICES.items()},
+    **{k: _limited(k) for k in SCALEOUT_NUMBERS}, **{k: _bool for k in SCALEOUT_FLAGS}, "so_gpu": _gpu,
 }
 LEGACY = {"mem_num_gpus": "num_gpus", "mem_gpus_per_node": "gpus_per_node", "mem_strategy": "strategy",
           "mem_offload": "offload", "tc_gpu": "gpu", "tc_num_gpus": "num_gpus", "tc_strategy": "strategy"}

@@ -1,6 +1,7 @@
 """``python -m engine estimate``: peak training memory by component (JSON, bytes); with ``--gpu`` the fit and the
-per-GPU split of a multi-GPU strategy; with a dataset size the training time and cost; ``--method inference``
-gives serving memory instead.
+per-GPU split of a multi-GPU strategy; with a dataset size the training time and cost; a parallel layout
+(:mod:`engine.cli.scaleout`) its per-rank memory, step time and, with a dataset, hours and cost; ``--method inference``
+gives serving memory, over tensor-parallel GPUs, and its speed instead (:mod:`engine.cli.serving`).
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from engine.cli.options import (
     add_time_cost_options, dataset_from_args, emit_json, fail, gpus_per_node, load_model, scenario_from_args,
 )
 from engine.cli.from_config import imported_run
+from engine.cli.serving import serving_json
 from engine.cli.gpu_name import warn_gpu_name
 from engine.errors import EngineError, ScenarioError
 from engine.hardware.gpus import find_gpu
 from engine.memory.components import PHASES
 from engine.memory.estimate import estimate_memory
-from engine.memory.inference import InferenceScenario, estimate_inference, inference_limits, kv_cache_bytes_per_token, sliding_window_layers
 from engine.memory.parallel import Offload, Strategy, deepspeed_estimate, device_memory_per_gpu, plan_parallel
 from engine.memory.seed_rules import seed_quick_rule
 from engine.model.architecture import Architecture
@@ -59,20 +60,24 @@ def run(args: argparse.Namespace) -> int:
         if args.method == INFERENCE:
             if dataset_from_args(args) is not None:
                 raise ScenarioError("time and cost options are for training, not --method inference")
-            out = _inference_json(arch, origin, args)
+            out = serving_json(arch, origin, args)
         elif scaleout.requested(args):
             fp8 = scaleout.take_fp8(args)
-            scenario = scenario_from_args(args)
-            if dataset_from_args(args) is not None:
-                raise ScenarioError("time and cost of a dataset are not modelled for a parallel layout yet; "
-                                    "see step_time (tokens per second) in the output")
+            scenario, precision_note = scaleout.layout_scenario(scenario_from_args(args), args)
+            dataset = dataset_from_args(args, step_time_options=True)
+            if dataset is not None and args.gpu is None:
+                raise ScenarioError("a dataset size needs --gpu to estimate time and cost")
             out = _estimate_json(arch, origin, scenario)
             out["single_gpu_total_bytes"] = out["total_bytes"]
-            out.update(scaleout.scaleout_json(arch, scenario, args, fp8))
+            if precision_note:
+                out["precision_note"] = precision_note
+            out.update(scaleout.scaleout_json(arch, scenario, args, fp8, dataset))
             scaleout.warn(out)
         else:
-            if any(getattr(args, k) is not None for k in ("concurrency", "kv_cache_dtype", "weight_precision")):
-                raise ScenarioError("--concurrency, --kv-cache-dtype and --weight-precision need --method inference")
+            if any(getattr(args, k) is not None for k in ("concurrency", "kv_cache_dtype", "weight_precision",
+                                                          "gpu_memory_utilization")):
+                raise ScenarioError("--concurrency, --kv-cache-dtype, --weight-precision and --gpu-memory-utilization "
+                                    "need --method inference")
             scenario = imported_scenario if imported is not None else scenario_from_args(args)
             dataset = dataset_from_args(args)
             out = _estimate_json(arch, origin, scenario, find_gpu(args.gpu) if args.gpu is not None else None)
@@ -179,53 +184,13 @@ def _per_gpu_json(arch: Architecture, scenario: Scenario, args: argparse.Namespa
         "gathered_unit": plan.gathered_unit or None,
         "replicated_quantized_weights_bytes": round(plan.replicated_quantized_bytes),
         "replicated_quantized_weights": plan.replicated_note or None,
+        "quant_storage_note": plan.storage_note or None,
         "comm_buckets": plan.bucket_note or None,
         "deepspeed_estimate": None if ds is None else {
             "function": ds.function, "gpu_bytes_per_gpu": ds.gpu_bytes_per_gpu, "cpu_bytes_per_node": ds.cpu_bytes_per_node,
             "note": ds.note,
         },
     }
-
-
-def _inference_json(arch: Architecture, origin: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    if args.strategy not in (None, "ddp") or args.offload not in (None, "none"):
-        raise ScenarioError("--method inference serves one replica per GPU: --strategy and --offload do not apply")
-    fields: dict[str, Any] = {"seq_len": args.seq_len}
-    for name in ("concurrency", "kv_cache_dtype", "weight_precision"):
-        if getattr(args, name) is not None:
-            fields[name] = getattr(args, name)
-    isc = InferenceScenario.build(**fields)
-    est = estimate_inference(arch, isc)
-    out: dict[str, Any] = {
-        "source": origin,
-        "scenario": {"method": INFERENCE, **isc.model_dump(mode="json")},
-        "total_parameters": est.total_parameters,
-        "trainable_parameters": 0,
-        "components": {k: round(v) for k, v in est.components.items()},
-        "total_bytes": round(est.total_bytes),
-        "peak_phase": est.peak_phase,
-        "phase_totals_bytes": {ph: round(est.phase_total(ph)) for ph in est.phases},
-        "kv_cache_bytes_per_token": kv_cache_bytes_per_token(arch, isc.kv_cache_dtype),
-        "sliding_window_layers": sliding_window_layers(arch),
-        "formulas": {p.key: p.formula for p in est.parts},
-        "cpu_bytes": 0,
-        "warnings": list(est.warnings),
-        "assumptions": list(est.assumptions),
-        "not_modelled": list(est.not_modelled),
-    }
-    if args.gpu is not None:
-        gpu = find_gpu(args.gpu)
-        fit = check_fit(arch, isc, gpu, Strategy.DDP, args.num_gpus or 1, estimate=est)
-        lim = inference_limits(arch, isc, gpu.usable_memory_bytes)
-        out.update({
-            "gpu": {"name": gpu.name, "usable_memory_bytes": gpu.usable_memory_bytes, "memory_bytes": gpu.memory_bytes},
-            "num_gpus": fit.num_gpus, "strategy": "replicas", "per_gpu_peak_bytes": round(fit.peak_bytes), "fits": fit.fits,
-            "verdict": fit.verdict.value, "headroom_bytes": round(fit.headroom_bytes), "min_gpus": fit.min_gpus, "gpu_warnings": list(fit.warnings),
-            "max_seq_len": lim.max_seq_len, "max_concurrency": lim.max_concurrency,
-        })
-    elif args.num_gpus is not None:
-        raise ScenarioError("--num-gpus needs --gpu")
-    return out
 
 
 def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Dataset, args: argparse.Namespace) -> dict[str, Any]:

@@ -63,6 +63,8 @@ def add_scenario_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", choices=[m.value for m in Method], default=d.method.value, help=f"full fine-tuning, LoRA, QLoRA or another PEFT method (default: {d.method.value})")
     p.add_argument("--precision", choices=[m.value for m in PrecisionMode], default=None,
                    help="fp32; amp_bf16/amp_fp16 = mixed precision with fp32 weights; bf16/fp16 = pure 16-bit weights "
+                        "(no fp32 copy; with a layout's --master-weights, bf16 and amp_bf16 are both Megatron-LM's --bf16: a "
+                        "bf16 model with fp32 master weights and gradients, fp16 and amp_fp16 its --fp16) "
                         "(default: the method's usual one: " + ", ".join(f"{m.value} {p.value}" for m, p in DEFAULT_PRECISION.items()) + ")")
     p.add_argument("--optimizer", choices=[o.value for o in Optimizer], default=d.optimizer.value, help="optimizer (default: %(default)s; adamw is torch foreach)")
     p.add_argument("--micro-batch-size", type=int, default=d.micro_batch_size, metavar="N", help="sequences per forward pass per GPU (default: %(default)s)")
@@ -77,9 +79,10 @@ def add_scenario_options(p: argparse.ArgumentParser) -> None:
                    help="comma-separated target modules, e.g. q_proj,v_proj, or all-linear (default: the attention projections)")
     p.add_argument("--quant-type", choices=[q.value for q in QuantType], default=d.quant_type.value, help="QLoRA base quantization: 4-bit nf4/fp4 or 8-bit int8 (LLM.int8) (default: %(default)s)")
     p.add_argument("--no-double-quant", action="store_true", help="QLoRA without double quantization")
-    p.add_argument("--quant-storage", choices=[q.value for q in QuantStorage], default=d.quant_storage.value,
+    p.add_argument("--quant-storage", choices=[q.value for q in QuantStorage], default=None,
                    help="QLoRA bnb_4bit_quant_storage: FSDP/ZeRO-3 shard the 4-bit base only in a float dtype, e.g. bf16 "
-                        "(default: %(default)s, as transformers)")
+                        f"(default: {d.quant_storage.value}, as transformers; under zero3 / fsdp_full_shard the compute dtype, "
+                        "as the FSDP-QLoRA recipe, said in quant_storage_note)")
     p.add_argument("--no-prepare-kbit", action="store_true", help="QLoRA without prepare_model_for_kbit_training (no fp32 upcast)")
     p.add_argument("--framework", choices=[f.value for f in Framework], default=d.framework.value,
                    help="training stack: hf = transformers + PEFT + Trainer; litgpt; torchtune (default: %(default)s)")
@@ -97,6 +100,8 @@ SCENARIO_FIELDS = (
 
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
     fields = {name: getattr(args, name) for name in SCENARIO_FIELDS}
+    if fields["quant_storage"] is None:  # unset: the multi-GPU split picks it (engine.memory.qlora_storage)
+        del fields["quant_storage"]
     fields.update(peft_fields(args))
     return Scenario.build(
         **fields,
@@ -125,9 +130,14 @@ def add_parallel_inference_options(p: argparse.ArgumentParser) -> None:
                    help="move optimizer states (and with zero3/fsdp_full_shard, weights) to CPU memory (default: none)")
     g.add_argument("--gpus-per-node", type=int, default=None, metavar="N",
                    help="GPUs per node, for the CPU memory per node of offload (default: min(num GPUs, 8))")
-    s = p.add_argument_group("serving (--method inference; --seq-len is the context per sequence)")
+    s = p.add_argument_group("serving (--method inference; --seq-len is the context per sequence; --tensor-parallel N "
+                             "splits one replica over N GPUs, vLLM tensor_parallel_size / TGI --num-shard; --num-gpus "
+                             "alone takes the fewest that fit)")
     s.add_argument("--concurrency", type=int, default=None, metavar="N", help="sequences served at once (default 1)")
     s.add_argument("--kv-cache-dtype", choices=[k.value for k in KvCacheDtype], default=None, help="KV cache element type (default bf16)")
+    s.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="X",
+                   help="with --gpu: vLLM's gpu_memory_utilization, the share of the GPU's memory for weights, activations "
+                        "and KV cache (vLLM's default 0.9; default here: all of the usable memory, as TGI)")
     s.add_argument("--weight-precision", choices=[w.value for w in WeightPrecision], default=None,
                    help="serving precision of the linear weights: bf16, fp16, int8, fp8, int4 (GPTQ/AWQ group 128) (default: as the "
                         "checkpoint stores them (its quantization_config), bf16 when not quantized)")
@@ -162,10 +172,13 @@ def add_time_cost_options(p: argparse.ArgumentParser) -> None:
 TIME_COST_OPTIONS = ("dataset_tokens", "examples", "avg_tokens", "epochs", "runs", "measured_tokens_per_second", "price_source")
 
 
-def dataset_from_args(args: argparse.Namespace) -> Dataset | None:
-    """The dataset of the time/cost options, None when no size is given; ScenarioError on a bad combination."""
+def dataset_from_args(args: argparse.Namespace, step_time_options: bool = False) -> Dataset | None:
+    """The dataset of the time/cost options, None when no size is given; ScenarioError on a bad combination.
+    ``step_time_options``: the estimate has a step time without a dataset (a parallel layout), so
+    ``--fused-kernels`` alone is one of its settings, not a time-and-cost option."""
     if args.dataset_tokens is None and args.examples is None and args.avg_tokens is None:
-        if any(getattr(args, k) is not None for k in TIME_COST_OPTIONS) or args.no_packing or args.fused_kernels:
+        if (any(getattr(args, k) is not None for k in TIME_COST_OPTIONS) or args.no_packing
+                or (args.fused_kernels and not step_time_options)):
             raise ScenarioError("time and cost options need a dataset size: --dataset-tokens N, or --examples N --avg-tokens T")
         return None
     if args.dataset_tokens is not None and (args.examples is not None or args.avg_tokens is not None):

@@ -14,7 +14,9 @@ from engine.cli.options import (
     add_gpu_options, add_model_options, add_scenario_options, add_time_cost_options, dataset_from_args, emit_bytes,
     fail, load_model, scenario_from_args,
 )
+import engine.cli.scaleout as scaleout
 from engine.cli.gpu_name import warn_gpu_name
+from engine.cli.plan_layout import layout_plan_csv
 from engine.errors import CatalogError, EngineError, ScenarioError, explain_validation
 from engine.hardware.gpus import find_gpu
 from engine.memory.parallel import Strategy
@@ -31,6 +33,7 @@ def add_parser(sub: Any) -> None:
     add_scenario_options(p)
     add_gpu_options(p)
     add_time_cost_options(p)
+    scaleout.add_scaleout_options(p)  # a layout: one row of its plan (engine.cli.plan_layout)
     g = p.add_argument_group("plans CSV")
     g.add_argument("--input", metavar="CSV", default=None,
                    help="a plans CSV to re-validate and recompute (instead of --model/--config and the scenario options); "
@@ -75,12 +78,16 @@ def run(args: argparse.Namespace) -> int:
             if not (args.model or args.config):
                 raise ScenarioError("give --model or --config (or --input plans.csv)")
             arch, config, origin = load_model(args)
+            layout = scaleout.requested(args)
+            fp8 = scaleout.take_fp8(args) if layout else None  # --precision fp8: FP8 matmuls on mixed bf16
             scenario = scenario_from_args(args)
-            dataset = dataset_from_args(args)
+            dataset = dataset_from_args(args, step_time_options=layout)
             if args.gpu is None or dataset is None:
                 raise ScenarioError("a plan needs --gpu and a dataset size (--dataset-tokens, or --examples and --avg-tokens)")
             gpu = find_gpu(args.gpu)
             repo = args.model or origin.get("name") or "config.json"
+            if layout:
+                return emit_bytes(layout_plan_csv(arch, scenario, dataset, args, repo, fp8), args.output)
             factor = 1.0
             if args.measured_tokens_per_second is not None:  # calibrate to the user's run of this very plan
                 raw = estimate_plan(arch, scenario, dataset, gpu, args.num_gpus or 1, Strategy(args.strategy or "ddp"),

@@ -2,6 +2,12 @@
 --expert-parallel N --sequence-parallel --recompute {none,selective,selective_op,full} --virtual-pipeline N --num-nodes N`` and
 ``--precision fp8 --fp8-recipe te|torchao`` (:mod:`engine.scaleout`).
 
+``--strategy`` ddp, zero1 (the distributed optimizer), zero2 / fsdp_shard_grad_op or zero3 / fsdp_full_shard shards
+over DP x CP; ``--fused-kernels`` and ``--tp-comm-overlap`` set the step time's kernels and TP overlap; a dataset size
+adds ``tokens_per_second``, ``hours``, ``gpu_hours``, ``cost_usd_on_demand``, ``cost_usd_spot``
+(:mod:`engine.plan.layout_cost`). ``--master-weights`` with bf16 or amp_bf16 (fp16 or amp_fp16) is one run, Megatron-LM's
+``--bf16`` (``--fp16``), said in ``precision_note``; with fp32 or a PEFT method it exits 2.
+
 JSON adds ``per_rank`` (one entry per pipeline stage: ``stage``, ``peak_allocated_bytes``, ``components``),
 ``max_rank_peak_allocated_bytes``, ``megatron_estimate_bytes`` (Megatron-LM's own ``theoretical_memory_usage``
 for the same settings) with the differences explained, the collectives of a step, the pipeline bubble and, with
@@ -20,14 +26,19 @@ from engine.memory.parallel import Strategy
 from engine.model.architecture import Architecture
 from engine.scaleout.estimate import LayoutEstimate, estimate_layout
 from engine.scaleout.exports import EXPORTERS, export_layout
+from engine.plan.cost import CHEAPEST_LISTED, Dataset
+from engine.plan.layout_cost import LayoutRun, layout_run
 from engine.plan.verdict import fit_verdict
 from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.layout import Layout, Recompute, Schedule
+from engine.scaleout.memory import with_master_weights
+from engine.scenario.precision import PrecisionMode
 from engine.scaleout.step_time import DEFAULT_INTER_NODE_GBITS, Cluster
 from engine.scenario.training import Scenario
 
 FP8 = "fp8"
-_ZERO = {Strategy.DDP: 0, Strategy.ZERO1: 1, Strategy.ZERO3: 3, Strategy.FSDP_FULL_SHARD: 3}
+_ZERO = {Strategy.DDP: 0, Strategy.ZERO1: 1, Strategy.ZERO2: 2, Strategy.FSDP_SHARD_GRAD_OP: 2, Strategy.ZERO3: 3,
+         Strategy.FSDP_FULL_SHARD: 3}
 _FLAGS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel", "virtual_pipeline",
           "num_nodes", "recompute", "recompute_layers", "global_batch_size", "pipeline_schedule", "fp8_recipe",
           "export", "moe_capacity_factor", "inter_node_gbits")
@@ -62,14 +73,18 @@ def add_scaleout_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--fp8-recipe", choices=[r.value for r in Fp8Recipe], default=None,
                    help="with --precision fp8: te (TransformerEngine) or torchao (float8) (default te)")
     g.add_argument("--master-weights", action="store_true",
-                   help="16-bit model + fp32 master weights and gradients (Megatron-LM --bf16, torchtitan FSDP2) instead of "
-                        "the Hugging Face Trainer's autocast")
+                   help="16-bit model + fp32 master weights and gradients (Megatron-LM --bf16 / --fp16, torchtitan FSDP2) "
+                        "instead of the Hugging Face Trainer's autocast: --precision bf16 or amp_bf16 (the same run), fp16 or "
+                        "amp_fp16, or fp8 (over bf16); refused with fp32 and with LoRA/QLoRA (exit 2)")
+    g.add_argument("--tp-comm-overlap", action="store_true",
+                   help="tensor-parallel collectives overlapped with the GEMMs (Megatron-LM --tp-comm-overlap, torchtitan AsyncTP)")
     g.add_argument("--export", choices=sorted(EXPORTERS), default=None, help="print launch settings for this engine")
 
 
 def requested(args: argparse.Namespace) -> bool:
     """Whether the command line asks for a layout estimate."""
-    return args.precision == FP8 or args.sequence_parallel or args.master_weights or any(getattr(args, k) is not None for k in _FLAGS)
+    return (args.precision == FP8 or args.sequence_parallel or args.master_weights or args.tp_comm_overlap
+            or any(getattr(args, k) is not None for k in _FLAGS))
 
 
 def take_fp8(args: argparse.Namespace) -> Fp8Recipe | None:
@@ -78,14 +93,28 @@ def take_fp8(args: argparse.Namespace) -> Fp8Recipe | None:
         if args.fp8_recipe is not None:
             raise ScenarioError("--fp8-recipe needs --precision fp8")
         return None
-    args.precision = "amp_bf16"
+    args.precision, args.typed_precision = "amp_bf16", FP8
     return Fp8Recipe(args.fp8_recipe or "te")
+
+
+def layout_scenario(scenario: Scenario, args: argparse.Namespace) -> tuple[Scenario, str | None]:
+    """The scenario a layout trains and, with ``--master-weights``, the sentence that says what the precision means:
+    ``bf16`` and ``amp_bf16`` name the same Megatron-LM ``--bf16`` run (:func:`engine.scaleout.memory.with_master_weights`,
+    which also refuses fp32 and LoRA/QLoRA with master weights)."""
+    if not args.master_weights:
+        return scenario, None
+    typed = getattr(args, "typed_precision", None) or scenario.precision.value
+    scenario = with_master_weights(scenario, True)
+    bits = "bf16" if scenario.precision is PrecisionMode.AMP_BF16 else "fp16"
+    return scenario, (f"--precision {typed} --master-weights: a {bits} model and activations with fp32 master "
+                      f"weights, fp32 gradients and Adam states in the optimizer (Megatron-LM --{bits}); the scenario "
+                      f"is shown as {scenario.precision.value}, the same run")
 
 
 def layout_from_args(args: argparse.Namespace, scenario: Scenario) -> tuple[Layout, int]:
     """The layout and its GPU count from the options."""
     tp, pp, cp = args.tensor_parallel or 1, args.pipeline_parallel or 1, args.context_parallel or 1
-    per_node = args.gpus_per_node or 8
+    per_node = getattr(args, "gpus_per_node", None) or 8  # the plan verb has no --gpus-per-node: nodes of 8
     if args.num_nodes is not None and args.num_gpus is not None and args.num_gpus != args.num_nodes * per_node:
         raise ScenarioError(f"--num-gpus {args.num_gpus} disagrees with --num-nodes x --gpus-per-node = {args.num_nodes * per_node}")
     world = args.num_gpus or (args.num_nodes * per_node if args.num_nodes else tp * pp * cp)
@@ -93,8 +122,8 @@ def layout_from_args(args: argparse.Namespace, scenario: Scenario) -> tuple[Layo
         raise ScenarioError(f"{world} GPUs are not a multiple of TP x PP x CP = {tp * pp * cp}")
     strategy = Strategy(args.strategy or "ddp")
     if strategy not in _ZERO:
-        raise ScenarioError(f"--strategy {strategy.value} with a parallel layout: use ddp, zero1 (distributed optimizer) "
-                            "or zero3 / fsdp_full_shard")
+        raise ScenarioError(f"--strategy {strategy.value} with a parallel layout: use ddp, zero1 (distributed optimizer), "
+                            "zero2 / fsdp_shard_grad_op or zero3 / fsdp_full_shard")
     dp = world // (tp * pp * cp)
     gbs = args.global_batch_size or scenario.micro_batch_size * dp * scenario.gradient_accumulation_steps
     layout = Layout.build(
@@ -108,8 +137,9 @@ def layout_from_args(args: argparse.Namespace, scenario: Scenario) -> tuple[Layo
     return layout, per_node
 
 
-def scaleout_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace, fp8: Fp8Recipe | None) -> dict[str, Any]:
-    """The layout's JSON fields (see the module docstring)."""
+def scaleout_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace, fp8: Fp8Recipe | None,
+                  dataset: Dataset | None = None) -> dict[str, Any]:
+    """The layout's JSON fields (see the module docstring); with ``dataset`` (and ``--gpu``) its hours and cost."""
     layout, per_node = layout_from_args(args, scenario)
     cluster = None
     if args.gpu is not None:
@@ -118,16 +148,22 @@ def scaleout_json(arch: Architecture, scenario: Scenario, args: argparse.Namespa
         cluster = Cluster(gpu=find_gpu(args.gpu), nodes=max(1, layout.world_size // per_node),
                           gpus_per_node=min(per_node, layout.world_size),
                           inter_node_gbits=args.inter_node_gbits or DEFAULT_INTER_NODE_GBITS)
-    est = estimate_layout(arch, scenario, layout, cluster, fp8, master_weights=args.master_weights)
-    out = _memory_json(est)
+    est = estimate_layout(arch, scenario, layout, cluster, fp8, master_weights=args.master_weights,
+                          fused_kernels=args.fused_kernels, tp_comm_overlap=args.tp_comm_overlap)
+    out = _memory_json(est, scenario.method.value)
     if cluster is not None:
         out.update(_fit_time_json(est, cluster))
+        for col_json, col in zip(out["collectives"], est.collectives):  # the catalog's name of the link it crosses
+            col_json["link_name"] = cluster.link(col).name
+        if dataset is not None:
+            out.update(_time_cost_json(layout_run(est, cluster, dataset, scenario.seq_len,
+                                                  args.price_source or CHEAPEST_LISTED), dataset, scenario))
     if args.export:
         out["export"] = export_layout(args.export, arch, scenario, layout, fp8)
     return out
 
 
-def _memory_json(est: LayoutEstimate) -> dict[str, Any]:
+def _memory_json(est: LayoutEstimate, method: str) -> dict[str, Any]:
     mem, meg, layout = est.memory, est.megatron, est.layout
     first, worst = mem.stages[0], mem.max_stage
     return {
@@ -153,6 +189,7 @@ def _memory_json(est: LayoutEstimate) -> dict[str, Any]:
         "megatron_estimate": {
             "weight_and_optimizer_bytes": round(meg.weight_and_optimizer_bytes),
             "activation_bytes": round(meg.activation_bytes or 0), "branch": meg.branch, "note": meg.note,
+            "applies_to": meg.applies_to, "caveat": meg.caveat(method),
             "ours_first_stage_allocated_bytes": round(first.peak_allocated_bytes),
             "differences": [
                 "ours counts the blocks' saved tensors module by module (engine.memory.activations; Hugging Face "
@@ -183,6 +220,23 @@ def _fit_time_json(est: LayoutEstimate, cluster: Cluster) -> dict[str, Any]:
         "step_time": None if t is None else {**t.model_dump(mode="json"),
                                              "note": "engine.time's step-time model on the rank's shapes and links: "
                                                      "engine.scaleout.step_time (see its docstring)"},
+    }
+
+
+def _time_cost_json(run: LayoutRun, dataset: Dataset, scenario: Scenario) -> dict[str, Any]:
+    """The one-GPU estimate's time and cost fields (``tokens_per_second`` of all GPUs, ``hours``, ``gpu_hours``,
+    ``cost_usd_on_demand``, ``cost_usd_spot``, ``cost_reason``) for the layout, with ``time_cost``'s details."""
+    r, price = run.run, run.price
+    return {
+        "tokens_per_second": r.tokens_per_second, "hours": r.hours, "gpu_hours": r.gpu_hours,
+        "cost_usd_on_demand": r.cost_usd_on_demand, "cost_usd_spot": r.cost_usd_spot, "cost_reason": price.reason,
+        "time_cost": {
+            "tokens": r.tokens, "tokens_per_epoch": dataset.tokens_per_epoch(scenario.seq_len), "epochs": dataset.epochs,
+            "runs": dataset.runs, "num_gpus": run.num_gpus, "price_source": price.source,
+            "on_demand_usd_per_gpu_hour": price.on_demand_usd_per_hour, "on_demand_source": price.on_demand_source,
+            "spot_usd_per_gpu_hour": price.spot_usd_per_hour, "spot_source": price.spot_source, "price_date": price.date,
+            "fits": run.fits, "verdict": run.verdict.value, "notes": list(run.notes),
+        },
     }
 
 

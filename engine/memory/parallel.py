@@ -88,6 +88,7 @@ from engine.errors import ScenarioError
 from engine.memory.device import DeviceMemory, device_memory
 from engine.memory.result import MemoryEstimate
 from engine.memory.components import Phase
+from engine.memory.qlora_storage import sharded_quant_storage
 from engine.memory.weights import quantized_bytes_per_param, split_tensors
 from engine.scenario.precision import precision_spec
 from engine.scenario.training import Framework, Method, QuantType, Scenario
@@ -231,6 +232,8 @@ class ParallelPlan(BaseModel):
     replicated_quantized_bytes: float = 0.0
     """Frozen quantized weights every GPU holds whole although the strategy shards weights (see the module docstring)."""
     replicated_note: str = ""
+    storage_note: str = ""
+    """Said when QLoRA's 4-bit storage was taken as the compute dtype (:mod:`engine.memory.qlora_storage`)."""
 
     def per_gpu_bytes(self, num_gpus: int) -> float:
         """Peak bytes on each of ``num_gpus`` GPUs: the largest phase's total."""
@@ -386,6 +389,9 @@ def plan_parallel(
     bucket = 0.0
     bucket_note = ""
     full_shard = strategy in FULL_SHARD and not inference
+    storage_note = ""
+    if full_shard:  # QLoRA without a named bnb_4bit_quant_storage: the FSDP recipe's compute dtype (said in the plan)
+        scenario, storage_note = sharded_quant_storage(scenario)
     kept_whole, kept_params, kept_why = (replicated_quantized_weights(arch, scenario) if full_shard else (0.0, 0, ""))
     if full_shard:
         params, unit_desc = gathered_parameters(arch)
@@ -461,7 +467,7 @@ def plan_parallel(
             if kept_whole else "")
     return ParallelPlan(strategy=strategy, offload=offload, phases=tuple(phases), gathered_bytes=gathered,
                         gathered_unit=unit_desc, bucket_bytes=bucket, bucket_note=bucket_note,
-                        replicated_quantized_bytes=kept_whole, replicated_note=note)
+                        replicated_quantized_bytes=kept_whole, replicated_note=note, storage_note=storage_note)
 
 
 def _deepspeed_master_split(est: MemoryEstimate, arch: Architecture, scenario: Scenario, strategy: Strategy) -> tuple[float, float] | None:

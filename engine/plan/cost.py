@@ -346,7 +346,7 @@ def estimate_plan(
     quote = quote_price(gpu, price_source, prices)
     run = run_cost(dataset, sc.seq_len, tp.tokens_per_second, num_gpus, quote.on_demand_usd_per_hour, quote.spot_usd_per_hour)
     notes = [n for n in (tp.peak.note, *fit.warnings, *dataset.token_notes(sc.seq_len)) if n]
-    if num_gpus > 1 and tp.step.link and not tp.step.link.startswith("NVLink"):
+    if num_gpus > 1 and tp.step.link and tp.step.link.startswith(("PCIe", "InfiniBand")):
         notes.append(f"{strategy.value} traffic between the {num_gpus} GPUs goes over {tp.step.link}")
     return PlanEstimate(
         gpu=gpu.name, num_gpus=num_gpus, strategy=strategy, fits=fit.fits, verdict=fit.verdict,

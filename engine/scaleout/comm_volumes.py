@@ -211,9 +211,10 @@ def data_parallel_collectives(arch: Architecture, layout: Layout, split: Paramet
                                   params * w, 2 * m, n, link, True, "PyTorch FSDP2; Rajbhandari et al. 2020 sec. 7", rpn))
             out.append(Collective("dp", f"FSDP gradient reduce-scatters ({label}, fp32)", "reduce_scatter", params * 4, m, n,
                                   link, True, "torchtitan mixed_precision_reduce float32", rpn))
-        elif layout.zero == 1:
+        elif layout.zero in (1, 2):  # ZeRO-2 reduce-scatters the same gradients into partitions it keeps
             out.append(Collective("dp", f"gradient reduce-scatter ({label}, fp32)", "reduce_scatter", params * 4, 1, n, link,
-                                  True, "Megatron distributed optimizer", rpn))
+                                  True, "Megatron distributed optimizer" if layout.zero == 1 else
+                                  "Rajbhandari et al. 2020 sec. 7 (ZeRO-2: P_os+g)", rpn))
             out.append(Collective("dp", f"updated weight all-gather ({label}, bf16)", "all_gather", params * 2, 1, n, link,
                                   True, "Megatron distributed optimizer (--overlap-param-gather)", rpn))
         else:

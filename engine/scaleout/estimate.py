@@ -47,8 +47,9 @@ def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, clus
     ``--tp-comm-overlap``, torchtitan AsyncTP): see :func:`engine.scaleout.step_time.step_time`.
 
     Raises:
-        ScenarioError: the layout does not fit the model (see :func:`engine.scaleout.memory.check_layout`), or FP8
-            on a GPU without FP8 (:func:`engine.scaleout.fp8.check_fp8_gpu`).
+        ScenarioError: the layout does not fit the model (see :func:`engine.scaleout.memory.check_layout`), FP8
+            on a GPU without FP8 (:func:`engine.scaleout.fp8.check_fp8_gpu`), or master weights with fp32 or a PEFT
+            method (:func:`engine.scaleout.memory.with_master_weights`; bf16 and amp_bf16 are the same run with them).
     """
     if cluster is not None:
         check_fp8_gpu(fp8, cluster.gpu)

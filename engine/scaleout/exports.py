@@ -5,7 +5,7 @@ Setting names and defaults as the engines spell them at the versions named in :d
 sources: Megatron-LM ``megatron/training/arguments.py``, torchtitan ``torchtitan/config/job_config.py``, DeepSpeed
 ``docs/_pages/config-json.md``, accelerate ``examples/config_yaml_templates``). An engine that cannot express a
 layout says why instead of emitting a wrong file: DeepSpeed's pipeline engine rejects ZeRO-2/3 and has no CP/EP
-flag here; accelerate's FSDP plugin has no pipeline or expert parallelism.
+flag here; accelerate's FSDP plugin has no pipeline or expert parallelism and no ZeRO-1; torchtitan no ZeRO-1.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 from engine.errors import ScenarioError
 from engine.model.architecture import Architecture
 from engine.scaleout.fp8 import Fp8Recipe
-from engine.scaleout.layout import Layout, Recompute, Schedule
+from engine.scaleout.layout import Layout, Recompute, Schedule, zero_choice
 from engine.scenario.training import Scenario
 
 VERSIONS = {
@@ -67,8 +67,9 @@ def megatron_args(arch: Architecture, sc: Scenario, layout: Layout, fp8: Fp8Reci
                                                  else ["--recompute-method uniform --recompute-num-layers 1"])
     if layout.zero == 1:
         a += ["--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"]
-    elif layout.zero == 3:
-        a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params"]
+    elif layout.zero in (2, 3):  # Megatron-FSDP: optim_grads = ZeRO-2, optim_grads_params = ZeRO-3
+        a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy "
+              + ("optim_grads_params" if layout.zero == 3 else "optim_grads")]
     else:
         a.append("--overlap-grad-reduce")
     if fp8 is not None:
@@ -79,10 +80,10 @@ def megatron_args(arch: Architecture, sc: Scenario, layout: Layout, fp8: Fp8Reci
 def torchtitan_toml(arch: Architecture, sc: Scenario, layout: Layout, fp8: Fp8Recipe | None) -> str:
     """The ``[training]``, ``[parallelism]``, ``[activation_checkpoint]`` (and float8) sections of a torchtitan TOML."""
     if layout.zero == 1:
-        raise ScenarioError("torchtitan shards with FSDP2 (ZeRO-3) or replicates (DDP); it has no ZeRO-1 / distributed "
-                            "optimizer: choose zero 0 or 3")
+        raise ScenarioError("torchtitan shards with FSDP2 or replicates; it has no ZeRO-1 / distributed optimizer: "
+                            f"choose {zero_choice(0, 2, 3)}")
     schedule = {Schedule.ONE_F_ONE_B: "1F1B", Schedule.INTERLEAVED: "Interleaved1F1B", Schedule.GPIPE: "GPipe"}[layout.schedule]
-    shard, replicate = (layout.data_parallel, 1) if layout.zero == 3 else (1, layout.data_parallel)
+    shard, replicate = (layout.data_parallel, 1) if layout.zero >= 2 else (1, layout.data_parallel)
     lines = ["[training]", f"local_batch_size = {layout.micro_batch_size * layout.micro_batches}",
              f"global_batch_size = {layout.global_batch_size or layout.micro_batch_size * layout.data_parallel}",
              f"seq_len = {sc.seq_len}", 'mixed_precision_param = "bfloat16"', 'mixed_precision_reduce = "float32"', "",
@@ -90,7 +91,9 @@ def torchtitan_toml(arch: Architecture, sc: Scenario, layout: Layout, fp8: Fp8Re
              f"tensor_parallel_degree = {layout.tensor_parallel}", f"pipeline_parallel_degree = {layout.pipeline_parallel}",
              f'pipeline_parallel_schedule = "{schedule}"', f"pipeline_parallel_microbatch_size = {layout.micro_batch_size}",
              f"context_parallel_degree = {layout.context_parallel}", f"expert_parallel_degree = {layout.expert_parallel}",
-             f"expert_tensor_parallel_degree = {layout.expert_tensor_parallel}", "",
+             f"expert_tensor_parallel_degree = {layout.expert_tensor_parallel}",
+             # ZeRO-2: FSDP2 keeps the gathered parameters after forward (reshard_after_forward=False)
+             *(['fsdp_reshard_after_forward = "never"'] if layout.zero == 2 else []), "",
              "[activation_checkpoint]"]
     if layout.recompute is Recompute.SELECTIVE:
         # torchtitan has no attention-core-only recompute; its SDPA (flash) keeps no s x s scores, so Korthikanti's
@@ -134,9 +137,15 @@ def accelerate_yaml(arch: Architecture, sc: Scenario, layout: Layout, fp8: Fp8Re
     """An accelerate config for FSDP2 with ``parallelism_config`` (DP shard / replicate, TP, CP)."""
     if layout.pipeline_parallel > 1 or layout.expert_parallel > 1:
         raise ScenarioError("accelerate's FSDP plugin has no pipeline or expert parallelism: use --export megatron or torchtitan")
-    shard, replicate = (layout.data_parallel, 1) if layout.zero == 3 else (1, layout.data_parallel)
+    if layout.zero == 1:
+        # FSDP shards parameters and gradients together or not at all: no optimizer-states-only setting exists, and
+        # dp_shard_size 1 would train plain replication (every rank a full Adam state), not the ZeRO-1 estimated.
+        raise ScenarioError("accelerate's FSDP plugin has no ZeRO-1 (optimizer states only): choose "
+                            f"{zero_choice(0, 2, 3)}, or --export deepspeed (stage 1)")
+    shard, replicate = (layout.data_parallel, 1) if layout.zero >= 2 else (1, layout.data_parallel)
     return "\n".join([
         "distributed_type: FSDP", f"mixed_precision: {'fp8' if fp8 else 'bf16'}", f"num_processes: {layout.world_size}",
+        # ZeRO-2 = FSDP SHARD_GRAD_OP: sharded, not resharded after forward; DDP: one shard, dp_replicate_size ranks
         "fsdp_config:", "  fsdp_version: 2", f"  fsdp_reshard_after_forward: {'true' if layout.zero == 3 else 'false'}",
         "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP",
         f"  fsdp_activation_checkpointing: {'true' if layout.recompute is Recompute.FULL else 'false'}",

@@ -11,8 +11,10 @@ at core_v0.14.0 / d98e8a64) and torchtitan (``[parallelism]`` of ``job_config.py
 - CP splits each sequence into ``2 x CP`` chunks (load balancing of the causal mask), so ``seq % (2 x CP) == 0``.
 
 ``zero``: 0 = plain data parallel (Megatron DDP, every rank holds all optimizer states), 1 = Megatron's
-distributed optimizer / ZeRO-1 (optimizer states and fp32 master weights sharded over DP x CP), 3 = ZeRO-3 /
-FSDP (weights, gradients and states sharded over DP x CP; torchtitan's ``data_parallel_shard_degree``).
+distributed optimizer / ZeRO-1 (optimizer states and fp32 master weights sharded over DP x CP), 2 = ZeRO-2 / FSDP ``SHARD_GRAD_OP`` (gradients
+too: DeepSpeed ``stage 2``, llm-foundry ``sharding_strategy: SHARD_GRAD_OP``, torchtitan
+``fsdp_reshard_after_forward = "never"``; the 16-bit weights stay whole on every rank), 3 = ZeRO-3 / FSDP (weights,
+gradients and states sharded over DP x CP; torchtitan's ``data_parallel_shard_degree``).
 """
 
 from __future__ import annotations
@@ -56,6 +58,18 @@ class Schedule(str, Enum):
 
 
 MAX_DEGREE = 4096
+ZERO_STAGES = (0, 1, 2, 3)
+ZERO_LABELS = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3/FSDP"}
+"""Short names of the data-parallel sharding stages (layout labels)."""
+ZERO_CHOICES = {0: "DDP", 1: "ZeRO-1 / distributed optimizer", 2: "ZeRO-2 / FSDP SHARD_GRAD_OP", 3: "ZeRO-3 / FSDP"}
+ZERO_STRATEGIES = {0: "ddp", 1: "zero1", 2: "zero2 or fsdp_shard_grad_op", 3: "zero3 or fsdp_full_shard"}
+"""Each stage as the Scale out page's "Data-parallel sharding" option and as the CLI's ``--strategy`` names it: a
+message that asks for another stage names both (:func:`zero_choice`)."""
+
+
+def zero_choice(*stages: int) -> str:
+    """``"DDP" (--strategy ddp) or "ZeRO-3 / FSDP" (--strategy zero3 or fsdp_full_shard)``: how to ask for ``stages``."""
+    return " or ".join(f'"{ZERO_CHOICES[z]}" (--strategy {ZERO_STRATEGIES[z]})' for z in stages)
 
 
 class Layout(BaseModel):
@@ -97,8 +111,9 @@ class Layout(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "Layout":
-        if self.zero not in (0, 1, 3):
-            raise ValueError("zero: 0 (data parallel), 1 (distributed optimizer / ZeRO-1) or 3 (ZeRO-3 / FSDP)")
+        if self.zero not in ZERO_STAGES:
+            raise ValueError("zero: 0 (data parallel), 1 (distributed optimizer / ZeRO-1), 2 (ZeRO-2 / FSDP "
+                             "SHARD_GRAD_OP) or 3 (ZeRO-3 / FSDP)")
         if self.sequence_parallel and self.tensor_parallel == 1:
             raise ValueError("sequence parallelism splits the tensor-parallel region: it needs tensor_parallel > 1")
         if self.virtual_pipeline > 1 and self.schedule is not Schedule.INTERLEAVED:
@@ -127,7 +142,7 @@ class Layout(BaseModel):
 
     @property
     def optimizer_shards(self) -> int:
-        """Ranks the optimizer states are divided over: DP x CP with ZeRO-1/3 (Megatron shards the distributed
+        """Ranks the optimizer states are divided over: DP x CP with ZeRO-1/2/3 (Megatron shards the distributed
         optimizer over the DP x CP group, ``intra_dp_cp_group``), else 1."""
         return self.data_parallel * self.context_parallel if self.zero else 1
 
@@ -155,7 +170,7 @@ class Layout(BaseModel):
         parts.append(f"DP{self.data_parallel}")
         if self.sequence_parallel:
             parts.append("SP")
-        zero = {0: "DDP", 1: "ZeRO-1", 3: "ZeRO-3/FSDP"}[self.zero]
+        zero = ZERO_LABELS[self.zero]
         return f"{' '.join(parts)}, mb {self.micro_batch_size}, {self.recompute.value} recompute, {zero}"
 
     @classmethod
@@ -191,7 +206,7 @@ def with_settings(layout: Layout, micro_batch_size: int, recompute: Recompute, z
     """
     v, mb, gbs = virtual_pipeline, micro_batch_size, layout.global_batch_size
     if (type(mb) is int and 1 <= mb <= 65_536 and isinstance(recompute, Recompute) and type(zero) is int
-            and zero in (0, 1, 3) and type(v) is int and 1 <= v <= 64 and (v == 1 or layout.pipeline_parallel > 1)
+            and zero in ZERO_STAGES and type(v) is int and 1 <= v <= 64 and (v == 1 or layout.pipeline_parallel > 1)
             and (gbs is None or not gbs % (mb * layout.data_parallel))):
         return layout.model_copy(update={"micro_batch_size": mb, "recompute": recompute, "zero": zero,
                                          "virtual_pipeline": v,

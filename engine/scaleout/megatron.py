@@ -41,9 +41,20 @@ class MegatronEstimate(BaseModel):
     branch: str
     note: str
 
+    applies_to: str = "full training"
+    """What the formula describes: Megatron-LM trains every parameter (16-bit weights, fp32 gradients and Adam),
+    so for a PEFT run it is the full-training figure of the same model and layout, not an estimate of that run."""
+
     @property
     def total_bytes(self) -> float:
         return self.weight_and_optimizer_bytes + (self.activation_bytes or 0.0)
+
+    def caveat(self, method: str) -> str | None:
+        """The sentence to show beside it for a run of ``method`` ("full" or a PEFT method's name), None for full."""
+        if method == "full":
+            return None
+        return (f"Megatron-LM's formula is for full training (every parameter's weights, gradients and Adam states); "
+                f"this run trains {method} adapters, so the formula is the full-training figure, not this run's")
 
 
 def padded_vocab(vocab: int, tp: int, divisible_by: int = 128) -> int:

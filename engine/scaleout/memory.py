@@ -9,7 +9,7 @@ of its components is divided the way the layout divides it, and the layout's buf
   of the parameters (:mod:`engine.scaleout.partition`: TP-sharded linears and vocabulary / TP, replicated norms
   and router, experts / (EP x expert-TP), the stage's blocks, embeddings on the first stage, head on the last);
   optimizer states, their step temporaries and (mixed precision) the fp32 master weights / (DP x CP) with ZeRO-1 /
-  the distributed optimizer, everything / (DP x CP) with ZeRO-3 / FSDP (Rajbhandari et al. 2020, sec. 5; Megatron
+  the distributed optimizer, the gradients too with ZeRO-2 / FSDP SHARD_GRAD_OP, everything / (DP x CP) with ZeRO-3 / FSDP (Rajbhandari et al. 2020, sec. 5; Megatron
   ``docs/user-guide/features/dist_optimizer.md``: 6 + 12/d bytes per parameter).
 - **activations** (Korthikanti et al. 2022, sec. 4): the block's saved tensors from
   :func:`engine.memory.activations.block_activations`, the attention and MLP inner tensors / TP, the norm region and
@@ -22,7 +22,9 @@ of its components is divided the way the layout divides it, and the layout's buf
   PP - r - 1 forwards, Korthikanti eq. 5: the first stage stores L layers' worth, the last one micro batch), of
   min(2(PP - r - 1) + (v - 1)PP + 1, m v) model chunks of L/(PP v) layers interleaved (Megatron ``schedules.py``
   warm-up; the first stage gets Korthikanti's 1 + (PP - 1)/(PP v)), and of all m with GPipe. The last stage holds
-  the logits and loss (vocabulary-parallel cross-entropy: / TP).
+  the logits and loss (vocabulary-parallel cross-entropy: / TP) of the micro batches whose last-chunk forward has
+  finished and whose backward has not freed them: one under 1F1B and interleaved 1F1B (:func:`logits_in_flight`), m
+  with GPipe.
 - **ZeRO-3 / FSDP** (PyTorch FSDP2 ``fully_shard`` as torchtitan applies it, ``apply_fsdp`` in
   ``parallelize_llama.py`` at 9dec370): with mixed precision the sharded parameter is the fp32 one
   (``MixedPrecisionPolicy(param_dtype=bf16)`` casts at the all-gather), so there is no sharded 16-bit copy:
@@ -41,6 +43,7 @@ of its components is divided the way the layout divides it, and the layout's buf
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Callable, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
@@ -88,12 +91,13 @@ class Context:
     the Hugging Face Trainer's autocast, exactly as the one-GPU estimate does."""
 
     def __init__(self, arch: Architecture, sc: Scenario, fp8: Fp8Recipe | None, master_weights: bool = False):
+        sc = with_master_weights(sc, master_weights)
         self.arch, self.sc, self.fp8 = arch, sc, fp8
         self.spec: PrecisionSpec = precision_spec(sc.precision)
         self.estimate: MemoryEstimate = estimate_memory(arch, sc)
         self.parts = dict(self.estimate.parts_by_key)
         act_sc = sc
-        self.master_weights = master_weights and self.spec.autocast and self.spec.weight_bytes == 4 and sc.method is Method.FULL
+        self.master_weights = master_weights
         if self.master_weights:
             act_sc = sc.model_copy(update={"precision": PrecisionMode.BF16 if self.spec.weight_dtype == "fp32" and
                                            sc.precision is PrecisionMode.AMP_BF16 else PrecisionMode.FP16})
@@ -141,6 +145,33 @@ class Context:
         return self._sac_saved[key]
 
 
+MASTER_PRECISION = {PrecisionMode.AMP_BF16: PrecisionMode.AMP_BF16, PrecisionMode.BF16: PrecisionMode.AMP_BF16,
+                    PrecisionMode.AMP_FP16: PrecisionMode.AMP_FP16, PrecisionMode.FP16: PrecisionMode.AMP_FP16}
+"""With fp32 master weights, the precision a 16-bit model trains in, whichever way it is named: ``bf16`` and
+``amp_bf16`` are both Megatron-LM's ``--bf16`` (a bf16 model, fp32 ``main_grad`` and fp32 master weights + Adam in
+the optimizer), ``fp16`` and ``amp_fp16`` its ``--fp16``. The scenario keeps the ``amp_*`` name (fp32 weights
+exist), and :class:`Context` moves the model itself to 16 bits."""
+
+
+def with_master_weights(scenario: Scenario, master_weights: bool) -> Scenario:
+    """``scenario`` as a run with fp32 master weights trains it (:data:`MASTER_PRECISION`), or unchanged without them.
+
+    Raises:
+        ScenarioError: master weights with fp32 (the weights already are the fp32 copy) or with a PEFT method (only
+            the adapters train, and they are already fp32 or the model's dtype: there is no master copy to keep).
+    """
+    if not master_weights:
+        return scenario
+    if scenario.method is not Method.FULL:
+        raise ScenarioError(f"fp32 master weights are for full training; {scenario.method.value} trains adapters only "
+                            "(no master copy): drop --master-weights / the master-weights switch")
+    if scenario.precision not in MASTER_PRECISION:
+        raise ScenarioError(f"fp32 master weights keep an fp32 copy of a 16-bit model; with --precision "
+                            f"{scenario.precision.value} the weights are fp32 already: choose bf16 or fp16 (or amp_bf16 / "
+                            "amp_fp16, the same run), or drop --master-weights")
+    return scenario.model_copy(update={"precision": MASTER_PRECISION[scenario.precision]})
+
+
 def effective_scenario(scenario: Scenario, layout: Layout) -> Scenario:
     """The one-GPU scenario a rank of ``layout`` runs: its micro batch, its micro batches as gradient accumulation
     steps, full recompute (and torchtitan's op-level SAC, which also checkpoints every block) as gradient
@@ -181,6 +212,41 @@ def _in_flight(p: int, m: int, v: int, schedule: Schedule, stage: int) -> tuple[
     if schedule is Schedule.INTERLEAVED:
         return min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v), v
     return min(p - stage, m), 1
+
+
+def logits_in_flight(layout: Layout) -> int:
+    """Micro batches whose logits and loss (and LM-head input) the last stage holds at once: :func:`_logits_in_flight`."""
+    return _logits_in_flight(layout.pipeline_parallel, layout.micro_batches, layout.virtual_pipeline, layout.schedule)
+
+
+@lru_cache(maxsize=1024)
+def _logits_in_flight(p: int, m: int, v: int, schedule: Schedule) -> int:
+    """The most micro batches whose forward through the last model chunk of the last pipeline rank has finished and
+    whose backward has not yet freed its loss tensors. Only that chunk computes the logits, so under the interleaved
+    schedule this is not the (v - 1) x PP + 1 chunks of activations that rank holds.
+
+    Walks Megatron-LM's interleaved order on the last rank (``megatron/core/pipeline_parallel/schedules.py`` at
+    d98e8a64: ``get_pp_rank_microbatches`` gives it (PP - rank - 1) x 2 + (v - 1) x group = (v - 1) x PP warm-up
+    forwards, all of them when that reaches m x v; ``get_schedule_table`` orders forwards by groups of
+    ``microbatch_group_size_per_vp_stage`` (default PP) micro batches per chunk; ``get_model_chunk_id`` runs backward
+    ``k`` on chunk v - 1 - chunk(k); each steady-state step runs one forward, then one backward). 1F1B's last rank
+    has no warm-up (one micro batch); GPipe holds all m."""
+    if p == 1:
+        return 1
+    if schedule is Schedule.GPIPE:
+        return m
+    if schedule is not Schedule.INTERLEAVED:
+        return 1
+    chunks = [c for start in range(0, m, p) for c in range(v) for _ in range(start, min(start + p, m))]
+    total = m * v
+    warmup = min((v - 1) * p, total)
+    held = sum(1 for k in range(warmup) if chunks[k] == v - 1)
+    most = held
+    for k in range(total - warmup):
+        held += chunks[k + warmup] == v - 1
+        most = max(most, held)
+        held -= chunks[k] == 0  # backward k runs on chunk v - 1 - chunk(k)
+    return max(most, 1)
 
 
 def _per_token_layer(ctx: Context, layout: Layout) -> float:
@@ -272,18 +338,21 @@ def _model_states(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> No
     t, p, shards, zero = layout.tensor_parallel, layout.pipeline_parallel, layout.optimizer_shards, layout.zero
     share = local / split.total
     scaled, add = parts.scaled, parts.add
-    w_div = shards if (zero == 3 or (zero == 1 and ctx.master)) else 1
+    w_div = shards if (zero == 3 or (zero in (1, 2) and ctx.master)) else 1
     fsdp2_master = zero == 3 and "master_weights" in est  # FSDP2: the fp32 shard is the only sharded copy
     scaled("weights", 0.0 if fsdp2_master else share / w_div, lambda: (
         "none sharded: FSDP2 keeps the fp32 shard (master weights) and gathers 16-bit units" if fsdp2_master else
         f"{local / 1e9:.3f}B of {split.total / 1e9:.3f}B parameters on this rank"
         + (f", / {w_div} (sharded)" if w_div > 1 else "")))
     if zero != 3:
-        scaled("weight_copies", share, lambda: "this rank's share", ctx.phases if zero == 1 and ctx.master else None)
+        scaled("weight_copies", share, lambda: "this rank's share", ctx.phases if zero in (1, 2) and ctx.master else None)
     else:
         add("weight_copies", 0.0, est["weight_copies"].phases, lambda: "replaced by the gathered FSDP units")
     # FSDP + PP: the sharded gradients appear at the last micro batch's reduce-scatter (they accumulate unsharded).
-    scaled("gradients", share / (shards if zero == 3 else 1), lambda: "this rank's share" + (" / DP x CP" if zero == 3 else ""),
+    # ZeRO-2 / SHARD_GRAD_OP: each rank keeps only its reduce-scattered gradient partition (Rajbhandari et al. 2020
+    # sec. 5.2, P_os+g); the bucket that is reduced before it is freed is the one-GPU estimate's gradient temporary.
+    g_div = shards if zero in (2, 3) else 1
+    scaled("gradients", share / g_div, lambda: "this rank's share" + (" / DP x CP" if g_div > 1 else ""),
            ("backward_end", "optimizer_step") if zero == 3 and p > 1 and shards > 1 else None)
     tied_here = split.tied and p == 1
     scaled("gradient_temporaries", (1.0 / t) if tied_here else 0.0, lambda: "tied embedding on one rank, vocabulary / TP")
@@ -312,7 +381,7 @@ def _activations(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> Non
         n_ckpt = per_chunk
         ckpt = ctx.sac_saved_per_token(t, layout.sequence_parallel) * tokens
     is_last = stage == p - 1
-    last_count = in_flight(layout, p - 1)[0]
+    last_count = logits_in_flight(layout)
     head = ctx.blocks.head * tokens / sp_div * last_count if is_last else 0.0
     acts = count * ((per_chunk - n_ckpt) * layer + n_ckpt * ckpt) + head
     if p == 1 and c == 1 and t == 1 and n_ckpt in (0, arch.num_layers) and not op_sac:

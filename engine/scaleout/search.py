@@ -18,7 +18,7 @@ cycles).
 Searched: GPU counts 1, 2, 4 ... GPUs per node, then 1, 2, 4 ... nodes and all of them; TP in powers of two up to a
 node (TP stays inside one NVLink domain, as Megatron's and torchtitan's guides advise); CP in powers of two up to
 8; PP over the divisors of the remaining ranks up to the layer count; EP over powers of two dividing the experts
-and DP x CP; micro batch 1, 2, 4, 8; recompute none / selective / full; ZeRO 0 / 1 / 3; interleaving v = 2 where it
+and DP x CP; micro batch 1, 2, 4, 8; recompute none / selective / selective_op / full; ZeRO 0 / 1 / 2 / 3; interleaving v = 2 where it
 divides. Sequence parallelism is on whenever TP > 1 (it saves memory at the same communication volume).
 """
 
@@ -40,7 +40,7 @@ from engine.scaleout import buffers
 from engine.scaleout.comm_volumes import (Collective, data_parallel_collectives, data_parallel_key,
                                           model_parallel_collectives, model_parallel_key)
 from engine.scaleout.fp8 import Fp8Recipe, check_fp8_gpu
-from engine.scaleout.layout import (Layout, Recompute, Schedule, layout_problems, problems_key, validated_layout,
+from engine.scaleout.layout import (ZERO_STAGES, Layout, Recompute, Schedule, layout_problems, problems_key, validated_layout,
                                     with_settings)
 from engine.scaleout.memory import CHECKPOINTED, Context, effective_scenario, group_sizes
 from engine.scaleout.stage_peaks import SectionPool, StageFamily
@@ -93,7 +93,7 @@ def _space(arch: Architecture, cluster: Cluster, global_batch: int) -> Iterator[
                 for pp in (p for p in range(1, min(rest, arch.num_layers) + 1) if rest % p == 0):
                     dp = rest // pp
                     eps = [e for e in _powers(dp * cp) if experts and experts % e == 0] if experts else [1]
-                    settings = [(mb, [(rec, zero, v) for rec, zero in itertools.product(Recompute, (0, 1, 3))
+                    settings = [(mb, [(rec, zero, v) for rec, zero in itertools.product(Recompute, ZERO_STAGES)
                                       for v in ((1, 2) if pp > 1 else (1,))])
                                 for mb in MICRO_BATCHES if not global_batch % (mb * dp)]
                     for ep in eps:

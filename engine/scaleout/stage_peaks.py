@@ -14,7 +14,7 @@ from engine.memory.components import PHASES, MemoryComponent, Phase
 from engine.model.architecture import Architecture
 from engine.scaleout.layout import Layout
 from engine.scaleout.memory import (
-    Context, _activations, _buffers, _in_flight, _model_states, _Parts, _Stage, buffers_reads, states_reads,
+    Context, _activations, _buffers, _in_flight, _logits_in_flight, _model_states, _Parts, _Stage, buffers_reads, states_reads,
 )
 
 
@@ -139,7 +139,7 @@ class StageFamily:
         ctx, t, p = self.ctx, layout.tensor_parallel, layout.pipeline_parallel
         m, v, schedule, last = layout.micro_batches, layout.virtual_pipeline, layout.schedule, p - 1
         key = (ctx.section_ids[1], t, layout.sequence_parallel, layout.context_parallel, layout.recompute,
-               layout.recompute_layers, _in_flight(p, m, v, schedule, last)[0], p == 1)
+               layout.recompute_layers, _logits_in_flight(p, m, v, schedule), p == 1)
         return [_entries(ctx, _activations, (*key, _in_flight(p, m, v, schedule, st.index), st.layers[st.index],
                                              st.index == last), layout, st) for st in self._at]
 

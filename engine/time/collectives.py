@@ -65,6 +65,21 @@ class Link(BaseModel):
     latency_s: float = CALL_LATENCY_S
 
 
+XGMI = "Infinity Fabric"
+"""AMD's name in the catalog's ``interconnect`` for the GPU-to-GPU links; ROCm and RCCL call the link xGMI."""
+
+
+def gpu_link_name(gpu: Gpu) -> str:
+    """The GPU-to-GPU link's name as the catalog's ``interconnect`` gives it: "NVLink" for NVIDIA's (bridge, SXM,
+    NVSwitch), "Infinity Fabric (xGMI)" for AMD Instinct's; the link's first words otherwise."""
+    text = gpu.interconnect.strip()
+    if text.startswith("NVLink"):
+        return "NVLink"
+    if text.startswith(XGMI):
+        return f"{XGMI} (xGMI)"
+    return text.split(",")[0].split("(")[0].rstrip(" 0123456789./GBs") or "GPU link"
+
+
 def data_parallel_link(gpu: Gpu, num_gpus: int, gpus_per_node: int = GPUS_PER_NODE,
                        network_bytes_per_s: float = NETWORK_BYTES_PER_S) -> Link:
     """The link a ring over ``num_gpus`` x ``gpu`` is limited by.
@@ -80,7 +95,7 @@ def data_parallel_link(gpu: Gpu, num_gpus: int, gpus_per_node: int = GPUS_PER_NO
     nvlink = (gpu.nvlink_gbps_per_direction or 0.0) * 1e9
     bridged = "bridge" in gpu.interconnect.lower()
     if nvlink > 0 and (not bridged or per_node <= 2):
-        intra, name = nvlink * NVLINK_BUS_EFFICIENCY, "NVLink"
+        intra, name = nvlink * NVLINK_BUS_EFFICIENCY, gpu_link_name(gpu)
     else:
         pcie = (gpu.pcie_gbps_per_direction or 15.75) * 1e9 * PCIE_BUS_EFFICIENCY
         if per_node > GPUS_PER_PCIE_SWITCH:

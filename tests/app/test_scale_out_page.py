@@ -57,7 +57,8 @@ def test_search_lists_fits_and_reasons(page):
     assert found["device_bytes"]["label"] == "most loaded rank, nvidia-smi (GiB)"
     assert {k: v["type_config"]["format"] for k, v in found.items() if k != "_index"} == {
         "GPUs": "%,d", "device_bytes": "%,.2f", "step_s": "%,.4f", "tokens_per_second": "%,.0f",
-        "usd_per_million_tokens": "%,.2f"}
+        "usd_per_million_tokens": "%,.2f", "hours": "%,.3f", "gpu_hours": "%,.3f", "cost_usd_on_demand": "%,.2f",
+        "cost_usd_spot": "%,.2f"}
 
 
 def _llama8b_estimate(layout: Layout, nodes: int = 1):
@@ -116,3 +117,65 @@ def test_a_pipeline_deeper_than_the_model_is_refused_in_words(page):
     at.number_input(key="so_nodes").set_value(8).run()
     no_exception(at)
     assert any("needs at least 1 layers per stage (32 layers)" in e.value for e in at.error), [e.value for e in at.error]
+
+
+# --- issue 24 item 8: "does not fit" in words, state kept and in the URL, search results kept and applied ---------
+
+def test_a_layout_that_does_not_fit_says_so_and_gives_no_tokens_per_second(page):
+    at = page  # Llama 3.1 8B full training on 8 x A100 80GB, DP 8 ZeRO-1, mb 1 x 2048: 80.5 GiB on the worst rank
+    no_exception(at)
+    assert any(w.value.startswith("Does not fit: the most loaded rank") for w in at.warning)
+    assert metric(at, "Tokens/s") == "does not fit"
+    assert "Hours" not in {m.label for m in at.metric}
+    at.selectbox(key="so_zero").set_value(3).run()  # ZeRO-3 / FSDP fits: tokens/s, hours and cost appear
+    no_exception(at)
+    assert not any(w.value.startswith("Does not fit") for w in at.warning)
+    assert metric(at, "Tokens/s") not in (None, "does not fit") and metric(at, "Hours") is not None
+
+
+def test_inputs_survive_a_page_switch_and_are_in_the_url(page):
+    at = page
+    at.number_input(key="so_pp").set_value(2).run()
+    at.selectbox(key="so_zero").set_value(2).run()
+    at.checkbox(key="so_master").uncheck().run()
+    assert at.query_params["so_pp"] == "2" and at.query_params["so_zero"] == "2" and at.query_params["so_master"] == "false"
+    at.switch_page("pages/model.py").run()
+    no_exception(at)
+    at.switch_page(PAGE).run()
+    no_exception(at)
+    assert at.number_input(key="so_pp").value == 2 and at.selectbox(key="so_zero").value == 2
+    assert at.checkbox(key="so_master").value is False
+
+
+def test_a_link_opens_the_layout(new_app):
+    at = new_app()
+    at.query_params.update({"so_pp": "4", "so_nodes": "2", "so_zero": "3", "so_rec": "full"})
+    at.switch_page(PAGE).run()
+    no_exception(at)
+    assert at.number_input(key="so_pp").value == 4 and at.number_input(key="so_nodes").value == 2
+    assert at.selectbox(key="so_zero").value == 3 and at.selectbox(key="so_rec").value == "full"
+
+
+def test_search_results_survive_reruns_and_a_result_can_be_applied(page):
+    at = page
+    at.button(key="so_search").click().run(timeout=120)
+    no_exception(at)
+    at.radio(key="so_export").set_value("megatron").run()  # another widget: a rerun without the button
+    assert any("layouts searched" in m.value for m in at.markdown), "the results stay after a rerun"
+    pick = at.selectbox(key="so_pick")
+    first = pick.options[0]
+    at.button(key="so_use").click().run()
+    no_exception(at)
+    # the fastest fitting layout is now the page's layout: its label heads the per-stage chart
+    label = first.split(". ", 1)[1].rsplit(" (", 1)[0]
+    assert any(label in s.value for s in at.subheader), ([s.value for s in at.subheader], label)
+    # the layout's micro batch (the search tries 1, 2, 4, 8) becomes the sidebar's
+    assert f"mb {at.number_input(key='micro_batch_size').value}," in label
+    assert not any(w.value.startswith("Does not fit") for w in at.warning)
+
+
+def test_torchtitan_refusal_names_the_widgets_options(page):
+    at = page  # ZeRO-1, the page's default sharding
+    at.radio(key="so_export").set_value("torchtitan").run()
+    text = " ".join(i.value for i in at.info)
+    assert '"DDP"' in text and '"ZeRO-3 / FSDP"' in text and "choose zero 0 or 3" not in text

@@ -348,3 +348,55 @@ def test_every_page_in_a_real_browser(chromium, server, tmp_path):
     server_output = server["stdout"].read_text(errors="replace") + server["stderr"].read_text(errors="replace")
     assert TOKEN not in server_output and "MustNeverAppear" not in server_output
     assert time.monotonic() - started < 240  # a hang guard; the speed targets are in benchmarks/
+
+
+def test_scale_out_state_search_and_use_this_layout(chromium, server):
+    """The Scale out page in a browser (issue 24 item 8): its inputs survive a page switch and are in the URL, the
+    search results survive a rerun, and "Use this layout" makes a found layout the page's inputs."""
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True, args=BROWSER_ARGS)
+        try:
+            page = browser.new_context(viewport={"width": 1500, "height": 1000}).new_page()
+            page.set_default_timeout(45_000)
+            console_errors = _console_errors(page)
+            page.goto(f"{server['url']}/scale_out", wait_until="domcontentloaded")
+            expect(page.locator("h1", has_text=PAGES["Scale out"][1])).to_be_visible(timeout=60_000)
+            _wait_idle(page)
+            # The default layout (8 x A100 80GB, DP 8, ZeRO-1) does not fit Llama 3.1 8B: said in words, no tokens/s.
+            expect(page.get_by_text("Does not fit: the most loaded rank").first).to_be_visible(timeout=60_000)
+            assert _metric_value(page, "Tokens/s") == "does not fit"
+
+            pp = page.locator('input[aria-label="Pipeline parallel"]')
+            pp.fill("2")
+            pp.press("Enter")
+            _wait_idle(page)
+            expect(page).to_have_url(re.compile(r"so_pp=2"), timeout=30_000)
+            page.locator('[data-testid="stSidebarNav"] a', has_text="Model").first.click()
+            expect(page.locator("h1", has_text=PAGES["Model"][1])).to_be_visible(timeout=60_000)
+            _wait_idle(page)
+            page.locator('[data-testid="stSidebarNav"] a', has_text="Scale out").first.click()
+            expect(page.locator("h1", has_text=PAGES["Scale out"][1])).to_be_visible(timeout=60_000)
+            _wait_idle(page)
+            assert page.locator('input[aria-label="Pipeline parallel"]').input_value() == "2"
+            expect(page).to_have_url(re.compile(r"so_pp=2"), timeout=30_000)  # and the link carries it again
+
+            page.locator("button", has_text="Search every layout of this cluster").click()
+            expect(page.get_by_text("layouts searched").first).to_be_visible(timeout=120_000)
+            _wait_idle(page)
+            page.locator('[data-testid="stRadio"] label', has_text="megatron").first.click()  # a rerun without the button
+            _wait_idle(page)
+            expect(page.get_by_text("layouts searched").first).to_be_visible(timeout=30_000)
+            chosen = page.get_by_role("combobox", name="Layout to apply").input_value()
+            found = re.search(r"1\. (.+?) \([\d,]+ tokens/s\)", chosen)
+            assert found, chosen
+            label = found.group(1)
+            page.get_by_role("button", name="Use this layout", exact=True).click()
+            _wait_idle(page)
+            expect(page.get_by_text(f"one bar per pipeline stage ({label})")).to_be_visible(timeout=60_000)
+            expect(page.get_by_text("Does not fit: the most loaded rank")).to_have_count(0)
+            assert page.locator('[data-testid="stException"]').count() == 0
+            assert console_errors == [], console_errors
+        finally:
+            browser.close()

@@ -91,7 +91,8 @@ def test_qlora_shards_its_4bit_base_only_with_a_float_quant_storage():
     est = estimate_memory(arch, default)
     nf4_dq = 0.5 + 1 / 64 + 4 / (64 * 256)
     packed = LINEAR_8B * nf4_dq
-    uint8 = plan_parallel(est, arch, default, Strategy.FSDP_FULL_SHARD)
+    uint8_sc = Scenario.build(**{**default.model_dump(), "quant_storage": "uint8"})  # named: kept (issue 24 item 6)
+    uint8 = plan_parallel(est, arch, uint8_sc, Strategy.FSDP_FULL_SHARD)
     assert uint8.replicated_quantized_bytes == pytest.approx(packed) and "--quant-storage bf16" in uint8.replicated_note
     bf16_sc = Scenario.build(**{**default.model_dump(), "quant_storage": "bf16"})
     sharded = plan_parallel(estimate_memory(arch, bf16_sc), arch, bf16_sc, Strategy.FSDP_FULL_SHARD)

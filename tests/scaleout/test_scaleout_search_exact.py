@@ -27,7 +27,7 @@ def _documented_space(arch, cluster: Cluster, global_batch: int) -> list[dict]:
     so a shortcut taken there shows too): GPU counts 1, 2, 4 ... a node, then whole nodes 1, 2, 4 ... and all of
     them; TP powers of two up to a node; CP powers of two up to 8; PP dividing the ranks left (world // (TP x CP)),
     up to the layer count, DP the rest; EP powers of two up to DP x CP dividing the experts; micro batch 1, 2, 4, 8
-    dividing the global batch with DP; every recompute; ZeRO 0, 1, 3; v = 1, 2 with PP > 1."""
+    dividing the global batch with DP; every recompute; ZeRO 0, 1, 2, 3; v = 1, 2 with PP > 1."""
     per_node, nodes = cluster.gpus_per_node, cluster.nodes
     powers = lambda n: [2**k for k in range(n.bit_length()) if 2**k <= n]  # noqa: E731
     worlds = sorted(set(powers(per_node)) | {per_node * k for k in powers(nodes)} | {per_node * nodes})
@@ -44,7 +44,7 @@ def _documented_space(arch, cluster: Cluster, global_batch: int) -> list[dict]:
                             if global_batch % (mb * dp):
                                 continue
                             for rec in Recompute:
-                                for zero in (0, 1, 3):
+                                for zero in (0, 1, 2, 3):
                                     for v in ((1, 2) if pp > 1 else (1,)):
                                         out.append(dict(tensor_parallel=tp, context_parallel=cp, pipeline_parallel=pp,
                                                         data_parallel=dp, expert_parallel=ep, sequence_parallel=tp > 1,

@@ -1,0 +1,57 @@
+"""``python -m engine plan`` with a parallel layout (``--tensor-parallel`` ... as ``estimate`` takes them): one CSV row
+of the layout's plan: the model, the scenario, the layout, its most loaded rank and its tokens/s, ``hours``,
+``gpu_hours``, ``cost_usd_on_demand``, ``cost_usd_spot`` (:mod:`engine.plan.layout_cost`), the Scale out page's
+"plan CSV" columns. Such a row is not a one-GPU plan: ``plan --input`` and the Plans page do not read it back."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import engine.cli.scaleout as scaleout
+from engine.errors import ScenarioError
+from engine.hardware.gpus import find_gpu
+from engine.model.architecture import Architecture
+from engine.plan.cost import CHEAPEST_LISTED, Dataset
+from engine.plan.layout_cost import layout_plans_csv, layout_run
+from engine.plan.plans import app_version, export_time
+from engine.scaleout.estimate import estimate_layout
+from engine.scaleout.fp8 import Fp8Recipe
+from engine.scaleout.step_time import DEFAULT_INTER_NODE_GBITS, Cluster
+from engine.scenario.training import Scenario
+
+
+def layout_plan_csv(arch: Architecture, scenario: Scenario, dataset: Dataset, args: argparse.Namespace,
+                    repo: str, fp8: Fp8Recipe | None = None) -> bytes:
+    """The layout plan's CSV (see the module docstring).
+
+    Raises:
+        ScenarioError: as ``estimate`` with the same layout options (a layout the model cannot take, master weights
+            with fp32 or a PEFT method, nodes the GPUs do not fill).
+    """
+    scenario, note = scaleout.layout_scenario(scenario, args)
+    layout, per_node = scaleout.layout_from_args(args, scenario)
+    if layout.world_size % per_node and layout.world_size > per_node:
+        raise ScenarioError(f"{layout.world_size} GPUs do not fill nodes of {per_node}")
+    cluster = Cluster(gpu=find_gpu(args.gpu), nodes=max(1, layout.world_size // per_node),
+                      gpus_per_node=min(per_node, layout.world_size),
+                      inter_node_gbits=args.inter_node_gbits or DEFAULT_INTER_NODE_GBITS)
+    est = estimate_layout(arch, scenario, layout, cluster, fp8, master_weights=args.master_weights,
+                          fused_kernels=args.fused_kernels, tp_comm_overlap=args.tp_comm_overlap)
+    run = layout_run(est, cluster, dataset, scenario.seq_len, args.price_source or CHEAPEST_LISTED)
+    worst = est.memory.max_stage
+    row: dict[str, Any] = {
+        "name": args.name or f"{repo.split('/')[-1]} {layout.label()}", "model_repo_id": repo,
+        **{k: v.value if hasattr(v, "value") else v for k, v in scenario.model_dump().items()
+           if not isinstance(v, (list, tuple, dict))},
+        **{f"layout_{k}": v.value if hasattr(v, "value") else v for k, v in layout.model_dump().items()
+           if not isinstance(v, (list, tuple))},
+        "master_weights": args.master_weights, "fp8_recipe": fp8.value if fp8 else None,
+        "fused_kernels": args.fused_kernels, "tp_comm_overlap": args.tp_comm_overlap,
+        "dataset_tokens_per_epoch": dataset.tokens_per_epoch(scenario.seq_len), "epochs": dataset.epochs, "runs": dataset.runs,
+        "max_rank_peak_allocated_bytes": round(worst.peak_allocated_bytes),
+        "max_rank_device_used_bytes": round(worst.device_used_bytes), "usable_memory_bytes": cluster.gpu.usable_memory_bytes,
+        **run.record(), "precision_note": note,
+        "app_version": app_version(), "exported_at": export_time(),
+    }
+    return layout_plans_csv([row])
