@@ -41,6 +41,7 @@ from engine.scenario.training import Framework, Method, Scenario
 from engine.time import collectives as cc
 from engine.time.memory_bound import optimizer_bytes
 from engine.time.overhead import STEP_SECONDS, optimizer_host_seconds
+from engine.time.constants import current
 from engine.time.rates import gpu_rates, peak_flops_for
 
 DEFAULT_INTER_NODE_GBITS = 400.0
@@ -81,10 +82,16 @@ class Cluster(BaseModel):
         return hash((self.gpu.name, self.nodes, self.gpus_per_node, self.inter_node_gbits, self.intra_node_gbps))
 
 
-@lru_cache(maxsize=4096)
 def _ring_link(cluster: Cluster, n: int, per_node: int) -> cc.Link:
-    """The ring's link over ``n`` ranks, ``per_node`` of them in each node (cached: the search asks again and again)."""
-    nic = cluster.inter_node_gbits / 8 * 1e9 * NETWORK_BUS_EFFICIENCY
+    """The ring's link over ``n`` ranks, ``per_node`` of them in each node (cached: the search asks again and again).
+    Between nodes NCCL reaches the fitted :attr:`~engine.time.constants.TimeConstants.network_efficiency` of the NIC's
+    line rate (nccl-tests busbw)."""
+    return _ring_link_at(cluster, n, per_node, current().network_efficiency)
+
+
+@lru_cache(maxsize=4096)
+def _ring_link_at(cluster: Cluster, n: int, per_node: int, network_efficiency: float) -> cc.Link:
+    nic = cluster.inter_node_gbits / 8 * 1e9 * network_efficiency
     link = cc.data_parallel_link(cluster.gpu, n, per_node, network_bytes_per_s=nic)
     if cluster.intra_node_gbps is not None and not link.name.startswith("InfiniBand"):
         return cc.Link(name="intra-node (given)", bus_bytes_per_s=cluster.intra_node_gbps * 1e9 * cc.NVLINK_BUS_EFFICIENCY)

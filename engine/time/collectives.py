@@ -17,6 +17,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from engine.hardware.gpus import Gpu
+from engine.time.constants import current
 
 NVLINK_BUS_EFFICIENCY = 0.80
 """Ring busbw / unidirectional NVLink bandwidth: 8x A100 all-reduce 234.9 of 300 GB/s (78%), 8x H200 367.6 of 450
@@ -36,6 +37,9 @@ GPUS_PER_PCIE_SWITCH = 4
 NO_P2P_FACTOR = 0.5
 """GPUs without peer-to-peer (GeForce 40/50 series) stage each transfer through host memory: every byte crosses
 PCIe twice."""
+
+NIC_BYTES_PER_S = 200e9 / 8
+"""Line rate of one 200 Gb/s InfiniBand NIC per GPU (the DGX/HGX A100 layout)."""
 
 NETWORK_BYTES_PER_S = 24e9
 """Inter-node bus bandwidth per GPU: one 200 Gb/s InfiniBand NIC per GPU (the DGX/HGX layout) reaches 24 GB/s of
@@ -66,7 +70,7 @@ class Link(BaseModel):
 
 
 def data_parallel_link(gpu: Gpu, num_gpus: int, gpus_per_node: int = GPUS_PER_NODE,
-                       network_bytes_per_s: float = NETWORK_BYTES_PER_S) -> Link:
+                       network_bytes_per_s: float | None = None) -> Link:
     """The link a ring over ``num_gpus`` x ``gpu`` is limited by.
 
     Within a node: NVLink (SXM / NVSwitch parts for up to ``gpus_per_node`` GPUs; bridged parts, whose
@@ -74,8 +78,11 @@ def data_parallel_link(gpu: Gpu, num_gpus: int, gpus_per_node: int = GPUS_PER_NO
     :data:`PCIE_BUS_EFFICIENCY` (capped by :data:`CROSS_SOCKET_BYTES_PER_S` beyond :data:`GPUS_PER_PCIE_SWITCH`
     GPUs, halved without peer-to-peer). Across k nodes the ring's inter-node hops carry ``(k-1)/(n-1)`` of the
     traffic of each GPU's NIC (ml-engineering network/README.md), so busbw = min(intra, NIC x (n-1)/(k-1)).
-    ``network_bytes_per_s``: the NIC's bus bandwidth per GPU (default :data:`NETWORK_BYTES_PER_S`, 200 Gb/s).
+    ``network_bytes_per_s``: the NIC's bus bandwidth per GPU (default: a 200 Gb/s NIC, :data:`NIC_BYTES_PER_S`, at the
+    fitted :attr:`~engine.time.constants.TimeConstants.network_efficiency`; 0.96 = :data:`NETWORK_BYTES_PER_S`).
     """
+    if network_bytes_per_s is None:
+        network_bytes_per_s = NIC_BYTES_PER_S * current().network_efficiency
     per_node = min(num_gpus, gpus_per_node)
     nvlink = (gpu.nvlink_gbps_per_direction or 0.0) * 1e9
     bridged = "bridge" in gpu.interconnect.lower()

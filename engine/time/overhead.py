@@ -12,6 +12,7 @@ from engine.model.architecture import Architecture
 from engine.scenario.lora import resolve_targets
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.training import Method, Scenario
+from engine.time.constants import current
 from engine.time.memory_bound import FUSED_OPTIMIZERS
 
 SECONDS_PER_KERNEL = 13.5e-6
@@ -30,6 +31,18 @@ STEP_SECONDS = 0.004
 """Host work once per optimizer step outside the kernels (learning-rate scheduler, ``zero_grad``, logging,
 loss ``.item()`` synchronisation, the data loader's hand-off): "a few ms"; ms-swift measures samples/s flat
 across gradient accumulation 1..64 (modelscope/ms-swift docs/source_en/LLM/Benchmark.md), so it is small."""
+
+def host_seconds_per_kernel(hf_stack: bool, fused: bool) -> float:
+    """CPU seconds per launched kernel: :data:`SECONDS_PER_KERNEL` (a plain PyTorch loop over a transformers model),
+    times the fitted :attr:`~engine.time.constants.TimeConstants.eager_host_factor` on the eager Hugging Face stack
+    (``hf_stack`` and not ``fused``). There every module call also runs the Trainer's and accelerate's hooks and
+    autocast wrapper, PEFT's ``LoraLayer.forward`` (Python dispatch over its adapters, dropout and scaling modules) and
+    bitsandbytes' ``MatMul4Bit`` autograd function in Python (transformers ``Trainer.training_step``, peft
+    ``tuners/lora/layer.py``, bitsandbytes ``autograd/_functions.py``): more host time per kernel, the same kernels.
+    torch.compile / Unsloth / Liger traces away most of it (``fused``)."""
+    factor = current().eager_host_factor if hf_stack and not fused else 1.0
+    return SECONDS_PER_KERNEL * factor
+
 
 PYTHON_SECONDS_PER_TENSOR = 20e-6
 """Host time per parameter tensor of optimizers that loop over tensors in Python (bitsandbytes' 8-bit and paged

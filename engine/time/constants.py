@@ -1,0 +1,70 @@
+"""The step-time model's few fitted global constants, in one record, and the scope that may override them.
+
+Every other rate and count of :mod:`engine.time` comes from a named source (datasheets, measured matmul tables,
+kernel papers, library code). These constants are the ones no source pins down to one value; each is fitted once
+over the published throughput rows (:mod:`engine.validation.crossval` refits them leaving one source out, which is
+the accuracy the product publishes). They are global: never per row, per model or per source.
+
+:func:`current` is what the model reads. :func:`using` overrides the record for the calls inside a ``with`` block
+(a :class:`contextvars.ContextVar`, so it is local to a thread / task): cross-validation evaluates the model at other
+values without any module-level state changing. Caches that hold seconds (``engine.time.rates.gpu_rates``, the
+scale-out work cache) key on the record.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, fields, replace
+from typing import Iterator
+
+
+@dataclass(frozen=True, slots=True)
+class TimeConstants:
+    """The fitted constants (see each field's comment for what it scales and where it was fitted).
+
+    - ``gemm_efficiency``: share of the measured maximum-achievable matmul rate (MAMF) a training step's GEMMs
+      reach on average (``engine.time.rates``). MAMF is the best shape of a brute-force search on a warm idle GPU;
+      a step's GEMMs have the model's shapes and run under sustained power.
+    - ``eager_host_factor``: host time per kernel of an eager Hugging Face training stack (Trainer + PEFT wrapper
+      modules, accelerate's autocast and hooks, bitsandbytes' Python wrappers) / that of a plain PyTorch loop over the
+      same transformers model (``engine.time.overhead.SECONDS_PER_KERNEL``, measured on the plain loop).
+    - ``attention_efficiency``: share of the FlashAttention papers' published kernel rates (forward and backward
+      apart, by GPU generation and sequence length, ``engine.time.attention_rates``) a training step reaches.
+    - ``network_efficiency``: share of the NIC's line rate NCCL's ring reaches between nodes (nccl-tests busbw).
+    """
+
+    gemm_efficiency: float = 0.80
+    eager_host_factor: float = 1.0
+    attention_efficiency: float = 1.0
+    network_efficiency: float = 0.96
+
+    def with_values(self, **values: float) -> "TimeConstants":
+        """A copy with ``values`` replaced (names of the fields)."""
+        return replace(self, **values)
+
+    def as_dict(self) -> dict[str, float]:
+        """Field name -> value."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+FITTED = TimeConstants()
+"""The values the product uses: the in-sample best over every compared row (benchmarks/validate_time.py prints the
+fit and its leave-one-source-out cross-validation; the Methodology page shows both)."""
+
+_CURRENT: ContextVar[TimeConstants] = ContextVar("time_constants", default=FITTED)
+
+
+def current() -> TimeConstants:
+    """The constants in force (:data:`FITTED` unless inside :func:`using`)."""
+    return _CURRENT.get()
+
+
+@contextmanager
+def using(constants: TimeConstants) -> Iterator[TimeConstants]:
+    """Evaluate the model with ``constants`` inside the ``with`` block (restored on exit, also on an error)."""
+    token = _CURRENT.set(constants)
+    try:
+        yield constants
+    finally:
+        _CURRENT.reset(token)
