@@ -81,4 +81,4 @@ def test_torchtitan_fsdp_pp_memory_rows(val):
     assert len(rows) == 6
     assert all(-25 < r.error_pct < 0 for r in rows)
     n, median, _ = val.summary("memory")
-    assert n == 23 and median < 10
+    assert n == 49 and median < 10  # 23 rows + nanotron's 26 heatmap cells that print a peak (issue 23)
