@@ -34,9 +34,9 @@ class TimeConstants:
     - ``network_efficiency``: share of the NIC's line rate NCCL's ring reaches between nodes (nccl-tests busbw).
     """
 
-    gemm_efficiency: float = 0.80
-    eager_host_factor: float = 1.0
-    attention_efficiency: float = 1.0
+    gemm_efficiency: float = 0.85
+    eager_host_factor: float = 1.5
+    attention_efficiency: float = 0.6
     network_efficiency: float = 0.96
 
     def with_values(self, **values: float) -> "TimeConstants":

@@ -34,13 +34,14 @@ across gradient accumulation 1..64 (modelscope/ms-swift docs/source_en/LLM/Bench
 
 def host_seconds_per_kernel(hf_stack: bool, fused: bool) -> float:
     """CPU seconds per launched kernel: :data:`SECONDS_PER_KERNEL` (a plain PyTorch loop over a transformers model),
-    times the fitted :attr:`~engine.time.constants.TimeConstants.eager_host_factor` on the eager Hugging Face stack
-    (``hf_stack`` and not ``fused``). There every module call also runs the Trainer's and accelerate's hooks and
-    autocast wrapper, PEFT's ``LoraLayer.forward`` (Python dispatch over its adapters, dropout and scaling modules) and
-    bitsandbytes' ``MatMul4Bit`` autograd function in Python (transformers ``Trainer.training_step``, peft
-    ``tuners/lora/layer.py``, bitsandbytes ``autograd/_functions.py``): more host time per kernel, the same kernels.
-    torch.compile / Unsloth / Liger traces away most of it (``fused``)."""
-    factor = current().eager_host_factor if hf_stack and not fused else 1.0
+    times the fitted :attr:`~engine.time.constants.TimeConstants.eager_host_factor` on the Hugging Face stack
+    (``hf_stack``). There every module call also runs the Trainer's and accelerate's hooks and autocast wrapper,
+    PEFT's ``LoraLayer.forward`` (Python dispatch over its adapters, dropout and scaling modules) and bitsandbytes'
+    ``MatMul4Bit`` autograd function in Python (transformers ``Trainer.training_step``, peft ``tuners/lora/layer.py``,
+    bitsandbytes ``autograd/_functions.py``): more host time per kernel. Fused kernels (``fused``: Unsloth, Liger, or
+    torch.compile) cut the kernel count (:func:`layer_kernels`) but Unsloth and Liger still walk the modules in Python
+    under the Trainer, so the factor stays (``fused`` is accepted for callers; it does not change the factor)."""
+    factor = current().eager_host_factor if hf_stack else 1.0
     return SECONDS_PER_KERNEL * factor
 
 

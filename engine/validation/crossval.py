@@ -31,8 +31,8 @@ from engine.time.constants import FITTED, TimeConstants
 
 GRID: dict[str, tuple[float, ...]] = {
     "gemm_efficiency": (0.70, 0.75, 0.80, 0.85, 0.90),
-    "eager_host_factor": (1.0, 1.5, 2.0, 2.5, 3.0),
-    "attention_efficiency": (0.6, 0.8, 1.0),
+    "eager_host_factor": (1.0, 1.5, 2.0, 2.5, 3.0, 4.0),
+    "attention_efficiency": (0.5, 0.6, 0.7, 0.8, 1.0),
     "network_efficiency": (0.5, 0.7, 0.96),
 }
 """Candidate values of each fitted constant: GEMM efficiency around the MAMF table's realised share; the eager host
@@ -43,13 +43,15 @@ factor from a plain loop (1) to 3x; the attention share of the FA papers' rates;
 @dataclass(frozen=True, slots=True)
 class Row:
     """One published measurement: ``id``, ``source`` (the LOSO group), ``multi_gpu`` (reported apart), ``measured``
-    (tokens/s, MFU or TFLOP/s: any figure proportional to throughput) and ``key`` (what ``predict`` needs)."""
+    (tokens/s, MFU or TFLOP/s: any figure proportional to throughput), ``key`` (what ``predict`` needs) and
+    ``hf_stack`` (the Hugging Face Trainer + PEFT stack: its own band group)."""
 
     id: str
     source: str
     multi_gpu: bool
     measured: float
     key: Hashable
+    hf_stack: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from engine.model.sources import config_from_catalog
 from engine.scaleout.estimate import estimate_layout
 from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.layout import Layout, Recompute
+from engine.scaleout.recompute import torchtitan_layer_sac_layers
 from engine.scaleout.step_time import Cluster
 from engine.scenario.training import Scenario
 from engine.time.throughput import flops_per_token
@@ -102,7 +103,8 @@ def _arch(row: dict, seq: int) -> tuple[Architecture | None, str]:
     published = run_architecture(row["model"], row.get("params_b", ""))
     if published is not None:
         return published
-    vocab = 131072 if "131072" in row["notes"] else 51200
+    m = re.search(r"vocab (\d+)", row["notes"])
+    vocab = int(m.group(1)) if m else 51200
     if row["model"].startswith("GPT3-175B"):
         return gpt_style("a=96, h=12288, L=96", 51200, seq), "GPT-3 175B sizes, vocab 51200"
     arch = gpt_style(row["model"], vocab, seq) if "GPT" in row["model"] else None
@@ -209,6 +211,8 @@ def compare_row(row: dict) -> list[RunComparison] | str:
                               data_parallel=dp, sequence_parallel=tp > 1 and "no" not in row["sequence_parallel"].lower()[:2],
                               recompute=_recompute(row["recompute"] or _default_recompute(row), torchtitan),
                               layers_per_stage=split,
+                              recompute_layers=(torchtitan_layer_sac_layers(arch.num_layers, 2)
+                                                if "every second layer" in row["recompute"] else None),
                               virtual_pipeline=v if v > 1 and (arch.num_layers % (pp * v) == 0) and (gbs // (mb * dp)) % pp == 0 else 1,
                               zero=zero, micro_batch_size=mb, global_batch_size=gbs)
         sc = Scenario(seq_len=seq, micro_batch_size=mb, precision=precision)

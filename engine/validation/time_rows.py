@@ -56,7 +56,8 @@ def throughput_rows() -> tuple[tuple[Row, ...], tuple[tuple[str, str, str], ...]
         if not m.expressible:
             out.append((m.id, src, m.why_not_expressible))
             continue
-        rows.append(Row(id=m.id, source=src, multi_gpu=m.num_gpus > 1, measured=m.tokens_per_second, key=("t", m.id)))
+        rows.append(Row(id=m.id, source=src, multi_gpu=m.num_gpus > 1, measured=m.tokens_per_second, key=("t", m.id),
+                        hf_stack=m.framework == "hf"))
     for row in _large_runs():
         if not _published(row):
             continue
