@@ -4,6 +4,7 @@ time, Megatron-LM's own estimate, the layout search and the launch settings of t
 import pandas as pd
 import streamlit as st
 
+from engine.time.band import band_for
 from engine.errors import EngineError
 from engine.scaleout.estimate import estimate_layout
 from engine.scaleout.exports import EXPORTERS, VERSIONS, export_layout
@@ -57,7 +58,9 @@ m2.metric("nvidia-smi on that rank", fmt_bytes(worst.device_used_bytes, unit, 1)
           delta=f"{'+' if headroom >= 0 else '-'}{fmt_bytes(abs(headroom), unit, 1)} headroom", delta_color="normal")
 m3.metric("Megatron-LM's formula (first stage)", fmt_bytes(est.megatron.total_bytes, unit, 1), help=est.megatron.note)
 if est.time:
-    m4.metric("Tokens/s", f"{est.time.tokens_per_second:,.0f}", help=f"MFU {est.time.mfu:.0%}")
+    _band = band_for(layout.world_size, hf_stack=False)
+    _lo, _hi = _band.tokens_per_second(est.time.tokens_per_second)
+    m4.metric("Tokens/s", f"{est.time.tokens_per_second:,.0f}", help=f"MFU {est.time.mfu:.0%}; {_lo:,.0f}–{_hi:,.0f}: {_band.note}")
 
 st.subheader(f"Memory per rank, one bar per pipeline stage ({layout.label()})")
 labels = {p.key: p.label for s in mem.stages for p in s.estimate.parts}

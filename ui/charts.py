@@ -259,16 +259,25 @@ def _log_axes_vline(current_size: float, text: str) -> dict:
 
 
 def time_vs_dataset_figure(
-    sizes: list[float], hours: list[float], seed_hours: list[float] | None, current_size: float, label: str
+    sizes: list[float], hours: list[float], seed_hours: list[float] | None, current_size: float, label: str,
+    band: tuple[list[float], list[float]] | None = None,
 ) -> go.Figure:
-    """Wall hours against dataset size (tokens) for one plan: the step-time model, and the seed rule if it has a line."""
-    data = [{"type": "scatter", "x": sizes, "y": hours, "mode": "lines", "name": f"step-time model ({label})",
-             "hovertemplate": "%{x:,.3s} tokens: %{y:,.3g} h<extra>step-time model</extra>"}]
+    """Wall hours against dataset size (tokens) for one plan: the step-time model (with its 80% band, ``band`` = (low,
+    high) hours, shaded), and the seed rule if it has a line."""
+    data = []
+    if band is not None:
+        data += [{"type": "scatter", "x": sizes, "y": band[1], "mode": "lines", "line": {"width": 0}, "showlegend": False,
+                  "hoverinfo": "skip", "name": "band high"},
+                 {"type": "scatter", "x": sizes, "y": band[0], "mode": "lines", "line": {"width": 0}, "fill": "tonexty",
+                  "fillcolor": "rgba(99, 110, 250, 0.18)", "name": "80% band (cross-validated)", "hoverinfo": "skip"}]
+    data.append({"type": "scatter", "x": sizes, "y": hours, "mode": "lines", "name": f"step-time model ({label})",
+                 "hovertemplate": "%{x:,.3s} tokens: %{y:,.3g} h<extra>step-time model</extra>"})
     if seed_hours is not None:
         data.append({"type": "scatter", "x": sizes, "y": seed_hours, "mode": "lines", "name": "seed rule",
                      "line": {"dash": "dash"}, "hovertemplate": "%{x:,.3s} tokens: %{y:,.3g} h<extra>seed rule</extra>"})
     layout = {"xaxis": log_axis(sizes, DATASET_AXIS),
-              "yaxis": log_axis([*hours, *(seed_hours or [])], "wall time (hours)"), "height": 380,
+              "yaxis": log_axis([*hours, *(seed_hours or []), *(band[0] + band[1] if band else [])], "wall time (hours)"),
+              "height": 380,
               "margin": {"t": 30, "b": 10}, "legend": {"orientation": "h", "y": -0.25},
               **_log_axes_vline(current_size, "your dataset")}
     return go.Figure({"data": data, "layout": layout})

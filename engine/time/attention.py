@@ -56,13 +56,16 @@ def flash_rates(rates: GpuRates, seq_len: int, kernel: str = "flash") -> tuple[f
     """FLOP/s of the fused attention kernel on a sequence of ``seq_len`` (keys per query): (forward, backward).
 
     Hopper and later (compute capability 9+): :data:`FA2_H100_FORWARD_TFLOPS` / ``_BACKWARD_`` as shares of the H100's
-    peak, times this GPU's dense peak. Ampere / Ada: :data:`AMPERE_FLASH_FRACTION` of the peak with the same rise
-    with the sequence. Both times the fitted :attr:`~engine.time.constants.TimeConstants.attention_efficiency`;
-    ``memory_efficient`` at :data:`~engine.time.rates.MEMORY_EFFICIENT_SHARE` of flash.
+    peak, times this GPU's dense peak, times the fitted :attr:`~engine.time.constants.TimeConstants.attention_efficiency`
+    (FA2 is not tuned for Hopper: in a training step under sustained power it reaches a share of its kernel benchmark;
+    the Hopper rows of the published runs fit that share). Ampere / Ada: :data:`AMPERE_FLASH_FRACTION` of the peak
+    with the same rise with the sequence (the FA2 paper's own A100 training figures). ``memory_efficient`` at
+    :data:`~engine.time.rates.MEMORY_EFFICIENT_SHARE` of flash.
     """
-    k = current().attention_efficiency * (MEMORY_EFFICIENT_SHARE if kernel == "memory_efficient" else 1.0)
+    k = MEMORY_EFFICIENT_SHARE if kernel == "memory_efficient" else 1.0
     peak = rates.peak.flops
     if rates.hopper:
+        k *= current().attention_efficiency
         fwd = FA2_H100_FORWARD_TFLOPS[-1] / 989.5 * peak * _ramp(seq_len, FA2_H100_FORWARD_TFLOPS)
         bwd = FA2_H100_BACKWARD_TFLOPS[-1] / 989.5 * peak * _ramp(seq_len, FA2_H100_BACKWARD_TFLOPS)
     else:

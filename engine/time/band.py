@@ -85,6 +85,11 @@ class Band:
         """(low, high) of a time or a cost proportional to 1 / tokens/s (``value`` at the prediction)."""
         return (None, None) if value is None else (value / self.high, value / self.low)
 
+    def narrowing_from(self, wider: "Band") -> float:
+        """How many times narrower this band is than ``wider`` (ratio of their widths in log space: x0.8..x1.25 is
+        twice as narrow as x0.64..x1.5625)."""
+        return math.log(wider.high / wider.low) / max(math.log(self.high / self.low), 1e-9)
+
     @property
     def note(self) -> str:
         """The band in words: what it holds, from which rows."""

@@ -29,8 +29,8 @@ class TimeConstants:
     - ``eager_host_factor``: host time per kernel of an eager Hugging Face training stack (Trainer + PEFT wrapper
       modules, accelerate's autocast and hooks, bitsandbytes' Python wrappers) / that of a plain PyTorch loop over the
       same transformers model (``engine.time.overhead.SECONDS_PER_KERNEL``, measured on the plain loop).
-    - ``attention_efficiency``: share of the FlashAttention papers' published kernel rates (forward and backward
-      apart, by GPU generation and sequence length, ``engine.time.attention_rates``) a training step reaches.
+    - ``attention_efficiency``: share of FlashAttention-2's published H100 kernel rates (forward and backward apart,
+      by sequence length, ``engine.time.attention.flash_rates``) a training step reaches on Hopper GPUs.
     - ``network_efficiency``: share of the NIC's line rate NCCL's ring reaches between nodes (nccl-tests busbw).
     """
 

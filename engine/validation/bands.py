@@ -22,20 +22,23 @@ def row_groups(result: Result) -> list[str]:
 def band_table(result: Result) -> list[BandRow]:
     """One :class:`~engine.time.band.BandRow` per group of :data:`~engine.time.band.GROUPS` (a group without rows
     gets the band of all rows)."""
-    groups = row_groups(result)
-    rows = result.table.rows
-    ratio = [1.0 / (1.0 + e) for e in result.loso_error]  # measured / predicted
+    ratios = [1.0 / (1.0 + e) for e in result.loso_error]  # measured / predicted
+    return band_rows(row_groups(result), [r.source for r in result.table.rows], ratios)
+
+
+def band_rows(groups: list[str], sources: list[str], ratios: list[float]) -> list[BandRow]:
+    """:func:`band_table` from each row's group, source and measured / LOSO-predicted ratio."""
     by_source: dict[str, list[float]] = defaultdict(list)
-    for r, q in zip(rows, ratio):
-        by_source[r.source].append(q)
+    for src, q in zip(sources, ratios):
+        by_source[src].append(q)
     median = {s: statistics.median(v) for s, v in by_source.items()}
-    within = [q / median[r.source] for r, q in zip(rows, ratio)]
+    within = [q / median[src] for src, q in zip(sources, ratios)]
     out = []
     for g in GROUPS:
-        idx = [i for i, gi in enumerate(groups) if gi == g] or list(range(len(rows)))
-        low, high = band_factors([ratio[i] for i in idx])
+        idx = [i for i, gi in enumerate(groups) if gi == g] or list(range(len(groups)))
+        low, high = band_factors([ratios[i] for i in idx])
         clow, chigh = band_factors([within[i] for i in idx])
-        out.append(BandRow(group=g, rows=len(idx), sources=len({rows[i].source for i in idx}), low=low, high=high,
+        out.append(BandRow(group=g, rows=len(idx), sources=len({sources[i] for i in idx}), low=low, high=high,
                            calibrated_low=clow, calibrated_high=chigh))
     return out
 
