@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from engine.validation.bands import band_table, coverage, row_groups  # noqa: E402
 from engine.validation.crossval import Summary, cross_validate, prediction_table  # noqa: E402
 from engine.validation.time_rows import (  # noqa: E402
-    predict, throughput_rows, total_published_rows, unmatched_reference_rows,
+    metric_of, predict, throughput_rows, total_published_rows, unmatched_reference_rows,
 )
 
 TARGET_COMPARED = 0.85
@@ -51,10 +51,11 @@ def _write(result, bands) -> None:
     names = list(t.points[0].as_dict())
     with (ROOT / "data" / "time_crossval.csv").open("w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
-        w.writerow(["id", "source", "group", "measured", "in_sample_predicted", "loso_predicted", *[f"refit_{n}" for n in names]])
+        w.writerow(["id", "source", "group", "metric", "measured", "in_sample_predicted", "loso_predicted",
+                    *[f"refit_{n}" for n in names]])
         for i, (row, g) in enumerate(zip(t.rows, row_groups(result))):
             k = result.refit[row.source].as_dict()
-            w.writerow([row.id, row.source, g, f"{row.measured:.6g}",
+            w.writerow([row.id, row.source, g, metric_of(row), f"{row.measured:.6g}",
                         f"{row.measured * (1 + result.in_sample_error[i]):.6g}",
                         f"{row.measured * (1 + result.loso_error[i]):.6g}", *[f"{k[n]:g}" for n in names]])
     print("wrote data/time_bands.csv and data/time_crossval.csv")

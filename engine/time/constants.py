@@ -32,12 +32,16 @@ class TimeConstants:
     - ``attention_efficiency``: share of FlashAttention-2's published H100 kernel rates (forward and backward apart,
       by sequence length, ``engine.time.attention.flash_rates``) a training step reaches on Hopper GPUs.
     - ``network_efficiency``: share of the NIC's line rate NCCL's ring reaches between nodes (nccl-tests busbw).
+    - ``power_exponent``: a GPU held below its TDP runs its compute at (cap / TDP) ** this (``engine.time.rates
+      .power_limited``). Prior 1/3: CMOS dynamic power P = C V^2 f with the voltage scaled with the clock in the DVFS
+      range gives f ~ P^(1/3).
     """
 
-    gemm_efficiency: float = 0.85
+    gemm_efficiency: float = 0.80
     eager_host_factor: float = 1.5
-    attention_efficiency: float = 0.6
+    attention_efficiency: float = 0.8
     network_efficiency: float = 0.96
+    power_exponent: float = 0.75
 
     def with_values(self, **values: float) -> "TimeConstants":
         """A copy with ``values`` replaced (names of the fields)."""
@@ -50,7 +54,13 @@ class TimeConstants:
 
 FITTED = TimeConstants()
 """The values the product uses: the in-sample best over every compared row (benchmarks/validate_time.py prints the
-fit and its leave-one-source-out cross-validation; the Methodology page shows both)."""
+fit and its leave-one-source-out cross-validation; the Methodology page shows both). Fitted on the 132 compared rows
+of data/throughput_measurements.csv and data/large_runs.csv; what pins each one down: ``gemm_efficiency`` the packed
+one-node rows (torchtune, ml-engineering, NeMo AutoModel, Megatron-LM, Korthikanti); ``eager_host_factor`` the
+Hugging Face stack rows (ms-swift, LlamaFactory); ``attention_efficiency`` the long-sequence Hopper rows
+(torchtitan's CP sweep, NeMo, ml-engineering's 8k B200 rows); ``network_efficiency`` the multi-node rows (nanotron,
+torchtitan 128 GPUs, Llama 3); ``power_exponent`` torchtitan's 500 W H100 rows (the only rows that state a cap: left
+out, the prior 1/3 is used)."""
 
 _CURRENT: ContextVar[TimeConstants] = ContextVar("time_constants", default=FITTED)
 

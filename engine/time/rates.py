@@ -67,6 +67,25 @@ def fp8_matmul_flops(gpu: Gpu) -> float | None:
     return gpu.fp8_tflops * 1e12 * FP8_MATMUL_FRACTION_OF_PEAK * current().gemm_efficiency
 
 
+def power_limited(gpu: Gpu, cap_watts: float, tdp_watts: float) -> Gpu:
+    """``gpu`` held at ``cap_watts`` instead of its ``tdp_watts``: every compute rate (dense peaks, measured matmul
+    rates) times ``(cap / TDP) ** power_exponent`` (the fitted :attr:`~engine.time.constants.TimeConstants
+    .power_exponent`); memory bandwidth and links unchanged. The copy's name says the cap. A cap at or above the TDP
+    returns ``gpu``. Used where a published run states its power cap (torchtitan's 500 W H100s).
+
+    Raises:
+        ValueError: a non-positive cap or TDP.
+    """
+    if cap_watts <= 0 or tdp_watts <= 0:
+        raise ValueError("power cap and TDP must be positive watts")
+    if cap_watts >= tdp_watts:
+        return gpu
+    f = (cap_watts / tdp_watts) ** current().power_exponent
+    scaled = {k: getattr(gpu, k) * f for k in ("bf16_tflops", "fp16_tflops", "fp32_tflops", "fp8_tflops",
+                                                 "matmul_bf16_tflops", "matmul_fp16_tflops") if getattr(gpu, k)}
+    return gpu.model_copy(update={**scaled, "name": f"{gpu.name} at {cap_watts:g} W"})
+
+
 def matmul_dtype(precision: PrecisionMode) -> str:
     """Element type the matmuls of ``precision`` run in: ``bf16``, ``fp16`` or ``fp32``."""
     p = PrecisionMode(precision)

@@ -34,10 +34,12 @@ GRID: dict[str, tuple[float, ...]] = {
     "eager_host_factor": (1.0, 1.5, 2.0, 2.5, 3.0, 4.0),
     "attention_efficiency": (0.5, 0.6, 0.7, 0.8, 1.0),
     "network_efficiency": (0.5, 0.7, 0.96),
+    "power_exponent": (1 / 3, 0.5, 0.75, 1.0),
 }
 """Candidate values of each fitted constant: GEMM efficiency around the MAMF table's realised share; the eager host
 factor from a plain loop (1) to 3x; the attention share of the FA papers' rates; the NCCL share of the NIC's line rate
-(0.96 = nccl-tests' 24 of 25 GB/s on one 200G NIC; 0.5-0.7 for busy fabrics)."""
+(0.96 = nccl-tests' 24 of 25 GB/s on one 200G NIC; 0.5-0.7 for busy fabrics); the power-cap exponent from the
+DVFS prior 1/3 to linear in power."""
 
 
 @dataclass(frozen=True, slots=True)

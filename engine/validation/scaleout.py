@@ -28,6 +28,7 @@ from engine.scaleout.layout import Layout, Recompute
 from engine.scaleout.recompute import torchtitan_layer_sac_layers
 from engine.scaleout.step_time import Cluster
 from engine.scenario.training import Scenario
+from engine.time.rates import power_limited
 from engine.time.throughput import flops_per_token
 from engine.validation.run_configs import run_architecture
 
@@ -39,6 +40,19 @@ _CATALOG = {"meta-llama/Llama-3.1-405B": "meta-llama/Llama-3.1-405B", "meta-llam
             "meta-llama/Meta-Llama-3-70B": "meta-llama/Llama-3.1-70B",
             "meta-llama/Llama-2-7b-hf": "meta-llama/Llama-2-7b-hf", "mistralai/Mixtral-8x7B-v0.1": "mistralai/Mixtral-8x7B-v0.1"}
 _GPUS = (("H200", "H200"), ("B200", "B200"), ("A100", "A100 80GB"), ("H100", "H100 SXM"))
+TDP_WATTS = {"NVIDIA H100 80GB": 700.0}
+"""Board power of the catalog GPUs a run states a cap for: H100 SXM5 700 W (NVIDIA H100 Tensor Core GPU datasheet,
+"Max thermal design power: up to 700W (configurable)")."""
+
+
+def _row_gpu(row: dict):
+    """The catalog GPU of a row, power-limited (:func:`engine.time.rates.power_limited`) when the row states a cap
+    below the GPU's TDP ("500W" in torchtitan's Grand Teton H100 rows)."""
+    gpu = next((find_gpu(name) for key, name in _GPUS if key in row["gpu"]), None)
+    cap = re.search(r"(\d{3,4})\s*W\b", row["gpu"])
+    if gpu is not None and cap and gpu.name in TDP_WATTS:
+        return power_limited(gpu, float(cap.group(1)), TDP_WATTS[gpu.name])
+    return gpu
 
 
 class RunComparison(BaseModel):
@@ -183,7 +197,7 @@ def compare_row(row: dict) -> list[RunComparison] | str:
     arch, assumed = _arch(row, seq)
     if arch is None:
         return f"model not in the catalog and no sizes in the row: {row['model']}"
-    gpu = next((find_gpu(name) for key, name in _GPUS if key in row["gpu"]), None)
+    gpu = _row_gpu(row)
     if gpu is None:
         return f"GPU not in the catalog: {row['gpu']}"
     tp, pp, cp, ep = _int(row["tp"]), _int(row["pp"]), _int(row["cp"]), _int(row["ep"])

@@ -96,6 +96,16 @@ def predict(row: Row, constants: TimeConstants) -> float:
     return next(c.ours for c in result if not c.metric.startswith("memory"))
 
 
+def metric_of(row: Row) -> str:
+    """What ``row.measured`` is: tokens/s of all the row's GPUs, or the large run's tokens/s per GPU, MFU or TFLOP/s."""
+    kind, rid = row.key
+    if kind == "t":
+        return "tokens/s (all GPUs)"
+    run = _by_id()[1][rid]
+    col = next(c for c in THROUGHPUT_FIGURES if re.match(r"\s*[0-9.]+", run.get(c) or ""))
+    return {"tokens_per_s_per_gpu": "tokens/s per GPU", "mfu": "MFU", "tflops_per_gpu": "TFLOP/s per GPU"}[col]
+
+
 def total_published_rows() -> int:
     """Every published throughput row of both files (compared or not): the denominator of "rows compared"."""
     return len(load_throughput_measurements()) + sum(1 for row in _large_runs() if _published(row))
