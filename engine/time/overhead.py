@@ -77,11 +77,24 @@ def _targets(arch: Architecture, sc: Scenario) -> int:
     return sum(lin.count for lin in resolve_targets(arch, sc.lora_targets))
 
 
+def optimizer_host_loop(optimizer: Optimizer) -> str:
+    """How ``optimizer``'s step walks its tensors on the host: ``per_tensor`` (a Python loop, one launch and its
+    checks per tensor: bitsandbytes' 8-bit / paged / Lion kernels, Adafactor), ``fused`` (torch ``AdamW(fused=True)``:
+    one launch per chunk of tensors) or ``foreach`` (torch's foreach ops, ~12 per chunk). The one place the time model
+    reads this per-optimizer fact (meant to become a field of the optimizer's record)."""
+    if optimizer is Optimizer.ADAMW_FUSED:
+        return "fused"
+    if optimizer in FUSED_OPTIMIZERS or optimizer is Optimizer.ADAFACTOR:
+        return "per_tensor"
+    return "foreach"
+
+
 def optimizer_host_seconds(optimizer: Optimizer, tensors: int) -> float:
-    """Host time of one optimizer step over ``tensors`` trainable tensors: per-tensor Python loops
-    (:data:`PYTHON_SECONDS_PER_TENSOR`) for bitsandbytes and Adafactor; torch's fused and foreach steps launch a
-    kernel per chunk of tensors (~12 foreach ops per chunk of 100 tensors)."""
-    if optimizer in FUSED_OPTIMIZERS and optimizer is not Optimizer.ADAMW_FUSED or optimizer is Optimizer.ADAFACTOR:
+    """Host time of one optimizer step over ``tensors`` trainable tensors (:func:`optimizer_host_loop`): per-tensor
+    Python loops at :data:`PYTHON_SECONDS_PER_TENSOR`; torch's fused and foreach steps launch a kernel per chunk of 100
+    tensors (1 fused, ~12 foreach ops)."""
+    loop = optimizer_host_loop(optimizer)
+    if loop == "per_tensor":
         return tensors * PYTHON_SECONDS_PER_TENSOR
     chunks = max(1, -(-tensors // 100))
-    return chunks * (1 if optimizer is Optimizer.ADAMW_FUSED else 12) * SECONDS_PER_KERNEL
+    return chunks * (1 if loop == "fused" else 12) * SECONDS_PER_KERNEL
