@@ -16,6 +16,7 @@ forward (PaLM, Chowdhery et al. 2022, appendix B, counts the full square). Kerne
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from engine.model.architecture import Architecture
 from engine.time.constants import current
@@ -39,6 +40,7 @@ backward. The rise with sequence length is taken from the H100 curve above (the 
 from 512 to 16k)."""
 
 
+@lru_cache(maxsize=4096)
 def _ramp(seq_len: int, table: tuple[float, ...]) -> float:
     """``table`` at ``seq_len`` / its plateau: linear in log2(sequence) between the published points, flat past the
     last, extrapolated below the first (at least 0.25)."""

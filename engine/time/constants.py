@@ -19,9 +19,12 @@ from dataclasses import dataclass, fields, replace
 from typing import Iterator
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class TimeConstants:
     """The fitted constants (see each field's comment for what it scales and where it was fitted).
+
+    Compared and hashed by identity (``eq=False``): the caches that key on the record in force then cost a pointer,
+    not five floats, on every step-time call (benchmarks/bench_engine.py); compare values with :meth:`as_dict`.
 
     - ``gemm_efficiency``: share of the measured maximum-achievable matmul rate (MAMF) a training step's GEMMs
       reach on average (``engine.time.rates``). MAMF is the best shape of a brute-force search on a warm idle GPU;
