@@ -300,7 +300,10 @@ def gpu_count_figure(plans: list[PlanEstimate], basis: str, gpu: str) -> go.Figu
     """Hours (left axis) and cost (right axis) against the number of GPUs, for the counts that fit."""
     n = [p.num_gpus for p in plans]
     data = [{"type": "scatter", "x": n, "y": [p.run.hours for p in plans], "mode": "lines+markers",
-             "name": "wall time (h)", "hovertemplate": "%{x} GPUs: %{y:,.3g} h<extra></extra>", "yaxis": "y"}]
+             "name": "wall time (h)", "hovertemplate": "%{x} GPUs: %{y:,.3g} h<extra></extra>", "yaxis": "y",
+             # the cross-validated 80% band of each plan's hours (engine.time.band) as error bars
+             "error_y": {"type": "data", "symmetric": False, "array": [p.run.hours_high - p.run.hours for p in plans],
+                         "arrayminus": [p.run.hours - p.run.hours_low for p in plans], "thickness": 1}}]
     costs = [p.cost(basis) for p in plans]  # type: ignore[arg-type]
     if any(c is not None for c in costs):
         data.append({"type": "scatter", "x": n, "y": costs, "mode": "lines+markers",

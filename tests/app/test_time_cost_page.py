@@ -55,6 +55,8 @@ def test_page_renders_metrics_all_curves_and_the_comparison(page):
     assert all(lo < h < hi for lo, h, hi in zip(low["y"], model_line["y"], high["y"]))
     assert len(cost_fig["data"]) >= 3  # several GPUs
     assert {t["name"] for t in count_fig["data"]} >= {"wall time (h)"}
+    hours = next(t for t in count_fig["data"] if t["name"] == "wall time (h)")
+    assert all(up > 0 and down > 0 for up, down in zip(hours["error_y"]["array"], hours["error_y"]["arrayminus"]))
     names = {t["name"] for t in plans_fig["data"]}
     assert {"plans that fit", "Pareto front"} <= names
     notes = " ".join(a["text"] for a in plans_fig["layout"].get("annotations", []))
