@@ -5,6 +5,7 @@ inputs) and the launch settings of the engine that runs it. Every input is kept 
 import pandas as pd
 import streamlit as st
 
+from engine.time.band import band_for
 from engine.errors import EngineError
 from engine.plan.cost import CHEAPEST_LISTED, Dataset, quote_price
 from engine.plan.layout_cost import candidate_runs, layout_run
@@ -83,7 +84,10 @@ m3.metric("Megatron-LM's formula (first stage)" + (", full training" if caveat e
 if caveat:
     st.caption(caveat + ".")
 if est.time and run.fits:
-    m4.metric("Tokens/s", f"{est.time.tokens_per_second:,.0f}", help=f"MFU {est.time.mfu:.0%}")
+    _band = band_for(layout.world_size, hf_stack=False)
+    _lo, _hi = _band.tokens_per_second(est.time.tokens_per_second)
+    m4.metric("Tokens/s", f"{est.time.tokens_per_second:,.0f}",
+              help=f"MFU {est.time.mfu:.0%}; {_lo:,.0f}–{_hi:,.0f}: {_band.note}")
     r, price = run.run, run.price
     t1, t2, t3, t4 = st.columns(4)
     t1.metric("Hours", f"{r.hours:,.1f}", help=f"{r.tokens:,.0f} tokens at {r.tokens_per_second:,.0f} tokens/s")

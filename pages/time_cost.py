@@ -11,6 +11,7 @@ from engine.plan.fit import check_fit
 from engine.memory.estimate import estimate_memory
 from engine.memory.parallel import STRATEGY_LABELS
 from engine.scenario.precision import precision_spec
+from engine.time.band import band_for
 from engine.time.seed import SEED_THROUGHPUT, SEED_THROUGHPUT_SOURCE, seed_throughput
 from engine.time.sweep import shape_sweep, time_by_technique
 from engine.units import fmt_bytes
@@ -99,6 +100,17 @@ c[4].metric("Cost on-demand", fmt_usd(run.cost_usd_on_demand),
                   if price.on_demand_usd_per_hour else price.reason))
 c[5].metric("Cost spot", fmt_usd(run.cost_usd_spot),
             help=f"${price.spot_usd_per_hour:,.4g}/GPU-hour from {price.spot_source}" if price.spot_usd_per_hour else price.reason)
+band = tp.band
+od_lo, od_hi = run.cost_usd_on_demand_range
+st.caption(f"Range, not a point: tokens/s {run.tokens_per_second_low:,.0f}–{run.tokens_per_second_high:,.0f}, wall time "
+           f"{fmt_hours(run.hours_low)}–{fmt_hours(run.hours_high)}"
+           + (f", on-demand cost {fmt_usd(od_lo)}–{fmt_usd(od_hi)}" if od_lo is not None else "")
+           + f". {band.note} (Methodology page).")
+if cal is not None:
+    raw = band_for(num_gpus, tp.hf_stack)
+    st.caption(f"Calibration narrowed the band from x{raw.low:.2f}..x{raw.high:.2f} to x{band.low:.2f}..x{band.high:.2f} "
+               f"({band.narrowing_from(raw):.1f}x narrower): your measurement fixes the level, what is left is the "
+               "spread of a published source's rows around their own median.")
 if price.reason:
     st.caption(f"No invented prices: {price.reason}. Pick another price source in the sidebar.")
 parts = ", ".join(f"{CATEGORY_STYLE[k][0].lower()} {v * 1e3:,.1f} ms" for k, v in tp.breakdown_s.items() if v > 0)
@@ -139,13 +151,14 @@ else:
                "the method, precision, batch and checkpointing: only the model size, the GPU and the count.")
 
 st.subheader("Time against dataset size")
-sweep = dataset_sweep(tc.dataset, scenario.seq_len, run.tokens_per_second, num_gpus)
+sweep = dataset_sweep(tc.dataset, scenario.seq_len, run.tokens_per_second, num_gpus, band=band)
 # One figure everywhere: tokens processed per epoch (after truncation to the sequence length, or padding to it).
 sizes = [d.tokens_per_epoch(scenario.seq_len) for d, _ in sweep]
 seed_hours = None
 if seed is not None:
     seed_hours = [r.hours for _, r in dataset_sweep(tc.dataset, scenario.seq_len, seed.tokens_per_second, num_gpus)]
-st.plotly_chart(time_vs_dataset_figure(sizes, [r.hours for _, r in sweep], seed_hours, tc.dataset.tokens_per_epoch(scenario.seq_len), plan.label),
+st.plotly_chart(time_vs_dataset_figure(sizes, [r.hours for _, r in sweep], seed_hours, tc.dataset.tokens_per_epoch(scenario.seq_len), plan.label,
+                                      band=([r.hours_low for _, r in sweep], [r.hours_high for _, r in sweep])),
                 width="stretch", key="tc_time_dataset_chart")
 
 st.subheader(f"Cost against dataset size ({BASIS_LABEL[basis]})")
@@ -181,12 +194,12 @@ else:
     st.info(f"Nothing to draw: no count of {gpu.name} up to {max(search.counts)} fits with {strategy.value}. Raise 'Plan "
             "search: up to', pick another strategy or GPU, or a technique that needs less memory.")
 curves = (
-    [{"curve": "time_vs_dataset", "plan": plan.label, "dataset_tokens": x, "hours": r.hours, "cost_usd": None}
-     for x, (_, r) in zip(sizes, sweep)]
+    [{"curve": "time_vs_dataset", "plan": plan.label, "dataset_tokens": x, "hours": r.hours, "hours_low": r.hours_low,
+      "hours_high": r.hours_high, "cost_usd": None} for x, (_, r) in zip(sizes, sweep)]
     + [{"curve": "cost_vs_dataset", "plan": label, "dataset_tokens": x, "hours": None, "cost_usd": y}
        for label, (xs, ys) in series.items() for x, y in zip(xs, ys)]
     + [{"curve": "gpu_count", "plan": p.label, "dataset_tokens": tc.dataset.tokens_per_epoch(scenario.seq_len), "hours": p.run.hours,
-        "cost_usd": p.cost(basis)} for p in counts]
+        "hours_low": p.run.hours_low, "hours_high": p.run.hours_high, "cost_usd": p.cost(basis)} for p in counts]
 )
 st.download_button("Download the curves (CSV)", csv_bytes(pd.DataFrame(curves)),
                    file_name="time_cost_curves.csv", mime="text/csv", key="tc_curves_csv")
@@ -220,11 +233,15 @@ st.caption(f"{len(search.plans)} plans fit in memory with {strategy.value} (GPU 
 records = search.records()
 frame = pd.DataFrame(records)
 if not frame.empty:
-    shown = frame[["gpu", "num_gpus", "tokens_per_second", "hours", "gpu_hours", "cost_usd_on_demand", "cost_usd_spot",
-                   "pareto", "cheapest", "fastest", "notes"]]
+    shown = frame[["gpu", "num_gpus", "tokens_per_second", "tokens_per_second_low", "tokens_per_second_high", "hours",
+                   "hours_low", "hours_high", "gpu_hours", "cost_usd_on_demand", "cost_usd_spot", "pareto", "cheapest",
+                   "fastest", "notes"]]
     st.dataframe(shown, hide_index=True, width="stretch", key="tc_plans_table", column_config=number_columns({
         "num_gpus": ("GPUs", "count"), "tokens_per_second": ("throughput", "tokens_per_second"),
-        "hours": ("wall time", "hours"), "gpu_hours": ("GPU time", "gpu_hours"),
+        "tokens_per_second_low": ("throughput low", "tokens_per_second"),
+        "tokens_per_second_high": ("throughput high", "tokens_per_second"),
+        "hours": ("wall time", "hours"), "hours_low": ("wall time low", "hours"), "hours_high": ("wall time high", "hours"),
+        "gpu_hours": ("GPU time", "gpu_hours"),
         "cost_usd_on_demand": ("cost on demand", "usd"), "cost_usd_spot": ("cost spot", "usd")}))
 st.download_button("Download the plans (CSV)", csv_bytes(frame), file_name="training_plans.csv",
                    mime="text/csv", key="tc_plans_csv")

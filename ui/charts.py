@@ -259,16 +259,25 @@ def _log_axes_vline(current_size: float, text: str) -> dict:
 
 
 def time_vs_dataset_figure(
-    sizes: list[float], hours: list[float], seed_hours: list[float] | None, current_size: float, label: str
+    sizes: list[float], hours: list[float], seed_hours: list[float] | None, current_size: float, label: str,
+    band: tuple[list[float], list[float]] | None = None,
 ) -> go.Figure:
-    """Wall hours against dataset size (tokens) for one plan: the step-time model, and the seed rule if it has a line."""
-    data = [{"type": "scatter", "x": sizes, "y": hours, "mode": "lines", "name": f"step-time model ({label})",
-             "hovertemplate": "%{x:,.3s} tokens: %{y:,.3g} h<extra>step-time model</extra>"}]
+    """Wall hours against dataset size (tokens) for one plan: the step-time model (with its 80% band, ``band`` = (low,
+    high) hours, shaded), and the seed rule if it has a line."""
+    data = []
+    if band is not None:
+        data += [{"type": "scatter", "x": sizes, "y": band[1], "mode": "lines", "line": {"width": 0}, "showlegend": False,
+                  "hoverinfo": "skip", "name": "band high"},
+                 {"type": "scatter", "x": sizes, "y": band[0], "mode": "lines", "line": {"width": 0}, "fill": "tonexty",
+                  "fillcolor": "rgba(99, 110, 250, 0.18)", "name": "80% band (cross-validated)", "hoverinfo": "skip"}]
+    data.append({"type": "scatter", "x": sizes, "y": hours, "mode": "lines", "name": f"step-time model ({label})",
+                 "hovertemplate": "%{x:,.3s} tokens: %{y:,.3g} h<extra>step-time model</extra>"})
     if seed_hours is not None:
         data.append({"type": "scatter", "x": sizes, "y": seed_hours, "mode": "lines", "name": "seed rule",
                      "line": {"dash": "dash"}, "hovertemplate": "%{x:,.3s} tokens: %{y:,.3g} h<extra>seed rule</extra>"})
     layout = {"xaxis": log_axis(sizes, DATASET_AXIS),
-              "yaxis": log_axis([*hours, *(seed_hours or [])], "wall time (hours)"), "height": 380,
+              "yaxis": log_axis([*hours, *(seed_hours or []), *(band[0] + band[1] if band else [])], "wall time (hours)"),
+              "height": 380,
               "margin": {"t": 30, "b": 10}, "legend": {"orientation": "h", "y": -0.25},
               **_log_axes_vline(current_size, "your dataset")}
     return go.Figure({"data": data, "layout": layout})
@@ -291,7 +300,10 @@ def gpu_count_figure(plans: list[PlanEstimate], basis: str, gpu: str) -> go.Figu
     """Hours (left axis) and cost (right axis) against the number of GPUs, for the counts that fit."""
     n = [p.num_gpus for p in plans]
     data = [{"type": "scatter", "x": n, "y": [p.run.hours for p in plans], "mode": "lines+markers",
-             "name": "wall time (h)", "hovertemplate": "%{x} GPUs: %{y:,.3g} h<extra></extra>", "yaxis": "y"}]
+             "name": "wall time (h)", "hovertemplate": "%{x} GPUs: %{y:,.3g} h<extra></extra>", "yaxis": "y",
+             # the cross-validated 80% band of each plan's hours (engine.time.band) as error bars
+             "error_y": {"type": "data", "symmetric": False, "array": [p.run.hours_high - p.run.hours for p in plans],
+                         "arrayminus": [p.run.hours - p.run.hours_low for p in plans], "thickness": 1}}]
     costs = [p.cost(basis) for p in plans]  # type: ignore[arg-type]
     if any(c is not None for c in costs):
         data.append({"type": "scatter", "x": n, "y": costs, "mode": "lines+markers",

@@ -30,6 +30,7 @@ from engine.plan.verdict import SAFETY_MARGIN_FRACTION, Verdict
 from engine.scenario.lora import resolve_targets
 from engine.scenario.precision import PrecisionMode
 from engine.scenario.training import Method, Scenario
+from engine.time.band import band_for
 from engine.time.throughput import calibrate, seed_throughput
 
 
@@ -215,6 +216,9 @@ def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Dataset, ar
         "cost_usd_on_demand": run.cost_usd_on_demand,
         "cost_usd_spot": run.cost_usd_spot,
         "cost_reason": price.reason,
+        **run.band_record(),
+        "band": {"low": tp.band.low, "high": tp.band.high, "group": tp.band.group, "rows": tp.band.rows,
+                 "sources": tp.band.sources, "calibrated": tp.band.calibrated, "note": tp.band.note},
         "step_time_s": tp.step_time_s,
         "step_time_breakdown_s": dict(tp.breakdown_s),
         "mfu": tp.mfu,
@@ -224,6 +228,7 @@ def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Dataset, ar
             "predicted_tokens_per_second": calibration.predicted_tokens_per_second,
             "factor": calibration.factor,
             "raw_error": calibration.raw_error,
+            "band_narrowed_by": tp.band.narrowing_from(band_for(plan.num_gpus, tp.hf_stack)),
         },
         "time_cost": {
             "tokens": run.tokens,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from engine.time.band import band_for
 from engine.cli.options import positive_int
 from engine.errors import ScenarioError
 from engine.hardware.gpus import find_gpu
@@ -208,6 +209,13 @@ def _memory_json(est: LayoutEstimate, method: str) -> dict[str, Any]:
     }
 
 
+def _band_json(tokens_per_second: float, num_gpus: int) -> dict[str, Any]:
+    """The cross-validated 80% band of a layout's tokens/s (engine.time.band, the multi-GPU rows; issue 23)."""
+    band = band_for(num_gpus, hf_stack=False)
+    low, high = band.tokens_per_second(tokens_per_second)
+    return {"tokens_per_second_low": low, "tokens_per_second_high": high, "band_note": band.note}
+
+
 def _fit_time_json(est: LayoutEstimate, cluster: Cluster) -> dict[str, Any]:
     worst = est.memory.max_stage
     t = est.time
@@ -217,7 +225,7 @@ def _fit_time_json(est: LayoutEstimate, cluster: Cluster) -> dict[str, Any]:
         "fits": worst.device_used_bytes <= cluster.gpu.usable_memory_bytes,
         "verdict": fit_verdict(worst.peak_allocated_bytes, cluster.gpu.usable_memory_bytes).value,
         "headroom_bytes": round(cluster.gpu.usable_memory_bytes - worst.device_used_bytes),
-        "step_time": None if t is None else {**t.model_dump(mode="json"),
+        "step_time": None if t is None else {**t.model_dump(mode="json"), **_band_json(t.tokens_per_second, est.layout.world_size),
                                              "note": "engine.time's step-time model on the rank's shapes and links: "
                                                      "engine.scaleout.step_time (see its docstring)"},
     }

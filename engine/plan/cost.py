@@ -31,6 +31,7 @@ from engine.memory.parallel import Strategy
 from engine.scenario.training import Scenario
 from engine.memory.activations import attention_choice
 from engine.scenario.precision import precision_spec
+from engine.time.band import Band
 from engine.time.throughput import Calibration, Throughput, calibrate, estimate_throughput, peak_flops_for
 
 
@@ -128,6 +129,56 @@ class RunCost(BaseModel):
     gpu_hours: float
     cost_usd_on_demand: float | None
     cost_usd_spot: float | None
+    band_low: float = 1.0
+    band_high: float = 1.0
+    band_note: str = ""
+
+    @property
+    def tokens_per_second_low(self) -> float:
+        """Low end of the tokens/s band (:mod:`engine.time.band`)."""
+        return self.tokens_per_second * self.band_low
+
+    @property
+    def tokens_per_second_high(self) -> float:
+        """High end of the tokens/s band."""
+        return self.tokens_per_second * self.band_high
+
+    def _range(self, value: float | None) -> tuple[float | None, float | None]:
+        return (None, None) if value is None else (value / self.band_high, value / self.band_low)
+
+    @property
+    def hours_low(self) -> float:
+        """Fewest hours in the band (at the high tokens/s)."""
+        return self.hours / self.band_high
+
+    @property
+    def hours_high(self) -> float:
+        """Most hours in the band (at the low tokens/s)."""
+        return self.hours / self.band_low
+
+    @property
+    def gpu_hours_range(self) -> tuple[float, float]:
+        """(low, high) GPU-hours in the band."""
+        return self.gpu_hours / self.band_high, self.gpu_hours / self.band_low
+
+    @property
+    def cost_usd_on_demand_range(self) -> tuple[float | None, float | None]:
+        """(low, high) on-demand USD in the band (None when unpriced)."""
+        return self._range(self.cost_usd_on_demand)
+
+    @property
+    def cost_usd_spot_range(self) -> tuple[float | None, float | None]:
+        """(low, high) spot USD in the band (None when unpriced)."""
+        return self._range(self.cost_usd_spot)
+
+    def band_record(self) -> dict[str, float | None]:
+        """The band's figures under their JSON / CSV names (``*_low`` / ``*_high``)."""
+        od, spot = self.cost_usd_on_demand_range, self.cost_usd_spot_range
+        return {"tokens_per_second_low": self.tokens_per_second_low, "tokens_per_second_high": self.tokens_per_second_high,
+                "hours_low": self.hours_low, "hours_high": self.hours_high,
+                "gpu_hours_low": self.gpu_hours_range[0], "gpu_hours_high": self.gpu_hours_range[1],
+                "cost_usd_on_demand_low": od[0], "cost_usd_on_demand_high": od[1],
+                "cost_usd_spot_low": spot[0], "cost_usd_spot_high": spot[1]}
 
 
 def run_cost(
@@ -137,8 +188,10 @@ def run_cost(
     num_gpus: int = 1,
     on_demand_usd_per_gpu_hour: float | None = None,
     spot_usd_per_gpu_hour: float | None = None,
+    band: Band | None = None,
 ) -> RunCost:
-    """Hours and USD to process ``dataset`` at ``tokens_per_second`` (all GPUs together).
+    """Hours and USD to process ``dataset`` at ``tokens_per_second`` (all GPUs together); ``band`` (the throughput's
+    :class:`engine.time.band.Band`) gives every figure its low / high (none: a point, low = high).
 
     Raises:
         ScenarioError: non-positive throughput or GPU count, or a negative price.
@@ -162,6 +215,7 @@ def run_cost(
         gpu_hours=gpu_hours,
         cost_usd_on_demand=cost(on_demand_usd_per_gpu_hour),
         cost_usd_spot=cost(spot_usd_per_gpu_hour),
+        band_low=band.low if band else 1.0, band_high=band.high if band else 1.0, band_note=band.note if band else "",
     )
 
 
@@ -177,12 +231,14 @@ def dataset_sweep(
     on_demand_usd_per_gpu_hour: float | None = None,
     spot_usd_per_gpu_hour: float | None = None,
     factors: Sequence[float] = DATASET_FACTORS,
+    band: Band | None = None,
 ) -> list[tuple[Dataset, RunCost]]:
-    """:func:`run_cost` of ``dataset`` scaled by each factor (time and cost against dataset size)."""
+    """:func:`run_cost` of ``dataset`` scaled by each factor (time and cost against dataset size), each with ``band``."""
     out = []
     for f in factors:
         d = dataset.scaled(f)
-        out.append((d, run_cost(d, seq_len, tokens_per_second, num_gpus, on_demand_usd_per_gpu_hour, spot_usd_per_gpu_hour)))
+        out.append((d, run_cost(d, seq_len, tokens_per_second, num_gpus, on_demand_usd_per_gpu_hour, spot_usd_per_gpu_hour,
+                                band=band)))
     return out
 
 
@@ -299,6 +355,7 @@ class PlanEstimate(BaseModel):
             "gpu": self.gpu, "num_gpus": self.num_gpus, "strategy": self.strategy.value, "fits": self.fits,
             "verdict": self.verdict.value, "per_gpu_peak_bytes": round(self.per_gpu_peak_bytes), "headroom_bytes": round(self.headroom_bytes),
             "tokens_per_second": round(self.run.tokens_per_second, 1), "hours": self.run.hours,
+            **self.run.band_record(),
             "gpu_hours": self.run.gpu_hours, "cost_usd_on_demand": self.run.cost_usd_on_demand,
             "cost_usd_spot": self.run.cost_usd_spot, "on_demand_usd_per_gpu_hour": self.price.on_demand_usd_per_hour,
             "on_demand_source": self.price.on_demand_source, "spot_usd_per_gpu_hour": self.price.spot_usd_per_hour,
@@ -344,7 +401,8 @@ def estimate_plan(
     tp = estimate_throughput(arch, sc, gpu, num_gpus=num_gpus, strategy=strategy, calibration=calibration,
                              fused_kernels=fused_kernels, estimate=est)
     quote = quote_price(gpu, price_source, prices)
-    run = run_cost(dataset, sc.seq_len, tp.tokens_per_second, num_gpus, quote.on_demand_usd_per_hour, quote.spot_usd_per_hour)
+    run = run_cost(dataset, sc.seq_len, tp.tokens_per_second, num_gpus, quote.on_demand_usd_per_hour, quote.spot_usd_per_hour,
+                   band=tp.band)
     notes = [n for n in (tp.peak.note, *fit.warnings, *dataset.token_notes(sc.seq_len)) if n]
     if num_gpus > 1 and tp.step.link and tp.step.link.startswith(("PCIe", "InfiniBand")):
         notes.append(f"{strategy.value} traffic between the {num_gpus} GPUs goes over {tp.step.link}")

@@ -150,6 +150,8 @@ class PlanResult(BaseModel):
     cost_usd_spot: float | None
     price_source: str
     notes: tuple[str, ...] = ()
+    band: dict[str, float | None] = {}
+    """The 80% band of tokens/s, hours and cost (``RunCost.band_record``, :mod:`engine.time.band`)."""
     verdict: Verdict = Verdict.FITS
     """fits / tight / does_not_fit (:mod:`engine.plan.verdict`)."""
 
@@ -187,19 +189,25 @@ def evaluate_plan(
         usable_memory_bytes=float(gpu.usable_memory_bytes), headroom_bytes=pe.headroom_bytes, fits=pe.fits, verdict=pe.verdict,
         min_gpus=pe.min_gpus, tokens_per_second=pe.run.tokens_per_second, hours=pe.run.hours, gpu_hours=pe.run.gpu_hours,
         cost_usd_on_demand=pe.run.cost_usd_on_demand, cost_usd_spot=pe.run.cost_usd_spot, price_source=source,
-        notes=tuple(n for n in (*est.warnings, *pe.notes, pe.price.reason) if n),
+        notes=tuple(n for n in (*est.warnings, *pe.notes, pe.price.reason) if n), band=pe.run.band_record(),
     )
 
 
 # --------------------------------------------------------------------------------------------------
 # CSV
 
+BAND_COLUMNS: tuple[str, ...] = ("tokens_per_second_low", "tokens_per_second_high", "train_hours_low", "train_hours_high",
+                                 "cost_on_demand_usd_low", "cost_on_demand_usd_high", "cost_spot_usd_low", "cost_spot_usd_high")
+"""The 80% band of the time and cost outputs (issue 23), named after the point columns."""
+_BAND_KEYS = ("tokens_per_second_low", "tokens_per_second_high", "hours_low", "hours_high", "cost_usd_on_demand_low",
+              "cost_usd_on_demand_high", "cost_usd_spot_low", "cost_usd_spot_high")
+
 OUTPUT_COLUMNS: tuple[str, ...] = (
     "total_parameters", "trainable_parameters",
     *(f"mem_{k}_bytes" for k in COMPONENT_KEYS), "mem_other_bytes",
     "total_bytes", "total_gb", "peak_phase", "per_gpu_peak_bytes", "per_gpu_peak_gb", "usable_memory_bytes",
     "headroom_bytes", "fits", "verdict", "min_gpus", "tokens_per_second", "train_hours", "gpu_hours", "cost_on_demand_usd",
-    "cost_spot_usd", "notes",
+    "cost_spot_usd", *BAND_COLUMNS, "notes",
 )
 STAMP_COLUMNS: tuple[str, ...] = ("app_version", "exported_at")
 CSV_COLUMNS: tuple[str, ...] = INPUT_COLUMNS + OUTPUT_COLUMNS + STAMP_COLUMNS
@@ -237,6 +245,7 @@ def plan_record(plan: Plan, result: PlanResult) -> dict[str, Any]:
         "min_gpus": result.min_gpus,
         "tokens_per_second": result.tokens_per_second, "train_hours": result.hours, "gpu_hours": result.gpu_hours,
         "cost_on_demand_usd": result.cost_usd_on_demand, "cost_spot_usd": result.cost_usd_spot,
+        **{col: result.band.get(key) for col, key in zip(BAND_COLUMNS, _BAND_KEYS)},
         "notes": "; ".join(result.notes),
     })
     return row

@@ -38,6 +38,7 @@ from engine.scaleout.recompute import call_order, row_parallel
 from engine.scenario.precision import precision_spec
 from engine.scenario.training import Method, Scenario
 from engine.time.adapters import extra_adapter_flops
+from engine.time.constants import current
 from engine.time.attention import FUSED_KERNELS, attention_seconds, attention_work
 from engine.time.gemm import Gemm, Roofline, gemm_work, step_gemms
 from engine.time.memory_bound import (
@@ -149,7 +150,7 @@ def _work(arch: Architecture, sc: Scenario, layout: Layout, gpu: Gpu, rates: Gpu
     key = (id(arch), sc, layout.tensor_parallel, layout.context_parallel, layout.expert_parallel,
            layout.expert_tensor_parallel, layout.sequence_parallel, layout.recompute,
            layout.micro_batches if fp8 is not None else 0, fp8, kernel,  # micro batches: only in the FP8 casts
-           fused, gpu.name)
+           fused, gpu.name, current())  # the fitted constants scale the seconds
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is arch:
         return hit[1]

@@ -41,6 +41,7 @@ from engine.scenario.training import Framework, Method, Scenario
 from engine.time import collectives as cc
 from engine.time.memory_bound import optimizer_bytes
 from engine.time.overhead import STEP_SECONDS, optimizer_host_seconds
+from engine.time.constants import current
 from engine.time.rates import gpu_rates, peak_flops_for
 
 DEFAULT_INTER_NODE_GBITS = 400.0
@@ -81,13 +82,20 @@ class Cluster(BaseModel):
         return hash((self.gpu.name, self.nodes, self.gpus_per_node, self.inter_node_gbits, self.intra_node_gbps))
 
 
-@lru_cache(maxsize=4096)
 def _ring_link(cluster: Cluster, n: int, per_node: int) -> cc.Link:
-    """The ring's link over ``n`` ranks, ``per_node`` of them in each node (cached: the search asks again and again)."""
-    nic = cluster.inter_node_gbits / 8 * 1e9 * NETWORK_BUS_EFFICIENCY
+    """The ring's link over ``n`` ranks, ``per_node`` of them in each node (cached: the search asks again and again).
+    Between nodes NCCL reaches the fitted :attr:`~engine.time.constants.TimeConstants.network_efficiency` of the NIC's
+    line rate (nccl-tests busbw)."""
+    return _ring_link_at(cluster, n, per_node, current().network_efficiency)
+
+
+@lru_cache(maxsize=4096)
+def _ring_link_at(cluster: Cluster, n: int, per_node: int, network_efficiency: float) -> cc.Link:
+    nic = cluster.inter_node_gbits / 8 * 1e9 * network_efficiency
     link = cc.data_parallel_link(cluster.gpu, n, per_node, network_bytes_per_s=nic)
     if cluster.intra_node_gbps is not None and not link.name.startswith("InfiniBand"):
-        return cc.Link(name="intra-node (given)", bus_bytes_per_s=cluster.intra_node_gbps * 1e9 * cc.NVLINK_BUS_EFFICIENCY)
+        return cc.Link(name="intra-node (given)", bus_bytes_per_s=cluster.intra_node_gbps * 1e9 * cc.NVLINK_BUS_EFFICIENCY,
+                       hop_latency_s=link.hop_latency_s)
     return link
 
 
@@ -163,7 +171,7 @@ def collective_seconds(col: Collective, cluster: Cluster) -> float:
     link = cluster.link(col)
     total = col.message_bytes * col.count
     if col.kind == "p2p":
-        return total / link.bus_bytes_per_s + col.count * link.latency_s
+        return total / link.bus_bytes_per_s + col.count * link.call_latency_s(1)
     fn = {"all_reduce": cc.all_reduce_seconds, "all_gather": cc.all_gather_seconds,
           "reduce_scatter": cc.reduce_scatter_seconds, "all_to_all": cc.all_to_all_seconds}[col.kind]
     return fn(total, col.group_size, link, calls=col.count)

@@ -5,18 +5,75 @@ forward (PaLM, Chowdhery et al. 2022, appendix B, counts the full square). Kerne
 
 - **flash** (FlashAttention-2, SDPA's flash backend): skips the blocks above the causal diagonal (half the
   work for a decoder), never writes the s x s scores, and its backward runs five matmuls to the forward's two
-  (2.5x forward, recomputing the scores; Dao 2023, arXiv:2307.08691, sec. 3.1-3.2). Rate: ``GpuRates.flash_flops``.
-- **memory_efficient** (SDPA's cutlass kernel): the same work and traffic at ``GpuRates.memory_efficient_flops``.
+  (2.5x forward, recomputing the scores; Dao 2023, arXiv:2307.08691, sec. 3.1-3.2). Rates: :func:`flash_rates`,
+  forward and backward apart, by GPU generation and sequence length.
+- **memory_efficient** (SDPA's cutlass kernel): the same work and traffic at
+  :data:`~engine.time.rates.MEMORY_EFFICIENT_SHARE` of flash's rates.
 - **math** / **eager**: full s x s matmuls (the causal mask is applied after ``QK^T``, nothing is skipped) at the
   matmul rate, plus the memory-bound passes over the scores: :func:`score_bytes`.
 """
 
 from __future__ import annotations
 
+import math
+from functools import lru_cache
+
 from engine.model.architecture import Architecture
-from engine.time.rates import GpuRates
+from engine.time.constants import current
+from engine.time.rates import MEMORY_EFFICIENT_SHARE, GpuRates
 
 FUSED_KERNELS = ("flash", "memory_efficient")
+
+FA2_H100_SEQ = (512, 1024, 2048, 4096, 8192, 16384)
+FA2_H100_FORWARD_TFLOPS = (191.0, 260.0, 298.0, 319.0, 333.0, 335.0)
+FA2_H100_BACKWARD_TFLOPS = (214.0, 260.0, 291.0, 310.0, 318.0, 322.0)
+"""FlashAttention-2 on an H100 80GB SXM5 (989.5 dense TFLOP/s), head dim 128, by sequence length: forward with the
+causal mask and backward, TFLOP/s as the paper counts them (causal work halved). Shah et al. 2024, "FlashAttention-3",
+arXiv:2407.08608, sec. 4.1, the attention forward (causal) and backward speed figures for head dim 128. FA2 is the
+kernel of SDPA's flash backend and of ``attn_implementation="flash_attention_2"`` on Hopper; past 16k the rate stays
+on its plateau (the figures flatten from 8k)."""
+
+AMPERE_FLASH_FRACTION = 0.60
+"""FlashAttention-2's plateau share of the dense peak on Ampere / Ada (8.x): forward up to 73%, backward up to 63% of an
+A100's peak, 50-73% over the benchmarks (Dao 2023, arXiv:2307.08691, sec. 4.1); 0.60 for a training step's forward and
+backward. The rise with sequence length is taken from the H100 curve above (the FA2 paper's A100 figures rise alike
+from 512 to 16k)."""
+
+
+@lru_cache(maxsize=4096)
+def _ramp(seq_len: int, table: tuple[float, ...]) -> float:
+    """``table`` at ``seq_len`` / its plateau: linear in log2(sequence) between the published points, flat past the
+    last, extrapolated below the first (at least 0.25)."""
+    x = math.log2(max(seq_len, 1))
+    xs = [math.log2(s) for s in FA2_H100_SEQ]
+    if x >= xs[-1]:
+        value = table[-1]
+    else:
+        i = max(0, min(len(xs) - 2, next(j for j in range(len(xs) - 1) if x < xs[j + 1])))
+        value = table[i] + (table[i + 1] - table[i]) * (x - xs[i]) / (xs[i + 1] - xs[i])
+    return max(0.25, value / table[-1])
+
+
+def flash_rates(rates: GpuRates, seq_len: int, kernel: str = "flash") -> tuple[float, float]:
+    """FLOP/s of the fused attention kernel on a sequence of ``seq_len`` (keys per query): (forward, backward).
+
+    Hopper and later (compute capability 9+): :data:`FA2_H100_FORWARD_TFLOPS` / ``_BACKWARD_`` as shares of the H100's
+    peak, times this GPU's dense peak, times the fitted :attr:`~engine.time.constants.TimeConstants.attention_efficiency`
+    (FA2 is not tuned for Hopper: in a training step under sustained power it reaches a share of its kernel benchmark;
+    the Hopper rows of the published runs fit that share). Ampere / Ada: :data:`AMPERE_FLASH_FRACTION` of the peak
+    with the same rise with the sequence (the FA2 paper's own A100 training figures). ``memory_efficient`` at
+    :data:`~engine.time.rates.MEMORY_EFFICIENT_SHARE` of flash.
+    """
+    k = MEMORY_EFFICIENT_SHARE if kernel == "memory_efficient" else 1.0
+    peak = rates.peak.flops
+    if rates.hopper:
+        k *= current().attention_efficiency
+        fwd = FA2_H100_FORWARD_TFLOPS[-1] / 989.5 * peak * _ramp(seq_len, FA2_H100_FORWARD_TFLOPS)
+        bwd = FA2_H100_BACKWARD_TFLOPS[-1] / 989.5 * peak * _ramp(seq_len, FA2_H100_BACKWARD_TFLOPS)
+    else:
+        fwd = AMPERE_FLASH_FRACTION * peak * _ramp(seq_len, FA2_H100_FORWARD_TFLOPS)
+        bwd = AMPERE_FLASH_FRACTION * peak * _ramp(seq_len, FA2_H100_BACKWARD_TFLOPS)
+    return fwd * k, bwd * k
 
 
 def score_bytes(c: int, attention_dropout: bool) -> tuple[float, float]:
@@ -47,8 +104,9 @@ def attention_seconds(arch: Architecture, kernel: str, tokens: float, seq_len: i
     causal = arch.kind != "encoder"
     if kernel in FUSED_KERNELS:
         work = full * (0.5 if causal else 1.0)
-        rate = rates.flash_flops if kernel == "flash" else rates.memory_efficient_flops
-        return work / rate, 2.5 * work / rate, full
+        window = min(seq_len, arch.sliding_window) if arch.sliding_window else seq_len
+        fwd_rate, bwd_rate = flash_rates(rates, window, kernel)
+        return work / fwd_rate, 2.5 * work / bwd_rate, full
     fwd_b, bwd_b = score_bytes(c, arch.attention_dropout > 0)
     window = min(seq_len, arch.sliding_window) if arch.sliding_window else seq_len
     scores = arch.num_layers * arch.num_attention_heads * tokens * window

@@ -8,8 +8,10 @@ over ``n`` ranks, every rank sends and receives
 - reduce-scatter, all-gather, all-to-all: ``(n-1)/n x S`` (``S`` the full, unsharded array),
 
 at the link's *bus bandwidth* (what nccl-tests report as busbw: about 80% of the unidirectional NVLink rate on
-A100/H100/H200 rings, ml-engineering network/README.md). Each call also pays a fixed latency
-(:data:`CALL_LATENCY_S`), so many small buckets cost more than one large message.
+A100/H100/H200 rings, ml-engineering network/README.md). Each call also pays NCCL's ring latency: a base
+(:data:`CALL_LATENCY_S`) plus one hop latency per ring step (``2(n-1)`` steps for an all-reduce, ``n-1`` for the
+others; :data:`HOP_LATENCY_S`, the network's when the ring leaves the node), so many small buckets over many ranks
+cost more than one large message over few.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from engine.hardware.gpus import Gpu
+from engine.time.constants import current
 
 NVLINK_BUS_EFFICIENCY = 0.80
 """Ring busbw / unidirectional NVLink bandwidth: 8x A100 all-reduce 234.9 of 300 GB/s (78%), 8x H200 367.6 of 450
@@ -37,13 +40,21 @@ NO_P2P_FACTOR = 0.5
 """GPUs without peer-to-peer (GeForce 40/50 series) stage each transfer through host memory: every byte crosses
 PCIe twice."""
 
+NIC_BYTES_PER_S = 200e9 / 8
+"""Line rate of one 200 Gb/s InfiniBand NIC per GPU (the DGX/HGX A100 layout)."""
+
 NETWORK_BYTES_PER_S = 24e9
 """Inter-node bus bandwidth per GPU: one 200 Gb/s InfiniBand NIC per GPU (the DGX/HGX layout) reaches 24 GB/s of
 all-reduce busbw ("24 GB/s per 200G NIC", NCCL maintainer, github.com/NVIDIA/nccl-tests/issues/119)."""
 
-CALL_LATENCY_S = 80e-6
-"""Fixed time of one collective call: fitted to the nccl-tests sweep on 8x A100 (1 MiB all-reduce at 18.0 GB/s
-busbw, 8 MiB at 109.9, 32 KiB in 43.8 us; ml-engineering network/README.md) with the plateau 235 GB/s."""
+CALL_LATENCY_S = 8.4e-6
+"""Base latency of one ring collective call: NCCL's ``baseLat`` for Ring / Simple, 8.4 us (NVIDIA/nccl
+``src/graph/tuning.cc``)."""
+
+HOP_LATENCY_S = {"intra": 2.5e-6, "network": 6.6e-6}
+"""Latency of one ring step: NCCL's ``hwLat`` for Ring, inside a node (NVLink / PCIe, LL128: 2.5 us) and over the
+network (NET, Simple: 6.6 us) (NVIDIA/nccl ``src/graph/tuning.cc``). Check: an 8x A100 32 KiB all-reduce takes 8.4 +
+14 x 2.5 = 43.4 us here, 43.8 us measured (nccl-tests sweep, stas00/ml-engineering@744d01e1 network/README.md)."""
 
 OVERLAP = 0.9
 """Share of a collective that runs under compute when there is enough compute to hide it: DDP's bucketed
@@ -63,6 +74,11 @@ class Link(BaseModel):
     name: str
     bus_bytes_per_s: float
     latency_s: float = CALL_LATENCY_S
+    hop_latency_s: float = HOP_LATENCY_S["intra"]
+
+    def call_latency_s(self, steps: int) -> float:
+        """Latency of one call of ``steps`` ring steps: base + steps x hop."""
+        return self.latency_s + steps * self.hop_latency_s
 
 
 XGMI = "Infinity Fabric"
@@ -81,7 +97,7 @@ def gpu_link_name(gpu: Gpu) -> str:
 
 
 def data_parallel_link(gpu: Gpu, num_gpus: int, gpus_per_node: int = GPUS_PER_NODE,
-                       network_bytes_per_s: float = NETWORK_BYTES_PER_S) -> Link:
+                       network_bytes_per_s: float | None = None) -> Link:
     """The link a ring over ``num_gpus`` x ``gpu`` is limited by.
 
     Within a node: NVLink (SXM / NVSwitch parts for up to ``gpus_per_node`` GPUs; bridged parts, whose
@@ -89,8 +105,11 @@ def data_parallel_link(gpu: Gpu, num_gpus: int, gpus_per_node: int = GPUS_PER_NO
     :data:`PCIE_BUS_EFFICIENCY` (capped by :data:`CROSS_SOCKET_BYTES_PER_S` beyond :data:`GPUS_PER_PCIE_SWITCH`
     GPUs, halved without peer-to-peer). Across k nodes the ring's inter-node hops carry ``(k-1)/(n-1)`` of the
     traffic of each GPU's NIC (ml-engineering network/README.md), so busbw = min(intra, NIC x (n-1)/(k-1)).
-    ``network_bytes_per_s``: the NIC's bus bandwidth per GPU (default :data:`NETWORK_BYTES_PER_S`, 200 Gb/s).
+    ``network_bytes_per_s``: the NIC's bus bandwidth per GPU (default: a 200 Gb/s NIC, :data:`NIC_BYTES_PER_S`, at the
+    fitted :attr:`~engine.time.constants.TimeConstants.network_efficiency`; 0.96 = :data:`NETWORK_BYTES_PER_S`).
     """
+    if network_bytes_per_s is None:
+        network_bytes_per_s = NIC_BYTES_PER_S * current().network_efficiency
     per_node = min(num_gpus, gpus_per_node)
     nvlink = (gpu.nvlink_gbps_per_direction or 0.0) * 1e9
     bridged = "bridge" in gpu.interconnect.lower()
@@ -106,9 +125,10 @@ def data_parallel_link(gpu: Gpu, num_gpus: int, gpus_per_node: int = GPUS_PER_NO
     nodes = -(-num_gpus // gpus_per_node)
     if nodes > 1:
         inter = network_bytes_per_s * (num_gpus - 1) / (nodes - 1)
+        hop = HOP_LATENCY_S["network"]
         if inter < intra:
-            return Link(name=f"InfiniBand between {nodes} nodes", bus_bytes_per_s=inter)
-        name += f" ({nodes} nodes)"
+            return Link(name=f"InfiniBand between {nodes} nodes", bus_bytes_per_s=inter, hop_latency_s=hop)
+        return Link(name=name + f" ({nodes} nodes)", bus_bytes_per_s=intra, hop_latency_s=hop)
     return Link(name=name, bus_bytes_per_s=intra)
 
 
@@ -120,17 +140,18 @@ def host_link_bytes_per_s(gpu: Gpu) -> float:
 
 def all_reduce_seconds(nbytes: float, n: int, link: Link, calls: int = 1) -> float:
     """Ring all-reduce of ``nbytes`` per rank over ``n`` ranks in ``calls`` buckets: ``2(n-1)/n x S / busbw``
-    + latency per call. 0 for one rank."""
+    + the ring latency of ``2(n-1)`` steps per call. 0 for one rank."""
     if n <= 1 or nbytes <= 0:
         return 0.0
-    return 2 * (n - 1) / n * nbytes / link.bus_bytes_per_s + calls * link.latency_s
+    return 2 * (n - 1) / n * nbytes / link.bus_bytes_per_s + calls * link.call_latency_s(2 * (n - 1))
 
 
 def reduce_scatter_seconds(nbytes: float, n: int, link: Link, calls: int = 1) -> float:
-    """Ring reduce-scatter of a full array of ``nbytes`` (each rank keeps 1/n): ``(n-1)/n x S / busbw`` + latency."""
+    """Ring reduce-scatter of a full array of ``nbytes`` (each rank keeps 1/n): ``(n-1)/n x S / busbw`` + the ring
+    latency of ``n-1`` steps per call."""
     if n <= 1 or nbytes <= 0:
         return 0.0
-    return (n - 1) / n * nbytes / link.bus_bytes_per_s + calls * link.latency_s
+    return (n - 1) / n * nbytes / link.bus_bytes_per_s + calls * link.call_latency_s(n - 1)
 
 
 def all_gather_seconds(nbytes: float, n: int, link: Link, calls: int = 1) -> float:

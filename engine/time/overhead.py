@@ -12,6 +12,7 @@ from engine.model.architecture import Architecture
 from engine.scenario.lora import resolve_targets
 from engine.scenario.optimizer import HostLoop, Optimizer
 from engine.scenario.training import Method, Scenario
+from engine.time.constants import current
 
 SECONDS_PER_KERNEL = 13.5e-6
 """CPU time per kernel of an eager forward: 5-25 us per op on the Python -> dispatcher -> ``cudaLaunchKernel``
@@ -29,6 +30,19 @@ STEP_SECONDS = 0.004
 """Host work once per optimizer step outside the kernels (learning-rate scheduler, ``zero_grad``, logging,
 loss ``.item()`` synchronisation, the data loader's hand-off): "a few ms"; ms-swift measures samples/s flat
 across gradient accumulation 1..64 (modelscope/ms-swift docs/source_en/LLM/Benchmark.md), so it is small."""
+
+def host_seconds_per_kernel(hf_stack: bool, fused: bool) -> float:
+    """CPU seconds per launched kernel: :data:`SECONDS_PER_KERNEL` (a plain PyTorch loop over a transformers model),
+    times the fitted :attr:`~engine.time.constants.TimeConstants.eager_host_factor` on the Hugging Face stack
+    (``hf_stack``). There every module call also runs the Trainer's and accelerate's hooks and autocast wrapper,
+    PEFT's ``LoraLayer.forward`` (Python dispatch over its adapters, dropout and scaling modules) and bitsandbytes'
+    ``MatMul4Bit`` autograd function in Python (transformers ``Trainer.training_step``, peft ``tuners/lora/layer.py``,
+    bitsandbytes ``autograd/_functions.py``): more host time per kernel. Fused kernels (``fused``: Unsloth, Liger, or
+    torch.compile) cut the kernel count (:func:`layer_kernels`) but Unsloth and Liger still walk the modules in Python
+    under the Trainer, so the factor stays (``fused`` is accepted for callers; it does not change the factor)."""
+    factor = current().eager_host_factor if hf_stack else 1.0
+    return SECONDS_PER_KERNEL * factor
+
 
 PYTHON_SECONDS_PER_TENSOR = 20e-6
 """Host time per parameter tensor of optimizers that loop over tensors in Python (bitsandbytes' 8-bit and paged
@@ -62,12 +76,23 @@ def _targets(arch: Architecture, sc: Scenario) -> int:
     return sum(lin.count for lin in resolve_targets(arch, sc.lora_targets))
 
 
-def optimizer_host_seconds(optimizer: Optimizer, tensors: int) -> float:
-    """Host time of one optimizer step over ``tensors`` trainable tensors, by its record's ``host_loop``: per-tensor
-    Python loops (:data:`PYTHON_SECONDS_PER_TENSOR`) for bitsandbytes and Adafactor; torch's fused and foreach steps
-    launch a kernel per chunk of tensors (~12 foreach ops per chunk of 100 tensors)."""
+def optimizer_host_loop(optimizer: Optimizer) -> str:
+    """How ``optimizer``'s step walks its tensors on the host, read from its record's ``host_loop``: ``per_tensor``
+    (a Python loop, one launch and its checks per tensor: bitsandbytes' 8-bit / paged / Lion kernels, Adafactor),
+    ``fused`` (torch ``AdamW(fused=True)``: one launch per chunk of tensors) or ``foreach`` (torch's foreach ops,
+    ~12 per chunk). The one place the time model reads this per-optimizer fact."""
     loop = optimizer.record.host_loop
     if loop is HostLoop.PER_TENSOR:
+        return "per_tensor"
+    return "fused" if loop is HostLoop.FUSED_CHUNKS else "foreach"
+
+
+def optimizer_host_seconds(optimizer: Optimizer, tensors: int) -> float:
+    """Host time of one optimizer step over ``tensors`` trainable tensors (:func:`optimizer_host_loop`): per-tensor
+    Python loops at :data:`PYTHON_SECONDS_PER_TENSOR`; torch's fused and foreach steps launch a kernel per chunk of 100
+    tensors (1 fused, ~12 foreach ops)."""
+    loop = optimizer_host_loop(optimizer)
+    if loop == "per_tensor":
         return tensors * PYTHON_SECONDS_PER_TENSOR
     chunks = max(1, -(-tensors // 100))
-    return chunks * (1 if loop is HostLoop.FUSED_CHUNKS else 12) * SECONDS_PER_KERNEL
+    return chunks * (1 if loop == "fused" else 12) * SECONDS_PER_KERNEL

@@ -18,6 +18,7 @@ from functools import lru_cache
 from pydantic import BaseModel, ConfigDict
 
 from engine.hardware.gpus import Gpu
+from engine.time.constants import FITTED, TimeConstants, current
 from engine.scenario.precision import PrecisionMode
 
 MATMUL_FRACTION_OF_PEAK = {"NVIDIA": 0.80, "AMD": 0.60}
@@ -26,12 +27,12 @@ NVIDIA data-centre parts (A100 SXM 86.9%, A100 PCIe 81.1%, H100 SXM 80.3%, GH200
 on AMD (MI300X 51.4%, MI325X 60.4%, MI250X 76.7%): 0.80 and 0.60, the research notes' recommendation
 (/work/research/steptime/gpu_rates_NOTES.md). Applied to GeForce cards' fp32-accumulate figure."""
 
-TRAINING_GEMM_EFFICIENCY = 0.80
-"""Share of the achievable (MAMF) rate that a training step's GEMMs reach on average. MAMF is the best shape of a
-brute-force search on a warm, idle GPU; a step's GEMMs have the model's shapes and run back to back under sustained
-power (ml-engineering compute/accelerator/README.md: realised training matmuls sit below MAMF). The one fitted
-constant of the time model: the value in 0.80-1.00 (step 0.05) with the smallest median |error| on the ``fit`` rows of
-data/throughput_measurements.csv (9% there; hold-out rows are reported separately on the Methodology page)."""
+TRAINING_GEMM_EFFICIENCY = FITTED.gemm_efficiency
+"""Share of the achievable (MAMF) rate that a training step's GEMMs reach on average (the fitted
+:attr:`engine.time.constants.TimeConstants.gemm_efficiency`; the rates read :func:`engine.time.constants.current`).
+MAMF is the best shape of a brute-force search on a warm, idle GPU; a step's GEMMs have the model's shapes and run
+back to back under sustained power (ml-engineering compute/accelerator/README.md: realised training matmuls sit below
+MAMF)."""
 
 HBM_FRACTION = 0.85
 """Share of the datasheet memory bandwidth a streaming kernel sustains: 0.85-0.90 in the measurements found
@@ -63,7 +64,26 @@ def fp8_matmul_flops(gpu: Gpu) -> float | None:
     achievable rate as the 16-bit GEMMs); None when the GPU has no FP8 tensor cores (``fp8_tflops`` empty)."""
     if not gpu.fp8_tflops:
         return None
-    return gpu.fp8_tflops * 1e12 * FP8_MATMUL_FRACTION_OF_PEAK * TRAINING_GEMM_EFFICIENCY
+    return gpu.fp8_tflops * 1e12 * FP8_MATMUL_FRACTION_OF_PEAK * current().gemm_efficiency
+
+
+def power_limited(gpu: Gpu, cap_watts: float, tdp_watts: float) -> Gpu:
+    """``gpu`` held at ``cap_watts`` instead of its ``tdp_watts``: every compute rate (dense peaks, measured matmul
+    rates) times ``(cap / TDP) ** power_exponent`` (the fitted :attr:`~engine.time.constants.TimeConstants
+    .power_exponent`); memory bandwidth and links unchanged. The copy's name says the cap. A cap at or above the TDP
+    returns ``gpu``. Used where a published run states its power cap (torchtitan's 500 W H100s).
+
+    Raises:
+        ValueError: a non-positive cap or TDP.
+    """
+    if cap_watts <= 0 or tdp_watts <= 0:
+        raise ValueError("power cap and TDP must be positive watts")
+    if cap_watts >= tdp_watts:
+        return gpu
+    f = (cap_watts / tdp_watts) ** current().power_exponent
+    scaled = {k: getattr(gpu, k) * f for k in ("bf16_tflops", "fp16_tflops", "fp32_tflops", "fp8_tflops",
+                                                 "matmul_bf16_tflops", "matmul_fp16_tflops") if getattr(gpu, k)}
+    return gpu.model_copy(update={**scaled, "name": f"{gpu.name} at {cap_watts:g} W"})
 
 
 def matmul_dtype(precision: PrecisionMode) -> str:
@@ -120,15 +140,21 @@ class GpuRates(BaseModel):
     flash_flops: float
     memory_efficient_flops: float
     sm_count: int
+    hopper: bool = False
 
 
-@lru_cache(maxsize=512)
 def gpu_rates(gpu: Gpu, precision: PrecisionMode) -> GpuRates:
-    """:class:`GpuRates` of ``gpu`` for ``precision`` (see the module docstring for every figure's source).
+    """:class:`GpuRates` of ``gpu`` for ``precision`` under the constants in force (see the module docstring for
+    every figure's source).
 
     Raises:
         ValueError: the catalog has no peak for the compute dtype (``peak.note`` says which).
     """
+    return _gpu_rates(gpu, precision, current())
+
+
+@lru_cache(maxsize=512)
+def _gpu_rates(gpu: Gpu, precision: PrecisionMode, k: TimeConstants) -> GpuRates:
     peak = peak_flops_for(gpu, precision)
     if peak.flops is None:
         raise ValueError(peak.note)
@@ -138,11 +164,12 @@ def gpu_rates(gpu: Gpu, precision: PrecisionMode) -> GpuRates:
     else:
         frac = MATMUL_FRACTION_OF_PEAK[gpu.vendor]
         achievable, source = peak.flops * frac, f"{frac:g} x the dense {peak.dtype} peak (no published measurement)"
-    matmul = achievable * TRAINING_GEMM_EFFICIENCY
+    matmul = achievable * k.gemm_efficiency
     major = int(gpu.compute_capability) if gpu.compute_capability else 9
     flash = peak.flops * FLASH_FRACTION[8 if major < 9 else 9]
     return GpuRates(
         gpu=gpu.name, peak=peak, matmul_flops=matmul, achievable_matmul_flops=achievable, matmul_source=source,
         hbm_bytes_per_s=gpu.memory_bandwidth_gbps * 1e9 * HBM_FRACTION,
         flash_flops=flash, memory_efficient_flops=flash * MEMORY_EFFICIENT_SHARE, sm_count=gpu.sm_count or 100,
+        hopper=major >= 9,
     )

@@ -34,7 +34,9 @@ from engine.time.gemm import GemmTable, GemmWork, gemm_shapes, routed_tokens
 from engine.time.memory_bound import (
     BACKWARD_FACTOR, cast_bytes_per_use, dequant_bytes_per_use, layer_forward_bytes, loss_bytes, optimizer_bytes,
 )
-from engine.time.overhead import BACKWARD_HOST_FACTOR, SECONDS_PER_KERNEL, STEP_SECONDS, layer_kernels, optimizer_host_seconds
+from engine.time.overhead import (
+    BACKWARD_HOST_FACTOR, STEP_SECONDS, host_seconds_per_kernel, layer_kernels, optimizer_host_seconds,
+)
 from engine.time.rates import GpuRates
 
 CATEGORIES = ("matmul", "attention", "memory_bound", "dequantization", "optimizer", "communication", "overhead")
@@ -223,8 +225,8 @@ def step_time(
     ad_fwd, ad_bwd = ad / 3, 2 * ad / 3 + (ad / 3 if ckpt else 0.0)
     gpu_fwd = g_fwd + a_fwd + mb_fwd + dq + ad_fwd
     gpu_bwd = g_bwd + g_rec + a_bwd + a_rec + mb_bwd + mb_rec + dq + dq_rec + ad_bwd
-    host = (max(0.0, w.kernels_fwd * SECONDS_PER_KERNEL - gpu_fwd)
-            + max(0.0, w.kernels_bwd * SECONDS_PER_KERNEL - gpu_bwd))
+    spk = host_seconds_per_kernel(sc.framework is Framework.HF, fused_kernels)
+    host = max(0.0, w.kernels_fwd * spk - gpu_fwd) + max(0.0, w.kernels_bwd * spk - gpu_bwd)
     gas = sc.gradient_accumulation_steps
 
     # The optimizer step, sharded over the GPUs by every ZeRO stage and FSDP.

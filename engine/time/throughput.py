@@ -10,6 +10,10 @@ full square, no recompute; ``HFU`` counts the FLOPs executed, recompute included
 Calibration: a user who measured one configuration's tokens/s gives it to :func:`calibrate`; the factor
 measured / predicted multiplies every plan's tokens/s (``calibration``), so the model's shape (how plans compare)
 is kept and its level is the user's. The raw prediction's error is reported.
+
+Every prediction carries a band (:attr:`Throughput.band`, :mod:`engine.time.band`): the spread of measured /
+predicted over comparable published rows under leave-one-source-out cross-validation; calibration narrows it to the
+spread within one source.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from engine.memory.estimate import estimate_memory
 from engine.memory.parallel import Strategy
 from engine.memory.result import MemoryEstimate
 from engine.model.architecture import Architecture
-from engine.scenario.training import Scenario
+from engine.scenario.training import Framework, Scenario
+from engine.time.band import Band, band_for
 from engine.time.flops import FlopsPerToken, flops_per_token, matmul_parameters
 from engine.time.rates import GpuRates, PeakFlops, gpu_rates, peak_flops_for
 from engine.time.seed import (
@@ -92,6 +97,23 @@ class Throughput:
     rates: GpuRates
     step: StepTime
     fused_kernels: bool = False
+    hf_stack: bool = True
+
+    @property
+    def band(self) -> Band:
+        """The cross-validated 80% band of this prediction (:mod:`engine.time.band`): comparable rows by GPU count and
+        stack; the narrower calibrated band when ``calibration`` came from a measured run (any factor but 1)."""
+        return band_for(self.num_gpus, self.hf_stack, calibrated=self.calibration != 1.0)
+
+    @property
+    def tokens_per_second_low(self) -> float:
+        """Low end of the band of :attr:`tokens_per_second`."""
+        return self.tokens_per_second * self.band.low
+
+    @property
+    def tokens_per_second_high(self) -> float:
+        """High end of the band of :attr:`tokens_per_second`."""
+        return self.tokens_per_second * self.band.high
 
     @property
     def raw_tokens_per_second(self) -> float:
@@ -172,7 +194,7 @@ def estimate_throughput(
     step = step_time(arch, sc, est, gpu, rates, num_gpus=num_gpus, strategy=strategy, fused_kernels=fused_kernels)
     return Throughput(
         gpu=gpu.name, num_gpus=num_gpus, strategy=strategy, calibration=calibration, peak=peak, rates=rates,
-        step=step, fused_kernels=fused_kernels,
+        step=step, fused_kernels=fused_kernels, hf_stack=sc.framework is Framework.HF,
     )
 
 

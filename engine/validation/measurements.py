@@ -35,7 +35,8 @@ class ThroughputMeasurement(BaseModel):
     after, never used to choose a constant) or ``not_expressible`` (``why_not_expressible`` says what the model
     cannot represent; such a row may name a model or GPU outside the catalog and a method outside full/LoRA/QLoRA).
     The setting columns (precision, optimizer, attention, LoRA rank and targets, framework, fused kernels = torch
-    .compile/Unsloth/Liger, fused cross-entropy, strategy, accumulation) are the row's, or assumptions the notes name.
+    .compile/Unsloth/Liger, fused cross-entropy, strategy, accumulation, activation offloading = the checkpointed blocks'
+    inputs in CPU memory) are the row's, or assumptions the notes name.
     ``locator`` says where in ``source`` the number is printed.
     """
 
@@ -63,6 +64,7 @@ class ThroughputMeasurement(BaseModel):
     fused_cross_entropy: bool = False
     strategy: str = "ddp"
     gradient_accumulation_steps: int = Field(1, ge=1)
+    activation_offload: bool = False
     why_not_expressible: str = ""
     notes: str = ""
 

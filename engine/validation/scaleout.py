@@ -25,17 +25,34 @@ from engine.model.sources import config_from_catalog
 from engine.scaleout.estimate import estimate_layout
 from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.layout import Layout, Recompute
+from engine.scaleout.recompute import torchtitan_layer_sac_layers
 from engine.scaleout.step_time import Cluster
 from engine.scenario.training import Scenario
+from engine.time.rates import power_limited
 from engine.time.throughput import flops_per_token
+from engine.validation.run_configs import run_architecture
 
 RUNS_FILE = "large_runs.csv"
 GIB = 2**30
 
 _CATALOG = {"meta-llama/Llama-3.1-405B": "meta-llama/Llama-3.1-405B", "meta-llama/Llama-3.1-70B": "meta-llama/Llama-3.1-70B",
             "meta-llama/Llama-3.1-8B": "meta-llama/Llama-3.1-8B", "meta-llama/Meta-Llama-3-8B": "meta-llama/Llama-3.1-8B",
+            "meta-llama/Meta-Llama-3-70B": "meta-llama/Llama-3.1-70B",
             "meta-llama/Llama-2-7b-hf": "meta-llama/Llama-2-7b-hf", "mistralai/Mixtral-8x7B-v0.1": "mistralai/Mixtral-8x7B-v0.1"}
 _GPUS = (("H200", "H200"), ("B200", "B200"), ("A100", "A100 80GB"), ("H100", "H100 SXM"))
+TDP_WATTS = {"NVIDIA H100 80GB": 700.0}
+"""Board power of the catalog GPUs a run states a cap for: H100 SXM5 700 W (NVIDIA H100 Tensor Core GPU datasheet,
+"Max thermal design power: up to 700W (configurable)")."""
+
+
+def _row_gpu(row: dict):
+    """The catalog GPU of a row, power-limited (:func:`engine.time.rates.power_limited`) when the row states a cap
+    below the GPU's TDP ("500W" in torchtitan's Grand Teton H100 rows)."""
+    gpu = next((find_gpu(name) for key, name in _GPUS if key in row["gpu"]), None)
+    cap = re.search(r"(\d{3,4})\s*W\b", row["gpu"])
+    if gpu is not None and cap and gpu.name in TDP_WATTS:
+        return power_limited(gpu, float(cap.group(1)), TDP_WATTS[gpu.name])
+    return gpu
 
 
 class RunComparison(BaseModel):
@@ -94,9 +111,14 @@ def gpt_style(model: str, vocab: int, seq: int) -> Architecture | None:
 
 def _arch(row: dict, seq: int) -> tuple[Architecture | None, str]:
     if row["model"] in _CATALOG:
-        note = " (Llama 3.1 8B's architecture)" if row["model"].endswith("Meta-Llama-3-8B") else ""
+        note = {"meta-llama/Meta-Llama-3-8B": " (Llama 3.1 8B's architecture)",
+                "meta-llama/Meta-Llama-3-70B": " (Llama 3.1 70B's architecture)"}.get(row["model"], "")
         return architecture_from_config(config_from_catalog(_CATALOG[row["model"]])[0]), note
-    vocab = 131072 if "131072" in row["notes"] else 51200
+    published = run_architecture(row["model"], row.get("params_b", ""))
+    if published is not None:
+        return published
+    m = re.search(r"vocab (\d+)", row["notes"])
+    vocab = int(m.group(1)) if m else 51200
     if row["model"].startswith("GPT3-175B"):
         return gpt_style("a=96, h=12288, L=96", 51200, seq), "GPT-3 175B sizes, vocab 51200"
     arch = gpt_style(row["model"], vocab, seq) if "GPT" in row["model"] else None
@@ -118,6 +140,13 @@ def _recompute(text: str, torchtitan: bool = False) -> str:
     if "selective" in t or "sac" in t or "default" in t:
         return "selective_op" if torchtitan else "selective"
     return "none"
+
+
+def _default_recompute(row: dict) -> str:
+    """The recompute of a row that does not state one: none for Megatron-LM's H100 table (its flags list none) and for
+    nanotron (``ParallelismArgs.recompute_layer`` defaults to False, and the benchmark configs of
+    ``scripts/scaling_benchmarks.py`` do not set it); Megatron's selective otherwise."""
+    return "none" if row["id"].startswith(("megatron_h100", "nanotron_")) else "selective"
 
 
 def torchtitan_stage_layers(num_layers: int, pp: int, stages_per_rank: int = 1) -> tuple[int, ...]:
@@ -161,15 +190,14 @@ def run_settings(row: dict) -> tuple[bool, bool]:
 
 def compare_row(row: dict) -> list[RunComparison] | str:
     """Our estimate of one row on each figure it publishes, or why it cannot be expressed."""
-    if not row["tp"] or not row["pp"] or not _num(row["num_gpus"]) or "DeepSeek" in row["model"] or "nanotron" in row["id"]:
-        return ("layout or model not expressible: " + ("nanotron's benchmark model configs are not published with the figure"
-                if "nanotron" in row["id"] else "DeepSeek-V3 (MLA, 256 experts, DualPipe) is not in the catalog"
+    if not row["tp"] or not row["pp"] or not _num(row["num_gpus"]) or "DeepSeek" in row["model"]:
+        return ("layout or model not expressible: " + ("DeepSeek-V3 (MLA, 256 experts, DualPipe) is not in the catalog"
                 if "DeepSeek" in row["model"] else "the row gives no single layout"))
     seq = _int(row["seq_len"], 4096)
     arch, assumed = _arch(row, seq)
     if arch is None:
         return f"model not in the catalog and no sizes in the row: {row['model']}"
-    gpu = next((find_gpu(name) for key, name in _GPUS if key in row["gpu"]), None)
+    gpu = _row_gpu(row)
     if gpu is None:
         return f"GPU not in the catalog: {row['gpu']}"
     tp, pp, cp, ep = _int(row["tp"]), _int(row["pp"]), _int(row["cp"]), _int(row["ep"])
@@ -195,9 +223,10 @@ def compare_row(row: dict) -> list[RunComparison] | str:
     try:
         layout = Layout.build(tensor_parallel=tp, pipeline_parallel=pp, context_parallel=cp, expert_parallel=ep,
                               data_parallel=dp, sequence_parallel=tp > 1 and "no" not in row["sequence_parallel"].lower()[:2],
-                              recompute=_recompute(row["recompute"] or ("none" if "megatron_h100" in row["id"] else "selective"),
-                                                   torchtitan),
+                              recompute=_recompute(row["recompute"] or _default_recompute(row), torchtitan),
                               layers_per_stage=split,
+                              recompute_layers=(torchtitan_layer_sac_layers(arch.num_layers, 2)
+                                                if "every second layer" in row["recompute"] else None),
                               virtual_pipeline=v if v > 1 and (arch.num_layers % (pp * v) == 0) and (gbs // (mb * dp)) % pp == 0 else 1,
                               zero=zero, micro_batch_size=mb, global_batch_size=gbs)
         sc = Scenario(seq_len=seq, micro_batch_size=mb, precision=precision)

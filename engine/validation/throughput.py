@@ -62,7 +62,7 @@ def measurement_scenario(m: ThroughputMeasurement) -> Scenario:
         method=Method(m.method), precision=m.precision, optimizer=m.optimizer, attention=m.attention,
         micro_batch_size=m.micro_batch_size, seq_len=m.seq_len, gradient_checkpointing=m.gradient_checkpointing,
         gradient_accumulation_steps=m.gradient_accumulation_steps, framework=m.framework,
-        fused_cross_entropy=m.fused_cross_entropy,
+        fused_cross_entropy=m.fused_cross_entropy, gradient_checkpointing_offload=m.activation_offload,
     )
     if m.lora_r is not None:
         fields["lora_r"] = m.lora_r

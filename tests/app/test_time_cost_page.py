@@ -48,9 +48,15 @@ def test_page_renders_metrics_all_curves_and_the_comparison(page):
     assert {t["name"] for t in stack_fig["data"] if "name" in t} >= {"Matmuls (GEMMs)", "Optimizer step"}
     assert len(stack_fig["data"][0]["x"]) >= 6  # one bar per technique of the Memory page's sweep
     assert len(shape_fig["data"]) >= 3  # one line per micro batch size
-    assert time_fig["data"][0]["name"].startswith("step-time model")
+    model_line = next(t for t in time_fig["data"] if t["name"].startswith("step-time model"))
+    low = next(t for t in time_fig["data"] if t["name"].startswith("80% band"))
+    high = next(t for t in time_fig["data"] if t["name"] == "band high")
+    # the cross-validated band brackets the line at every dataset size (engine.time.band)
+    assert all(lo < h < hi for lo, h, hi in zip(low["y"], model_line["y"], high["y"]))
     assert len(cost_fig["data"]) >= 3  # several GPUs
     assert {t["name"] for t in count_fig["data"]} >= {"wall time (h)"}
+    hours = next(t for t in count_fig["data"] if t["name"] == "wall time (h)")
+    assert all(up > 0 and down > 0 for up, down in zip(hours["error_y"]["array"], hours["error_y"]["arrayminus"]))
     names = {t["name"] for t in plans_fig["data"]}
     assert {"plans that fit", "Pareto front"} <= names
     notes = " ".join(a["text"] for a in plans_fig["layout"].get("annotations", []))

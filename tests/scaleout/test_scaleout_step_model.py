@@ -73,10 +73,10 @@ def test_collectives_use_engine_time_ring_formulas_and_links():
     cluster = Cluster(gpu=H100, nodes=4)
     tp = Collective("tp", "x", "all_reduce", 1e9, 10, 8, Link.INTRA_NODE, False, "", 8)
     nvlink = H100.nvlink_gbps_per_direction * 1e9 * cc.NVLINK_BUS_EFFICIENCY
-    assert collective_seconds(tp, cluster) == pytest.approx(2 * 7 / 8 * 1e10 / nvlink + 10 * cc.CALL_LATENCY_S)
+    assert collective_seconds(tp, cluster) == pytest.approx(2 * 7 / 8 * 1e10 / nvlink + 10 * (cc.CALL_LATENCY_S + 14 * 2.5e-6))
     # DP over 4 nodes, one rank per node: every hop crosses the 400 Gb/s NIC (at engine.time's 24/25 bus efficiency)
     dp = Collective("dp", "x", "reduce_scatter", 1e9, 1, 4, Link.INTER_NODE, True, "", 1)
-    assert collective_seconds(dp, cluster) == pytest.approx(3 / 4 * 1e9 / (50e9 * 0.96) + cc.CALL_LATENCY_S)
+    assert collective_seconds(dp, cluster) == pytest.approx(3 / 4 * 1e9 / (50e9 * 0.96) + cc.CALL_LATENCY_S + 3 * 6.6e-6)
     # 32 ranks, 8 per node over 4 nodes: the ring crosses nodes 4 times in 31 hops, NVLink-bound
     wide = dp._replace(group_size=32, ranks_per_node=8)
     assert cluster.link(wide).bus_bytes_per_s == pytest.approx(min(nvlink, 50e9 * 0.96 * 31 / 3))

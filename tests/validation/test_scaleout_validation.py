@@ -34,8 +34,11 @@ def test_megatron_h100_weak_scaling_mfu(val):
 
 def test_throughput_summary(val):
     # data/large_runs.csv, every throughput row: tokens/s per GPU, MFU, TFLOP/s (README and Methodology figures).
-    assert val.summary("tokens")[0] == 34 and val.summary("tokens")[1] < 35
-    assert val.summary("mfu")[0] == 12 and val.summary("mfu")[1] < 12
+    # Since issue 23: + Korthikanti's four Table 3 models, NeMo's Llama 3 / Llama 2 70B, Nemotron 340B and Mixtral
+    # 8x22B, torchtitan's two 64x A100 selective rows and LLaMA-65B (tokens/s), nanotron's 29 heatmap cells and MT-NLG
+    # 530B on 2240 GPUs (MFU).
+    assert val.summary("tokens")[0] == 45 and val.summary("tokens")[1] < 11
+    assert val.summary("mfu")[0] == 39 and val.summary("mfu")[1] < 16
     assert val.summary("tflops")[0] == 10 and val.summary("tflops")[1] < 10
 
 
@@ -55,9 +58,12 @@ def test_full_recompute_memory_rows(val):
 
 def test_nemo_throughput(val):
     rows = {r.id: r for r in val.rows if r.id.startswith("nemo_")}
-    # Llama 3 8B (CP 2), Llama 2 7B, Mixtral 8x7B (EP 8) on DGX-H100: within 5 %
-    assert all(abs(rows[k].error_pct) < 5 for k in ("nemo_24.12_LLAMA3-8B_8", "nemo_24.12_LLAMA2-7B_8",
-                                                    "nemo_25.02_Mixtral-8x7B_64"))
+    # Llama 3 8B (CP 2), Llama 2 7B, Mixtral 8x7B (EP 8) on DGX-H100: within 12 %, under. Since issue 23 attention on
+    # Hopper runs at FlashAttention-2's measured rates (FA3 paper) x the fitted training share; NeMo's Transformer
+    # Engine runs cuDNN's fused attention, which the same paper measures ~1.6x faster than FA2 at 2k-16k: not modelled
+    # per stack yet, so these rows come out 8-10 % slow (they were within 5 % when every kernel ran at 35 % of peak).
+    assert all(-12 < rows[k].error_pct < 0 for k in ("nemo_24.12_LLAMA3-8B_8", "nemo_24.12_LLAMA2-7B_8"))
+    assert abs(rows["nemo_25.02_Mixtral-8x7B_64"].error_pct) < 5
     # GPT-3 175B in FP8 (TP 4, PP 8, v 6): under by about a fifth (TP communication on the critical path: NeMo's
     # tp_comm_overlap is not stated in the row, so not modelled)
     assert -25 < rows["nemo_25.02_GPT3-175B_512"].error_pct < -15
@@ -79,4 +85,4 @@ def test_torchtitan_fsdp_pp_memory_rows(val):
     assert len(rows) == 6
     assert all(-25 < r.error_pct < 0 for r in rows)
     n, median, _ = val.summary("memory")
-    assert n == 23 and median < 10
+    assert n == 49 and median < 10  # 23 rows + nanotron's 26 heatmap cells that print a peak (issue 23)
