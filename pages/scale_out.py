@@ -15,6 +15,7 @@ from ui.layout import scenario_page
 from engine.units import fmt_bytes
 from ui.scaleout import candidates_table, layout_from, layout_inputs, stage_bars
 from ui.tables import bytes_in, number_columns
+from ui.formats import md_plain
 
 model, scenario, hw = scenario_page("Scale out: tensor, pipeline, context and expert parallelism")
 arch, unit = model.arch, hw.unit
@@ -37,14 +38,14 @@ master = c3.checkbox("16-bit model + fp32 master weights", value=True, key="so_m
 fp8 = None if fp8_choice == "off" else Fp8Recipe(fp8_choice)
 layout = layout_from(fields, world)
 if isinstance(layout, str):
-    st.error(layout)
+    st.error(md_plain(layout))
     st.stop()
 sc = scenario.model_copy(update={"gradient_checkpointing": False})
 cluster = Cluster(gpu=gpu, nodes=max(1, world // per_node), gpus_per_node=min(per_node, world))
 try:
     est = estimate_layout(arch, sc, layout, cluster, fp8, master_weights=master)
 except EngineError as exc:
-    st.error(str(exc))
+    st.error(md_plain(exc))
     st.stop()
 
 mem = est.memory
@@ -84,17 +85,17 @@ st.subheader("Launch settings")
 engine = st.radio("Engine", sorted(EXPORTERS), horizontal=True, key="so_export")
 try:
     exp = export_layout(engine, arch, sc, layout, fp8)
-    st.caption(exp["version"])
+    st.caption(md_plain(exp["version"]))
     st.code(exp["text"], language={"megatron": "bash", "torchtitan": "toml", "deepspeed": "json", "accelerate": "yaml"}[engine])
 except EngineError as exc:
-    st.info(f"{engine} ({VERSIONS[engine]}): {exc}")
+    st.info(f"{md_plain(engine)} ({md_plain(VERSIONS[engine])}): {md_plain(exc)}")
 
 st.subheader("Layout search")
 if st.button("Search every layout of this cluster", key="so_search"):
     try:
         found = search_layouts(arch, sc, cluster, int(fields["global_batch_size"]), fp8, master_weights=master)
     except EngineError as exc:
-        st.error(str(exc))
+        st.error(md_plain(exc))
     else:
         fits = [c for c in found if c.fits]
         st.write(f"{len(found):,} layouts searched, {len(fits):,} fit.")

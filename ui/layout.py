@@ -26,6 +26,7 @@ from ui.inputs import begin_run, stale_slot
 from ui.model_picker import PickedModel, model_sidebar
 from ui.scenario_form import _targets_key, scenario_sidebar
 from ui.share import apply_pending_targets, read_query_params, write_query_params
+from ui.formats import md_plain
 
 _SHELL_FLAG = "_shell_drew_sidebar"
 
@@ -89,7 +90,7 @@ def page_start(title: str) -> PickedModel:
         st.info("Pick a model in the sidebar: the bundled catalog works offline.")
         st.stop()
     if model.origin.notice:
-        st.warning(model.origin.notice)
+        st.warning(md_plain(model.origin.notice))
     return model  # type: ignore[return-value]
 
 

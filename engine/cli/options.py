@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from engine.errors import ScenarioError, explain_validation
+from engine.secrets import redact_tokens
 from engine.memory.inference import KvCacheDtype, WeightPrecision
 from engine.memory.parallel import Offload, Strategy
 from engine.model.architecture import Architecture
@@ -32,10 +34,19 @@ INFERENCE = "inference"
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that reports errors as one line on stderr and exit status 2."""
+    """argparse that reports errors as one line on stderr and exit status 2: a token-looking word redacted, a quoted
+    value of more than 60 characters (``--seq-len`` with 5,000 digits) cut to its start and length."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"error: {message}\n")
+        self.exit(2, f"error: {short_values(redact_tokens(message))}\n")
+
+
+_LONG_QUOTED = re.compile(r"'([^']{60,})'")
+
+
+def short_values(message: str) -> str:
+    """``message`` with every quoted value over 60 characters cut: ``'99999999999999999999...' (5,000 characters)``."""
+    return _LONG_QUOTED.sub(lambda m: f"'{m.group(1)[:20]}...' ({len(m.group(1)):,} characters)", message)
 
 
 def positive_int(text: str) -> int:
@@ -96,13 +107,33 @@ SCENARIO_FIELDS = (
 
 
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
+    """The scenario of the typed options.
+
+    Raises:
+        ScenarioError: an invalid value, named by its flag (``--micro-batch-size: Input should be ...``), not by the
+            Scenario field the engine's message names.
+    """
     fields = {name: getattr(args, name) for name in SCENARIO_FIELDS}
     fields.update(peft_fields(args))
-    return Scenario.build(
-        **fields,
-        double_quant=not args.no_double_quant,
-        prepare_kbit_training=not args.no_prepare_kbit,
-    )
+    try:
+        return Scenario.build(
+            **fields,
+            double_quant=not args.no_double_quant,
+            prepare_kbit_training=not args.no_prepare_kbit,
+        )
+    except ScenarioError as exc:
+        raise ScenarioError(flag_names(str(exc), fields)) from None
+
+
+def flag_names(message: str, fields: Any) -> str:
+    """``message`` with each ``field:`` that starts one of its "; "-joined parts written as its flag (``--seq-len:``):
+    every option of these fields is the field's name with dashes (:data:`SCENARIO_FIELDS`, ``PEFT_FIELDS``)."""
+    parts = message.split("; ")
+    for i, part in enumerate(parts):
+        field = part.split(":", 1)[0]
+        if field in fields and ":" in part:
+            parts[i] = "--" + field.replace("_", "-") + part[len(field):]
+    return "; ".join(parts)
 
 
 def add_gpu_options(p: argparse.ArgumentParser) -> None:
@@ -193,17 +224,17 @@ def load_model(args: argparse.Namespace) -> tuple[Architecture, dict[str, Any], 
     else:
         config, origin = config_from_hub(args.model, revision=args.revision)
         if origin.notice:
-            print(f"notice: {origin.notice}", file=sys.stderr)
+            print(f"notice: {redact_tokens(origin.notice)}", file=sys.stderr)
     arch, approximation = architecture_or_approximation(config)
     if approximation:
-        print(f"notice: {approximation}", file=sys.stderr)
+        print(f"notice: {redact_tokens(approximation)}", file=sys.stderr)
     return arch, config, origin.model_dump(exclude_none=True)
 
 
 
 def emit_json(out: Any) -> int:
     """Print ``out`` as indented JSON on stdout; a reader that left (``| head``) is not an error. Returns 0."""
-    return emit_bytes((json.dumps(out, indent=2) + "\n").encode("utf-8"))
+    return emit_bytes((redact_tokens(json.dumps(out, indent=2)) + "\n").encode("utf-8"))
 
 
 def emit_bytes(data: bytes, path: str | None = None) -> int:
@@ -221,5 +252,5 @@ def emit_bytes(data: bytes, path: str | None = None) -> int:
 
 def fail(exc: Exception) -> int:
     """The one-line error on stderr and exit status 2."""
-    print(f"error: {exc}", file=sys.stderr)
+    print(f"error: {short_values(redact_tokens(str(exc)))}", file=sys.stderr)
     return 2

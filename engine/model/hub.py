@@ -366,6 +366,9 @@ def fetch_config(
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
     repo_id = validate_repo_id(repo_id)
     revision = (revision or "").strip() or hf_constants.DEFAULT_REVISION
+    if looks_like_token(revision):  # pasted into the wrong box: never sent in the request path
+        raise InvalidRepoIdError(f"The revision holds {REDACTED}; paste tokens into the token box only, and give a "
+                                 "branch, tag or commit id as the revision.")
     token = _clean_token(token, repo_id)
     if _offline():
         raise _unavailable(repo_id, "offline mode is on: HF_HUB_OFFLINE is set")
