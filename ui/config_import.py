@@ -20,6 +20,7 @@ import streamlit as st
 from engine.errors import EngineError
 from engine.importers import ImportResult, import_configs, model_repo
 from engine.model.sources import catalog_choices
+from engine.secrets import redact_tokens
 from ui.formats import md_plain
 
 # Scenario field -> the sidebar widget's key (ui.scenario_form).

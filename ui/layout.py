@@ -26,6 +26,7 @@ from ui.inputs import begin_run, stale_slot
 from ui.model_picker import PickedModel, model_sidebar
 from ui.scenario_form import _targets_key, scenario_sidebar
 from ui.share import apply_pending_targets, read_query_params, write_query_params
+from ui.catalog_session import bundled_data_problem
 from ui.formats import md_plain
 
 _SHELL_FLAG = "_shell_drew_sidebar"
@@ -74,6 +75,11 @@ def app_shell() -> None:
     """Configure the page, keep scenario inputs and draw the model picker (entrypoint, every run)."""
     st.set_page_config(page_title="Fine-tune fit", layout="wide")
     begin_run()
+    damaged = bundled_data_problem()
+    if damaged is not None:  # one clear box instead of every page's exception box
+        st.error(f"A bundled data file does not validate, so nothing can be computed: {md_plain(damaged)}. Restore "
+                 "the file from the repository (git checkout data/) or correct that cell.")
+        st.stop()
     _keep_scenario_state()
     read_query_params()  # once per session: a shared link's scenario into the widget state
     model_sidebar()

@@ -22,8 +22,7 @@ from engine.memory.inference import KvCacheDtype, WeightPrecision
 from engine.memory.parallel import Offload, Strategy
 from engine.model.architecture import Architecture
 from engine.model.build import architecture_or_approximation
-from engine.model.sources import config_from_catalog, config_from_file, config_from_hub
-from engine.plan.cost import CHEAPEST_LISTED, Dataset
+from engine.plan.strategy import DEFAULT_STRATEGY, training_strategy
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.precision import PrecisionMode
 from engine.cli.peft_options import add_peft_options, peft_fields
@@ -41,7 +40,7 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {short_values(redact_tokens(message))}\n")
 
 
-_LONG_QUOTED = re.compile(r"'([^']{60,})'")
+_LONG_QUOTED = re.compile(r"'([^'\s]{60,})'")
 
 
 def short_values(message: str) -> str:
@@ -144,7 +143,8 @@ def add_gpu_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-gpus", type=positive_int, default=None, metavar="N", help="GPUs of that kind (with --gpu; default 1)")
     p.add_argument("--strategy", choices=[s.value for s in Strategy], default=None,
                    help="multi-GPU strategy (with --gpu): ddp = every GPU holds everything; zero1/zero2/zero3 = DeepSpeed ZeRO "
-                        "stages; fsdp_full_shard = ZeRO-3, fsdp_shard_grad_op = ZeRO-2 (default: ddp)")
+                        "stages; fsdp_full_shard = ZeRO-3, fsdp_shard_grad_op = ZeRO-2 (default: zero3, as the app; one GPU without "
+                        "--offload trains without sharding whatever the strategy, which then sets only min_gpus)")
 
 
 def add_parallel_inference_options(p: argparse.ArgumentParser) -> None:
@@ -162,6 +162,13 @@ def add_parallel_inference_options(p: argparse.ArgumentParser) -> None:
     s.add_argument("--weight-precision", choices=[w.value for w in WeightPrecision], default=None,
                    help="serving precision of the linear weights: bf16, fp16, int8, fp8, int4 (GPTQ/AWQ group 128) (default: as the "
                         "checkpoint stores them (its quantization_config), bf16 when not quantized)")
+
+
+def strategies(args: argparse.Namespace) -> tuple[Strategy, Strategy]:
+    """(the strategy asked, the one the run uses): ``--strategy`` or :data:`~engine.plan.strategy.DEFAULT_STRATEGY`;
+    one GPU without offload trains plainly (:func:`~engine.plan.strategy.training_strategy`, as the app)."""
+    asked = Strategy(args.strategy) if args.strategy else DEFAULT_STRATEGY
+    return asked, training_strategy(asked, args.num_gpus or 1, Offload(getattr(args, "offload", None) or "none"))
 
 
 def gpus_per_node(args: argparse.Namespace) -> int:
@@ -187,14 +194,16 @@ def add_time_cost_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--fused-kernels", action="store_true",
                    help="the run uses torch.compile, Unsloth or Liger kernels (fused elementwise ops: fewer bytes and launches)")
     g.add_argument("--price-source", default=None, metavar="NAME",
-                   help=f"a source of data/gpu_prices.csv, e.g. 'RunPod Community Cloud', or 'cheapest' (default: {CHEAPEST_LISTED})")
+                   help=f"a source of data/gpu_prices.csv, e.g. 'RunPod Community Cloud', or 'cheapest' (default: the cheapest listed "
+                        "price of any source)")
 
 
 TIME_COST_OPTIONS = ("dataset_tokens", "examples", "avg_tokens", "epochs", "runs", "measured_tokens_per_second", "price_source")
 
 
-def dataset_from_args(args: argparse.Namespace) -> Dataset | None:
-    """The dataset of the time/cost options, None when no size is given; ScenarioError on a bad combination."""
+def dataset_from_args(args: argparse.Namespace) -> Any:
+    """The dataset of the time/cost options (an :class:`engine.plan.cost.Dataset`), None when no size is given;
+    ScenarioError on a bad combination."""
     if args.dataset_tokens is None and args.examples is None and args.avg_tokens is None:
         if any(getattr(args, k) is not None for k in TIME_COST_OPTIONS) or args.no_packing or args.fused_kernels:
             raise ScenarioError("time and cost options need a dataset size: --dataset-tokens N, or --examples N --avg-tokens T")
@@ -209,6 +218,8 @@ def dataset_from_args(args: argparse.Namespace) -> Dataset | None:
         fields["epochs"] = args.epochs
     if args.runs is not None:
         fields["runs"] = args.runs
+    from engine.plan.cost import Dataset  # here: a memory estimate needs none of the time model
+
     try:
         return Dataset(**fields)
     except ValidationError as exc:
@@ -217,6 +228,9 @@ def dataset_from_args(args: argparse.Namespace) -> Dataset | None:
 
 def load_model(args: argparse.Namespace) -> tuple[Architecture, dict[str, Any], dict[str, Any]]:
     """The architecture, the config dict and where it came from."""
+    # Here, not at the top: the Hub client (huggingface_hub, httpx) is imported only when a source needs it.
+    from engine.model.sources import config_from_catalog, config_from_file, config_from_hub
+
     if args.config:
         config, origin = config_from_file(args.config)
     elif args.offline:

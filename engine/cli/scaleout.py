@@ -11,20 +11,22 @@ for the same settings) with the differences explained, the collectives of a step
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.cli.options import positive_int
 from engine.errors import ScenarioError
 from engine.hardware.gpus import find_gpu
 from engine.memory.parallel import Strategy
 from engine.model.architecture import Architecture
-from engine.scaleout.estimate import LayoutEstimate, estimate_layout
 from engine.scaleout.exports import EXPORTERS, export_layout
 from engine.plan.verdict import fit_verdict
 from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.layout import Layout, Recompute, Schedule
-from engine.scaleout.step_time import DEFAULT_INTER_NODE_GBITS, Cluster
 from engine.scenario.training import Scenario
+
+if TYPE_CHECKING:  # the layout model is imported when a layout is asked for (a plain estimate starts faster)
+    from engine.scaleout.estimate import LayoutEstimate
+    from engine.scaleout.step_time import Cluster
 
 FP8 = "fp8"
 _ZERO = {Strategy.DDP: 0, Strategy.ZERO1: 1, Strategy.ZERO3: 3, Strategy.FSDP_FULL_SHARD: 3}
@@ -58,7 +60,7 @@ def add_scaleout_options(p: argparse.ArgumentParser) -> None:
                    help="sequences per step over all DP ranks (default micro batch x DP x accumulation steps)")
     g.add_argument("--moe-capacity-factor", type=float, default=None, metavar="X", help="MoE capacity factor (default dropless)")
     g.add_argument("--inter-node-gbits", type=float, default=None, metavar="G",
-                   help=f"network per GPU between nodes, Gb/s (default {DEFAULT_INTER_NODE_GBITS:g})")
+                   help="network per GPU between nodes, Gb/s (default: engine.scaleout.step_time.DEFAULT_INTER_NODE_GBITS)")
     g.add_argument("--fp8-recipe", choices=[r.value for r in Fp8Recipe], default=None,
                    help="with --precision fp8: te (TransformerEngine) or torchao (float8) (default te)")
     g.add_argument("--master-weights", action="store_true",
@@ -110,6 +112,9 @@ def layout_from_args(args: argparse.Namespace, scenario: Scenario) -> tuple[Layo
 
 def scaleout_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace, fp8: Fp8Recipe | None) -> dict[str, Any]:
     """The layout's JSON fields (see the module docstring)."""
+    from engine.scaleout.estimate import estimate_layout
+    from engine.scaleout.step_time import DEFAULT_INTER_NODE_GBITS, Cluster
+
     layout, per_node = layout_from_args(args, scenario)
     cluster = None
     if args.gpu is not None:
