@@ -15,6 +15,7 @@ from engine.scenario.optimizer import Optimizer
 from engine.memory.parallel import STRATEGY_LABELS, Strategy
 from engine.scenario.precision import PrecisionMode, precision_spec
 from engine.scenario.training import Method, Scenario
+from engine.memory.device import device_used_bytes
 from engine.units import fmt_bytes, fmt_count, to_unit
 from ui.charts import CELL_LABELS, fit_heatmap
 from ui.layout import scenario_page
@@ -132,14 +133,25 @@ m4.metric("Largest micro batch", "none" if mb.value is None else f"{mb.value:,}"
 m5.metric("Longest sequence", "none" if sl.value is None else f"{sl.value:,}",
           help=f"at micro batch {scenario.micro_batch_size}; searched up to {sl.cap:,} ({sl.capped_by})")
 lines = []
+
+
+def _both(allocated: float) -> str:
+    """The tensors of a peak and what nvidia-smi would show for it (what the verdict compares with the usable memory)."""
+    return (f"{fmt_bytes(allocated, unit)} of tensors (max_memory_allocated), "
+            f"{fmt_bytes(device_used_bytes(allocated), unit)} in nvidia-smi")
+
+
+usable_text = fmt_bytes(gpu.usable_memory_bytes, unit)
 for lim, what in ((mb, "micro batch"), (sl, "sequence length")):
     if lim.value is None:
-        lines.append(f"- Even a {what} of 1 does not fit: {fmt_bytes(lim.next_peak_bytes or 0, unit)} per GPU.")
+        lines.append(f"- Even a {what} of 1 does not fit: {_both(lim.next_peak_bytes or 0)} per GPU, over the "
+                     f"{usable_text} usable.")
     elif lim.next_value is None:
-        lines.append(f"- Every {what} up to {lim.cap:,} ({lim.capped_by}) fits: {fmt_bytes(lim.peak_bytes or 0, unit)} per GPU there.")
+        lines.append(f"- Every {what} up to {lim.cap:,} ({lim.capped_by}) fits: {_both(lim.peak_bytes or 0)} per GPU "
+                     f"there, within the {usable_text} usable.")
     else:
-        lines.append(f"- {what.capitalize()} {lim.value:,} needs {fmt_bytes(lim.peak_bytes or 0, unit)} per GPU; "
-                     f"{lim.next_value:,} would need {fmt_bytes(lim.next_peak_bytes or 0, unit)}.")
+        lines.append(f"- {what.capitalize()} {lim.value:,} needs {_both(lim.peak_bytes or 0)} per GPU, within the "
+                     f"{usable_text} usable; {lim.next_value:,} would need {_both(lim.next_peak_bytes or 0)}.")
 st.markdown("\n".join(lines))
 st.caption(f"{md_plain(hw.label)}; usable "
            f"{fmt_bytes(gpu.usable_memory_bytes, unit)} per GPU ({md_plain(gpu.usable_source)}). Fewest GPUs for this scenario with "

@@ -20,14 +20,14 @@ FILES = sorted([*(ROOT / "pages").glob("*.py"), *(ROOT / "ui").glob("*.py"), ROO
 MESSAGE_CALLS = {"error", "warning", "info", "success", "markdown", "caption", "toast", "exception", "write", "subheader",
                  "header"}
 ESCAPE = "md_plain"
-NUMBER_FORMATTERS = {"fmt_bytes", "fmt_count", "fmt_hours", "fmt_usd", "fmt_sci", "fmt_big_count", "to_unit", "len",
+NUMBER_FORMATTERS = {"_both", "fmt_bytes", "fmt_count", "fmt_hours", "fmt_usd", "fmt_sci", "fmt_big_count", "to_unit", "len",
                      "round", "int", "float", "abs", "max", "min", "sum", "_fmt", "verdict_label"}
 #: Values that are not user text, by their source text in the file: (file name, expression) -> why.
 _NUMBERS = "numbers of a validated scenario, plan or result"
 _ENGINE = "the engine's or the page's own words (constants, enum labels, bundled data), never an input"
 TRUSTED: dict[tuple[str, str], str] = {
     **{("fit.py", e): _NUMBERS for e in ("unit", "scenario.micro_batch_size", "Scenario().lora_r", "seed_batch",
-                                         "fewest if fewest else 'none up to 1,024'")},
+                                         "fewest if fewest else 'none up to 1,024'", "usable_text")},
     **{("fit.py", e): _ENGINE for e in ("precision_spec(scenario.precision).label", "STRATEGY_LABELS[strategy]",
                                         "SEED_TABLE_SOURCE", "precision_spec(seed_full_precision).label",
                                         "'\\n'.join(lines)")},  # lines: numbers and fmt_bytes only

@@ -323,9 +323,14 @@ def test_unsupported_model_type_falls_back_to_an_approximation(tmp_path):
 
 def test_a_plan_that_does_not_fit_says_so_at_the_top_level():
     # Llama-3.1-8B full fine-tuning in mixed bf16 peaks near 122 GiB: not on one A100 80GB, never with DDP.
-    out = ok_json(run_cli("estimate", "--offline", "--model", LLAMA_8B, "--gpu", "a100 80gb",
+    out = ok_json(run_cli("estimate", "--offline", "--model", LLAMA_8B, "--gpu", "a100 80gb", "--strategy", "ddp",
                           "--examples", "10000", "--avg-tokens", "512"))
     assert out["fits"] is False and out["min_gpus"] is None
     assert any("does not fit" in w and "try --strategy zero3" in w for w in out["warnings"])
+    # The default strategy is the app's, ZeRO-3 (engine.plan.strategy): its fewest GPUs is a count.
+    out = ok_json(run_cli("estimate", "--offline", "--model", LLAMA_8B, "--gpu", "a100 80gb",
+                          "--examples", "10000", "--avg-tokens", "512"))
+    assert out["fits"] is False and out["min_gpus"] and out["min_gpus_strategy"] == "zero3"
+    assert any(f"the fewest that fit with zero3 is {out['min_gpus']}" in w for w in out["warnings"])
     bad = run_cli("estimate", "--offline", "--model", LLAMA_8B, "--gpu", "a100 80gb", "--num-gpus", "0")
     assert "at least 1" in assert_one_line_error(bad)
