@@ -159,3 +159,26 @@ def test_a_damaged_data_file_is_one_line_naming_file_row_and_column(tmp_path, lo
                                   "1000000", env={"FINETUNE_FIT_DATA": str(data)}))
     for needle in needles:
         assert needle in line, line
+
+
+# --- item 7: the README's GPT-2-large claim is what the CLI says -----------------------------------------------------
+
+
+@pytest.mark.parametrize(("precision", "verdict", "headroom"), [
+    ("amp_fp16", "tight", 422_042), ("amp_bf16", "tight", 422_042), ("fp32", "does_not_fit", -4_540_994_662),
+])
+def test_readme_gpt2_large_on_a_v100_32gb(tmp_path, precision, verdict, headroom):
+    # README "What changed in the numbers": GPT-2-large (GPT-2's config with n_embd 1280, n_layer 36, n_head 20,
+    # openai-community/gpt2-large's config.json) full fine-tuning at 4 x 1,024 on a V100 32GB: tight in mixed
+    # precision (422 KB to spare), short by 4.5 GB in fp32.
+    from engine.model.sources import config_from_catalog
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({**config_from_catalog("openai-community/gpt2")[0], "n_embd": 1280, "n_layer": 36,
+                               "n_head": 20}))
+    done = run_cli("estimate", "--config", str(cfg), "--micro-batch-size", "4", "--seq-len", "1024", "--gpu",
+                   "V100 32GB", "--precision", precision)
+    out = json.loads(done.stdout)
+    assert (out["verdict"], out["headroom_bytes"]) == (verdict, headroom)
+    readme = (ROOT / "README.md").read_text()
+    assert "has 422 KB to spare and is\n  now tight; in fp32 (Trainer without `fp16=True`) it does not fit (4.5 GB short)" in readme
