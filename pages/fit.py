@@ -158,7 +158,7 @@ st.caption(f"{md_plain(hw.label)}; usable "
            f"{STRATEGY_LABELS[strategy]}: {fewest if fewest else 'none up to 1,024'}.")
 prices = sorted((p for p in session_prices() if p.gpu == gpu.name), key=lambda p: p.on_demand_usd_per_hour)
 if prices:
-    with st.expander(f"Prices of one {gpu.name} GPU-hour", expanded=False):
+    with st.expander(f"Prices of one {md_plain(gpu.name)} GPU-hour", expanded=False):
         st.dataframe(pd.DataFrame([
             {"source": p.source_name, "on_demand": p.on_demand_usd_per_hour, "spot": p.spot_usd_per_hour,
              "date": p.date.isoformat(), "url": p.url, "note": p.note} for p in prices

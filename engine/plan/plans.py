@@ -32,6 +32,7 @@ from engine.model.architecture import Architecture
 from engine.model.build import architecture_or_approximation
 from engine.plan.cost import CHEAPEST_LISTED, Dataset, estimate_plan, resolve_price_source
 from engine.plan.csv_checks import header_problem, shown_cell
+from engine.secrets import looks_like_token
 from engine.plan.plan_gpu import find_plan_gpu, plan_gpu_note
 from engine.plan.verdict import Verdict
 from engine.csv_cells import neutralize, restore
@@ -100,6 +101,8 @@ class Plan(Scenario):
         # A line break in a text cell would split the CSV row in spreadsheets (and CR is a formula trigger).
         if isinstance(value, str) and ("\r" in value or "\n" in value):
             raise ValueError("must be one line (no line breaks)")
+        if looks_like_token(value):  # a token pasted into a plan would be exported in every CSV of it
+            raise ValueError("looks like a Hugging Face token, which a plan never holds; paste tokens into the token box")
         return value
 
     @model_validator(mode="after")

@@ -182,3 +182,9 @@ def test_readme_gpt2_large_on_a_v100_32gb(tmp_path, precision, verdict, headroom
     assert (out["verdict"], out["headroom_bytes"]) == (verdict, headroom)
     readme = (ROOT / "README.md").read_text()
     assert "has 422 KB to spare and is\n  now tight; in fp32 (Trainer without `fp16=True`) it does not fit (4.5 GB short)" in readme
+
+
+def test_a_token_as_a_plan_name_is_refused_not_exported(local_config):
+    line = one_line_error(run_cli("plan", "--config", str(local_config), "--gpu", "H100 SXM", "--dataset-tokens",
+                                  "1000000", "--name", TOKEN))
+    assert TOKEN not in line and "name: looks like a Hugging Face token" in line
