@@ -71,12 +71,18 @@ def test_repo_id_payload_is_shown_as_typed(new_app, hub_stub, name):
 
 @pytest.mark.parametrize("name", list(PAYLOADS))
 def test_revision_payload_is_shown_as_typed(new_app, hub_stub, name):
+    # The repo exists on the stub; the revision does not: the Hub's answer quotes it ("Revision ... does not exist").
+    from engine.model.sources import config_from_catalog
+    from hubstub import StubRepo
+
+    hub_stub.add("acme/exists", StubRepo(config=config_from_catalog("meta-llama/Llama-3.2-1B")[0]))
     at = new_app().run()
     at.radio(key="model_source").set_value("Hub repo id").run()
     at.text_input(key="hub_revision").input(PAYLOADS[name])
-    at.text_input(key="hub_repo_id").input("acme/does-not-exist").run()
+    at.text_input(key="hub_repo_id").input("acme/exists").run()
     no_exception(at)
     assert live_markdown(at) == []
+    assert any(MARK in shown(e.value) for e in at.error), [e.value for e in at.error]
 
 
 @pytest.mark.parametrize("name", list(PAYLOADS))
