@@ -230,6 +230,8 @@ def expected_fit_peak() -> int:
 def test_every_page_in_a_real_browser(chromium, server, tmp_path):
     from playwright.sync_api import expect, sync_playwright
 
+    expect.set_options(timeout=30_000)  # 5 s by default: a page switch on 2 shared CPUs can take longer
+
     started = time.monotonic()
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, headless=True, args=BROWSER_ARGS)
