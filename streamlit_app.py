@@ -10,15 +10,18 @@ import streamlit as st
 
 from ui.layout import app_shell
 
+# Emoji page icons: the browser draws them itself (Streamlit makes the favicon a data: SVG of the emoji), while a
+# ":material/...:" page icon's favicon is fetched from fonts.gstatic.com, which an offline or firewalled deployment
+# cannot reach (tests/e2e/test_browser.py checks that no request leaves the server).
 PAGES = [
-    st.Page("pages/memory.py", title="Memory", icon=":material/stacked_bar_chart:", url_path="memory"),
-    st.Page("pages/model.py", title="Model", icon=":material/schema:", url_path="model"),
-    st.Page("pages/fit.py", title="GPU fit", icon=":material/grid_on:", url_path="fit"),
-    st.Page("pages/time_cost.py", title="Time & cost", icon=":material/schedule:", url_path="time_cost"),
-    st.Page("pages/plans.py", title="Plans", icon=":material/bookmarks:", url_path="plans"),
-    st.Page("pages/scale_out.py", title="Scale out", icon=":material/hub:", url_path="scale_out"),
-    st.Page("pages/gpus.py", title="GPUs & prices", icon=":material/memory:", url_path="gpus"),
-    st.Page("pages/methodology.py", title="Methodology", icon=":material/menu_book:", url_path="methodology"),
+    st.Page("pages/memory.py", title="Memory", icon="📊", url_path="memory"),
+    st.Page("pages/model.py", title="Model", icon="🧩", url_path="model"),
+    st.Page("pages/fit.py", title="GPU fit", icon="🎯", url_path="fit"),
+    st.Page("pages/time_cost.py", title="Time & cost", icon="⏱️", url_path="time_cost"),
+    st.Page("pages/plans.py", title="Plans", icon="🔖", url_path="plans"),
+    st.Page("pages/scale_out.py", title="Scale out", icon="🕸️", url_path="scale_out"),
+    st.Page("pages/gpus.py", title="GPUs & prices", icon="💾", url_path="gpus"),
+    st.Page("pages/methodology.py", title="Methodology", icon="📖", url_path="methodology"),
 ]
 
 

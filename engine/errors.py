@@ -6,9 +6,16 @@ one class and show its message; the message always says what was wrong and what 
 
 from typing import Any
 
+from engine.secrets import redact_tokens
+
 
 class EngineError(Exception):
-    """Base class of every error the engine raises on bad input or an unreachable source."""
+    """Base class of every error the engine raises on bad input or an unreachable source. A token-looking word in
+    the message (a token pasted into the wrong box, quoted back) is replaced on the way in
+    (:func:`engine.secrets.redact_tokens`), so no message of the engine can show one."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*(redact_tokens(a) for a in args))
 
 
 class ConfigError(EngineError):

@@ -15,12 +15,14 @@ from engine.scenario.optimizer import Optimizer
 from engine.memory.parallel import STRATEGY_LABELS, Strategy
 from engine.scenario.precision import PrecisionMode, precision_spec
 from engine.scenario.training import Method, Scenario
+from engine.memory.device import device_used_bytes
 from engine.units import fmt_bytes, fmt_count, to_unit
 from ui.charts import CELL_LABELS, fit_heatmap
 from ui.layout import scenario_page
 from ui.verdict import show_tight
 from ui.downloads import csv_bytes
 from ui.tables import number_columns
+from ui.formats import md_plain
 
 # The matrices cost tens of milliseconds per rerun (every catalog model x GPU x technique), so they and their heatmaps are
 # kept for all sessions, keyed by the JSON of their inputs (the engine's results are unchanged; a session's edited GPU
@@ -75,7 +77,7 @@ try:
     techniques_fit, techniques_figure = _techniques_fit(model.arch, scenario, gpus, unit, labels,
                                                         key=(model_key, scenario.model_dump_json(), gpus_key))
 except EngineError as exc:
-    st.error(f"Cannot compute the fit: {exc}")
+    st.error(f"Cannot compute the fit: {md_plain(exc)}")
     st.stop()
 
 
@@ -92,19 +94,19 @@ st.caption(f"Your scenario: {precision_spec(scenario.precision).label}, {scenari
 st.plotly_chart(models_figure, width="stretch", key="fit_models_chart")
 for row in models_fit.rows:
     if row.error:
-        st.caption(f"Not computed — {row.label}: {row.error}")
+        st.caption(f"Not computed — {md_plain(row.label)}: {md_plain(row.error)}")
 _download(models_fit, "fit_models_x_gpus", "fit_models_csv")
 
-st.subheader(f"Techniques × every GPU for {model.title}")
+st.subheader(f"Techniques × every GPU for {md_plain(model.title)}")
 st.caption("Same batch, sequence, accumulation, attention and LoRA settings in every row; each row sets what its label says. "
            "The ZeRO-3 row's ×N is the fewest GPUs with sharding; the other rows use DDP.")
 st.plotly_chart(techniques_figure, width="stretch", key="fit_techniques_chart")
 for row in techniques_fit.rows:
     if row.error:
-        st.caption(f"Not computed — {row.label}: {row.error}")
+        st.caption(f"Not computed — {md_plain(row.label)}: {md_plain(row.error)}")
 _download(techniques_fit, "fit_techniques_x_gpus", "fit_techniques_csv")
 
-st.subheader(f"What fits on {hw.label}")
+st.subheader(f"What fits on {md_plain(hw.label)}")
 st.caption("Your hardware from the sidebar (the matrices above try every GPU of the catalog).")
 gpu, num_gpus = hw.gpu, hw.num_gpus
 fit_strategy = hw.training_strategy  # one GPU trains without sharding: ZeRO/FSDP there only add their buffers
@@ -113,10 +115,10 @@ try:
     limits = what_fits(model.arch, scenario, gpu, fit_strategy, num_gpus)
     fewest = check_fit(model.arch, scenario, gpu, strategy, 1).min_gpus
 except EngineError as exc:
-    st.error(f"Cannot compute the fit: {exc}")
+    st.error(f"Cannot compute the fit: {md_plain(exc)}")
     st.stop()
 for warning in fit.warnings:
-    st.warning(warning)
+    st.warning(md_plain(warning))
 show_tight(fit.verdict, f"{num_gpus} x {gpu.name}")
 m1, m2, m3, m4, m5 = st.columns(5)
 m1.metric("Per-GPU peak", fmt_bytes(fit.peak_bytes, unit),
@@ -131,21 +133,32 @@ m4.metric("Largest micro batch", "none" if mb.value is None else f"{mb.value:,}"
 m5.metric("Longest sequence", "none" if sl.value is None else f"{sl.value:,}",
           help=f"at micro batch {scenario.micro_batch_size}; searched up to {sl.cap:,} ({sl.capped_by})")
 lines = []
+
+
+def _both(allocated: float) -> str:
+    """The tensors of a peak and what nvidia-smi would show for it (what the verdict compares with the usable memory)."""
+    return (f"{fmt_bytes(allocated, unit)} of tensors (max_memory_allocated), "
+            f"{fmt_bytes(device_used_bytes(allocated), unit)} in nvidia-smi")
+
+
+usable_text = fmt_bytes(gpu.usable_memory_bytes, unit)
 for lim, what in ((mb, "micro batch"), (sl, "sequence length")):
     if lim.value is None:
-        lines.append(f"- Even a {what} of 1 does not fit: {fmt_bytes(lim.next_peak_bytes or 0, unit)} per GPU.")
+        lines.append(f"- Even a {what} of 1 does not fit: {_both(lim.next_peak_bytes or 0)} per GPU, over the "
+                     f"{usable_text} usable.")
     elif lim.next_value is None:
-        lines.append(f"- Every {what} up to {lim.cap:,} ({lim.capped_by}) fits: {fmt_bytes(lim.peak_bytes or 0, unit)} per GPU there.")
+        lines.append(f"- Every {what} up to {lim.cap:,} ({lim.capped_by}) fits: {_both(lim.peak_bytes or 0)} per GPU "
+                     f"there, within the {usable_text} usable.")
     else:
-        lines.append(f"- {what.capitalize()} {lim.value:,} needs {fmt_bytes(lim.peak_bytes or 0, unit)} per GPU; "
-                     f"{lim.next_value:,} would need {fmt_bytes(lim.next_peak_bytes or 0, unit)}.")
+        lines.append(f"- {what.capitalize()} {lim.value:,} needs {_both(lim.peak_bytes or 0)} per GPU, within the "
+                     f"{usable_text} usable; {lim.next_value:,} would need {_both(lim.next_peak_bytes or 0)}.")
 st.markdown("\n".join(lines))
-st.caption(f"{hw.label}; usable "
-           f"{fmt_bytes(gpu.usable_memory_bytes, unit)} per GPU ({gpu.usable_source}). Fewest GPUs for this scenario with "
+st.caption(f"{md_plain(hw.label)}; usable "
+           f"{fmt_bytes(gpu.usable_memory_bytes, unit)} per GPU ({md_plain(gpu.usable_source)}). Fewest GPUs for this scenario with "
            f"{STRATEGY_LABELS[strategy]}: {fewest if fewest else 'none up to 1,024'}.")
 prices = sorted((p for p in session_prices() if p.gpu == gpu.name), key=lambda p: p.on_demand_usd_per_hour)
 if prices:
-    with st.expander(f"Prices of one {gpu.name} GPU-hour", expanded=False):
+    with st.expander(f"Prices of one {md_plain(gpu.name)} GPU-hour", expanded=False):
         st.dataframe(pd.DataFrame([
             {"source": p.source_name, "on_demand": p.on_demand_usd_per_hour, "spot": p.spot_usd_per_hour,
              "date": p.date.isoformat(), "url": p.url, "note": p.note} for p in prices

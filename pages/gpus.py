@@ -7,6 +7,7 @@ from engine.errors import CatalogError
 from ui.catalog_session import apply_edits, is_edited, reset_edits, session_gpus, session_prices
 from ui.layout import page_setup
 from ui.downloads import csv_bytes
+from ui.formats import md_plain
 
 page_setup()
 st.title("GPUs and prices")
@@ -39,7 +40,7 @@ if left.button("Use these tables for this session", type="primary"):
         apply_edits(_rows(edited_gpus), _rows(edited_prices))
         st.success("Applied: the GPU fit and Time & cost pages now use these tables.")
     except CatalogError as exc:
-        st.error(f"Not applied: {exc}")
+        st.error(f"Not applied: {md_plain(exc)}")
 if right.button("Restore the bundled catalog"):
     reset_edits()
     st.rerun()

@@ -23,6 +23,7 @@ from ui.share import write_query_params
 from ui.trace_panel import trace_panel
 from ui.verdict import TIGHT_NOTE, verdict_box
 from engine.plan.verdict import Verdict, fit_verdict
+from ui.formats import md_plain
 
 TITLES = {TRAINING: "GPU memory of a fine-tuning step", INFERENCE: "GPU memory of serving the model"}
 
@@ -61,7 +62,7 @@ def inference_view() -> None:
         st.error(f"Cannot serve this scenario: {exc}")
         st.stop()
     for warning in est.warnings:
-        st.warning(warning)
+        st.warning(md_plain(warning))
     per_tok = kv_cache_bytes_per_token(arch, isc.kv_cache_dtype, isc.tensor_parallel)
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Parameters", fmt_count(est.total_parameters), help=f"{est.total_parameters:,} unique parameters")
@@ -107,7 +108,7 @@ def inference_view() -> None:
                             "source": p.source} for p in est.parts]), hide_index=True)
     with st.expander("Not yet modelled", expanded=False):
         for item in est.not_modelled:
-            st.markdown(f"- {item}")
+            st.markdown(f"- {md_plain(item)}")
 
 
 if serving:
@@ -119,7 +120,7 @@ try:
     rows = sweep_techniques(model.arch, scenario)
     plan = plan_parallel(est, model.arch, scenario, hw.training_strategy, hw.offload)
 except EngineError as exc:
-    st.error(f"Cannot estimate this scenario: {exc}")
+    st.error(f"Cannot estimate this scenario: {md_plain(exc)}")
     st.stop()
 n = hw.num_gpus
 peak_phase = plan.peak_phase(n)
@@ -127,12 +128,12 @@ cpu_node = plan.cpu_bytes_per_node(n, hw.gpus_per_node)
 device = device_memory_per_gpu(est, plan, n)  # allocated, reserved and nvidia-smi bytes of one GPU
 
 if model.arch.approximate_from:
-    st.warning(f"Approximate architecture: model_type '{model.arch.approximate_from}' is estimated as a Llama-style "
+    st.warning(f"Approximate architecture: model_type '{md_plain(model.arch.approximate_from)}' is estimated as a Llama-style "
                "decoder with the same sizes.")
 for warning in est.warnings:
-    st.warning(warning)
+    st.warning(md_plain(warning))
 where = "on one GPU" if not hw.is_multi else f"per GPU, {n} GPUs with {STRATEGY_LABELS[hw.training_strategy]}"
-st.caption(f"**{model.title}** · peak of `torch.cuda.max_memory_allocated()` (live tensors) in a steady-state step "
+st.caption(f"**{md_plain(model.title)}** · peak of `torch.cuda.max_memory_allocated()` (live tensors) in a steady-state step "
            f"{where}; below it, what `max_memory_reserved()` and nvidia-smi would show")
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("Parameters", fmt_count(est.total_parameters), help=f"{est.total_parameters:,} unique parameters (tied weights once)")
@@ -167,7 +168,7 @@ if headroom >= 0 or paged_headroom < 0:
                                          if verdict is Verdict.TIGHT else "")
     )
 else:
-    st.info(f"Fits on {which} {gpu.name} only with paging: without the paged optimizer states it leaves "
+    st.info(f"Fits on {which} {md_plain(gpu.name)} only with paging: without the paged optimizer states it leaves "
             f"{fmt_bytes(paged_headroom, unit)}, so the driver keeps part of the {fmt_bytes(device.pageable, unit)} of "
             "paged states in CPU RAM and moves them in at each step (slower, not an out-of-memory error).")
 if scenario.gradient_accumulation_steps > 1:
@@ -189,7 +190,7 @@ if hw.is_multi:
         notes.append(f"QLoRA storage: {plan.storage_note}.")
     if plan.bucket_note:
         notes.append(f"Buckets: {plan.bucket_note}.")
-    st.caption(" ".join(notes))
+    st.caption(" ".join(md_plain(n) for n in notes))
     ds = deepspeed_estimate(model.arch, hw.training_strategy, hw.offload, n, hw.gpus_per_node)
     if ds is not None:
         st.caption(f"DeepSpeed's own estimate (`{ds.function}`): {fmt_bytes(ds.gpu_bytes_per_gpu, unit)} per GPU, "
@@ -199,7 +200,7 @@ st.subheader("Across techniques and precisions")
 st.plotly_chart(memory_stack_figure(rows, unit, gpu), width="stretch", key="memory_chart")
 for r in rows:
     if r.error:
-        st.caption(f"Not shown — {r.label}: {r.error}")
+        st.caption(f"Not shown — {md_plain(r.label)}: {md_plain(r.error)}")
 st.caption("Same batch, sequence, optimizer, checkpointing and LoRA settings in every bar; ◀ marks your choice. "
            "Each bar shows the tensors alive at that scenario's peak, then the allocator reserve and the CUDA context, so "
            "its top is what nvidia-smi would show (hover for max_memory_allocated).")
@@ -222,8 +223,8 @@ table = pd.DataFrame(
 st.table(table, hide_index=True)
 left, right = st.columns(2)
 # One Markdown list each, not one element per line: every element is drawn again in the browser on each rerun.
-left.expander("Not yet modelled", expanded=True).markdown("\n".join(f"- {item}" for item in est.not_modelled))
-right.expander("Assumptions", expanded=True).markdown("\n".join(f"- {a}" for a in est.assumptions))
+left.expander("Not yet modelled", expanded=True).markdown("\n".join(f"- {md_plain(item)}" for item in est.not_modelled))
+right.expander("Assumptions", expanded=True).markdown("\n".join(f"- {md_plain(a)}" for a in est.assumptions))
 if est.first_step_peak_bytes < est.total_bytes:
     st.caption(f"First training step: {fmt_bytes(est.first_step_peak_bytes, unit)} at most on one GPU (the optimizer "
                "states are created inside its optimizer step); the figures above are the steady state, from the second step.")

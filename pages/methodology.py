@@ -24,7 +24,7 @@ from engine.time.seed import SEED_THROUGHPUT
 from engine.errors import EngineError
 from engine.validation.memory import TARGET_MAX_ERROR_PCT, TRACE_TARGET_MAX_ERROR_PCT, validate_all, validate_traced
 from ui.charts import predicted_vs_measured_figure
-from ui.formats import plain
+from ui.formats import plain, md_plain
 from ui.layout import page_setup
 
 page_setup()
@@ -323,7 +323,7 @@ def _accuracy() -> None:
     try:
         _val, figure = _memory_validation()
     except EngineError as exc:
-        st.error(f"Cannot compare with the measured peaks: {exc}")
+        st.error(f"Cannot compare with the measured peaks: {md_plain(exc)}")
         return
     st.plotly_chart(figure, width="stretch", key="memory_validation_chart")
     st.caption("Each published peak of data/measured_memory.csv against our estimate of the same memory kind (log-log; "
@@ -374,7 +374,7 @@ def _traced() -> None:
     try:
         rows, summary = validate_traced()
     except EngineError as exc:
-        st.error(f"Cannot compare with the traced scenarios: {exc}")
+        st.error(f"Cannot compare with the traced scenarios: {md_plain(exc)}")
         return
     st.markdown(
         f"""
@@ -472,7 +472,7 @@ def _scaleout() -> None:
     try:
         val = _large_runs()
     except EngineError as exc:
-        st.error(f"Cannot compare with the published large runs: {exc}")
+        st.error(f"Cannot compare with the published large runs: {md_plain(exc)}")
         return
     lines = []
     for prefix, what in (("memory", "peak memory per GPU (reserved)"), ("tokens", "tokens/s per GPU"), ("mfu", "MFU"),

@@ -8,6 +8,7 @@ from ui.charts import parameter_figure
 from engine.model.checkpoint import explain_difference
 from ui.layout import page_setup
 from ui.model_picker import checkpoint_count
+from ui.formats import md_plain
 
 model = page_setup()
 st.title("Model architecture")
@@ -16,8 +17,8 @@ if model is None:
     st.stop()
 arch = model.arch
 if model.origin.notice:
-    st.warning(model.origin.notice)
-st.caption(f"**{model.title}** · model_type `{arch.model_type}` · config from {model.origin.kind.replace('_', ' ')}")
+    st.warning(md_plain(model.origin.notice))
+st.caption(f"**{md_plain(model.title)}** · model_type {md_plain(arch.model_type)} · config from {model.origin.kind.replace('_', ' ')}")
 
 c1, c2, c3 = st.columns(3)
 c1.metric("Parameters", fmt_count(arch.total_parameters), help=f"{arch.total_parameters:,}")
@@ -60,14 +61,14 @@ if model.origin.repo_id is None:
 elif model.origin.kind == "hub" or st.button("Read the checkpoint's parameter count from the Hub", key="read_checkpoint"):
     count = checkpoint_count(model)
     if count.total is None:
-        st.info(f"No checkpoint count for {model.origin.repo_id}: {count.reason}.")
+        st.info(f"No checkpoint count for {md_plain(model.origin.repo_id)}: {md_plain(count.reason)}.")
     else:
         c1, c2, c3 = st.columns(3)
         c1.metric("In memory (this tool)", f"{arch.total_parameters:,}")
         c2.metric("Stored in safetensors", f"{count.total:,}", help=", ".join(f"{k}: {v:,}" for k, v in count.by_dtype.items()))
         c3.metric("Difference", f"{count.total - arch.total_parameters:+,}")
         for cause in explain_difference(arch, model.config, count.total):
-            st.markdown(f"- {cause}")
+            st.markdown(f"- {md_plain(cause)}")
 st.caption("Counts are exact sums over the tensor shapes transformers creates for this model_type: tied weights "
            "once, non-persistent buffers (rotary tables, GPT-2's causal mask) not counted. A checkpoint's total on "
            "the Hub can differ: Qwen3-0.6B stores lm_head.weight although it is tied (751,632,384 vs 596,049,920); "

@@ -51,11 +51,11 @@ else:
         )
         result = evaluate_plan(current, model.config, gpus=session_gpus(), prices=session_prices())
     except (EngineError, ValueError) as exc:
-        st.error(f"This scenario cannot be saved as a plan: {exc}")
+        st.error(f"This scenario cannot be saved as a plan: {md_plain(exc)}")
         st.stop()
     c1, c2 = st.columns([3, 1])
     c1.text_input("Plan name", key="plan_name", placeholder=current.name)
-    st.caption(f"{current.num_gpus} x {current.gpu} ({current.strategy.value}) · peak {fmt_bytes(result.per_gpu_peak_bytes, unit)} "
+    st.caption(f"{current.num_gpus} x {md_plain(current.gpu)} ({current.strategy.value}) · peak {fmt_bytes(result.per_gpu_peak_bytes, unit)} "
                f"per GPU · {verdict_label(result.verdict)} · {fmt_hours(result.hours)} · "
                f"{fmt_usd(result.cost_usd_on_demand)} on demand · {fmt_usd(result.cost_usd_spot)} spot")
     clash = any(p.name == current.name for p, _ in saved_plans())

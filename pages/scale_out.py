@@ -24,6 +24,7 @@ from ui.layout import scenario_page
 from ui.scaleout import CHOICES, candidates_table, layout_from, layout_inputs, stage_bars, use_layout
 from ui.share import write_query_params
 from ui.tables import bytes_in, number_columns
+from ui.formats import md_plain
 
 model, scenario, hw = scenario_page("Scale out: tensor, pipeline, context and expert parallelism")
 arch, unit = model.arch, hw.unit
@@ -53,7 +54,7 @@ write_query_params(scenario)  # now with the page's own inputs, so the link carr
 fp8 = None if fp8_choice == "off" else Fp8Recipe(fp8_choice)
 layout = layout_from(fields, world)
 if isinstance(layout, str):
-    st.error(layout)
+    st.error(md_plain(layout))
     st.stop()
 sc = scenario.model_copy(update={"gradient_checkpointing": False})
 cluster = Cluster(gpu=gpu, nodes=max(1, world // per_node), gpus_per_node=min(per_node, world))
@@ -62,7 +63,7 @@ try:
     est = estimate_layout(arch, sc, layout, cluster, fp8, master_weights=master)
     run = layout_run(est, cluster, dataset, sc.seq_len, CHEAPEST_LISTED)
 except EngineError as exc:
-    st.error(str(exc))
+    st.error(md_plain(exc))
     st.stop()
 
 mem = est.memory
@@ -128,10 +129,10 @@ st.subheader("Launch settings")
 engine = st.radio("Engine", list(CHOICES["so_export"]), horizontal=True, key="so_export")
 try:
     exp = export_layout(engine, arch, sc, layout, fp8)
-    st.caption(exp["version"])
+    st.caption(md_plain(exp["version"]))
     st.code(exp["text"], language={"megatron": "bash", "torchtitan": "toml", "deepspeed": "json", "accelerate": "yaml"}[engine])
 except EngineError as exc:
-    st.info(f"{engine} ({VERSIONS[engine]}): {exc}")
+    st.info(f"{md_plain(engine)} ({md_plain(VERSIONS[engine])}): {md_plain(exc)}")
 
 st.subheader("Layout search")
 # The results stay until an input they depend on changes (they are kept in the session, not redrawn from the button).
@@ -142,7 +143,7 @@ if st.button("Search every layout of this cluster", key="so_search"):
         st.session_state["so_found"] = (search_key, search_layouts(arch, sc, cluster, int(fields["global_batch_size"]),
                                                                    fp8, master_weights=master))
     except EngineError as exc:
-        st.error(str(exc))
+        st.error(md_plain(exc))
 found_key, found = st.session_state.get("so_found", (None, None))
 if found is not None and found_key != search_key:
     st.caption("The inputs changed since the last search: search again.")

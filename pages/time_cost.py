@@ -19,7 +19,7 @@ from ui.charts import (
     BASIS_LABEL, cost_vs_dataset_figure, fmt_hours, fmt_usd, gpu_count_figure, plan_scatter_figure, time_vs_dataset_figure,
 )
 from ui.catalog_session import session_gpus, session_prices
-from ui.formats import fmt_big_count
+from ui.formats import fmt_big_count, md_plain
 from ui.layout import scenario_page
 from ui.scenario_form import time_cost_sidebar
 from ui.time_charts import CATEGORY_STYLE, shape_figure, time_stack_figure
@@ -47,29 +47,29 @@ try:
                           gpus=session_gpus(), prices=session_prices(),
                           basis=basis, estimate=est)  # type: ignore[arg-type]
 except EngineError as exc:
-    st.error(f"Cannot estimate the time of this scenario: {exc}")
+    st.error(f"Cannot estimate the time of this scenario: {md_plain(exc)}")
     st.stop()
 
 tp, run, price = plan.throughput, plan.run, plan.price
 seed = seed_throughput(arch.active_parameters / 1e9, gpu, num_gpus)
 st.caption(
-    f"**{model.title}** · {scenario.method.value}, {precision_spec(scenario.precision).label}, micro batch "
+    f"**{md_plain(model.title)}** · {scenario.method.value}, {precision_spec(scenario.precision).label}, micro batch "
     f"{scenario.micro_batch_size} × {scenario.seq_len:,} tokens × {scenario.gradient_accumulation_steps} accumulation"
-    f"{', gradient checkpointing' if scenario.gradient_checkpointing else ''} · **{plan.label}**, "
+    f"{', gradient checkpointing' if scenario.gradient_checkpointing else ''} · **{md_plain(plan.label)}**, "
     f"{STRATEGY_LABELS[strategy]} · attention kernel {tp.attention_kernel} · matmuls at "
-    f"{tp.rates.matmul_flops / 1e12:,.0f} TFLOP/s per GPU ({tp.rates.matmul_source}) · prices: {price.source}"
+    f"{tp.rates.matmul_flops / 1e12:,.0f} TFLOP/s per GPU ({md_plain(tp.rates.matmul_source)}) · prices: {md_plain(price.source)}"
 )
 if cal is not None:
     st.info(f"Calibrated to your run: you measured {cal.measured_tokens_per_second:,.0f} tokens/s, the model predicted "
             f"{cal.predicted_tokens_per_second:,.0f} ({cal.raw_error:+.0%}); every plan on this page is scaled by "
             f"{cal.factor:.3g}.")
 if not plan.fits:
-    st.warning(f"This scenario does not fit on {hw.label}: {fmt_bytes(plan.per_gpu_peak_bytes, unit)} "
+    st.warning(f"This scenario does not fit on {md_plain(hw.label)}: {fmt_bytes(plan.per_gpu_peak_bytes, unit)} "
                f"of tensors per GPU, {fmt_bytes(gpu.usable_memory_bytes - plan.headroom_bytes, unit)} as nvidia-smi would show "
                f"it (allocator reserve and CUDA context added), against {fmt_bytes(gpu.usable_memory_bytes, unit)} per GPU. "
                "Time and cost are for reference only; "
-               + (f"the fewest {gpu.name} that fit with {strategy.value}: {fewest}." if fewest else
-                  f"no number of {gpu.name} fits with {strategy.value}. The plans further down list what fits."))
+               + (f"the fewest {md_plain(gpu.name)} that fit with {strategy.value}: {fewest}." if fewest else
+                  f"no number of {md_plain(gpu.name)} fits with {strategy.value}. The plans further down list what fits."))
     if fewest and fewest != num_gpus:
         st.button(f"Use {fewest} GPUs (the sidebar's hardware, for every page)", key="tc_use_fewest",
                   on_click=lambda: st.session_state.update(num_gpus=fewest))
@@ -81,7 +81,7 @@ if hw.offload.value != "none":
     st.stop()
 show_tight(plan.verdict, plan.label)
 for note in plan.notes:
-    st.warning(note)
+    st.warning(md_plain(note))
 if tc.dataset.padding_waste(scenario.seq_len) > 0:
     st.info(f"Without packing, {tc.dataset.padding_waste(scenario.seq_len):.0%} of the processed tokens are padding "
             f"(every example is padded to {scenario.seq_len:,} tokens).")
@@ -112,18 +112,18 @@ if cal is not None:
                f"({band.narrowing_from(raw):.1f}x narrower): your measurement fixes the level, what is left is the "
                "spread of a published source's rows around their own median.")
 if price.reason:
-    st.caption(f"No invented prices: {price.reason}. Pick another price source in the sidebar.")
+    st.caption(f"No invented prices: {md_plain(price.reason)}. Pick another price source in the sidebar.")
 parts = ", ".join(f"{CATEGORY_STYLE[k][0].lower()} {v * 1e3:,.1f} ms" for k, v in tp.breakdown_s.items() if v > 0)
 st.caption(f"One optimizer step ({tp.step.tokens:,} tokens per GPU) takes {tp.step_time_s:,.3f} s: {parts}. MFU {tp.mfu:.2f}, "
            f"HFU {tp.hfu:.2f} of the dense {tp.peak.dtype} peak ({(tp.peak.flops or 0) / 1e12:,.1f} TFLOP/s per GPU)"
            + (f"; collectives over {tp.step.link}" if tp.step.link else "") + ".")
 
-st.subheader(f"Where the time goes, by technique (one {gpu.name})")
+st.subheader(f"Where the time goes, by technique (one {md_plain(gpu.name)})")
 left, right = st.columns(2)
 with left:
     rows = time_by_technique(arch, scenario, gpu, calibration=factor, fused_kernels=tc.fused_kernels)
     st.plotly_chart(time_stack_figure(rows), width="stretch", key="tc_time_stack_chart")
-    skipped = [f"{r.label}: {r.error}" for r in rows if r.throughput is None]
+    skipped = [md_plain(f"{r.label}: {r.error}") for r in rows if r.throughput is None]
     st.caption("Step time per 1,000 tokens by category for each method × precision of the Memory page's chart, "
                "labelled with tokens/s." + (" Not timed: " + "; ".join(skipped) if skipped else ""))
 with right:
@@ -136,7 +136,7 @@ with right:
 st.subheader("Seed rule")
 if seed is None:
     lines = "; ".join(f"{b:g}B on {f'{n}× ' if n > 1 else ''}{g} ~{t:,.0f} tokens/s" for b, g, n, t in SEED_THROUGHPUT)
-    st.info(f"The seed's throughput table lists nothing for {num_gpus} × {gpu.name}. Its lines: {lines}.")
+    st.info(f"The seed's throughput table lists nothing for {num_gpus} × {md_plain(gpu.name)}. Its lines: {lines}.")
     seed_run = None
 else:
     seed_run = run_cost(tc.dataset, scenario.seq_len, seed.tokens_per_second, num_gpus,
@@ -177,21 +177,21 @@ if series:
     st.plotly_chart(cost_vs_dataset_figure(series, tc.dataset.tokens_per_epoch(scenario.seq_len), basis), width="stretch",
                     key="tc_cost_dataset_chart")
     st.caption(f"The GPU kinds cheapest for your dataset, each at its cheapest count that fits ({BASIS_LABEL[basis]} prices "
-               f"from '{search.price_source}'), and your plan. Cost grows linearly with the tokens.")
+               f"from '{md_plain(search.price_source)}'), and your plan. Cost grows linearly with the tokens.")
 else:
-    st.info(f"No cost curve to draw: {no_price}")
+    st.info(f"No cost curve to draw: {md_plain(no_price)}")
 
-st.subheader(f"Time and cost against the number of {gpu.name}")
+st.subheader(f"Time and cost against the number of {md_plain(gpu.name)}")
 counts = search.for_gpu(gpu.name)
 if counts:
     st.plotly_chart(gpu_count_figure(counts, basis, gpu.name), width="stretch", key="tc_gpu_count_chart")
     if all(p.cost(basis) is None for p in counts):
-        st.caption(f"Only the time is drawn: '{search.price_source}' has no {BASIS_LABEL[basis]} price for {gpu.name}.")
+        st.caption(f"Only the time is drawn: '{md_plain(search.price_source)}' has no {BASIS_LABEL[basis]} price for {md_plain(gpu.name)}.")
     st.caption(f"Counts {', '.join(str(p.num_gpus) for p in counts)} fit with {strategy.value} (of {', '.join(map(str, search.counts))}). "
                "Communication is the collectives' exposed time over the link each count uses (NVLink or PCIe within a node, "
                "one 200 Gb/s InfiniBand NIC per GPU between nodes).")
 else:
-    st.info(f"Nothing to draw: no count of {gpu.name} up to {max(search.counts)} fits with {strategy.value}. Raise 'Plan "
+    st.info(f"Nothing to draw: no count of {md_plain(gpu.name)} up to {max(search.counts)} fits with {strategy.value}. Raise 'Plan "
             "search: up to', pick another strategy or GPU, or a technique that needs less memory.")
 curves = (
     [{"curve": "time_vs_dataset", "plan": plan.label, "dataset_tokens": x, "hours": r.hours, "hours_low": r.hours_low,
@@ -208,7 +208,7 @@ st.subheader("Every plan that fits: time against cost")
 if any(p.cost(basis) is not None for p in search.plans):
     st.plotly_chart(plan_scatter_figure(search), width="stretch", key="tc_plans_chart")
 elif search.plans:
-    st.info(f"No plan to place on the time-cost chart: {no_price} The plans that fit are in the table below, with their time.")
+    st.info(f"No plan to place on the time-cost chart: {md_plain(no_price)} The plans that fit are in the table below, with their time.")
 else:
     st.info("Nothing fits in memory with this scenario and strategy on any GPU kind and count searched.")
 lines = []
@@ -218,7 +218,7 @@ if search.cheapest is not None:
                  f"(${(ch.price.on_demand_usd_per_hour if basis == 'on_demand' else ch.price.spot_usd_per_hour) or 0:,.4g}"
                  f"/GPU-hour, {ch.price.on_demand_source if basis == 'on_demand' else ch.price.spot_source}).")
 else:
-    lines.append(f"- **Cheapest**: none: no fitting plan has a price ({BASIS_LABEL[basis]}) in '{search.price_source}'.")
+    lines.append(f"- **Cheapest**: none: no fitting plan has a price ({BASIS_LABEL[basis]}) in '{md_plain(search.price_source)}'.")
 if search.fastest is not None:
     fa = search.fastest
     lines.append(f"- **Fastest**: {fa.label}: {fmt_hours(fa.run.hours)}, {fmt_usd(fa.cost(basis))}"
@@ -247,7 +247,7 @@ st.download_button("Download the plans (CSV)", csv_bytes(frame), file_name="trai
                    mime="text/csv", key="tc_plans_csv")
 if search.excluded:
     with st.expander(f"GPU kinds with no plan ({len(search.excluded)})"):
-        st.markdown("\n".join(f"- {e.gpu}: {e.reason}" for e in search.excluded))
+        st.markdown("\n".join(f"- {md_plain(e.gpu)}: {md_plain(e.reason)}" for e in search.excluded))
 
 st.subheader("Our tokens/s against published measurements")
 comparison = compare_measurements()

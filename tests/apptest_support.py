@@ -9,8 +9,9 @@ from streamlit.testing.v1 import AppTest
 
 
 def shown(markdown: str) -> str:
-    """What a user reads of an alert's Markdown: ui.formats.md_plain's backslash escapes removed."""
-    return re.sub(r"\\(.)", r"\1", markdown)
+    """What a user reads of an alert's Markdown: ui.formats.md_plain's backslash escapes and zero-width spaces
+    removed."""
+    return re.sub(r"\\(.)", r"\1", markdown).replace("\u200b", "")
 
 
 def warnings_shown(at: AppTest) -> list[str]:

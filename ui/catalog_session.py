@@ -10,7 +10,9 @@ from typing import Any
 
 import streamlit as st
 
+from engine.errors import CatalogError
 from engine.hardware.gpus import Gpu, GpuPrice, gpus_from_rows, load_gpus, load_prices, prices_from_rows
+from engine.model.catalog import load_models
 
 _GPUS, _PRICES = "session_gpus", "session_prices"
 
@@ -23,6 +25,19 @@ def session_gpus() -> tuple[Gpu, ...]:
 def session_prices() -> tuple[GpuPrice, ...]:
     """The session's price rows (edited, else bundled)."""
     return st.session_state.get(_PRICES) or load_prices()
+
+
+def bundled_data_problem() -> str | None:
+    """Why the bundled tables every page reads (``data/gpus.csv``, ``data/gpu_prices.csv``, ``data/models/``) do not
+    load, naming the file, row and column (:class:`~engine.errors.CatalogError`'s message), or None. The loaders
+    cache what they read, so this costs nothing after the first run."""
+    try:
+        load_gpus()
+        load_prices()
+        load_models()
+    except CatalogError as exc:
+        return str(exc)
+    return None
 
 
 def is_edited() -> bool:

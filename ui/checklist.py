@@ -17,6 +17,7 @@ from engine.memory.parallel import Strategy
 from engine.scenario.training import Scenario
 from engine.units import Unit, fmt_bytes, to_unit
 from ui.charts import usable_line
+from ui.formats import md_plain
 
 SPEED_GPU = "NVIDIA H100 80GB"
 """GPU the speed column uses when the sidebar shows none."""
@@ -130,13 +131,13 @@ def _checklist(arch: Architecture, scenario: Scenario, unit: Unit, gpu: Gpu | No
                                     shorter_seq_len=shorter, smaller_micro_batch=smaller,
                                     user_strategy=strategy, user_gpus=num_gpus)
     except EngineError as exc:
-        st.error(f"Cannot build the checklist: {exc}")
+        st.error(f"Cannot build the checklist: {md_plain(exc)}")
         return
     st.plotly_chart(checklist_figure(checklist, unit, gpu), width="stretch", key="checklist_chart")
     st.table(checklist_table(checklist, unit), hide_index=True)  # static: every column wraps to the page width
     st.caption(
         f"Naive {fmt_bytes(checklist.naive.peak_bytes, unit)} -> {fmt_bytes(checklist.final.peak_bytes, unit)} per GPU "
-        f"(saved {fmt_bytes(checklist.total_saving_bytes, unit)}). Speed on {speed_gpu.name} at the default MFU; a negative "
+        f"(saved {fmt_bytes(checklist.total_saving_bytes, unit)}). Speed on {md_plain(speed_gpu.name)} at the default MFU; a negative "
         "change is a technique trading speed for memory. Gradient accumulation saves nothing at the same micro batch: "
         "it keeps the effective batch when the micro batch shrinks (the 'smaller batches' step)."
     )

@@ -20,6 +20,8 @@ import streamlit as st
 from engine.errors import EngineError
 from engine.importers import ImportResult, import_configs, model_repo
 from engine.model.sources import catalog_choices
+from engine.secrets import redact_tokens
+from ui.formats import md_plain
 
 # Scenario field -> the sidebar widget's key (ui.scenario_form).
 WIDGET_KEYS = {
@@ -74,24 +76,31 @@ def _apply(result: ImportResult) -> None:
         else:
             state["model_source"], state["hub_repo_id"] = "Hub repo id", repo
             state["hub_revision"] = result.revision or ""
-    state[_APPLIED] = len(result.fields) + len(result.parallel) + len(result.dataset) + bool(repo)
+    state[_APPLIED] = (_settings(result), len(result.mapped))
+
+
+def _settings(result: ImportResult) -> int:
+    """The sidebar settings the files set (several keys may set one: ``bf16`` and ``fp16`` set the precision; one key
+    may set several), counted the same way in the Mapped header and in the "Applied" message."""
+    return len(result.fields) + len(result.parallel) + len(result.dataset) + bool(result.model)
 
 
 def _show(result: ImportResult) -> None:
-    st.caption("Read as: " + "; ".join(f"{f['file']} = {f['format']} ({f['version']})" for f in result.files))
+    st.caption("Read as: " + "; ".join(md_plain(f"{f['file']} = {f['format']} ({f['version']})") for f in result.files))
     if result.model:
-        st.caption(f"Model named by the files: `{result.model}`" + (f" (revision `{result.revision}`)" if result.revision else ""))
+        st.caption(f"Model named by the files: {md_plain(redact_tokens(result.model))}"
+                   + (f" (revision {md_plain(redact_tokens(result.revision))})" if result.revision else ""))
     mapped = [{"key": k, "value used": str(v)} for k, v in result.mapped.items()]
     unsupported = [{"key": k, "effect (not modelled yet)": v} for k, v in result.unsupported.items()]
     left, right = st.columns(2)
-    left.markdown(f"**Mapped** ({len(mapped)})")
+    left.markdown(f"**Mapped** ({len(mapped)} keys, {_settings(result)} sidebar settings)")
     left.dataframe(pd.DataFrame(mapped, columns=["key", "value used"]), hide_index=True, width="stretch")
     right.markdown(f"**Unsupported** ({len(unsupported)}): they change memory or time in ways not modelled")
     right.dataframe(pd.DataFrame(unsupported, columns=["key", "effect (not modelled yet)"]), hide_index=True, width="stretch")
     with st.expander(f"Ignored ({len(result.ignored)}): no effect on memory or time"):
         st.code(", ".join(result.ignored) or "(none)", language=None)
     for note in result.notes:
-        st.caption(f"Note: {note}".replace("$", "\\$"))
+        st.caption(f"Note: {md_plain(note)}")
 
 
 def config_import_section() -> None:
@@ -100,7 +109,9 @@ def config_import_section() -> None:
     with st.expander("Import a training config (TrainingArguments / TRL, axolotl, LLaMA-Factory, torchtune, DeepSpeed, "
                      "accelerate, PEFT adapter_config.json, BitsAndBytesConfig)", expanded=applied is not None):
         if applied is not None:
-            st.success(f"Applied {applied} settings to the sidebar; settings the files do not state keep their values.")
+            settings, keys = applied
+            st.success(f"Applied {settings} sidebar settings from the {keys} mapped keys; settings the files do not "
+                       "state keep their values.")
             st.caption("Open this scenario in:")
             cols = st.columns(len(PAGES))
             params: dict[str, Any] = st.query_params.to_dict()
@@ -116,7 +127,7 @@ def config_import_section() -> None:
             model_repo(result)  # a local path instead of a repo id is said now, not after applying
             result.scenario()  # every imported value within the scenario's bounds
         except EngineError as exc:
-            st.error(f"Cannot import this config: {exc}")
+            st.error(f"Cannot import this config: {md_plain(exc)}")
             return
         _show(result)
         st.button("Apply to the sidebar", key="cfg_import_apply", on_click=_apply, args=(result,), type="primary")

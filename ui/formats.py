@@ -6,6 +6,7 @@ Display only (no formula): a dataset of 10^21 tokens reads "1.54 × 10²¹ token
 from __future__ import annotations
 
 import html
+import re
 
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
@@ -57,9 +58,23 @@ def plain(text: str, limit: int | None = None) -> str:
     return html.escape(text, quote=False)
 
 
-_MARKDOWN = str.maketrans({c: "\\" + c for c in "\\`*_{}[]<>()#+-.!|~$"})
+_MARKDOWN = str.maketrans({c: "\\" + c for c in "\\`*_{}[]<>()#+-.!|~$&"})
+ZERO_WIDTH_SPACE = "\u200b"
+# GitHub-flavoured auto-links (``http://x``, ``www.x``, ``a@b.c``, ``mailto:``/``xmpp:``) and Streamlit's shortcodes
+# (``:red[...]``, ``:material/home:``, ``:smile:``) are found in the text *after* backslash escapes are resolved
+# (Streamlit 1.67's react-markdown + remark-gfm + remark-emoji), so escaping cannot stop them, and inside an auto-link
+# the backslashes would show. A zero-width space after a ':' or '@' that touches a word, and between "www" and its
+# '.', breaks every such pattern without changing what is read (checked in headless Chromium: no anchor, no image,
+# no icon, no backslash shown; tests/e2e/test_browser.py).
+_LINK_PARTS = re.compile(r"([:@])(?=\S)|(?i:(www))(?=\\\.)")
 
 
-def md_plain(text: str) -> str:
-    """User text for ``st.markdown``/alerts: Markdown and HTML characters escaped, so it is shown as typed."""
-    return text.translate(_MARKDOWN)
+def md_plain(text: object) -> str:
+    """Any text the app did not write itself (an exception's message, an engine warning that quotes an input, a plan,
+    file, model or GPU name) made safe for every Streamlit call that renders Markdown (``st.error/warning/info/
+    success/markdown/caption/toast``, widget labels): shown as typed, never as a link, image, HTML, emphasis, maths,
+    colour or icon. Markdown and HTML characters are backslash-escaped (CommonMark: any ASCII punctuation may be), and
+    auto-link and shortcode patterns get a zero-width space (:data:`ZERO_WIDTH_SPACE`). ``tests/app/
+    test_escaping_layout.py`` fails when a page draws such text without it."""
+    escaped = str(text).translate(_MARKDOWN)
+    return _LINK_PARTS.sub(lambda m: (m.group(1) or m.group(2)) + ZERO_WIDTH_SPACE, escaped)

@@ -13,12 +13,13 @@ import streamlit as st
 
 from engine.hardware.gpus import Gpu
 from engine.memory.parallel import OFFLOAD_LABELS, STRATEGY_LABELS, Offload, Strategy
+from engine.plan.strategy import DEFAULT_STRATEGY, training_strategy
 from engine.units import Unit
 from ui.catalog_session import session_gpus
 from ui.inputs import checked_number
 
 DEFAULT_GPU = "NVIDIA A100 80GB"
-DEFAULTS = {"num_gpus": 1, "gpus_per_node": 8, "strategy": Strategy.ZERO3, "offload": Offload.NONE, "unit": "GiB"}
+DEFAULTS = {"num_gpus": 1, "gpus_per_node": 8, "strategy": DEFAULT_STRATEGY, "offload": Offload.NONE, "unit": "GiB"}
 KEYS = ("gpu", "num_gpus", "gpus_per_node", "strategy", "offload", "unit")
 """Widget keys (= URL parameters) of the hardware setting."""
 
@@ -43,7 +44,7 @@ class Hardware:
     def training_strategy(self) -> Strategy:
         """The strategy a run uses: one GPU without offload trains plainly (DDP on one GPU is plain training; ZeRO or
         FSDP there would only add their buffers)."""
-        return self.strategy if self.is_multi else Strategy.DDP
+        return training_strategy(self.strategy, self.num_gpus, self.offload)
 
     @property
     def label(self) -> str:

@@ -27,6 +27,8 @@ from ui.model_picker import PickedModel, model_sidebar
 from ui.scaleout import SCALEOUT_KEYS
 from ui.scenario_form import _targets_key, scenario_sidebar
 from ui.share import apply_pending_targets, read_query_params, write_query_params
+from ui.catalog_session import bundled_data_problem
+from ui.formats import md_plain
 
 _SHELL_FLAG = "_shell_drew_sidebar"
 
@@ -76,6 +78,11 @@ def app_shell() -> None:
     """Configure the page, keep scenario inputs and draw the model picker (entrypoint, every run)."""
     st.set_page_config(page_title="Fine-tune fit", layout="wide")
     begin_run()
+    damaged = bundled_data_problem()
+    if damaged is not None:  # one clear box instead of every page's exception box
+        st.error(f"A bundled data file does not validate, so nothing can be computed: {md_plain(damaged)}. Restore "
+                 "the file from the repository (git checkout data/) or correct that cell.")
+        st.stop()
     _keep_scenario_state()
     read_query_params()  # once per session: a shared link's scenario into the widget state
     model_sidebar()
@@ -92,7 +99,7 @@ def page_start(title: str) -> PickedModel:
         st.info("Pick a model in the sidebar: the bundled catalog works offline.")
         st.stop()
     if model.origin.notice:
-        st.warning(model.origin.notice)
+        st.warning(md_plain(model.origin.notice))
     return model  # type: ignore[return-value]
 
 

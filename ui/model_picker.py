@@ -24,6 +24,7 @@ from engine.errors import (
 )
 from engine.model.hub import fetch_config, hub_timeout_s
 from engine.model.sources import ConfigOrigin, catalog_choices, catalog_fallback, config_from_catalog, hub_origin, parse_config_bytes
+from ui.formats import md_plain
 
 DEFAULT_REPO = "meta-llama/Llama-3.1-8B"
 SOURCES = ("Catalog", "Hub repo id", "Upload config.json")
@@ -195,15 +196,15 @@ def model_sidebar() -> PickedModel | None:
                                   "pick the model from the catalog.") from None
             picked = PickedModel(arch=arch, origin=origin, config=config)
         except EngineError as exc:
-            st.error(str(exc))
+            st.error(md_plain(exc))
             st.session_state["model"] = None
             return None
         if origin.notice:
             # Short here; the pages show the full notice.
             st.caption(":orange[Hub unreachable: bundled copy shown.]")
         if approximation:
-            st.warning(approximation)
-        st.caption(f"{picked.arch.model_type} · {picked.arch.total_parameters:,} parameters · from {origin.kind.replace('_', ' ')}")
+            st.warning(md_plain(approximation))
+        st.caption(f"{md_plain(picked.arch.model_type)} · {picked.arch.total_parameters:,} parameters · from {origin.kind.replace('_', ' ')}")
     st.session_state["model"] = picked
     return picked
 

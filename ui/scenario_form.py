@@ -25,6 +25,7 @@ from engine.scenario.precision import PrecisionMode, precision_spec
 from engine.scenario.peft import uses_targets
 from ui.peft_form import peft_inputs
 from engine.scenario.training import FRAMEWORK_LABELS, METHOD_LABELS, Attention, Framework, Method, QuantType, Scenario, default_precision
+from ui.formats import md_plain
 
 OPTIMIZER_LABELS = {o: o.record.label for o in Optimizer}
 """The optimizer widget's labels: each optimizer's record (engine.scenario.optimizer.RECORDS)."""
@@ -120,7 +121,7 @@ def scenario_sidebar(arch: Architecture) -> Scenario | None:
             attention=attention, fused_cross_entropy=fused_ce, framework=framework, **lora,
         )
     except ScenarioError as exc:
-        st.error(f"This scenario is not valid: {exc}")
+        st.error(f"This scenario is not valid: {md_plain(exc)}")
         return None
 
 
@@ -165,7 +166,7 @@ def inference_inputs(max_context: int | None) -> InferenceScenario | None:
         return InferenceScenario.build(weight_precision=None if wp == AS_STORED else wp, kv_cache_dtype=kv, concurrency=int(conc),
                                        seq_len=int(seq), tensor_parallel=int(tp), gpu_memory_utilization=float(util))
     except ScenarioError as exc:
-        st.error(f"This serving scenario is not valid: {exc}")
+        st.error(f"This serving scenario is not valid: {md_plain(exc)}")
         return None
 
 
@@ -249,7 +250,7 @@ def time_cost_sidebar(hw: Hardware) -> TimeCostInputs | None:
         dataset = Dataset(**size, epochs=epochs, runs=runs, packing=packing if mode == SIZE_EXAMPLES else True)
     except ValueError as exc:  # pydantic's ValidationError too: shown as one line, without pydantic's links
         reason = explain_validation(exc, "dataset", all_errors=True) if isinstance(exc, ValidationError) else str(exc)
-        st.error(f"This dataset is not valid: {reason}. Change it in the sidebar's 'Dataset and run' section.")
+        st.error(f"This dataset is not valid: {md_plain(reason)}. Change it in the sidebar's 'Dataset and run' section.")
         return None
     return TimeCostInputs(
         dataset=dataset, measured_tokens_per_second=measured or None, fused_kernels=bool(fused),

@@ -18,7 +18,7 @@ from engine.scenario.optimizer import Optimizer
 from engine.memory.parallel import Offload, Strategy
 from engine.scenario.precision import PrecisionMode
 from engine.errors import AmbiguousGpuError, CatalogError
-from engine.secrets import REDACTED, looks_like_token
+from engine.secrets import REDACTED, looks_like_token, redact_tokens
 from engine.scenario.training import Attention, Framework, Method, QuantType, Scenario
 from engine.memory.inference import KvCacheDtype, WeightPrecision
 from ui.inputs import LIMITS, valid_value
@@ -175,9 +175,19 @@ def read_query_params() -> None:
     if st.session_state.get(_READ_FLAG):
         return
     st.session_state[_READ_FLAG] = True
-    params = st.query_params
     bad: list[str] = []
     notes: list[str] = []  # settings applied as read, with what the reader must know
+    # A key given twice (?micro_batch_size=2&micro_batch_size=8) is ignored with a warning: taking the last value
+    # without a word would show another scenario than the one the sender may have meant.
+    params: dict[str, str] = {}
+    for key in st.query_params:
+        values = st.query_params.get_all(key)
+        if len(values) > 1:
+            shown = ", ".join(REDACTED if looks_like_token(v) else repr(v[:40]) for v in values[:4])
+            bad.append(f"{key} is given {len(values)} times ({shown}{', ...' if len(values) > 4 else ''}): ignored; a "
+                       "link gives each setting once")
+        else:
+            params[key] = st.query_params[key]
     if "model" in params:
         from engine.model.sources import catalog_choices
 
@@ -223,9 +233,9 @@ def read_query_params() -> None:
 
     # The link's text is anyone's: shown as typed, never as Markdown (a key "[x](https://...)" would be a live link)
     if bad:
-        st.warning("Some settings in the link were ignored: " + md_plain("; ".join(bad)))
+        st.warning("Some settings in the link were ignored: " + md_plain(redact_tokens("; ".join(bad))))
     if notes:
-        st.warning("Read from the link: " + md_plain("; ".join(notes)))
+        st.warning("Read from the link: " + md_plain(redact_tokens("; ".join(notes))))
 
 
 def apply_pending_targets(arch, targets_key: str) -> None:

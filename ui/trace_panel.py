@@ -22,6 +22,7 @@ from engine.trace import INSTALL_HINT, check_traceable, trace_training_step, tra
 from engine.trace.compare import Comparison, compare
 from engine.trace.result import TraceResult
 from engine.units import Unit, fmt_bytes, to_unit
+from ui.formats import md_plain
 
 _CACHE = "trace_results"
 """``st.session_state`` key: {cache key: TraceResult}."""
@@ -70,7 +71,7 @@ def _show(result: TraceResult, estimate: Any, unit: Unit) -> None:
     st.plotly_chart(comparison_figure(cmp, unit), width="stretch", key="trace_compare_chart")
     st.dataframe(comparison_frame(cmp, unit), hide_index=True, width="stretch")
     for note in result.notes:
-        st.caption(note)
+        st.caption(md_plain(note))
     v = result.versions
     st.caption(
         f"First step peak {fmt_bytes(result.first_step.peak_allocated_bytes, unit)} (no optimizer states yet); "
@@ -88,12 +89,12 @@ def trace_panel(config: dict[str, Any], scenario: Scenario, estimate: Any, unit:
     ok, reason = tracer_available()
     if not ok:
         st.info(f"Tracing measures the step exactly on fake tensors (no GPU needed) but needs the optional extra: "
-                f"{reason.split(';')[0]}. Install it with `{INSTALL_HINT}` and restart the app.")
+                f"{md_plain(reason.split(';')[0])}. Install it with `{INSTALL_HINT}` and restart the app.")
         return
     try:
         check_traceable(scenario, config)
     except NotTraceableError as exc:
-        st.info(f"This scenario cannot be traced: {exc}.")
+        st.info(f"This scenario cannot be traced: {md_plain(exc)}.")
         return
     cache: dict[str, TraceResult] = st.session_state.setdefault(_CACHE, {})
     key = trace_key(config, scenario)
@@ -106,12 +107,12 @@ def trace_panel(config: dict[str, Any], scenario: Scenario, estimate: Any, unit:
             try:
                 cache[key] = trace_training_step(config, scenario)
             except TraceUnavailableError as exc:
-                st.info(f"{exc}")
+                st.info(md_plain(exc))
                 return
             except NotTraceableError as exc:
-                st.info(f"This scenario cannot be traced: {exc}.")
+                st.info(f"This scenario cannot be traced: {md_plain(exc)}.")
                 return
             except TraceError as exc:
-                st.error(f"The trace did not complete: {exc}")
+                st.error(f"The trace did not complete: {md_plain(exc)}")
                 return
     _show(cache[key], estimate, unit)

@@ -7,6 +7,7 @@ from typing import Callable
 import streamlit as st
 
 from engine.plan.verdict import SAFETY_MARGIN_FRACTION, VERDICT_LABELS, Verdict
+from ui.formats import md_plain
 
 VERDICT_MARKS = {Verdict.FITS: "✓", Verdict.TIGHT: "≈", Verdict.DOES_NOT_FIT: "✗"}
 """Heatmap cell marks: ✓ fits, ≈ tight (may not fit), ✗ does not fit."""
@@ -28,4 +29,4 @@ def verdict_box(verdict: Verdict) -> Callable[..., object]:
 def show_tight(verdict: Verdict, where: str) -> None:
     """An ``st.warning`` saying the fit on ``where`` is tight (nothing for the other verdicts)."""
     if verdict is Verdict.TIGHT:
-        st.warning(f"On {where}: {TIGHT_NOTE}.")
+        st.warning(f"On {md_plain(where)}: {TIGHT_NOTE}.")

@@ -16,21 +16,32 @@ engine, print JSON. Bad input exits with status 2 and one line on stderr; a toke
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+from types import ModuleType
 from typing import Sequence
 
-from engine.cli import estimate, params, plan, trace
 from engine.cli.options import Parser
 
-VERBS = {"params": params, "estimate": estimate, "plan": plan, "trace": trace}
+VERBS = ("params", "estimate", "plan", "trace")
+"""The verbs, each a module ``engine.cli.<verb>``. Only the verb typed is imported (with what its options need): a
+local ``estimate`` does not load the Hub client, the importers or the scale-out model (benchmarks/bench_cli_start.py)."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of ``python -m engine``."""
+def _verb(name: str) -> ModuleType:
+    return importlib.import_module(f"engine.cli.{name}")
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argparse parser of ``python -m engine``; with ``only`` (a verb), that verb's options alone (``--help`` and a
+    mistyped verb still list every verb)."""
     parser = Parser(prog="python -m engine", description="Fine-tuning GPU memory estimates from a Hugging Face config.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for verb in VERBS.values():
-        verb.add_parser(sub)
+    for name in VERBS:
+        if only is None or name == only:
+            _verb(name).add_parser(sub)
+        else:
+            sub.add_parser(name)  # named, so that the verb list stays whole; its options are never parsed
     return parser
 
 
@@ -38,7 +49,7 @@ def typed_options(argv: Sequence[str]) -> set[str]:
     """The option destinations the user typed (not argparse defaults): the same parser with every default
     suppressed, so that an untyped option leaves no attribute. ``--from-config`` needs it: a typed flag overrides the
     files, a default does not."""
-    parser = build_parser()
+    parser = build_parser(_typed_verb(argv))
 
     def suppress(p: argparse.ArgumentParser) -> None:
         for action in p._actions:
@@ -55,6 +66,11 @@ def typed_options(argv: Sequence[str]) -> set[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 2 bad input or unreachable source)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    args = build_parser(_typed_verb(argv)).parse_args(argv)
     args.typed = typed_options(argv)
-    return VERBS[args.command].run(args)
+    return _verb(args.command).run(args)
+
+
+def _typed_verb(argv: Sequence[str]) -> str | None:
+    """The verb ``argv`` starts with, or None (no verb, ``--help``, a mistyped one: then every verb is built)."""
+    return argv[0] if argv and argv[0] in VERBS else None

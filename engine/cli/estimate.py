@@ -12,26 +12,21 @@ from typing import Any
 import engine.cli.scaleout as scaleout  # by full path: engine.cli's __init__ imports this module
 from engine.cli.options import (
     INFERENCE, add_gpu_options, add_model_options, add_parallel_inference_options, add_scenario_options,
-    add_time_cost_options, dataset_from_args, emit_json, fail, gpus_per_node, load_model, scenario_from_args,
+    add_time_cost_options, dataset_from_args, emit_json, fail, gpus_per_node, load_model, scenario_from_args, strategies,
 )
-from engine.cli.from_config import imported_run
-from engine.cli.serving import serving_json
 from engine.cli.gpu_name import warn_gpu_name
 from engine.errors import EngineError, ScenarioError
 from engine.hardware.gpus import find_gpu
 from engine.memory.components import PHASES
 from engine.memory.estimate import estimate_memory
-from engine.memory.parallel import Offload, Strategy, deepspeed_estimate, device_memory_per_gpu, plan_parallel
+from engine.memory.parallel import Offload, deepspeed_estimate, device_memory_per_gpu, plan_parallel
 from engine.memory.seed_rules import seed_quick_rule
 from engine.model.architecture import Architecture
-from engine.plan.cost import CHEAPEST_LISTED, Dataset, estimate_plan
 from engine.plan.fit import check_fit
 from engine.plan.verdict import SAFETY_MARGIN_FRACTION, Verdict
 from engine.scenario.lora import resolve_targets
 from engine.scenario.precision import PrecisionMode
 from engine.scenario.training import Method, Scenario
-from engine.time.band import band_for
-from engine.time.throughput import calibrate, seed_throughput
 
 
 def add_parser(sub: Any) -> None:
@@ -53,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         imported = None
         if args.from_config:
+            from engine.cli.from_config import imported_run  # the importers: only for --from-config
+
             arch, origin, imported_scenario, imported = imported_run(args)
         elif not (args.config or args.model):
             raise ScenarioError("give --model REPO_ID, --config PATH, or --from-config FILE naming the model")
@@ -61,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
         if args.method == INFERENCE:
             if dataset_from_args(args) is not None:
                 raise ScenarioError("time and cost options are for training, not --method inference")
+            from engine.cli.serving import serving_json  # the serving plan: only for --method inference
+
             out = serving_json(arch, origin, args)
         elif scaleout.requested(args):
             fp8 = scaleout.take_fp8(args)
@@ -143,8 +142,11 @@ def _estimate_json(arch: Architecture, origin: dict[str, Any], scenario: Scenari
 def _fit_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]:
     """The fit fields for --gpu (per-GPU bytes); an unknown GPU raises CatalogError naming the closest ones."""
     gpu = find_gpu(args.gpu)
-    fit = check_fit(arch, scenario, gpu, Strategy(args.strategy or "ddp"), args.num_gpus or 1,
-                    offload=Offload(getattr(args, "offload", None) or "none"), estimate=estimate_memory(arch, scenario, gpu))
+    asked, used = strategies(args)
+    est = estimate_memory(arch, scenario, gpu)
+    fit = check_fit(arch, scenario, gpu, used, args.num_gpus or 1,
+                    offload=Offload(getattr(args, "offload", None) or "none"), estimate=est)
+    min_gpus = fit.min_gpus if used is asked else check_fit(arch, scenario, gpu, asked, 1, estimate=est).min_gpus
     return {
         "gpu": {"name": gpu.name, "usable_memory_bytes": gpu.usable_memory_bytes, "memory_bytes": gpu.memory_bytes},
         "num_gpus": fit.num_gpus,
@@ -153,14 +155,15 @@ def _fit_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace) 
         "fits": fit.fits,
         "verdict": fit.verdict.value,
         "headroom_bytes": round(fit.headroom_bytes),
-        "min_gpus": fit.min_gpus,
+        "min_gpus": min_gpus,
+        "min_gpus_strategy": asked.value,
         "gpu_warnings": list(fit.warnings),
     }
 
 
 def _per_gpu_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]:
     """Per-GPU components/totals (same keys as the one-GPU estimate), CPU memory of offload, DeepSpeed's estimate."""
-    strategy, offload, n = Strategy(args.strategy or "ddp"), Offload(args.offload or "none"), args.num_gpus or 1
+    (_, strategy), offload, n = strategies(args), Offload(args.offload or "none"), args.num_gpus or 1
     est = estimate_memory(arch, scenario, find_gpu(args.gpu))
     plan = plan_parallel(est, arch, scenario, strategy, offload)
     per_node = gpus_per_node(args)
@@ -194,13 +197,17 @@ def _per_gpu_json(arch: Architecture, scenario: Scenario, args: argparse.Namespa
     }
 
 
-def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Dataset, args: argparse.Namespace) -> dict[str, Any]:
+def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Any, args: argparse.Namespace) -> dict[str, Any]:
     """tokens_per_second (all GPUs), hours, costs, the step time by category, MFU and HFU; details in ``time_cost``.
 
     ``--measured-tokens-per-second`` calibrates: the raw prediction of this plan is compared with it and the factor
     measured / predicted scales every time and tokens/s below."""
+    from engine.plan.cost import CHEAPEST_LISTED, estimate_plan  # the time model: only with a dataset size
+    from engine.time.band import band_for
+    from engine.time.throughput import calibrate, seed_throughput
+
     gpu = find_gpu(args.gpu)
-    strategy = Strategy(args.strategy or "ddp")
+    _, strategy = strategies(args)
     kwargs: dict[str, Any] = {"fused_kernels": args.fused_kernels, "price_source": args.price_source or CHEAPEST_LISTED}
     plan = estimate_plan(arch, scenario, dataset, gpu, args.num_gpus or 1, strategy, **kwargs)
     calibration = None
@@ -276,7 +283,7 @@ def _warn_if_not_fitting(out: dict[str, Any], args: argparse.Namespace) -> None:
         return
     if out.get("fits") is not False:
         return
-    strategy = args.strategy or "ddp"
+    strategy = strategies(args)[0].value
     fewest = out.get("min_gpus")
     advice = (f"the fewest that fit with {strategy} is {fewest}" if fewest
               else f"no count fits with {strategy}" + ("; try --strategy zero3" if strategy == "ddp" else ""))

@@ -20,6 +20,7 @@ from engine.importers.parse import read_config_bytes
 from engine.model.architecture import Architecture
 from engine.model.build import architecture_or_approximation
 from engine.scenario.training import Scenario
+from engine.secrets import redact_tokens
 
 _PARALLEL = ("strategy", "offload", "num_gpus", "gpus_per_node")
 
@@ -58,10 +59,10 @@ def imported_run(args: argparse.Namespace) -> tuple[Architecture, dict[str, Any]
             raise TrainingConfigError("the config files name no model: give --model REPO_ID or --config PATH as well")
         config, source = loaded
         if source.notice:
-            print(f"notice: {source.notice}", file=sys.stderr)
+            print(f"notice: {redact_tokens(source.notice)}", file=sys.stderr)
         arch, approximation = architecture_or_approximation(config)
         if approximation:
-            print(f"notice: {approximation}", file=sys.stderr)
+            print(f"notice: {redact_tokens(approximation)}", file=sys.stderr)
         origin = source.model_dump(exclude_none=True)
     overrides = overrides_from_flags(args)
     scenario = result.scenario(overrides=overrides)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,12 +17,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from engine.errors import ScenarioError, explain_validation
+from engine.secrets import redact_tokens
 from engine.memory.inference import KvCacheDtype, WeightPrecision
 from engine.memory.parallel import Offload, Strategy
 from engine.model.architecture import Architecture
 from engine.model.build import architecture_or_approximation
-from engine.model.sources import config_from_catalog, config_from_file, config_from_hub
-from engine.plan.cost import CHEAPEST_LISTED, Dataset
+from engine.plan.strategy import DEFAULT_STRATEGY, training_strategy
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.precision import PrecisionMode
 from engine.cli.peft_options import add_peft_options, peft_fields
@@ -32,10 +33,19 @@ INFERENCE = "inference"
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that reports errors as one line on stderr and exit status 2."""
+    """argparse that reports errors as one line on stderr and exit status 2: a token-looking word redacted, a quoted
+    value of more than 60 characters (``--seq-len`` with 5,000 digits) cut to its start and length."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"error: {message}\n")
+        self.exit(2, f"error: {short_values(redact_tokens(message))}\n")
+
+
+_LONG_QUOTED = re.compile(r"'([^'\s]{60,})'")
+
+
+def short_values(message: str) -> str:
+    """``message`` with every quoted value over 60 characters cut: ``'99999999999999999999...' (5,000 characters)``."""
+    return _LONG_QUOTED.sub(lambda m: f"'{m.group(1)[:20]}...' ({len(m.group(1)):,} characters)", message)
 
 
 def positive_int(text: str) -> int:
@@ -99,15 +109,35 @@ SCENARIO_FIELDS = (
 
 
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
+    """The scenario of the typed options.
+
+    Raises:
+        ScenarioError: an invalid value, named by its flag (``--micro-batch-size: Input should be ...``), not by the
+            Scenario field the engine's message names.
+    """
     fields = {name: getattr(args, name) for name in SCENARIO_FIELDS}
     if fields["quant_storage"] is None:  # unset: the multi-GPU split picks it (engine.memory.qlora_storage)
         del fields["quant_storage"]
     fields.update(peft_fields(args))
-    return Scenario.build(
-        **fields,
-        double_quant=not args.no_double_quant,
-        prepare_kbit_training=not args.no_prepare_kbit,
-    )
+    try:
+        return Scenario.build(
+            **fields,
+            double_quant=not args.no_double_quant,
+            prepare_kbit_training=not args.no_prepare_kbit,
+        )
+    except ScenarioError as exc:
+        raise ScenarioError(flag_names(str(exc), fields)) from None
+
+
+def flag_names(message: str, fields: Any) -> str:
+    """``message`` with each ``field:`` that starts one of its "; "-joined parts written as its flag (``--seq-len:``):
+    every option of these fields is the field's name with dashes (:data:`SCENARIO_FIELDS`, ``PEFT_FIELDS``)."""
+    parts = message.split("; ")
+    for i, part in enumerate(parts):
+        field = part.split(":", 1)[0]
+        if field in fields and ":" in part:
+            parts[i] = "--" + field.replace("_", "-") + part[len(field):]
+    return "; ".join(parts)
 
 
 def add_gpu_options(p: argparse.ArgumentParser) -> None:
@@ -118,7 +148,8 @@ def add_gpu_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-gpus", type=positive_int, default=None, metavar="N", help="GPUs of that kind (with --gpu; default 1)")
     p.add_argument("--strategy", choices=[s.value for s in Strategy], default=None,
                    help="multi-GPU strategy (with --gpu): ddp = every GPU holds everything; zero1/zero2/zero3 = DeepSpeed ZeRO "
-                        "stages; fsdp_full_shard = ZeRO-3, fsdp_shard_grad_op = ZeRO-2 (default: ddp)")
+                        "stages; fsdp_full_shard = ZeRO-3, fsdp_shard_grad_op = ZeRO-2 (default: zero3, as the app; one GPU without "
+                        "--offload trains without sharding whatever the strategy, which then sets only min_gpus)")
 
 
 def add_parallel_inference_options(p: argparse.ArgumentParser) -> None:
@@ -141,6 +172,13 @@ def add_parallel_inference_options(p: argparse.ArgumentParser) -> None:
     s.add_argument("--weight-precision", choices=[w.value for w in WeightPrecision], default=None,
                    help="serving precision of the linear weights: bf16, fp16, int8, fp8, int4 (GPTQ/AWQ group 128) (default: as the "
                         "checkpoint stores them (its quantization_config), bf16 when not quantized)")
+
+
+def strategies(args: argparse.Namespace) -> tuple[Strategy, Strategy]:
+    """(the strategy asked, the one the run uses): ``--strategy`` or :data:`~engine.plan.strategy.DEFAULT_STRATEGY`;
+    one GPU without offload trains plainly (:func:`~engine.plan.strategy.training_strategy`, as the app)."""
+    asked = Strategy(args.strategy) if args.strategy else DEFAULT_STRATEGY
+    return asked, training_strategy(asked, args.num_gpus or 1, Offload(getattr(args, "offload", None) or "none"))
 
 
 def gpus_per_node(args: argparse.Namespace) -> int:
@@ -166,16 +204,17 @@ def add_time_cost_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--fused-kernels", action="store_true",
                    help="the run uses torch.compile, Unsloth or Liger kernels (fused elementwise ops: fewer bytes and launches)")
     g.add_argument("--price-source", default=None, metavar="NAME",
-                   help=f"a source of data/gpu_prices.csv, e.g. 'RunPod Community Cloud', or 'cheapest' (default: {CHEAPEST_LISTED})")
+                   help=f"a source of data/gpu_prices.csv, e.g. 'RunPod Community Cloud', or 'cheapest' (default: the cheapest listed "
+                        "price of any source)")
 
 
 TIME_COST_OPTIONS = ("dataset_tokens", "examples", "avg_tokens", "epochs", "runs", "measured_tokens_per_second", "price_source")
 
 
-def dataset_from_args(args: argparse.Namespace, step_time_options: bool = False) -> Dataset | None:
-    """The dataset of the time/cost options, None when no size is given; ScenarioError on a bad combination.
-    ``step_time_options``: the estimate has a step time without a dataset (a parallel layout), so
-    ``--fused-kernels`` alone is one of its settings, not a time-and-cost option."""
+def dataset_from_args(args: argparse.Namespace, step_time_options: bool = False) -> Any:
+    """The dataset of the time/cost options (an :class:`engine.plan.cost.Dataset`), None when no size is given;
+    ScenarioError on a bad combination. ``step_time_options``: the estimate has a step time without a dataset (a
+    parallel layout), so ``--fused-kernels`` alone is one of its settings, not a time-and-cost option."""
     if args.dataset_tokens is None and args.examples is None and args.avg_tokens is None:
         if (any(getattr(args, k) is not None for k in TIME_COST_OPTIONS) or args.no_packing
                 or (args.fused_kernels and not step_time_options)):
@@ -191,6 +230,8 @@ def dataset_from_args(args: argparse.Namespace, step_time_options: bool = False)
         fields["epochs"] = args.epochs
     if args.runs is not None:
         fields["runs"] = args.runs
+    from engine.plan.cost import Dataset  # here: a memory estimate needs none of the time model
+
     try:
         return Dataset(**fields)
     except ValidationError as exc:
@@ -199,6 +240,9 @@ def dataset_from_args(args: argparse.Namespace, step_time_options: bool = False)
 
 def load_model(args: argparse.Namespace) -> tuple[Architecture, dict[str, Any], dict[str, Any]]:
     """The architecture, the config dict and where it came from."""
+    # Here, not at the top: the Hub client (huggingface_hub, httpx) is imported only when a source needs it.
+    from engine.model.sources import config_from_catalog, config_from_file, config_from_hub
+
     if args.config:
         config, origin = config_from_file(args.config)
     elif args.offline:
@@ -206,17 +250,17 @@ def load_model(args: argparse.Namespace) -> tuple[Architecture, dict[str, Any], 
     else:
         config, origin = config_from_hub(args.model, revision=args.revision)
         if origin.notice:
-            print(f"notice: {origin.notice}", file=sys.stderr)
+            print(f"notice: {redact_tokens(origin.notice)}", file=sys.stderr)
     arch, approximation = architecture_or_approximation(config)
     if approximation:
-        print(f"notice: {approximation}", file=sys.stderr)
+        print(f"notice: {redact_tokens(approximation)}", file=sys.stderr)
     return arch, config, origin.model_dump(exclude_none=True)
 
 
 
 def emit_json(out: Any) -> int:
     """Print ``out`` as indented JSON on stdout; a reader that left (``| head``) is not an error. Returns 0."""
-    return emit_bytes((json.dumps(out, indent=2) + "\n").encode("utf-8"))
+    return emit_bytes((redact_tokens(json.dumps(out, indent=2)) + "\n").encode("utf-8"))
 
 
 def emit_bytes(data: bytes, path: str | None = None) -> int:
@@ -234,5 +278,5 @@ def emit_bytes(data: bytes, path: str | None = None) -> int:
 
 def fail(exc: Exception) -> int:
     """The one-line error on stderr and exit status 2."""
-    print(f"error: {exc}", file=sys.stderr)
+    print(f"error: {short_values(redact_tokens(str(exc)))}", file=sys.stderr)
     return 2

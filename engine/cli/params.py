@@ -7,7 +7,6 @@ from typing import Any
 
 from engine.errors import EngineError
 from engine.model.architecture import Architecture
-from engine.model.checkpoint import explain_difference, fetch_checkpoint_count
 from engine.cli.options import add_model_options, emit_json, fail, load_model
 
 
@@ -53,7 +52,10 @@ def _params_json(arch: Architecture, origin: dict[str, Any]) -> dict[str, Any]:
 
 def _checkpoint_json(arch: Architecture, config: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     """The checkpoint's safetensors count beside ours, with the difference explained."""
-    count = fetch_checkpoint_count(args.model, revision=args.revision)
+    from engine.model.checkpoint import explain_difference, fetch_checkpoint_count  # the Hub client: --model only
+    from engine.model.hub import hub_timeout_s
+
+    count = fetch_checkpoint_count(args.model, revision=args.revision, timeout_s=hub_timeout_s())
     if count.total is None:
         return {"total_parameters": None, "reason": count.reason}
     return {

@@ -12,14 +12,13 @@ from pydantic import ValidationError
 
 from engine.cli.options import (
     add_gpu_options, add_model_options, add_scenario_options, add_time_cost_options, dataset_from_args, emit_bytes,
-    fail, load_model, scenario_from_args,
+    fail, load_model, scenario_from_args, strategies,
 )
 import engine.cli.scaleout as scaleout
 from engine.cli.gpu_name import warn_gpu_name
 from engine.cli.plan_layout import layout_plan_csv
 from engine.errors import CatalogError, EngineError, ScenarioError, explain_validation
 from engine.hardware.gpus import find_gpu
-from engine.memory.parallel import Strategy
 from engine.model.sources import config_from_catalog, config_from_hub
 from engine.plan.cost import CHEAPEST_LISTED, estimate_plan
 from engine.plan.plans import Plan, evaluate_plan, plans_from_csv, plans_to_csv
@@ -90,14 +89,14 @@ def run(args: argparse.Namespace) -> int:
                 return emit_bytes(layout_plan_csv(arch, scenario, dataset, args, repo, fp8), args.output)
             factor = 1.0
             if args.measured_tokens_per_second is not None:  # calibrate to the user's run of this very plan
-                raw = estimate_plan(arch, scenario, dataset, gpu, args.num_gpus or 1, Strategy(args.strategy or "ddp"),
+                raw = estimate_plan(arch, scenario, dataset, gpu, args.num_gpus or 1, strategies(args)[1],
                                     fused_kernels=args.fused_kernels).throughput
                 factor = calibrate(args.measured_tokens_per_second, raw).factor
             try:
                 plan = Plan(
                     name=args.name or f"{repo.split('/')[-1]} {scenario.method.value}", model_repo_id=repo,
                     model_revision=args.revision, **scenario.model_dump(), gpu=gpu.name, num_gpus=args.num_gpus or 1,
-                    strategy=Strategy(args.strategy or "ddp"), dataset_total_tokens=dataset.total_tokens,
+                    strategy=strategies(args)[1], dataset_total_tokens=dataset.total_tokens,
                     dataset_examples=dataset.examples, dataset_avg_tokens=dataset.avg_tokens, epochs=dataset.epochs,
                     packing=dataset.packing, runs=dataset.runs, calibration=factor,
                     fused_kernels=args.fused_kernels, price_source=args.price_source or CHEAPEST_LISTED,

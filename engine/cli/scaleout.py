@@ -17,25 +17,25 @@ for the same settings) with the differences explained, the collectives of a step
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from engine.time.band import band_for
 from engine.cli.options import positive_int
 from engine.errors import ScenarioError
 from engine.hardware.gpus import find_gpu
 from engine.memory.parallel import Strategy
 from engine.model.architecture import Architecture
-from engine.scaleout.estimate import LayoutEstimate, estimate_layout
 from engine.scaleout.exports import EXPORTERS, export_layout
-from engine.plan.cost import CHEAPEST_LISTED, Dataset
-from engine.plan.layout_cost import LayoutRun, layout_run
 from engine.plan.verdict import fit_verdict
 from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.layout import Layout, Recompute, Schedule
-from engine.scaleout.memory import with_master_weights
 from engine.scenario.precision import PrecisionMode
-from engine.scaleout.step_time import DEFAULT_INTER_NODE_GBITS, Cluster
 from engine.scenario.training import Scenario
+
+if TYPE_CHECKING:  # the layout model is imported when a layout is asked for (a plain estimate starts faster)
+    from engine.plan.cost import Dataset
+    from engine.plan.layout_cost import LayoutRun
+    from engine.scaleout.estimate import LayoutEstimate
+    from engine.scaleout.step_time import Cluster
 
 FP8 = "fp8"
 _ZERO = {Strategy.DDP: 0, Strategy.ZERO1: 1, Strategy.ZERO2: 2, Strategy.FSDP_SHARD_GRAD_OP: 2, Strategy.ZERO3: 3,
@@ -70,7 +70,7 @@ def add_scaleout_options(p: argparse.ArgumentParser) -> None:
                    help="sequences per step over all DP ranks (default micro batch x DP x accumulation steps)")
     g.add_argument("--moe-capacity-factor", type=float, default=None, metavar="X", help="MoE capacity factor (default dropless)")
     g.add_argument("--inter-node-gbits", type=float, default=None, metavar="G",
-                   help=f"network per GPU between nodes, Gb/s (default {DEFAULT_INTER_NODE_GBITS:g})")
+                   help="network per GPU between nodes, Gb/s (default: engine.scaleout.step_time.DEFAULT_INTER_NODE_GBITS)")
     g.add_argument("--fp8-recipe", choices=[r.value for r in Fp8Recipe], default=None,
                    help="with --precision fp8: te (TransformerEngine) or torchao (float8) (default te)")
     g.add_argument("--master-weights", action="store_true",
@@ -105,6 +105,8 @@ def layout_scenario(scenario: Scenario, args: argparse.Namespace) -> tuple[Scena
     if not args.master_weights:
         return scenario, None
     typed = getattr(args, "typed_precision", None) or scenario.precision.value
+    from engine.scaleout.memory import with_master_weights
+
     scenario = with_master_weights(scenario, True)
     bits = "bf16" if scenario.precision is PrecisionMode.AMP_BF16 else "fp16"
     return scenario, (f"--precision {typed} --master-weights: a {bits} model and activations with fp32 master "
@@ -141,6 +143,9 @@ def layout_from_args(args: argparse.Namespace, scenario: Scenario) -> tuple[Layo
 def scaleout_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace, fp8: Fp8Recipe | None,
                   dataset: Dataset | None = None) -> dict[str, Any]:
     """The layout's JSON fields (see the module docstring); with ``dataset`` (and ``--gpu``) its hours and cost."""
+    from engine.scaleout.estimate import estimate_layout
+    from engine.scaleout.step_time import DEFAULT_INTER_NODE_GBITS, Cluster
+
     layout, per_node = layout_from_args(args, scenario)
     cluster = None
     if args.gpu is not None:
@@ -157,6 +162,9 @@ def scaleout_json(arch: Architecture, scenario: Scenario, args: argparse.Namespa
         for col_json, col in zip(out["collectives"], est.collectives):  # the catalog's name of the link it crosses
             col_json["link_name"] = cluster.link(col).name
         if dataset is not None:
+            from engine.plan.cost import CHEAPEST_LISTED
+            from engine.plan.layout_cost import layout_run
+
             out.update(_time_cost_json(layout_run(est, cluster, dataset, scenario.seq_len,
                                                   args.price_source or CHEAPEST_LISTED), dataset, scenario))
     if args.export:
@@ -211,6 +219,8 @@ def _memory_json(est: LayoutEstimate, method: str) -> dict[str, Any]:
 
 def _band_json(tokens_per_second: float, num_gpus: int) -> dict[str, Any]:
     """The cross-validated 80% band of a layout's tokens/s (engine.time.band, the multi-GPU rows; issue 23)."""
+    from engine.time.band import band_for
+
     band = band_for(num_gpus, hf_stack=False)
     low, high = band.tokens_per_second(tokens_per_second)
     return {"tokens_per_second_low": low, "tokens_per_second_high": high, "band_note": band.note}

@@ -331,9 +331,21 @@ def unknown_gpu_message(name: str, gpus: tuple[Gpu, ...] | None = None) -> str:
     """``"unknown GPU 'x'; closest: A, B"``, or the whole catalog when no name is close (never an unrelated guess)."""
     gpus = gpus if gpus is not None else load_gpus()
     close = closest_gpus(name, gpus)
+    shown = _shown_name(name)
     if close:
-        return f"unknown GPU '{name}'; closest: {', '.join(close)}"
-    return f"unknown GPU '{name}': no catalog GPU has a similar name; the catalog has {', '.join(g.name for g in gpus)}"
+        return f"unknown GPU {shown}; closest: {', '.join(close)}"
+    nearest = closest_gpus(name, gpus, n=NEAREST_SHOWN, similar=0.0)
+    return (f"unknown GPU {shown}: no catalog GPU has a similar name (nearest in spelling: {', '.join(nearest)}); "
+            f"the {len(gpus)} GPUs of the catalog are listed on the GPUs & prices page and in data/gpus.csv")
+
+
+NEAREST_SHOWN = 3
+"""How many names an unknown GPU name that is like no catalog name is answered with (not the whole catalog)."""
+
+
+def _shown_name(name: str, limit: int = 60) -> str:
+    """``'name'`` for a message, cut to ``limit`` characters (a pasted paragraph stays a one-line message)."""
+    return f"'{name}'" if len(name) <= limit else f"'{name[:limit]}...' ({len(name):,} characters)"
 
 
 SIMILAR = 0.6
@@ -341,9 +353,9 @@ SIMILAR = 0.6
 (0.75), "RTX 4070" ~ "RTX 4090" (0.86), while "nonexistent" is close to nothing (at most 0.4)."""
 
 
-def closest_gpus(name: str, gpus: tuple[Gpu, ...] | None = None, n: int = 3) -> list[str]:
+def closest_gpus(name: str, gpus: tuple[Gpu, ...] | None = None, n: int = 3, similar: float = SIMILAR) -> list[str]:
     """Up to ``n`` catalog names closest to ``name``, closest first: names (or aliases) containing it, then names whose
-    canonical form is at least :data:`SIMILAR` alike in spelling. Empty when none is close."""
+    canonical form is at least ``similar`` (default :data:`SIMILAR`) alike in spelling. Empty when none is close."""
     gpus = gpus if gpus is not None else load_gpus()
     wanted = _key(name)
     if not wanted:
@@ -356,7 +368,7 @@ def closest_gpus(name: str, gpus: tuple[Gpu, ...] | None = None, n: int = 3) -> 
         else:
             # Spelling against the canonical name only: short aliases ("3060") would match any digits.
             score = difflib.SequenceMatcher(None, wanted, keys[0]).ratio()
-        if score >= SIMILAR:
+        if score >= similar:
             scores[gpu.name] = score
     return sorted(scores, key=lambda g: -scores[g])[:n]  # stable: catalog order among equals
 

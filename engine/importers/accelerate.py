@@ -13,11 +13,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.importers.table import IGNORE, only_if_true, Handling, Map, Reading, Unmodelled, Unsupported, collect
+from engine.importers.table import IGNORE, only_if_true, Handling, Map, Reading, Unmodelled, Unsupported, check, collect
 from engine.importers.values import boolean, choice, integer, sharding, zero_stage
 from engine.memory.parallel import Offload, Strategy
 
 FORMAT, VERSION = "accelerate config", "1.15.0"
+
+
+def _processes(value: Any, key: str) -> int:
+    """``num_processes``: the processes (GPUs) over all machines, >= 1; -1 is what ``accelerate config`` writes when
+    it was not asked (ClusterConfig's default), so launch decides and the estimate keeps its own GPU count. 0 would
+    launch nothing: an error, not a value to ignore."""
+    count = integer(-1)(value, key)
+    check(count != 0, key, "an integer >= 1 (or -1: not set); 0 processes train nothing", value)
+    return count
+
 
 DISTRIBUTED = {"no": "no", "multi_gpu": "ddp", "fsdp": "fsdp", "deepspeed": "deepspeed",
                **{k: Unmodelled(f"{k.upper()}: not a GPU data-parallel run the estimate models")
@@ -37,7 +47,7 @@ KEYS: dict[str, Handling] = {
                            "enable_cpu_affinity", "gpu_ids", "main_process_ip", "main_process_port", "tpu_name",
                            "tpu_zone", "commands", "command_file", "ipex_config.*", "mpirun_config.*")},
     "distributed_type": Map("acc_distributed", choice(DISTRIBUTED)),
-    "num_processes": Map("acc_processes", integer(-1)), "num_machines": Map("acc_machines", integer()),
+    "num_processes": Map("acc_processes", _processes), "num_machines": Map("acc_machines", integer()),
     "mixed_precision": Map("mixed", choice(MIXED)),
     "use_cpu": Unsupported("trains on the CPU: no GPU memory estimate applies"),
     "dynamo_config.dynamo_backend": Unsupported("torch.compile (dynamo) fuses kernels: faster, often fewer saved "
@@ -74,6 +84,8 @@ def read(doc: dict[str, Any]) -> Reading:
     s = r.settings
     kind = s.pop("acc_distributed", None)
     processes, machines = s.pop("acc_processes", None), s.pop("acc_machines", None)
+    if processes == -1:
+        r.notes.append("num_processes: -1 (not set): accelerate launch decides; the GPU count is the estimate's own")
     if processes is not None and processes >= 1:
         s["num_gpus"] = processes
         if machines:

@@ -180,7 +180,10 @@ def read(doc: dict[str, Any]) -> Reading:
         r.unsupported["optim_args"] = "optimizer arguments beyond SGD's momentum are not modelled"
     s.pop("fsdp_by_reshard", None)
     reshard, offload, fsdp_gc = s.pop("ax_reshard", None), s.pop("ax_fsdp_offload", None), s.pop("ax_fsdp_gc", None)
-    if "fsdp_config" in doc:
+    if "fsdp_config" in doc and not doc["fsdp_config"]:
+        # axolotl turns FSDP on by a non-empty section (its checks read `if cfg.fsdp_config:`, falsy when empty)
+        r.notes.append("fsdp_config is empty: axolotl enables FSDP only with settings in it; no FSDP assumed")
+    if doc.get("fsdp_config"):
         s.setdefault("strategy", Strategy.FSDP_FULL_SHARD)
         if reshard is not None:
             s["strategy"] = reshard
@@ -208,12 +211,16 @@ def _precision(r: Reading) -> None:
         if bf16 == "bf16":
             raise ConflictingKeysError("bf16 and fp16 are both true; axolotl computes in one of them")
         bf16 = "off"  # bf16: auto gives way to an explicit fp16
+    forced = load not in (None, "off")  # bfloat16/float16: true load the weights in that dtype, without AMP
     if bf16 is None:
         bf16 = "off" if fp16 else "auto"  # axolotl's default
-        if bf16 == "auto":
+        if bf16 == "auto" and not forced:
             r.notes.append("bf16 not given: axolotl's default 'auto' (bf16 on GPUs that support it) assumed")
-    if bf16 == "auto":
+    if bf16 == "auto" and not forced:
         r.notes.append("bf16: auto -> bf16 (GPUs since Ampere support it; older GPUs fall back to fp16)")
+    if load == "fp16" and not fp16:
+        r.notes.append("float16: true with fp16 off: the weights are loaded and trained in fp16 without autocast or a "
+                       "gradient scaler (not Trainer(fp16=True))")
     kind = "bf16" if bf16 in ("bf16", "auto") else "fp16" if fp16 else "off"
     if load not in (None, "off"):
         s["weights_dtype"], s["mixed"] = load, "no"  # bfloat16/float16: true force the load dtype without AMP

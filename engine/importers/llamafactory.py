@@ -124,6 +124,8 @@ def read(doc: dict[str, Any]) -> Reading:
         finetuning = "lora"
     elif finetuning is not None:
         s["adapter"] = finetuning
+        if finetuning == "none":  # the adapter setting's word for no adapter; the key's value, as written, is "full"
+            r.mapped["finetuning_type"] = "full"
     method_quant = s.pop("lf_quant_method", "bnb")
     bits = s.pop("lf_bits", None)
     if bits is not None and method_quant == "bnb":

@@ -9,6 +9,7 @@ from typing import Any
 from engine.errors import TrainingConfigError
 from engine.importers.combine import ImportResult
 from engine.model.sources import ConfigOrigin, config_from_catalog, config_from_hub
+from engine.secrets import REDACTED
 
 
 def model_repo(result: ImportResult) -> str | None:
@@ -16,11 +17,14 @@ def model_repo(result: ImportResult) -> str | None:
 
     Raises:
         TrainingConfigError: the files name a local path (``base_model: /data/llama``), which the estimate cannot read
-            by itself: its config.json must be given instead.
+            by itself: its config.json must be given instead; or a token-looking text, which is never sent.
     """
     ref = result.model
     if ref is None:
         return None
+    if ref == REDACTED or result.revision == REDACTED:  # engine.importers.parse replaced a token-looking value
+        raise TrainingConfigError(f"{result.model_key or 'the model'} or its revision holds {REDACTED}; it is not sent "
+                                  "to the Hub: name the model's repo id (owner/name) in the file, or give --model")
     if ref.startswith(("/", "./", "../", "~", ".\\")) or "\\" in ref or ref.count("/") > 1 or ":" in ref:
         raise TrainingConfigError(f"{result.model_key or 'the model'} {ref!r} is a local path: pass that model's "
                                   "config.json with --config (or pick the model), and the training config beside it")

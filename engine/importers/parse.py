@@ -21,8 +21,12 @@ from typing import Any
 import yaml
 
 from engine.errors import TrainingConfigError
+from engine.secrets import redact_values
 
 MAX_IMPORT_BYTES = 1_048_576
+#: The most digits an integer of a training config may have: the largest real value (a dataset's token count, a
+#: bucket size in bytes) has 12; a longer one is a typo or an attack, and Python refuses past 4,300 digits anyway.
+MAX_INT_DIGITS = 20
 MAX_DEPTH = 16
 MAX_NODES = 50_000
 
@@ -86,7 +90,7 @@ def parse_training_config(data: bytes, name: str = "config") -> dict[str, Any]:
         raise TrainingConfigError(f"{name} is not UTF-8 text; give a YAML or JSON training config") from None
     if text.lstrip().startswith(("{", "[")):
         try:
-            doc = json.loads(text)
+            doc = json.loads(text, parse_int=lambda digits: _bounded_int(digits, name))
         except json.JSONDecodeError as exc:
             raise TrainingConfigError(f"{name} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
         except RecursionError:
@@ -98,11 +102,38 @@ def parse_training_config(data: bytes, name: str = "config") -> dict[str, Any]:
             doc = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             raise TrainingConfigError(f"{name} is not valid YAML ({_where(exc)})") from None
+        except ValueError:  # an integer past Python's 4,300-digit conversion limit
+            raise TrainingConfigError(f"{name} holds an integer of more than 4,300 digits; no training config value "
+                                      f"has more than {MAX_INT_DIGITS}: check the file") from None
+        _check_yaml_ints(doc, name)
     if not isinstance(doc, dict):
         kind = "nothing" if doc is None else f"a {type(doc).__name__}"
         raise TrainingConfigError(f"{name} holds {kind}, not a mapping of settings; give a YAML or JSON training config")
     _check_keys(doc, name)
-    return doc
+    # A token pasted as a value (base_model: hf_...) is never shown, exported or sent to the Hub.
+    return redact_values(doc)
+
+
+def _bounded_int(digits: str, name: str) -> int:
+    """json's integer hook: refuse a number of more than MAX_INT_DIGITS digits before converting it."""
+    if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+        raise TrainingConfigError(f"{name} holds a {len(digits.lstrip('-')):,}-digit integer; no training config value "
+                                  f"has more than {MAX_INT_DIGITS} digits: check the file")
+    return int(digits)
+
+
+def _check_yaml_ints(value: Any, name: str) -> None:
+    """The YAML counterpart of :func:`_bounded_int` (safe_load has no hook): every integer has at most MAX_INT_DIGITS
+    digits (compared by magnitude: converting a huge one to text would itself fail)."""
+    if isinstance(value, dict):
+        for child in value.values():
+            _check_yaml_ints(child, name)
+    elif isinstance(value, list):
+        for child in value:
+            _check_yaml_ints(child, name)
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**MAX_INT_DIGITS:
+        raise TrainingConfigError(f"{name} holds an integer of more than {MAX_INT_DIGITS} digits; no training config "
+                                  "value has that many: check the file")
 
 
 def _check_keys(value: Any, name: str, where: str = "") -> None:

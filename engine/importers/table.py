@@ -219,6 +219,9 @@ def collect(doc: dict[str, Any], table: dict[str, Handling], fmt: str, version: 
     reading = Reading(format=fmt, version=version)
     for key, value in flatten(doc, table):
         handling = lookup(table, key)
+        if handling is None and value in (None, {}) and any(k.startswith(key + ".") for k in table):
+            reading.ignored.append(key)  # "fsdp_config:" with nothing under it: a section left empty
+            continue
         if handling is None:
             reading.unsupported[key] = f"not a key this importer knows for {fmt} {version}: its effect is not checked"
             continue

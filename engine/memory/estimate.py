@@ -138,8 +138,9 @@ def scenario_warnings(arch: Architecture, sc: Scenario) -> tuple[str, ...]:
             )
     if sc.method is Method.FULL and sc.precision.value == "fp16":
         out.append(
-            "Full fine-tuning with fp16 weights and Trainer(fp16=True) fails ('Attempting to unscale FP16 "
-            "gradients'); use mixed fp16 (fp32 weights) or bf16."
+            "Full fine-tuning of fp16 weights: with a gradient scaler (Trainer(fp16=True), axolotl fp16: true) it "
+            "fails ('Attempting to unscale FP16 gradients'); without one, small fp16 updates round away. Use mixed "
+            "fp16 (fp32 weights) or bf16."
         )
     return tuple(out)
 

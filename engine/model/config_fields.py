@@ -13,6 +13,10 @@ from typing import Any
 
 from engine.errors import ConfigError
 
+#: Largest accepted ``config.json``, in bytes (2 MiB). Real configs are a few KiB; the biggest (with long
+#: ``id2label`` maps) stay well under 1 MiB. Here, not in engine.model.hub, so that reading a local file does not
+#: import the Hub client.
+MAX_CONFIG_BYTES = 2 * 1024 * 1024
 MAX_INT_DIGITS = 20
 """Most digits accepted in an integer of a config.json: every real value fits 64 bits (at most 20 digits); Python
 refuses to even convert integers of over 4,300 digits, so longer ones are refused here with a one-line message."""

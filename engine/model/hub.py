@@ -43,7 +43,7 @@ from engine.errors import (
     InvalidRepoIdError,
     RepoNotFoundError,
 )
-from engine.model.config_fields import load_config_json
+from engine.model.config_fields import MAX_CONFIG_BYTES, load_config_json
 
 __all__ = [
     "CONFIG_FILENAME", "DEFAULT_ENDPOINT", "DEFAULT_TIMEOUT_S", "MAX_CONFIG_BYTES", "TIMEOUT_ENV", "fetch_config",
@@ -52,9 +52,6 @@ __all__ = [
 
 #: Name of the file read from the repo.
 CONFIG_FILENAME = "config.json"
-#: Largest accepted ``config.json``, in bytes (2 MiB). Real configs are a few KiB; the biggest (with long
-#: ``id2label`` maps) stay well under 1 MiB.
-MAX_CONFIG_BYTES = 2 * 1024 * 1024
 #: Endpoint used when ``HF_ENDPOINT`` is unset or empty.
 DEFAULT_ENDPOINT = "https://huggingface.co"
 #: Time budget of one Hub read, in seconds, when ``FINETUNE_FIT_HUB_TIMEOUT`` is not set.
@@ -366,6 +363,9 @@ def fetch_config(
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
     repo_id = validate_repo_id(repo_id)
     revision = (revision or "").strip() or hf_constants.DEFAULT_REVISION
+    if looks_like_token(revision):  # pasted into the wrong box: never sent in the request path
+        raise InvalidRepoIdError(f"The revision holds {REDACTED}; paste tokens into the token box only, and give a "
+                                 "branch, tag or commit id as the revision.")
     token = _clean_token(token, repo_id)
     if _offline():
         raise _unavailable(repo_id, "offline mode is on: HF_HUB_OFFLINE is set")

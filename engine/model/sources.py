@@ -13,9 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from engine.secrets import REDACTED, looks_like_token
-from engine.model import hub
-from engine.model.hub import MAX_CONFIG_BYTES
-from engine.model.config_fields import load_config_json
+from engine.model.config_fields import MAX_CONFIG_BYTES, load_config_json
 from engine.model.catalog import catalog_model, load_models
 from engine.errors import CatalogError, ConfigError, HubUnavailableError
 
@@ -78,15 +76,18 @@ def config_from_catalog(repo_id: str) -> tuple[dict[str, Any], ConfigOrigin]:
 
 
 def config_from_hub(
-    repo_id: str, *, revision: str | None = None, token: str | bool | None = None, timeout_s: float = 10.0
+    repo_id: str, *, revision: str | None = None, token: str | bool | None = None, timeout_s: float | None = None
 ) -> tuple[dict[str, Any], ConfigOrigin]:
     """Read ``config.json`` from the Hub; if the Hub is unreachable and the repo is bundled, use the
-    bundled copy and say so in ``origin.notice``. ``token=False`` sends no token at all.
+    bundled copy and say so in ``origin.notice``. ``token=False`` sends no token at all. ``timeout_s`` None: the
+    ``FINETUNE_FIT_HUB_TIMEOUT`` budget (:func:`engine.model.hub.hub_timeout_s`), as the app.
 
     Raises:
         InvalidRepoIdError, RepoNotFoundError, GatedRepoError, ConfigError: as :func:`engine.model.hub.fetch_config`.
         HubUnavailableError: the Hub is unreachable and the repo is not bundled.
     """
+    from engine.model import hub  # here: a local file or the catalog never imports the Hub client
+
     try:
         config = hub.fetch_config(repo_id, revision=revision, token=token, timeout_s=timeout_s)
     except HubUnavailableError as exc:

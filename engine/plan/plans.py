@@ -31,6 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from engine.model.architecture import Architecture
 from engine.model.build import architecture_or_approximation
 from engine.plan.cost import CHEAPEST_LISTED, Dataset, estimate_plan, resolve_price_source
+from engine.plan.csv_checks import header_problem, shown_cell
+from engine.secrets import looks_like_token
 from engine.plan.plan_gpu import find_plan_gpu, plan_gpu_note
 from engine.plan.verdict import Verdict
 from engine.csv_cells import neutralize, restore
@@ -99,6 +101,8 @@ class Plan(Scenario):
         # A line break in a text cell would split the CSV row in spreadsheets (and CR is a formula trigger).
         if isinstance(value, str) and ("\r" in value or "\n" in value):
             raise ValueError("must be one line (no line breaks)")
+        if looks_like_token(value):  # a token pasted into a plan would be exported in every CSV of it
+            raise ValueError("looks like a Hugging Face token, which a plan never holds; paste tokens into the token box")
         return value
 
     @model_validator(mode="after")
@@ -312,8 +316,6 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
 ``method`` and ``seq_len`` would come back as full fine-tuning at 2,048 tokens), so the file is refused."""
 DATASET_COLUMNS: tuple[str, ...] = ("dataset_total_tokens", "dataset_examples")
 """At least one of these (a dataset size) must be a column."""
-
-
 def _default_text(name: str) -> str:
     if name == "precision":
         return "the method's usual precision (" + ", ".join(f"{m.value} {p.value}" for m, p in DEFAULT_PRECISION.items()) + ")"
@@ -361,11 +363,12 @@ def plans_from_csv(
     """Read plans from CSV bytes: each row is validated as a :class:`Plan` and recomputed by :func:`evaluate_plan`.
 
     ``resolve_config(repo_id, revision)`` gives the config of a model (default: the bundled catalog). Output columns
-    of the file are ignored (recomputed); unknown columns too. Text cells neutralised against formula injection on
+    of the file are ignored (recomputed); an unknown column too, with a warning naming it. Text cells neutralised against formula injection on
     export (:mod:`engine.csv_cells`) are restored. The file is refused, with one reason (row 0), when it is empty,
-    not UTF-8 text, not CSV, or lacks a :data:`REQUIRED_COLUMNS` column or any dataset size column; an optional
+    not UTF-8 text, not CSV, has a column twice, has column names but no row or more than :data:`~engine.plan.csv_checks.MAX_PLAN_ROWS` rows,
+    or lacks a :data:`REQUIRED_COLUMNS` column or any dataset size column; an optional
     input column that is missing gives one warning naming the default every plan then uses. A row with the wrong
-    number of cells, or that does not validate or evaluate, is listed in ``errors`` with why. A row whose GPU is a
+    number of cells, a NUL character, or that does not validate or evaluate, is listed in ``errors`` with why. A row whose GPU is a
     family name ("A100") loads on the catalog's GPU for it, under that GPU's name, with a warning saying so
     (:mod:`engine.plan.plan_gpu`).
     """
@@ -382,6 +385,9 @@ def plans_from_csv(
     if 0 in bad or (len(rows) > 1 and bad >= set(rows)):
         return _file_error("the file is not UTF-8 text: save it as UTF-8 CSV (spreadsheets: 'CSV UTF-8')")
     header = [h.strip() for h in records[0]]
+    refused = header_problem(header, len(rows))
+    if refused:
+        return _file_error(refused)
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if not any(c in header for c in DATASET_COLUMNS):
         missing.append("dataset_total_tokens (or dataset_examples and dataset_avg_tokens)")
@@ -391,6 +397,8 @@ def plans_from_csv(
     optional = [c for c in INPUT_COLUMNS if c not in header and c not in REQUIRED_COLUMNS and c not in DATASET_COLUMNS
                 and c != "dataset_avg_tokens"]
     warnings = tuple(f"column {c!r} is missing: every plan uses its default, {_default_text(c)}" for c in optional)
+    warnings += tuple(f"column {shown_cell(c)} is not a plans-CSV column: ignored" for c in header
+                      if c and c not in CSV_COLUMNS)
     loaded: list[tuple[Plan, PlanResult]] = []
     errors: list[RowError] = []
     stamp: tuple[str | None, str | None] = (None, None)
@@ -403,6 +411,10 @@ def plans_from_csv(
             continue
         if len(cells) != len(header):
             errors.append(RowError(row=number, reason=f"{len(cells)} cells for {len(header)} columns"))
+            continue
+        if any("\x00" in c for c in cells):
+            errors.append(RowError(row=number, reason="holds a NUL character (byte 0), which no plan's text has; "
+                                                      "remove it or re-export the plan"))
             continue
         values = dict(zip(header, cells))
         try:

@@ -28,7 +28,7 @@ from engine.scenario.training import Attention, Method, Scenario
 from engine.model.sources import config_from_catalog
 from hubstub import StubRepo
 from reference import param_counts, reference_config, require_reference
-from apptest_support import hub, no_exception, rendered_text, warnings_shown
+from apptest_support import hub, no_exception, rendered_text, shown, warnings_shown
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "streamlit_app.py")
@@ -68,7 +68,7 @@ def peak_bytes(at: AppTest) -> int:
 
 
 def errors(at: AppTest) -> list[str]:
-    return [e.value for e in at.error]
+    return [shown(e.value) for e in at.error]  # as read: ui.formats.md_plain's escapes removed
 
 
 def sidebar_captions(at: AppTest) -> list[str]:
@@ -115,7 +115,7 @@ def test_changing_the_catalog_model_changes_parameters_and_peak(app):
     assert f"{QWEN_05B_PARAMS:,} unique parameters" in m["Parameters"][1]  # param_counts.json: 494,032,768
     assert peak_bytes(app) == engine_peak(QWEN_05B)
     assert peak_bytes(app) < before  # a 0.5B model needs far less than an 8B one
-    assert "Qwen2.5 0.5B" in " ".join(c.value for c in app.caption)
+    assert "Qwen2.5 0.5B" in " ".join(shown(c.value) for c in app.caption)
 
 
 @pytest.mark.parametrize("method", [Method.LORA, Method.QLORA])

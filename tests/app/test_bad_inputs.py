@@ -47,7 +47,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from apptest_support import hub, no_exception, warnings_shown
+from apptest_support import hub, no_exception, shown, warnings_shown
 from engine.model.build import architecture_from_config
 from engine.errors import (
     CatalogError,
@@ -236,7 +236,8 @@ def test_engine_671b_moe_computes_fast():
 
 
 def errors(at: AppTest) -> list[str]:
-    return [e.value for e in at.error]
+    """Every st.error as the user reads it (ui.formats.md_plain's escapes removed)."""
+    return [shown(e.value) for e in at.error]
 
 
 def warnings(at: AppTest) -> list[str]:
@@ -471,7 +472,7 @@ def test_app_model_page_does_not_wait_for_a_hung_checkpoint_read(new_app, hub_st
     elapsed = time.monotonic() - start
     no_exception(at)
     assert elapsed < 2.5, elapsed  # not the stub's 3 s (nor huggingface_hub's 10 s)
-    infos = [i.value for i in at.info]
+    infos = [shown(i.value) for i in at.info]
     assert any("No checkpoint count for acme/slow-weights: the Hub did not answer within 0.5 s; try again later" in i
                for i in infos), infos
     assert next(m.value for m in at.metric if m.label == "Parameters") == "1.24B"  # the page itself is complete

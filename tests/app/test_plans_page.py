@@ -66,7 +66,7 @@ def test_plan_names_are_shown_as_typed_and_long_ones_do_not_run_into_the_legend(
     page.text_input(key="plan_name").input(name).run()
     page.button(key="plan_save").click().run()
     no_exception(page)
-    assert [s.value for s in page.success] == [r"Saved plan '\<b\>bold\</b\> & \*\*not bold\*\* — a plan name far "
+    assert [s.value for s in page.success] == [r"Saved plan '\<b\>bold\</b\> \& \*\*not bold\*\* — a plan name far "
                                                r"longer than any axis label should be'."]
     for chart in page.get("plotly_chart"):
         fig = json.loads(chart.proto.spec)

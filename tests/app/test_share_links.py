@@ -153,7 +153,8 @@ def test_a_links_unknown_key_and_lora_targets_are_shown_as_typed_not_as_markdown
     at.run()
     no_exception(at)
     raw = " ".join(w.value for w in at.warning)
-    assert "\\[docs\\]\\(https://evil\\.example\\)" in raw and "](https://evil" not in raw
+    # escaped, and the auto-link broken by a zero-width space after "https:" (ui.formats.md_plain)
+    assert "\\[docs\\]\\(https:\u200b//evil\\.example\\)" in raw and "](https://evil" not in raw
     assert "\\*\\*bold\\*\\*" in raw
     assert any("[docs](https://evil.example): not a setting of this app" in w for w in warnings_shown(at))
 

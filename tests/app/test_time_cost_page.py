@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 from engine.validation.throughput import compare_measurements
 from engine.scenario.training import Method
 from engine.memory.parallel import Offload
-from apptest_support import charts, metric, no_exception
+from apptest_support import charts, metric, no_exception, shown
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "streamlit_app.py")
@@ -137,7 +137,7 @@ def test_truncated_examples_are_said_and_one_token_figure_is_used_everywhere(pag
     at.number_input(key="seq_len").set_value(512).run()
     at.number_input(key="tc_avg_tokens").set_value(4000.0).run()
     no_exception(at)
-    assert any("34.88M (87%) are never trained on" in w.value for w in at.warning), [w.value for w in at.warning]
+    assert any("34.88M (87%) are never trained on" in shown(w.value) for w in at.warning), [w.value for w in at.warning]
     epochs = 3  # the page's default
     assert metric(at, "Tokens to process") == f"{5.12 * epochs:.2f}M"
     time_fig, cost_fig = charts(at)[2:4]  # after "where the time goes" and the shape curves
@@ -156,7 +156,7 @@ def test_no_price_says_why_instead_of_empty_axes(page):
     names = [c.proto.id for c in at.get("plotly_chart")]
     assert any(n.endswith("tc_time_dataset_chart") for n in names)
     assert not any(n.endswith("tc_cost_dataset_chart") or n.endswith("tc_plans_chart") for n in names)
-    infos = [i.value for i in at.info]
+    infos = [shown(i.value) for i in at.info]
     assert any(i.startswith("No cost curve to draw: 'Lambda on-demand' has no spot price for any plan that fits")
                for i in infos), infos
     assert any(i.startswith("No plan to place on the time-cost chart") for i in infos), infos

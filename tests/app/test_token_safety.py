@@ -19,7 +19,7 @@ import streamlit.testing.v1.app_test as app_test_module
 from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from streamlit.testing.v1 import AppTest
 
-from apptest_support import hub, no_exception, rendered_text as sent_to_browser
+from apptest_support import hub, no_exception, rendered_text as sent_to_browser, shown
 from engine.model.sources import config_from_catalog
 from hubstub import StubRepo
 
@@ -162,7 +162,7 @@ def test_gated_config_read_with_a_token_is_not_served_to_another_session(new_app
     assert [r.token_accepted for r in hub_stub.requests_for(GATED)] == [False, True]  # shared no-token try, then token
 
     second = hub(new_app().run(), GATED)  # no token in this session
-    errs = second.error.values
+    errs = [shown(e) for e in second.error.values]  # as read: ui.formats.md_plain's escapes removed
     assert len(errs) == 1 and f"'{GATED}' is gated" in errs[0] and "paste a token" in errs[0]
     assert [m.label for m in second.metric] == []
     assert not hub_stub.requests_for(GATED)[-1].has_authorization  # asked the Hub itself, without a token

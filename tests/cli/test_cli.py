@@ -176,8 +176,8 @@ def bad_files(tmp_path):
         ("missing_file", ["params", "--config", "{tmp}/missing.json"], "missing.json"),
         ("non_json", ["params", "--config", "{tmp}/not_json.json"], "not valid JSON"),
         ("unsupported_model_type", ["params", "--config", "{tmp}/bogus.json"], "bogus"),
-        ("micro_batch_0", ["estimate", "--config", "{llama}", "--micro-batch-size", "0"], "micro_batch_size"),
-        ("seq_len_too_long", ["estimate", "--config", "{llama}", "--seq-len", "10000000"], "seq_len"),
+        ("micro_batch_0", ["estimate", "--config", "{llama}", "--micro-batch-size", "0"], "--micro-batch-size: Input should be greater than or equal to 1 (got 0)"),
+        ("seq_len_too_long", ["estimate", "--config", "{llama}", "--seq-len", "10000000"], "--seq-len: Input should be less than or equal to"),
         ("unknown_lora_target", ["estimate", "--config", "{llama}", "--method", "lora", "--lora-targets", "foo_proj"],
          "foo_proj"),
         ("flash_in_fp32", ["estimate", "--config", "{llama}", "--attention", "flash_attention_2",
@@ -191,7 +191,7 @@ def bad_files(tmp_path):
          "openai-community/gpt2"),
         # No catalog name is like "nonexistent": the whole catalog is listed, not an unrelated guess.
         ("gpu_unlike_any", ["estimate", "--config", "{llama}", "--gpu", "nonexistent"],
-         "unknown GPU 'nonexistent': no catalog GPU has a similar name; the catalog has NVIDIA T4,"),
+         "unknown GPU 'nonexistent': no catalog GPU has a similar name (nearest in spelling: "),
         ("gpu_misspelt", ["estimate", "--config", "{llama}", "--gpu", "H300"], "closest: NVIDIA H200, NVIDIA H100 80GB"),
         # A name of several GPUs that is no GPU's alias has no default in the catalog: refused with them ("A100" is
         # the A100 80GB's alias and reads as it with a warning: tests/cli/test_cli_gpu_names.py).
@@ -323,9 +323,14 @@ def test_unsupported_model_type_falls_back_to_an_approximation(tmp_path):
 
 def test_a_plan_that_does_not_fit_says_so_at_the_top_level():
     # Llama-3.1-8B full fine-tuning in mixed bf16 peaks near 122 GiB: not on one A100 80GB, never with DDP.
-    out = ok_json(run_cli("estimate", "--offline", "--model", LLAMA_8B, "--gpu", "a100 80gb",
+    out = ok_json(run_cli("estimate", "--offline", "--model", LLAMA_8B, "--gpu", "a100 80gb", "--strategy", "ddp",
                           "--examples", "10000", "--avg-tokens", "512"))
     assert out["fits"] is False and out["min_gpus"] is None
     assert any("does not fit" in w and "try --strategy zero3" in w for w in out["warnings"])
+    # The default strategy is the app's, ZeRO-3 (engine.plan.strategy): its fewest GPUs is a count.
+    out = ok_json(run_cli("estimate", "--offline", "--model", LLAMA_8B, "--gpu", "a100 80gb",
+                          "--examples", "10000", "--avg-tokens", "512"))
+    assert out["fits"] is False and out["min_gpus"] and out["min_gpus_strategy"] == "zero3"
+    assert any(f"the fewest that fit with zero3 is {out['min_gpus']}" in w for w in out["warnings"])
     bad = run_cli("estimate", "--offline", "--model", LLAMA_8B, "--gpu", "a100 80gb", "--num-gpus", "0")
     assert "at least 1" in assert_one_line_error(bad)

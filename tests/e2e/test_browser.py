@@ -49,18 +49,33 @@ PAGES = {
     "Methodology": ("methodology", "Methodology", 2),
 }
 HARDWARE_PAGES = ("Memory", "GPU fit", "Time & cost", "Plans")  # the pages that compute for the sidebar's GPUs
-# Console errors that are not the app's: the page's icon fetched from Google's font server, which this offline
-# machine cannot reach, and the health probes Streamlit's frontend sends under a deep link's path (/fit/_stcore/...)
-# while it finds the app's base URL, before it uses the root.
-_OFFLINE_ICON = re.compile(r"^https://fonts\.gstatic\.com/")
+# Console errors that are not the app's: the health probes Streamlit's frontend sends under a deep link's path
+# (/fit/_stcore/...) while it finds the app's base URL, before it uses the root. (The page icons are emoji, so no
+# favicon is fetched from fonts.gstatic.com: every request stays on the server, _requests_elsewhere.)
 _BASE_URL_PROBE = re.compile(r"^http://127\.0\.0\.1:\d+/[a-z_]+/_stcore/(health|host-config)$")
 pytestmark = pytest.mark.e2e
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port on 127.0.0.1: any, or one of ``E2E_PORT_RANGE`` ("19200-19299") when a shared machine assigns
+    ranges."""
+    span = os.environ.get("E2E_PORT_RANGE")
+    candidates = range(int(span.split("-")[0]), int(span.split("-")[1]) + 1) if span else [0]
+    for port in candidates:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise RuntimeError(f"no free port in E2E_PORT_RANGE={span}")
+
+
+def _requests_elsewhere(page, url: str) -> list[str]:
+    """Every request the page makes from now on to anything but the server (data: and blob: URLs are local)."""
+    seen: list[str] = []
+    page.on("request", lambda r: seen.append(r.url) if not r.url.startswith((url, "data:", "blob:")) else None)
+    return seen
 
 
 def _healthy(url: str, proc: subprocess.Popen, stderr: Path) -> None:
@@ -135,7 +150,7 @@ def _console_errors(page) -> list[str]:
 
     def on_console(msg) -> None:
         where = (msg.location or {}).get("url", "")
-        if msg.type == "error" and not (_OFFLINE_ICON.match(where) or _BASE_URL_PROBE.match(where)):
+        if msg.type == "error" and not _BASE_URL_PROBE.match(where):
             errors.append(f"{msg.text} ({where})")
 
     page.on("console", on_console)
@@ -166,8 +181,10 @@ def test_each_deep_link_opens_its_page_first_on_a_fresh_server(chromium, tmp_pat
                     page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
                     page.set_default_timeout(60_000)
                     errors = _console_errors(page)
+                    elsewhere = _requests_elsewhere(page, url)
                     page.goto(f"{url}/{path}?gpu=H100%20SXM", wait_until="domcontentloaded")
-                    expect(page.locator("h1", has_text=title)).to_be_visible()
+                    # a fresh server's first request is rerouted through st.navigation: slow on a loaded machine
+                    expect(page.locator("h1", has_text=title)).to_be_visible(timeout=60_000)
                     _wait_idle(page)
                     assert page.url.split("?")[0] == f"{url}/{path}", label
                     assert _app_navigation(page) == list(PAGES), (label, _app_navigation(page))
@@ -181,6 +198,7 @@ def test_each_deep_link_opens_its_page_first_on_a_fresh_server(chromium, tmp_pat
                         gpu = page.locator('[data-testid="stSidebar"]').get_by_role("combobox", name="GPU", exact=True)
                         expect(gpu).to_have_value("NVIDIA H100 80GB")
                     assert errors == [], (label, errors)
+                    assert elsewhere == [], (label, elsewhere)  # offline: no favicon or font from the internet
                     page.context.close()
                 finally:
                     _stop(proc, files)
@@ -212,6 +230,8 @@ def expected_fit_peak() -> int:
 def test_every_page_in_a_real_browser(chromium, server, tmp_path):
     from playwright.sync_api import expect, sync_playwright
 
+    expect.set_options(timeout=30_000)  # 5 s by default: a page switch on 2 shared CPUs can take longer
+
     started = time.monotonic()
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, headless=True, args=BROWSER_ARGS)
@@ -220,8 +240,9 @@ def test_every_page_in_a_real_browser(chromium, server, tmp_path):
             page = context.new_page()
             page.set_default_timeout(45_000)
             console_errors = _console_errors(page)
+            elsewhere = _requests_elsewhere(page, server["url"])
             page.goto(server["url"], wait_until="domcontentloaded")
-            expect(page.locator("h1", has_text="GPU memory of a fine-tuning step")).to_be_visible()
+            expect(page.locator("h1", has_text="GPU memory of a fine-tuning step")).to_be_visible(timeout=60_000)
             _wait_idle(page)
 
             # A widget change changes a displayed number: micro batch 1 -> 8 raises the peak memory.
@@ -338,6 +359,7 @@ def test_every_page_in_a_real_browser(chromium, server, tmp_path):
             _wait_idle(page)
             assert page.locator('[data-testid="stException"]').count() == 0
             assert console_errors == [], console_errors
+            assert elsewhere == [], elsewhere  # every page, every icon and font from the server itself
         finally:
             browser.close()
     assert any(r.token_accepted for r in server["stub"].requests_for(GATED))  # the token really was used
@@ -400,3 +422,53 @@ def test_scale_out_state_search_and_use_this_layout(chromium, server):
             assert console_errors == [], console_errors
         finally:
             browser.close()
+
+
+PHISHING = "[Sign in again](http://example.invalid/x)"  # issue 25 item 1: a shared link's repo id as Markdown
+ESCAPED_PAYLOADS = {  # what ui.formats.md_plain must show as typed, in Streamlit's real renderer
+    "bare URL": "see http://example.invalid/login now",
+    "www": "www.example.invalid/y",
+    "e-mail": "admin@example.invalid",
+    "image": "![x](http://example.invalid/i.png)",
+    "html": "<a href='http://example.invalid/h'>x</a>",
+}
+
+
+def _alerts(page) -> list:
+    return page.locator('[data-testid="stAlertContentError"], [data-testid="stAlertContentWarning"]').all()
+
+
+def test_a_phishing_link_shows_no_live_link(chromium, tmp_path):
+    # /memory?hub=[Sign in again](http://example.invalid/x): the app's own red box quotes the repo id as typed, with
+    # no anchor to example.invalid anywhere on the page and no escaping backslash to see; other payloads (bare URL,
+    # www., e-mail, image, HTML) in the link's repo id are shown as typed too.
+    from urllib.parse import quote
+
+    from playwright.sync_api import expect, sync_playwright
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HOME": str(tmp_path / "hf")}
+    env.pop("HF_TOKEN", None)
+    proc, url, files = _start(tmp_path, env)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, headless=True, args=BROWSER_ARGS)
+            try:
+                for name, payload in {"phishing": PHISHING, **ESCAPED_PAYLOADS}.items():
+                    page = browser.new_context().new_page()
+                    page.set_default_timeout(45_000)
+                    elsewhere = _requests_elsewhere(page, url)
+                    page.goto(f"{url}/memory?hub={quote(payload)}", wait_until="domcontentloaded")
+                    expect(page.locator("h1", has_text="GPU memory of a fine-tuning step")).to_be_visible(timeout=60_000)
+                    _wait_idle(page)
+                    expect(page.locator('[data-testid="stAlertContentError"]').first).to_be_visible(timeout=30_000)
+                    assert page.locator('a[href*="example.invalid"]').count() == 0, name
+                    assert page.locator('img[src*="example.invalid"]').count() == 0, name
+                    texts = [a.inner_text().replace("\u200b", "") for a in _alerts(page)]
+                    assert any(payload in t for t in texts), (name, texts)  # as typed
+                    assert not any("\\" in t for t in texts), (name, texts)  # no backslash shown
+                    assert elsewhere == [], (name, elsewhere)  # the image was not fetched either
+                    page.context.close()
+            finally:
+                browser.close()
+    finally:
+        _stop(proc, files)
