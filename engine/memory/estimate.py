@@ -50,7 +50,8 @@ NOT_MODELLED = (
     "offload; tensor/pipeline/context/expert parallelism is engine.scaleout's per-rank estimate (the Scale out page); "
     "NVMe offload is not modelled",
     "transformers 5 fused MoE expert tensors (experts are counted as separate linear modules, as in 4.x)",
-    "Gemma 2 attention soft-capping under SDPA (transformers may force eager attention)",
+    "the explicit causal mask Falcon materialises (batch x seq x seq, 1 B, shared by its layers) and the math "
+    "kernel's backward transients (two seq x seq gradients of one layer)",
     "optimizer 'step' scalars and bitsandbytes quantization maps (a few KB per tensor)",
 )
 

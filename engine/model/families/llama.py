@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from engine.model.architecture import Architecture, LinearLayer, TensorGroup
+from engine.model.architecture import Architecture, LinearLayer, SdpaMask, TensorGroup
 from engine.model.config_fields import read_flag, read_probability, read_size
 from engine.model.families.common import (
     Dims,
@@ -48,6 +48,7 @@ class Family:
     mlp: Literal["gated", "plain"] = "gated"
     parallel: bool = False
     act_default: str = "silu"
+    sdpa_mask: SdpaMask = "when_needed"  # Gemma 2: no SDPA path (Gemma2PreTrainedModel._supports_sdpa = False)
 
 
 # Defaults are those of each transformers config class (e.g. LlamaConfig.tie_word_embeddings=False,
@@ -60,7 +61,8 @@ FAMILIES: dict[str, Family] = {
     "qwen2": Family(tie_default=False, qkv_bias=True, o_bias=False),
     "qwen3": Family(tie_default=False, qk_norm="head"),
     "gemma": Family(tie_default=True, norm="gemma_rmsnorm", act_default="gelu_pytorch_tanh"),
-    "gemma2": Family(tie_default=True, norm="gemma_rmsnorm", norms_per_layer=4, act_default="gelu_pytorch_tanh"),
+    "gemma2": Family(tie_default=True, norm="gemma_rmsnorm", norms_per_layer=4, act_default="gelu_pytorch_tanh",
+                     sdpa_mask="none"),
     "gemma3_text": Family(tie_default=True, norm="gemma_rmsnorm", norms_per_layer=4, qk_norm="head",
                           act_default="gelu_pytorch_tanh"),
     "phi3": Family(tie_default=False, qkv_bias=False, o_bias=False, fused=True),
@@ -161,6 +163,7 @@ def common_fields(config: dict[str, Any], fam: Family, model_type: str) -> dict[
         parallel_attention=fam.parallel,
         attention_dropout=read_probability(config, "attention_dropout"),
         qk_norm=bool(fam.qk_norm),
+        sdpa_mask=fam.sdpa_mask,
         # Gemma2Config defaults final_logit_softcapping to 30.0 (tanh over the logits, saved for backward).
         final_logit_softcapping=config.get("final_logit_softcapping", 30.0 if model_type == "gemma2" else None),
     )
