@@ -167,6 +167,8 @@ class BlockActivations(BaseModel):
     resid: float
     kernel: str
     per_layer: float = 0.0
+    masked_kernel: str | None = None
+    masked_layers: int = 0
 
 
 def block_activations(arch: Architecture, sc: Scenario, spec: PrecisionSpec, gpu: Gpu | None = None) -> BlockActivations:
@@ -210,7 +212,8 @@ def block_activations(arch: Architecture, sc: Scenario, spec: PrecisionSpec, gpu
     head = norm + (_linear_inputs(1, resid, c, casts) * h if head_trains else 0.0)
     return BlockActivations(norms=2 * norm + extra_norms + dropout_masks, linear_inputs=attn_in + mlp_in,
                             inner=qk_norm + core + mlp + adapters, scores=scores, per_token=per_token, head=head,
-                            resid=resid, kernel=kernel,
+                            resid=resid, kernel=kernel, masked_kernel=choice.masked_kernel,
+                            masked_layers=choice.masked_layers,
                             per_layer=saved_per_layer(arch, sc, c, spec.autocast, spec.weight_bytes))
 
 
@@ -248,8 +251,11 @@ def activations_components(arch: Architecture, sc: Scenario, spec: PrecisionSpec
     else:
         total = arch.num_layers * layer + head
         formula = f"{arch.num_layers} layers x {per_token / h:.1f} B x seq x batch x hidden + final norm/LM head input"
-    if kernel in ("eager", "math"):
-        formula += f"; includes s x s attention probabilities ({kernel} kernel)"
+    formula += f"; attention kernel: {kernel.replace('_', '-')}"
+    if b.masked_kernel and b.masked_kernel != kernel:
+        formula += f" ({b.masked_kernel.replace('_', '-')} on {b.masked_layers} masked layers)"
+    if kernel in ("eager", "math") or b.masked_kernel in ("eager", "math"):
+        formula += "; includes s x s attention probabilities"
     comp = MemoryComponent(
         key="activations",
         label="Activations",
