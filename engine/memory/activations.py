@@ -217,6 +217,23 @@ def block_activations(arch: Architecture, sc: Scenario, spec: PrecisionSpec, gpu
                             per_layer=saved_per_layer(arch, sc, c, spec.autocast, spec.weight_bytes))
 
 
+def scores_backward_bytes(arch: Architecture, sc: Scenario, a: int, b: BlockActivations) -> float:
+    """Bytes the backward of one block's eager or math attention holds beyond the probabilities it saved, per
+    batch x heads x seq x seq: the probabilities' gradient and the softmax's input gradient are alive beside the saved
+    probabilities (``MmBackward`` -> ``ToCopyBackward`` -> ``SoftmaxBackward``). Eager with an fp32 softmax cast to
+    16 bits (Llama and most families): +4 B (the fp32 gradient and the 16-bit input gradient, the 16-bit probabilities
+    already freed); fp32 throughout: +8 B; math (probabilities in the compute dtype, ``_safe_softmax``): +2 x bytes.
+    0 for flash and memory-efficient (their backward workspace is per block row, not s x s)."""
+    def per_score(kernel: str | None) -> float:
+        if kernel == "eager" and b.scores / arch.num_attention_heads > a:  # an fp32 softmax kept beside its cast
+            return 4.0
+        if kernel in ("eager", "math"):
+            return 2.0 * a
+        return 0.0
+    extra = max(per_score(b.kernel), per_score(b.masked_kernel))
+    return extra * sc.micro_batch_size * arch.num_attention_heads * sc.seq_len * sc.seq_len
+
+
 def activations_components(arch: Architecture, sc: Scenario, spec: PrecisionSpec, block_copies: float = 0.0,
                            gpu: Gpu | None = None) -> tuple[MemoryComponent, MemoryComponent | None, str]:
     """Saved activations (alive from the forward to the start of backward) and, with gradient checkpointing,
@@ -239,14 +256,17 @@ def activations_components(arch: Architecture, sc: Scenario, spec: PrecisionSpec
         if offloaded:  # Unsloth-style: the block inputs wait in CPU RAM; one comes back for its recompute
             total -= offloaded
             formula = f"final norm/LM head input; {arch.num_layers} checkpointed block inputs offloaded to CPU RAM"
+        scores_grad = scores_backward_bytes(arch, sc, attention_input_bytes(arch, sc, spec), b)
         recompute = MemoryComponent(
             key="recomputed_layer",
             label="Recomputed block",
-            bytes=layer + block_copies + (resid * h * tokens if offloaded else 0.0),
+            bytes=layer + block_copies + (resid * h * tokens if offloaded else 0.0) + scores_grad,
             phases=("recompute",),
             formula=f"one block's saved tensors again ({per_token / h:.1f} B x seq x batch x hidden)"
-            + (" + its 16-bit weight copies" if block_copies else ""),
-            source="torch.utils.checkpoint (recompute in backward); saved tensors as without checkpointing",
+            + (" + its 16-bit weight copies" if block_copies else "")
+            + (" + its s x s attention gradients in backward" if scores_grad else ""),
+            source="torch.utils.checkpoint (recompute in backward); saved tensors as without checkpointing; "
+                   "softmax / matmul backward of eager and math attention",
         )
     else:
         total = arch.num_layers * layer + head
