@@ -109,12 +109,12 @@ def scenario_sidebar(arch: Architecture) -> Scenario | None:
         )
         loss_choice = st.selectbox(
             "Loss implementation", [None, *(x for x in LossImplementation if x is not LossImplementation.LIGER)],
-            format_func=lambda x: "The framework's own" if x is None else LOSS_LABELS[x], key="loss_implementation",
+            format_func=lambda x: "The framework's own" if x is None else LOSS_LABELS[LossImplementation(x)], key="loss_implementation",
             disabled=fused_ce, help="The cross-entropy code over the vocabulary (engine.memory.loss_paths): what it keeps "
             "per token and vocabulary entry. The Liger switch above is the fused linear cross-entropy.",
         )
         transformers_version = st.selectbox(
-            "transformers version", list(TransformersVersion), format_func=TRANSFORMERS_VERSION_LABELS.get,
+            "transformers version", list(TransformersVersion), format_func=lambda v: TRANSFORMERS_VERSION_LABELS[TransformersVersion(v)],
             key="transformers_version", disabled=fused_ce or loss_choice not in (None, LossImplementation.HF),
             help="Releases whose loss path holds different tensors: up to 4.49 a shifted copy of the fp32 logits "
             "(micro batch > 1), up to 4.45 the upcast in the model's forward.",
