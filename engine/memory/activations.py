@@ -70,12 +70,12 @@ def _attention_saved(arch: Architecture, sc: Scenario, c: int, choice: Attention
     (sliding-window layers under a mask beside full-attention layers)."""
     core = _attention_core(arch, sc, c, choice.kernel, frozen, choice.kv_repeated)
     scores = _attention_scores(arch, sc, c, choice.kernel, autocast)
-    if not choice.masked_layers or choice.masked_kernel is None:
+    if not choice.other_layers or choice.other_kernel is None:
         return core, scores
-    share = choice.masked_layers / arch.num_layers
-    masked_core = _attention_core(arch, sc, c, choice.masked_kernel, frozen, choice.masked_kv_repeated)
-    masked_scores = _attention_scores(arch, sc, c, choice.masked_kernel, autocast)
-    return (1 - share) * core + share * masked_core, (1 - share) * scores + share * masked_scores
+    share = choice.other_layers / arch.num_layers
+    other_core = _attention_core(arch, sc, c, choice.other_kernel, frozen, choice.other_kv_repeated)
+    other_scores = _attention_scores(arch, sc, c, choice.other_kernel, autocast)
+    return (1 - share) * core + share * other_core, (1 - share) * scores + share * other_scores
 
 
 def _attention_scores(arch: Architecture, sc: Scenario, c: int, kernel: str, autocast: bool = False) -> float:
@@ -167,8 +167,8 @@ class BlockActivations(BaseModel):
     resid: float
     kernel: str
     per_layer: float = 0.0
-    masked_kernel: str | None = None
-    masked_layers: int = 0
+    other_kernel: str | None = None
+    other_layers: int = 0
 
 
 def block_activations(arch: Architecture, sc: Scenario, spec: PrecisionSpec, gpu: Gpu | None = None) -> BlockActivations:
@@ -212,8 +212,8 @@ def block_activations(arch: Architecture, sc: Scenario, spec: PrecisionSpec, gpu
     head = norm + (_linear_inputs(1, resid, c, casts) * h if head_trains else 0.0)
     return BlockActivations(norms=2 * norm + extra_norms + dropout_masks, linear_inputs=attn_in + mlp_in,
                             inner=qk_norm + core + mlp + adapters, scores=scores, per_token=per_token, head=head,
-                            resid=resid, kernel=kernel, masked_kernel=choice.masked_kernel,
-                            masked_layers=choice.masked_layers,
+                            resid=resid, kernel=kernel, other_kernel=choice.other_kernel,
+                            other_layers=choice.other_layers,
                             per_layer=saved_per_layer(arch, sc, c, spec.autocast, spec.weight_bytes))
 
 
@@ -230,7 +230,7 @@ def scores_backward_bytes(arch: Architecture, sc: Scenario, a: int, b: BlockActi
         if kernel in ("eager", "math"):
             return 2.0 * a
         return 0.0
-    extra = max(per_score(b.kernel), per_score(b.masked_kernel))
+    extra = max(per_score(b.kernel), per_score(b.other_kernel))
     return extra * sc.micro_batch_size * arch.num_attention_heads * sc.seq_len * sc.seq_len
 
 
@@ -272,9 +272,9 @@ def activations_components(arch: Architecture, sc: Scenario, spec: PrecisionSpec
         total = arch.num_layers * layer + head
         formula = f"{arch.num_layers} layers x {per_token / h:.1f} B x seq x batch x hidden + final norm/LM head input"
     formula += f"; attention kernel: {kernel.replace('_', '-')}"
-    if b.masked_kernel and b.masked_kernel != kernel:
-        formula += f" ({b.masked_kernel.replace('_', '-')} on {b.masked_layers} masked layers)"
-    if kernel in ("eager", "math") or b.masked_kernel in ("eager", "math"):
+    if b.other_kernel and b.other_kernel != kernel:
+        formula += f" ({b.other_kernel.replace('_', '-')} on {b.other_layers} layers)"
+    if kernel in ("eager", "math") or b.other_kernel in ("eager", "math"):
         formula += "; includes s x s attention probabilities"
     comp = MemoryComponent(
         key="activations",

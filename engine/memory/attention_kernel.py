@@ -46,17 +46,18 @@ FLASH_TRAIN_MAX_HEAD_DIM_SM86_89 = 192
 class AttentionChoice(NamedTuple):
     """The attention kernel a run executes and why.
 
-    ``kernel``: ``flash``, ``memory_efficient``, ``math`` or ``eager`` (of most layers); ``kv_repeated``: the kernel
-    keeps key/value at the query's width (repeated or expanded to every head); ``masked_layers``: layers whose SDPA
-    call gets an explicit mask, which run ``masked_kernel`` (with ``masked_kv_repeated``) when that differs.
+    ``kernel``: ``flash``, ``memory_efficient``, ``math`` or ``eager``, the kernel of most layers; ``kv_repeated``: it
+    keeps key/value at the query's width (repeated or expanded to every head). Where the layers run two kernels (the
+    sliding-window layers under a mask beside full-attention layers), ``other_layers`` run ``other_kernel`` (with
+    ``other_kv_repeated``).
     """
 
     kernel: str
     reason: str
     kv_repeated: bool = False
-    masked_layers: int = 0
-    masked_kernel: str | None = None
-    masked_kv_repeated: bool = False
+    other_layers: int = 0
+    other_kernel: str | None = None
+    other_kv_repeated: bool = False
 
 
 def _where(gpu: Gpu | None) -> tuple[float | None, str]:
@@ -79,7 +80,8 @@ def masked_layers(arch: Architecture, sc: Scenario) -> tuple[int, str]:
         return arch.num_layers, "prefix tuning's key/value prefix makes keys longer than queries (a mask is built)"
     sliding = _sliding_layers(arch)
     if sliding and arch.sliding_window and sc.seq_len >= arch.sliding_window:
-        return sliding, f"{sliding} sliding-window layers get a mask (sequence {sc.seq_len:,} >= window {arch.sliding_window:,})"
+        return sliding, (f"the {sliding} sliding-window layers, which need a mask (sequence {sc.seq_len:,} >= window "
+                         f"{arch.sliding_window:,})")
     return 0, ""
 
 
@@ -157,11 +159,14 @@ def attention_choice(arch: Architecture, sc: Scenario, spec: PrecisionSpec, gpu:
         return AttentionChoice(free_kernel, reason, free_rep)
     mask_kernel, mask_rep, mask_why = _sdpa_kernel(arch, a, True, cc)
     mask_text = f"{mask_kernel} ({mask_why})" if mask_why else mask_kernel
-    if masked == arch.num_layers:
+    if masked == arch.num_layers or mask_kernel == free_kernel and mask_rep == free_rep:
         return AttentionChoice(mask_kernel, f"SDPA runs {mask_text}: {why_mask}"
                                + ("; key/value repeated to every query head" if mask_rep else ""), mask_rep)
-    return AttentionChoice(free_kernel, f"SDPA runs {free_kernel} on {arch.num_layers - masked} layers and {mask_text} "
-                           f"on {why_mask}", free_rep, masked, mask_kernel, mask_rep)
+    free = arch.num_layers - masked
+    reason = f"SDPA runs {mask_text} on {why_mask}, and {free_kernel} on the other {free} layers"
+    if masked >= free:
+        return AttentionChoice(mask_kernel, reason, mask_rep, free, free_kernel, free_rep)
+    return AttentionChoice(free_kernel, reason, free_rep, masked, mask_kernel, mask_rep)
 
 
 def attention_kernel(arch: Architecture, sc: Scenario, spec: PrecisionSpec, gpu: Gpu | None = None) -> str:

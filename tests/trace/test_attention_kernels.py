@@ -134,10 +134,10 @@ def _expected_calls(arch, sc) -> dict[str, int]:
     choice = attention_choice(arch, sc, precision_spec(sc.precision))
     if choice.kernel == "eager":
         return {}
-    masked = choice.masked_layers if choice.masked_kernel else 0
-    calls = {choice.kernel: 2 * (arch.num_layers - masked)}
-    if masked:
-        calls[choice.masked_kernel] = calls.get(choice.masked_kernel, 0) + 2 * masked
+    other = choice.other_layers if choice.other_kernel else 0
+    calls = {choice.kernel: 2 * (arch.num_layers - other)}
+    if other:
+        calls[choice.other_kernel] = calls.get(choice.other_kernel, 0) + 2 * other
     return {k: v for k, v in calls.items() if v}
 
 
