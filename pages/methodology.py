@@ -99,16 +99,25 @@ st.markdown(
   momentum one buffer like the parameter.
 - **Activations.** The tensors each module of the block saves for backward, summed from the modules of this
   architecture (norms, q/k/v/o, rotary, attention kernel, gated or plain MLP, LoRA dropout copies), by precision.
-  Attention keeps the s x s probabilities with eager attention, and with PyTorch's math kernel (fp32 with grouped-query
-  attention); flash and memory-efficient kernels do not. With gradient checkpointing each block keeps only its input
-  and one block is recomputed at a time.
+  Attention keeps the s x s probabilities with eager attention, and with PyTorch's math kernel; flash and
+  memory-efficient kernels do not. The kernel is decided per call as transformers 5 and PyTorch 2.5-2.13 decide it
+  (`engine/memory/attention_kernel.py`): an explicit mask (a sliding window the sequence reaches, a prefix, Falcon's
+  and T5's masks) rules out flash and makes transformers repeat grouped key/value heads; `enable_gqa` without a mask
+  rules out memory-efficient; fp32, head_dim > 256 (> 192 for flash's backward on sm86-89) and pre-Ampere GPUs rule
+  out flash; Gemma 2 and BLOOM have no SDPA path and run eager. With gradient checkpointing each block keeps only its
+  input and one block is recomputed at a time, with eager/math attention's s x s gradients during its backward.
   With LoRA the frozen base saves much less than with full fine-tuning: autograd saves an input only when the
   gradient that needs it is required, so a frozen `nn.Linear` keeps no input and a frozen norm weight keeps no
   normalised copy; the adapters keep their own (fp32 with PEFT). bitsandbytes' 4-bit matmul (QLoRA) does save its
   input, so QLoRA keeps them.
-- **Logits and loss.** 12 bytes x batch x sequence x vocabulary, which dominates small models and LoRA with
-  128k-152k vocabularies. The *fused cross-entropy* switch (Liger Kernel, `TrainingArguments(use_liger_kernel=True)`)
-  computes the LM head and the loss in chunks: the hidden-state gradient and one chunk's logits instead.
+- **Logits and loss.** 12 bytes x batch x sequence x vocabulary with transformers' loss, which dominates small models
+  and LoRA with 128k-152k vocabularies; up to 4.49 its forward also made a shifted fp32 copy (micro batch > 1), the
+  *transformers version* setting. The *fused cross-entropy* switch (Liger Kernel,
+  `TrainingArguments(use_liger_kernel=True)`) computes the LM head and the loss in chunks: the hidden-state gradient
+  and one chunk's logits instead. The *loss implementation* setting follows other stacks' code
+  (`engine/memory/loss_paths.py`): torchtune's chunked loss (4 B, every chunk's fp32 log-softmax), Megatron-LM's
+  vocab-parallel loss (one fp32 buffer, softmax and gradient in place: 4 + 2 B), torchtitan's (as transformers'), a
+  fused in-place kernel (flash-attn, llm.c: the 16-bit logits only).
 - **Beyond tensors.** The estimate is `torch.cuda.max_memory_allocated()`. `max_memory_reserved()` adds the caching
   allocator's reserve, modelled as {ALLOCATOR_RESERVE_FRACTION:.0%} of the allocated peak (published runs: +5 to +20%);
   nvidia-smi adds the CUDA context, {CUDA_CONTEXT_BYTES / 2**20:,.0f} MiB (the transformers docs' measurement after

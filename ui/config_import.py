@@ -30,6 +30,7 @@ WIDGET_KEYS = {
     "attention": "attention", "lora_r": "lora_r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout",
     "quant_type": "quant_type", "double_quant": "double_quant", "prepare_kbit_training": "prepare_kbit",
     "fused_cross_entropy": "fused_ce", "framework": "framework",
+    "loss_implementation": "loss_implementation", "transformers_version": "transformers_version",
     # PEFT methods and tricks (ui/peft_form.py)
     "num_virtual_tokens": "num_virtual_tokens", "modules_to_save": "modules_to_save", "use_rslora": "use_rslora",
     "galore_rank": "galore_rank", "liger_kernels": "liger_kernels", "gradient_checkpointing_offload": "gc_offload",

@@ -55,6 +55,7 @@ _tune_garbage_collector()
 _KEPT_KEYS = (
     "method", "precision", "optimizer", "micro_batch_size", "seq_len", "grad_accum", "gradient_checkpointing",
     "attention", "lora_r", "lora_alpha", "lora_dropout", "quant_type", "double_quant", "prepare_kbit", "fused_ce", "framework",
+    "loss_implementation", "transformers_version",
     "model_source", "catalog_repo", "hub_repo_id", "hub_revision",
     *HARDWARE_KEYS,  # the sidebar's hardware, shared by every page (ui.hardware)
     # Time & cost inputs (ui.scenario_form.time_cost_sidebar)

@@ -19,6 +19,7 @@ from engine.plan.cost import CHEAPEST_LISTED, PLAN_GPU_COUNTS, Dataset, price_so
 from engine.errors import ScenarioError, explain_validation
 from engine.scenario.lora import ALL_LINEAR, default_targets
 from engine.scenario.optimizer import Optimizer
+from engine.scenario.loss import LOSS_LABELS, TRANSFORMERS_VERSION_LABELS, LossImplementation, TransformersVersion
 from engine.memory.inference import WEIGHT_LABELS, InferenceScenario, KvCacheDtype, WeightPrecision
 from engine.memory.parallel import Strategy
 from engine.scenario.precision import PrecisionMode, precision_spec
@@ -41,6 +42,7 @@ def _init_defaults(arch: Architecture) -> None:
         "attention": d.attention, "lora_r": d.lora_r, "lora_alpha": d.lora_alpha, "lora_dropout": d.lora_dropout,
         "quant_type": d.quant_type, "double_quant": d.double_quant, "prepare_kbit": d.prepare_kbit_training,
         "fused_ce": d.fused_cross_entropy, "framework": d.framework,
+        "loss_implementation": d.loss_implementation, "transformers_version": d.transformers_version,
         _targets_key(arch): list(default_targets(arch)),
     }
     for key, value in defaults.items():
@@ -94,6 +96,18 @@ def scenario_sidebar(arch: Architecture) -> Scenario | None:
             help="TrainingArguments(use_liger_kernel=True): the LM head and the loss run in chunks, so the "
             "batch x sequence x vocabulary logits and their fp32 gradients are never materialised.",
         )
+        loss_choice = st.selectbox(
+            "Loss implementation", [None, *(x for x in LossImplementation if x is not LossImplementation.LIGER)],
+            format_func=lambda x: "The framework's own" if x is None else LOSS_LABELS[LossImplementation(x)], key="loss_implementation",
+            disabled=fused_ce, help="The cross-entropy code over the vocabulary (engine.memory.loss_paths): what it keeps "
+            "per token and vocabulary entry. The Liger switch above is the fused linear cross-entropy.",
+        )
+        transformers_version = st.selectbox(
+            "transformers version", list(TransformersVersion), format_func=lambda v: TRANSFORMERS_VERSION_LABELS[TransformersVersion(v)],
+            key="transformers_version", disabled=fused_ce or loss_choice not in (None, LossImplementation.HF),
+            help="Releases whose loss path holds different tensors: up to 4.49 a shifted copy of the fp32 logits "
+            "(micro batch > 1), up to 4.45 the upcast in the model's forward.",
+        )
         lora: dict = {}
         if uses_targets(method):
             st.subheader("Adapter (rank, targets)")
@@ -118,7 +132,8 @@ def scenario_sidebar(arch: Architecture) -> Scenario | None:
         return Scenario.build(
             method=method, precision=precision, optimizer=optimizer, micro_batch_size=int(micro_batch),
             seq_len=int(seq_len), gradient_accumulation_steps=int(accum), gradient_checkpointing=checkpointing,
-            attention=attention, fused_cross_entropy=fused_ce, framework=framework, **lora,
+            attention=attention, fused_cross_entropy=fused_ce, framework=framework,
+            loss_implementation=None if fused_ce else loss_choice, transformers_version=transformers_version, **lora,
         )
     except ScenarioError as exc:
         st.error(f"This scenario is not valid: {md_plain(exc)}")

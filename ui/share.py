@@ -14,6 +14,7 @@ from typing import Any, Callable, NamedTuple
 import streamlit as st
 
 from engine.scenario.lora import ALL_LINEAR
+from engine.scenario.loss import LossImplementation, TransformersVersion
 from engine.scenario.optimizer import Optimizer
 from engine.memory.parallel import Offload, Strategy
 from engine.scenario.precision import PrecisionMode
@@ -74,6 +75,14 @@ def _enum(kind: type) -> Callable[[str], Any]:
         except ValueError:
             raise ValueError("must be one of " + ", ".join(m.value for m in kind)) from None
     return parse
+
+
+def _non_liger_loss(text: str) -> LossImplementation:
+    """The sidebar's loss choice (Liger's is the fused_ce switch, not an option of that box)."""
+    loss = _enum(LossImplementation)(text)
+    if loss is LossImplementation.LIGER:
+        raise ValueError("liger is the fused_ce switch (fused_ce=true)")
+    return loss
 
 
 def _choice(values: tuple[str, ...]) -> Callable[[str], str]:
@@ -144,6 +153,8 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "gradient_checkpointing": _bool, "attention": _enum(Attention), "lora_r": _limited("lora_r"),
     "lora_alpha": _limited("lora_alpha"), "lora_dropout": _limited("lora_dropout"), "quant_type": _enum(QuantType),
     "double_quant": _bool, "prepare_kbit": _bool, "fused_ce": _bool, "framework": _enum(Framework),
+    "loss_implementation": _non_liger_loss,
+    "transformers_version": _enum(TransformersVersion),
     # the sidebar's hardware (ui.hardware), shared by every page
     "gpu": _gpu, "num_gpus": _limited("num_gpus"), "gpus_per_node": _limited("gpus_per_node"),
     "strategy": _enum(Strategy), "offload": _enum(Offload), "unit": _enum_values(("GB", "GiB")),

@@ -23,6 +23,7 @@ from engine.memory.parallel import Offload, Strategy
 from engine.model.architecture import Architecture
 from engine.model.build import architecture_or_approximation
 from engine.plan.strategy import DEFAULT_STRATEGY, training_strategy
+from engine.scenario.loss import LossImplementation, TransformersVersion
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.precision import PrecisionMode
 from engine.cli.peft_options import add_peft_options, peft_fields
@@ -98,13 +99,19 @@ def add_scenario_options(p: argparse.ArgumentParser) -> None:
                    help="training stack: hf = transformers + PEFT + Trainer; litgpt; torchtune (default: %(default)s)")
     p.add_argument("--fused-cross-entropy", action="store_true",
                    help="chunked LM head + loss (Liger Kernel, TrainingArguments(use_liger_kernel=True)): no vocabulary-sized logits")
+    p.add_argument("--loss-implementation", choices=[x.value for x in LossImplementation], default=None,
+                   help="the cross-entropy code: hf, liger (= --fused-cross-entropy), litgpt_chunked, torchtune_chunked, "
+                        "megatron, torchtitan, inplace_fused (default: the framework's own)")
+    p.add_argument("--transformers-version", default=d.transformers_version.value, metavar="VERSION",
+                   help="transformers release whose loss path the hf loss follows, e.g. 4.41.2, or a range: "
+                        + ", ".join(v.value for v in TransformersVersion) + " (default: %(default)s)")
     add_peft_options(p)
 
 
 SCENARIO_FIELDS = (
     "method", "precision", "optimizer", "micro_batch_size", "seq_len", "gradient_accumulation_steps",
     "gradient_checkpointing", "attention", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "quant_type",
-    "fused_cross_entropy", "framework", "quant_storage",
+    "fused_cross_entropy", "framework", "quant_storage", "loss_implementation", "transformers_version",
 )
 
 

@@ -1,4 +1,5 @@
-"""Saved activations of the decoder blocks, by module, and the attention kernel a GPU would choose.
+"""Saved activations of the decoder blocks, by module, with the attention kernel of
+:mod:`engine.memory.attention_kernel`.
 
 Derived from the tensors PyTorch autograd saves for the ops of transformers' modelling code (see
 :mod:`engine.memory.estimate` for the validation against traces).
@@ -6,69 +7,19 @@ Derived from the tensors PyTorch autograd saves for the ops of transformers' mod
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from pydantic import BaseModel, ConfigDict
 
-from engine.errors import ScenarioError
 from engine.hardware.gpus import Gpu
+from engine.memory.attention_kernel import (  # noqa: F401  (re-exported: the kernel choice's home is attention_kernel)
+    FLASH_MIN_COMPUTE_CAPABILITY, AttentionChoice, attention_choice, attention_input_bytes, attention_kernel,
+)
 from engine.memory.components import MemoryComponent
+from engine.memory.int8 import int8_linear_output_bytes, is_int8, residual_bytes
 from engine.model.architecture import Architecture
 from engine.memory.adapters import offloaded_inputs_bytes, saved_per_layer, saved_per_token
 from engine.scenario.peft import trains_lm_head
 from engine.scenario.precision import PrecisionSpec
-from engine.scenario.training import Attention, Framework, Method, Scenario
-
-
-FLASH_MIN_COMPUTE_CAPABILITY = 8.0
-"""FlashAttention-2 and SDPA's flash backend need Ampere or newer (PyTorch ``sdp_utils.cpp``
-``check_sm_version`` / flash-attn's "FlashAttention only supports Ampere GPUs or newer")."""
-
-
-class AttentionChoice(NamedTuple):
-    """The attention kernel a run would execute and why: ``kernel`` is ``flash``, ``memory_efficient``,
-    ``math`` or ``eager``."""
-
-    kernel: str
-    reason: str
-
-
-def attention_choice(arch: Architecture, sc: Scenario, spec: PrecisionSpec, gpu: Gpu | None = None) -> AttentionChoice:
-    """The attention kernel of ``sc`` on ``gpu`` (None: an Ampere-or-newer GPU), as PyTorch 2.x SDPA dispatches.
-
-    SDPA tries flash, then memory-efficient, then math (PyTorch ``sdp_utils.cpp``, torch 2.2-2.7): flash needs
-    compute capability >= 8.0, fp16/bf16 and head_dim <= 256 (grouped-query allowed); memory-efficient (cutlass,
-    sm50+) takes fp32 too but not ``enable_gqa``, which transformers passes for GQA models when no mask is needed;
-    otherwise the math kernel, which materialises the s x s scores like eager attention. AMD Instinct GPUs
-    (no CUDA compute capability) have SDPA flash through AOTriton on ROCm. ``attn_implementation="eager"`` is
-    eager; ``"flash_attention_2"`` is flash-attn's kernel.
-
-    Raises:
-        ScenarioError: ``flash_attention_2`` on a GPU older than Ampere (flash-attn refuses to run there).
-    """
-    cc = gpu.compute_capability if gpu is not None else None
-    old = cc is not None and cc < FLASH_MIN_COMPUTE_CAPABILITY
-    where = f"{gpu.name} (compute capability {cc:.1f})" if gpu is not None and cc is not None else "an Ampere-or-newer GPU"
-    if sc.attention is Attention.EAGER:
-        return AttentionChoice("eager", "attn_implementation='eager': softmax(QK^T)V in separate ops")
-    if sc.attention is Attention.FLASH_ATTENTION_2:
-        if old:
-            raise ScenarioError(f"flash_attention_2 needs an Ampere or newer GPU (compute capability 8.0+); {where} "
-                                "cannot run it: use sdpa or eager")
-        return AttentionChoice("flash", f"attn_implementation='flash_attention_2' on {where}")
-    if spec.compute_bytes == 2 and arch.head_dim <= 256 and not old:
-        return AttentionChoice("flash", f"SDPA picks flash: 16-bit, head_dim {arch.head_dim} <= 256, {where}")
-    why = ("fp32 (flash needs fp16/bf16)" if spec.compute_bytes != 2 else
-           f"head_dim {arch.head_dim} > 256" if arch.head_dim > 256 else f"{where} is older than Ampere (flash needs sm80+)")
-    if arch.num_key_value_heads == arch.num_attention_heads:
-        return AttentionChoice("memory_efficient", f"SDPA falls back to memory-efficient: {why}")
-    return AttentionChoice("math", f"SDPA falls back to math: {why}, and memory-efficient does not take "
-                                   "grouped-query attention (enable_gqa)")
-
-
-def attention_kernel(arch: Architecture, sc: Scenario, spec: PrecisionSpec, gpu: Gpu | None = None) -> str:
-    """The kernel of :func:`attention_choice`: ``flash``, ``memory_efficient``, ``math`` or ``eager``."""
-    return attention_choice(arch, sc, spec, gpu).kernel
+from engine.scenario.training import Framework, Method, Scenario
 
 
 def _norm_saved(arch: Architecture, resid: int, frozen: bool = False) -> float:
@@ -97,10 +48,13 @@ def _linear_inputs(consumers: int, resid: int, c: int, casts: bool) -> float:
     return resid
 
 
-def _attention_core(arch: Architecture, sc: Scenario, c: int, kernel: str, frozen: bool = False) -> float:
+def _attention_core(arch: Architecture, sc: Scenario, c: int, kernel: str, frozen: bool = False,
+                    kv_repeated: bool = False) -> float:
     """Bytes per token saved by the attention (after the q/k/v projections), excluding s^2 terms. A frozen
-    o_proj does not save its input (its weight gradient is not needed)."""
-    q, kv = arch.q_out, arch.kv_out
+    o_proj does not save its input (its weight gradient is not needed). ``kv_repeated``: the kernel gets key/value
+    at the query's width (``repeat_kv`` under a mask, or a family that expands them)."""
+    q = arch.q_out
+    kv = q if kv_repeated else arch.kv_out
     o_input = 0 if frozen else q
     if kernel in ("flash", "memory_efficient"):
         # q, k, v and the output kept by the kernel, the contiguous output copy o_proj saves, the
@@ -108,6 +62,20 @@ def _attention_core(arch: Architecture, sc: Scenario, c: int, kernel: str, froze
         return c * (q + kv + kv + q + o_input) + 4 * arch.num_attention_heads
     # eager/math: k and v are repeated to all heads (repeat_kv), the probabilities are kept.
     return c * (q + q + q + q + o_input)
+
+
+def _attention_saved(arch: Architecture, sc: Scenario, c: int, choice: AttentionChoice, frozen: bool,
+                     autocast: bool) -> tuple[float, float]:
+    """(core bytes per token, s x s bytes per token and position) averaged over the layers, which may run two kernels
+    (sliding-window layers under a mask beside full-attention layers)."""
+    core = _attention_core(arch, sc, c, choice.kernel, frozen, choice.kv_repeated)
+    scores = _attention_scores(arch, sc, c, choice.kernel, autocast)
+    if not choice.other_layers or choice.other_kernel is None:
+        return core, scores
+    share = choice.other_layers / arch.num_layers
+    other_core = _attention_core(arch, sc, c, choice.other_kernel, frozen, choice.other_kv_repeated)
+    other_scores = _attention_scores(arch, sc, c, choice.other_kernel, autocast)
+    return (1 - share) * core + share * other_core, (1 - share) * scores + share * other_scores
 
 
 def _attention_scores(arch: Architecture, sc: Scenario, c: int, kernel: str, autocast: bool = False) -> float:
@@ -199,6 +167,8 @@ class BlockActivations(BaseModel):
     resid: float
     kernel: str
     per_layer: float = 0.0
+    other_kernel: str | None = None
+    other_layers: int = 0
 
 
 def block_activations(arch: Architecture, sc: Scenario, spec: PrecisionSpec, gpu: Gpu | None = None) -> BlockActivations:
@@ -207,9 +177,14 @@ def block_activations(arch: Architecture, sc: Scenario, spec: PrecisionSpec, gpu
     c = spec.compute_bytes
     # The residual stream has the dtype of the embeddings: fp32 for fp32/AMP and for QLoRA after
     # prepare_model_for_kbit_training, 16-bit in pure bf16/fp16.
-    resid = 4 if (spec.weight_bytes == 4 or (sc.method is Method.QLORA and sc.prepare_kbit_training)) else spec.weight_bytes
-    casts = spec.autocast or sc.method is Method.QLORA
-    kernel = attention_kernel(arch, sc, spec, gpu)
+    resid = residual_bytes(sc, spec)
+    # bitsandbytes 4-bit casts each linear's input to the compute dtype; LLM.int8 does not (engine.memory.int8).
+    int8 = is_int8(sc)
+    casts = spec.autocast or (sc.method is Method.QLORA and not int8)
+    choice = attention_choice(arch, sc, spec, gpu)
+    kernel = choice.kernel
+    a = attention_input_bytes(arch, sc, spec)  # what SDPA / eager attention computes in
+    m = int8_linear_output_bytes(sc, spec) or c  # the MLP's intermediates: an int8 linear returns its input's dtype
     h = arch.hidden_size
     # LoRA/QLoRA freeze every base weight. A frozen torch linear saves no input, since only its weight gradient
     # would need it (autograd saves an operand only when the gradient that uses it is required); the adapters
@@ -222,22 +197,41 @@ def block_activations(arch: Architecture, sc: Scenario, spec: PrecisionSpec, gpu
     # the linears reading each norm's output (a structure fact of the family: fused q/k/v read it once)
     attn_in = 0.0 if frozen else _linear_inputs(arch.attention_norm_readers, resid, c, casts) * h
     mlp_in = 0.0 if frozen else _linear_inputs(arch.mlp_norm_readers, resid, c, casts) * h
+    if int8:  # MatMul8bitLt (a custom Function: no autocast cast) saves its input A itself, one tensor for all its readers
+        attn_in, mlp_in = float(resid * h), float(resid * h)
     extra_norms = (arch.norms_per_layer - 2) * norm  # Gemma 2's post-attention/post-MLP norms
     qk_norm = _norm_saved(arch, c, sc.method is not Method.FULL) * (arch.q_out + arch.kv_out) if arch.qk_norm else 0.0  # Qwen3 q/k norms
     dropout_masks = 2 * h if arch.hidden_dropout > 0 else 0.0
-    core = _attention_core(arch, sc, c, kernel, frozen)
-    mlp = _mlp(arch, c, sc.framework, spec.autocast, frozen) - (_liger_swiglu_saving(arch, c) if sc.liger_kernels else 0.0)
+    core, scores = _attention_saved(arch, sc, a, choice, frozen, spec.autocast)
+    mlp = _mlp(arch, m, sc.framework, spec.autocast, frozen) - (_liger_swiglu_saving(arch, m) if sc.liger_kernels else 0.0)
     adapters = saved_per_token(arch, sc, c, spec.autocast)
     per_token = 2 * norm + attn_in + mlp_in + extra_norms + qk_norm + dropout_masks + core + mlp + adapters
-    scores = _attention_scores(arch, sc, c, kernel, spec.autocast)
     per_token += scores * sc.seq_len
     # final norm + LM head input (the LM head is a torch linear, frozen under PEFT unless modules_to_save copies it)
     head_trains = sc.method is Method.FULL or trains_lm_head(sc)
     head = norm + (_linear_inputs(1, resid, c, casts) * h if head_trains else 0.0)
     return BlockActivations(norms=2 * norm + extra_norms + dropout_masks, linear_inputs=attn_in + mlp_in,
                             inner=qk_norm + core + mlp + adapters, scores=scores, per_token=per_token, head=head,
-                            resid=resid, kernel=kernel,
+                            resid=resid, kernel=kernel, other_kernel=choice.other_kernel,
+                            other_layers=choice.other_layers,
                             per_layer=saved_per_layer(arch, sc, c, spec.autocast, spec.weight_bytes))
+
+
+def scores_backward_bytes(arch: Architecture, sc: Scenario, a: int, b: BlockActivations) -> float:
+    """Bytes the backward of one block's eager or math attention holds beyond the probabilities it saved, per
+    batch x heads x seq x seq: the probabilities' gradient and the softmax's input gradient are alive beside the saved
+    probabilities (``MmBackward`` -> ``ToCopyBackward`` -> ``SoftmaxBackward``). Eager with an fp32 softmax cast to
+    16 bits (Llama and most families): +4 B (the fp32 gradient and the 16-bit input gradient, the 16-bit probabilities
+    already freed); fp32 throughout: +8 B; math (probabilities in the compute dtype, ``_safe_softmax``): +2 x bytes.
+    0 for flash and memory-efficient (their backward workspace is per block row, not s x s)."""
+    def per_score(kernel: str | None) -> float:
+        if kernel == "eager" and b.scores / arch.num_attention_heads > a:  # an fp32 softmax kept beside its cast
+            return 4.0
+        if kernel in ("eager", "math"):
+            return 2.0 * a
+        return 0.0
+    extra = max(per_score(b.kernel), per_score(b.other_kernel))
+    return extra * sc.micro_batch_size * arch.num_attention_heads * sc.seq_len * sc.seq_len
 
 
 def activations_components(arch: Architecture, sc: Scenario, spec: PrecisionSpec, block_copies: float = 0.0,
@@ -262,20 +256,26 @@ def activations_components(arch: Architecture, sc: Scenario, spec: PrecisionSpec
         if offloaded:  # Unsloth-style: the block inputs wait in CPU RAM; one comes back for its recompute
             total -= offloaded
             formula = f"final norm/LM head input; {arch.num_layers} checkpointed block inputs offloaded to CPU RAM"
+        scores_grad = scores_backward_bytes(arch, sc, attention_input_bytes(arch, sc, spec), b)
         recompute = MemoryComponent(
             key="recomputed_layer",
             label="Recomputed block",
-            bytes=layer + block_copies + (resid * h * tokens if offloaded else 0.0),
+            bytes=layer + block_copies + (resid * h * tokens if offloaded else 0.0) + scores_grad,
             phases=("recompute",),
             formula=f"one block's saved tensors again ({per_token / h:.1f} B x seq x batch x hidden)"
-            + (" + its 16-bit weight copies" if block_copies else ""),
-            source="torch.utils.checkpoint (recompute in backward); saved tensors as without checkpointing",
+            + (" + its 16-bit weight copies" if block_copies else "")
+            + (" + its s x s attention gradients in backward" if scores_grad else ""),
+            source="torch.utils.checkpoint (recompute in backward); saved tensors as without checkpointing; "
+                   "softmax / matmul backward of eager and math attention",
         )
     else:
         total = arch.num_layers * layer + head
         formula = f"{arch.num_layers} layers x {per_token / h:.1f} B x seq x batch x hidden + final norm/LM head input"
-    if kernel in ("eager", "math"):
-        formula += f"; includes s x s attention probabilities ({kernel} kernel)"
+    formula += f"; attention kernel: {kernel.replace('_', '-')}"
+    if b.other_kernel and b.other_kernel != kernel:
+        formula += f" ({b.other_kernel.replace('_', '-')} on {b.other_layers} layers)"
+    if kernel in ("eager", "math") or b.other_kernel in ("eager", "math"):
+        formula += "; includes s x s attention probabilities"
     comp = MemoryComponent(
         key="activations",
         label="Activations",

@@ -34,6 +34,7 @@ from engine.memory.weights import ParamTensors, low_precision_copies, split_tens
 from engine.model.architecture import Architecture
 from engine.memory.adapters import adalora_scores_component, forward_transient_component, prefix_kv_component
 from engine.memory.components import step_phases
+from engine.scenario.loss import LOSS_LABELS, TRANSFORMERS_VERSION_LABELS, LossImplementation
 from engine.scenario.peft import LORA_FAMILY, effective_seq_len, targeted
 from engine.scenario.optimizer import is_paged
 from engine.scenario.precision import precision_spec
@@ -49,7 +50,8 @@ NOT_MODELLED = (
     "offload; tensor/pipeline/context/expert parallelism is engine.scaleout's per-rank estimate (the Scale out page); "
     "NVMe offload is not modelled",
     "transformers 5 fused MoE expert tensors (experts are counted as separate linear modules, as in 4.x)",
-    "Gemma 2 attention soft-capping under SDPA (transformers may force eager attention)",
+    "the explicit causal mask Falcon materialises (batch x seq x seq, 1 B, shared by its layers) and the math "
+    "kernel's backward transients (two seq x seq gradients of one layer)",
     "optimizer 'step' scalars and bitsandbytes quantization maps (a few KB per tensor)",
 )
 
@@ -88,11 +90,12 @@ def estimate_memory(arch: Architecture, scenario: Scenario, gpu: Gpu | None = No
     )
     trainable = sum(g.parameters for g, _ in tensors.trainable)
     assumptions = [
-        "Hugging Face Trainer defaults: zero_grad(set_to_none=True), loss in transformers' ForCausalLMLoss",
+        "Hugging Face Trainer defaults: zero_grad(set_to_none=True), " + _loss_assumption(scenario),
         f"attention kernel: {kernel} ({kernel_reason})",
     ]
     if scenario.framework is not Framework.HF:
-        assumptions[0] = f"{scenario.framework.value} single-device fine-tuning (see engine.scenario.training.Framework)"
+        assumptions[0] = (f"{scenario.framework.value} single-device fine-tuning (see engine.scenario.training.Framework); "
+                          + _loss_assumption(scenario))
     if scenario.method is not Method.FULL:
         name = METHOD_LABELS[scenario.method]
         assumptions.append(f"{name} adapters in fp32 (PEFT 0.21 autocast_adapter_dtype=True)" if scenario.framework is Framework.HF
@@ -109,6 +112,14 @@ def estimate_memory(arch: Architecture, scenario: Scenario, gpu: Gpu | None = No
         assumptions=tuple(assumptions),
         not_modelled=NOT_MODELLED,
     )
+
+
+def _loss_assumption(sc: Scenario) -> str:
+    """Which loss code the logits components follow (engine.memory.loss_paths)."""
+    if sc.loss is LossImplementation.HF:
+        return (f"loss as in transformers {TRANSFORMERS_VERSION_LABELS[sc.transformers_version]} "
+                "(ForCausalLMLoss, or the model's forward up to 4.45)")
+    return f"loss: {LOSS_LABELS[sc.loss]}"
 
 
 def _beyond_context(arch: Architecture) -> str:

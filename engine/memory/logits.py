@@ -1,32 +1,39 @@
-"""Logits and the loss over the vocabulary: the HF stack's fp32 upcast, LitGPT's chunked 16-bit loss and
-Liger's fused linear cross-entropy.
+"""Logits and the loss over the vocabulary, by loss implementation (:class:`~engine.scenario.loss.LossImplementation`):
+transformers' fp32 upcast by release range, LitGPT's chunked 16-bit loss, Liger's fused linear cross-entropy, and the
+per-logit paths of :mod:`engine.memory.loss_paths` (torchtune's chunked loss, Megatron-LM's vocab-parallel loss,
+torchtitan's, fused in-place kernels).
 """
 
 from __future__ import annotations
 
 from engine.memory.components import MemoryComponent, Phase
+from engine.memory.loss_paths import loss_path
 from engine.memory.weights import lm_head_params
 from engine.model.architecture import Architecture
 from engine.scenario.precision import PrecisionSpec
-from engine.scenario.training import Framework, Method, Scenario
+from engine.scenario.loss import LossImplementation
+from engine.scenario.training import Method, Scenario
 
 
 def logits_component(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> MemoryComponent:
-    """Loss over the vocabulary at the start of backward.
+    """Loss over the vocabulary at the start of backward, for the loss that runs (``Scenario.loss``).
 
-    transformers' ``ForCausalLMLoss`` upcasts logits to fp32; cross-entropy keeps the fp32 log-softmax
-    (4 B) and backward creates the nll and log-softmax gradients (4 B each) while it is alive: 12 bytes
-    x batch x seq x vocab (traced, tracing-notes.md). Gemma 2 also keeps its tanh soft-capped logits.
-    With a fused linear cross-entropy see :func:`fused_logits_component`.
+    transformers' loss (every version, :class:`~engine.scenario.loss.TransformersVersion`): cross-entropy keeps the
+    fp32 log-softmax (4 B) and backward creates the nll and log-softmax gradients (4 B each) while it is alive:
+    12 bytes x batch x seq x vocab (fake-tensor traces, tracing-notes.md; measured on real CPU tensors with
+    transformers 4.41.2, 4.46.3 and 5.24.0 by ``scripts/loss_probe.py``: 12.0 B each). Gemma 2 also keeps its tanh
+    soft-capped logits. Liger's fused loss: :func:`fused_logits_component`; LitGPT's chunked loss:
+    :func:`litgpt_logits_component`; the others: :func:`loss_path`.
     """
-    if sc.fused_cross_entropy:
+    loss = sc.loss
+    if loss is LossImplementation.LIGER:
         return fused_logits_component(arch, sc, spec)
-    if sc.framework is Framework.LITGPT:
+    if loss is LossImplementation.LITGPT_CHUNKED:
         return litgpt_logits_component(arch, sc, spec)
-    per = 12.0 + (spec.compute_bytes if arch.final_logit_softcapping else 0.0)
-    return per_logit_component("logits_loss", "Logits and loss", per, arch, sc, ("backward",),
-                      f"{per:g} B x batch x seq x vocab ({arch.vocab_size:,}): fp32 log-softmax + its gradients",
-                      "transformers ForCausalLMLoss; fake-tensor traces (tracing-notes.md)")
+    path = loss_path(arch, sc, spec)
+    return per_logit_component("logits_loss", "Logits and loss", path.backward, arch, sc, ("backward",),
+                               f"{path.backward:g} B x batch x seq x vocab ({arch.vocab_size:,}): {path.backward_text}",
+                               path.source)
 
 
 def per_logit_component(key: str, label: str, per: float, arch: Architecture, sc: Scenario, phases: tuple[Phase, ...],
@@ -37,15 +44,13 @@ def per_logit_component(key: str, label: str, per: float, arch: Architecture, sc
 
 
 def logits_forward_component(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> MemoryComponent | None:
-    """The loss's forward with transformers' ``ForCausalLMLoss``: the LM head's logits (compute dtype), their
-    fp32 upcast and the fp32 log-softmax are alive together, (compute bytes + 8) x batch x seq x vocab; the
-    first two are freed when the loss returns. None where the logits are chunked (fused or LitGPT)."""
-    if sc.fused_cross_entropy or sc.framework is Framework.LITGPT:
+    """The loss's forward: what is alive together while the loss runs (:func:`loss_path`'s ``forward``), freed
+    when the loss returns. None where the logits are chunked inside the loss (Liger, LitGPT)."""
+    if sc.loss in (LossImplementation.LIGER, LossImplementation.LITGPT_CHUNKED):
         return None
-    per = spec.compute_bytes + 8.0 + (spec.compute_bytes if arch.final_logit_softcapping else 0.0)
-    return per_logit_component("logits_forward", "Logits and loss (forward)", per, arch, sc, ("forward",),
-                      f"{per:g} B x batch x seq x vocab: logits ({spec.compute_bytes} B), their fp32 copy and the log-softmax",
-                      "transformers ForCausalLMLoss (logits.float(), cross_entropy); fake-tensor traces")
+    path = loss_path(arch, sc, spec)
+    return per_logit_component("logits_forward", "Logits and loss (forward)", path.forward, arch, sc, ("forward",),
+                               f"{path.forward:g} B x batch x seq x vocab: {path.forward_text}", path.source)
 
 
 def litgpt_logits_component(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> MemoryComponent:

@@ -28,7 +28,9 @@ def quantized_bytes_per_param(double_quant: bool, quant_type: QuantType = QuantT
     double quantization, or int8 (1/64 B) plus one fp32 constant per 256 blocks (4/(64*256) B) with it
     (QLoRA paper, sec. 3 "Double Quantization": 0.5 -> 0.127 bits per parameter of constants).
     LLM.int8: 1 B per weight plus one fp32 scale per output row (``Int8Params.SCB``), 4 / ``in_features`` B
-    per weight (Dettmers et al. 2022, "LLM.int8()", sec. 3.1, vector-wise quantization).
+    per weight (Dettmers et al. 2022, "LLM.int8()", sec. 3.1, vector-wise quantization); the int8 data ``CB`` is
+    one tensor shared by the parameter and ``MatmulLtState`` (bitsandbytes 0.45-0.50 ``Linear8bitLt.init_8bit_state``;
+    its training-time dtypes: :mod:`engine.memory.int8`).
     """
     if quant_type is QuantType.INT8:
         return 1.0 + 4.0 / in_features

@@ -45,6 +45,20 @@ task head besides the output projection (BERT's masked-LM transform and output b
 vision tower and projector of a multimodal model."""
 
 BASE_ROLES: tuple[Role, ...] = ("embeddings", "attention", "mlp", "norms", "lm_head")
+
+SdpaMask = Literal["when_needed", "always", "none"]
+"""How the family's transformers attention calls ``F.scaled_dot_product_attention`` in training (transformers 5.x):
+``when_needed`` = through ``integrations/sdpa_attention.py`` with ``is_causal`` and no mask unless the batch needs
+one (a sliding window within reach, a key/value prefix, padding); ``always`` = an explicit mask on every call
+(Falcon materialises its causal mask, ``allow_is_causal_skip=False``; T5 adds its position bias as a float mask);
+``none`` = the class has no SDPA path (``_supports_sdpa = False``: Gemma 2's soft-capping, BLOOM's ALiBi), so it
+runs eager attention."""
+
+SdpaKv = Literal["enable_gqa", "expanded", "broadcast"]
+"""How grouped key/value heads reach SDPA: ``enable_gqa`` = transformers' ``use_gqa_in_sdpa`` (``enable_gqa=True``
+without a mask and with head_dim <= 256, else ``repeat_kv`` copies them to every query head); ``expanded`` = the
+family copies them to every head itself (Falcon's new decoder architecture); ``broadcast`` = one key/value head
+passed as it is (Falcon's multi-query attention), which only SDPA's math kernel takes."""
 """Roles every :attr:`Architecture.parameter_counts` lists; ``head`` and ``vision`` appear when present."""
 
 
@@ -152,6 +166,8 @@ class Architecture(BaseModel):
       alibi, relative), ``eager_softmax_fp32`` (eager attention takes its softmax in fp32; GPT-2's does not) and
       ``checkpoint_buffer_elements`` (buffers a checkpoint stores that transformers does not load as parameters:
       GPT-2's per-block ``attn.bias`` causal masks, layers x positions^2; :mod:`engine.model.checkpoint`).
+    - ``sdpa_mask`` / ``sdpa_kv``: how the family's attention code calls SDPA (:data:`SdpaMask`, :data:`SdpaKv`),
+      set by each family builder; :func:`engine.memory.activations.attention_choice` decides the kernel from them.
     - ``kv_lora_rank`` / ``q_lora_rank`` / ``qk_rope_head_dim`` / ``v_head_dim``: DeepSeek's multi-head
       latent attention. ``head_dim`` is then the query/key head width (nope + rope part), and
       ``num_key_value_heads`` equals the query heads, as the kernels see them after ``kv_b_proj``.
@@ -199,6 +215,8 @@ class Architecture(BaseModel):
     hidden_dropout: float = 0.0
     qk_norm: bool = False
     final_logit_softcapping: float | None = None
+    sdpa_mask: SdpaMask = "when_needed"
+    sdpa_kv: SdpaKv = "enable_gqa"
     tensors: tuple[TensorGroup, ...]
     layer_linears: tuple[LinearLayer, ...]
     vision_tensors: tuple[TensorGroup, ...] = ()

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from engine.errors import ScenarioError, explain_validation
 from engine.scenario.methods import Method
+from engine.scenario.loss import LossImplementation, TransformersVersion
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.precision import PrecisionMode
 
@@ -116,6 +117,11 @@ class Scenario(BaseModel):
     ``fused_cross_entropy``: the LM head and the loss computed in chunks without materialising the logits
     (Liger Kernel's fused linear cross-entropy, ``TrainingArguments(use_liger_kernel=True)``).
     ``framework``: see :class:`Framework` (the Hugging Face stack by default).
+    ``loss_implementation``: the cross-entropy code (:class:`~engine.scenario.loss.LossImplementation`); None = the
+    framework's own (transformers' for hf and torchtune, LitGPT's chunked loss for litgpt); ``liger`` is the same
+    choice as ``fused_cross_entropy=True`` (and sets it). ``transformers_version``: the release range whose
+    loss path the hf loss follows (:class:`~engine.scenario.loss.TransformersVersion`; a release number such as
+    ``"4.41.2"`` is accepted and read as its range).
     ``quant_storage``: QLoRA's ``bnb_4bit_quant_storage`` (:class:`QuantStorage`; matters only over many GPUs).
     PEFT methods and tricks (:mod:`engine.scenario.peft`): ``num_virtual_tokens`` (prompt/prefix/P-tuning),
     ``modules_to_save`` (trainable copies, e.g. ``embed_tokens``, ``lm_head``), ``use_rslora`` (scaling alpha/sqrt(r):
@@ -152,6 +158,33 @@ class Scenario(BaseModel):
     galore_rank: int = Field(128, ge=1, le=65_536)
     gradient_checkpointing_offload: bool = False
     liger_kernels: bool = False
+    loss_implementation: LossImplementation | None = None
+    transformers_version: TransformersVersion = TransformersVersion.V4_50_PLUS
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_loss(cls, data: Any) -> Any:
+        # loss_implementation="liger" is fused_cross_entropy=True (the switch every importer and export reads).
+        if not isinstance(data, dict):
+            return data
+        loss = data.get("loss_implementation")
+        if loss is not None and str(getattr(loss, "value", loss)) == LossImplementation.LIGER.value:
+            return {**data, "fused_cross_entropy": True}
+        return data
+
+    @field_validator("loss_implementation", mode="before")
+    @classmethod
+    def _empty_loss(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+    @field_validator("transformers_version", mode="before")
+    @classmethod
+    def _version_range(cls, value: Any) -> Any:
+        # "4.41.2" as users know their install (pip show transformers) -> its range; other text: the enum's own error.
+        try:
+            return TransformersVersion.of(value)
+        except ValueError:
+            return value
 
     @model_validator(mode="before")
     @classmethod
@@ -176,8 +209,21 @@ class Scenario(BaseModel):
     def _consistent(self) -> "Scenario":
         if self.attention is Attention.FLASH_ATTENTION_2 and self.precision is PrecisionMode.FP32:
             raise ValueError("flash_attention_2 runs only in fp16/bf16; choose a 16-bit or mixed precision, or sdpa/eager")
+        if self.fused_cross_entropy and self.loss_implementation not in (None, LossImplementation.LIGER):
+            raise ValueError(f"fused_cross_entropy is Liger's fused loss; it cannot run with loss_implementation "
+                             f"{self.loss_implementation.value}: choose one loss")
         _check_peft(self)
         return self
+
+    @property
+    def loss(self) -> LossImplementation:
+        """The loss that runs: Liger's with ``fused_cross_entropy``, else ``loss_implementation``, else the
+        framework's own (LitGPT's chunked loss for litgpt, transformers' otherwise)."""
+        if self.fused_cross_entropy:
+            return LossImplementation.LIGER
+        if self.loss_implementation is not None:
+            return self.loss_implementation
+        return LossImplementation.LITGPT_CHUNKED if self.framework is Framework.LITGPT else LossImplementation.HF
 
     @property
     def tokens_per_micro_batch(self) -> int:

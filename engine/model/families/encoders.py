@@ -113,6 +113,7 @@ def t5(config: dict[str, Any], model_type: str) -> Architecture:
                 fused_qkv=False, fused_gate_up=False, sliding_window_layers=0,  # q, k, v; wi_0 and wi_1 apart
                 max_position_embeddings=config.get("n_positions"), kind="encoder_decoder", num_encoder_layers=enc,
                 norm="rmsnorm", norms_per_layer=2, mlp="gated" if gated else "plain", positional="relative",
+                sdpa_mask="always",  # the relative position bias reaches SDPA as a float mask (create_position_bias_mask)
                 activation=act,
                 attention_dropout=dropout(config, "dropout_rate", default=0.1),
                 hidden_dropout=dropout(config, "dropout_rate", default=0.1))

@@ -156,6 +156,12 @@ def falcon(config: dict[str, Any], model_type: str) -> Architecture:
                 norm="layernorm", norms_per_layer=n_norms, mlp="plain",
                 positional="alibi" if read_flag(config, "alibi", False) else "rope",
                 parallel_attention=read_flag(config, "parallel_attn", True),
+                # FalconModel builds its causal mask with allow_is_causal_skip=False (ALiBi is added to it), and
+                # FalconAttention hands SDPA key/value broadcast to every head (new decoder architecture) or one
+                # multi-query head as it is (transformers 5.x modeling_falcon.py).
+                sdpa_mask="always",
+                sdpa_kv="expanded" if read_flag(config, "new_decoder_architecture", False)
+                or not read_flag(config, "multi_query", True) else "broadcast",
                 activation=activation(config, "activation", default="gelu"),
                 attention_dropout=dropout(config, "attention_dropout"), hidden_dropout=dropout(config, "hidden_dropout"))
 
@@ -234,6 +240,7 @@ def bloom(config: dict[str, Any], model_type: str) -> Architecture:
     return make(model_type, config, d, intermediate=4 * h, tie=tie, tensors=tensors, linears=linears,
                 fused_qkv=True, fused_gate_up=False, sliding_window_layers=0,  # query_key_value
                 norm="layernorm", norms_per_layer=2, mlp="plain", positional="alibi", activation="gelu",
+                sdpa_mask="none",  # BloomAttention adds ALiBi in its own baddbmm: no SDPA path (no _supports_sdpa)
                 attention_dropout=dropout(config, "attention_dropout"), hidden_dropout=dropout(config, "hidden_dropout"))
 
 

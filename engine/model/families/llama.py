@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from engine.model.architecture import Architecture, LinearLayer, TensorGroup
+from engine.model.architecture import Architecture, LinearLayer, SdpaMask, TensorGroup
 from engine.model.config_fields import read_flag, read_probability, read_size
 from engine.model.families.common import (
     Dims,
@@ -52,6 +52,7 @@ class Family:
     mlp: Literal["gated", "plain"] = "gated"
     parallel: bool = False
     act_default: str = "silu"
+    sdpa_mask: SdpaMask = "when_needed"  # Gemma 2: no SDPA path (Gemma2PreTrainedModel._supports_sdpa = False)
 
 
 # Defaults are those of each transformers config class (e.g. LlamaConfig.tie_word_embeddings=False,
@@ -65,7 +66,7 @@ FAMILIES: dict[str, Family] = {
     "qwen3": Family(tie_default=False, qk_norm="head"),
     "gemma": Family(tie_default=True, norm="gemma_rmsnorm", act_default="gelu_pytorch_tanh"),
     "gemma2": Family(tie_default=True, norm="gemma_rmsnorm", norms_per_layer=4, act_default="gelu_pytorch_tanh",
-                     sliding="even"),
+                     sliding="even", sdpa_mask="none"),
     "gemma3_text": Family(tie_default=True, norm="gemma_rmsnorm", norms_per_layer=4, qk_norm="head",
                           act_default="gelu_pytorch_tanh", sliding="five_of_six"),
     "phi3": Family(tie_default=False, qkv_bias=False, o_bias=False, fused=True),
@@ -166,6 +167,7 @@ def common_fields(config: dict[str, Any], fam: Family, model_type: str) -> dict[
         parallel_attention=fam.parallel,
         attention_dropout=read_probability(config, "attention_dropout"),
         qk_norm=bool(fam.qk_norm),
+        sdpa_mask=fam.sdpa_mask,
         # Gemma2Config defaults final_logit_softcapping to 30.0 (tanh over the logits, saved for backward).
         final_logit_softcapping=config.get("final_logit_softcapping", 30.0 if model_type == "gemma2" else None),
     )

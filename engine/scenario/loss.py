@@ -1,0 +1,92 @@
+"""Which code computes the loss over the vocabulary: the loss implementation and, for transformers' loss, the
+version range of transformers whose code path holds different tensors.
+
+The bytes each one holds are :mod:`engine.memory.logits`'s; this module only names the choices (Scenario fields).
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+
+
+class LossImplementation(str, Enum):
+    """The cross-entropy over the vocabulary a training stack runs (``Scenario.loss_implementation``).
+
+    - ``hf``: transformers' loss (``ForCausalLMLoss``, or the model's own forward before 4.46): fp32 upcast of the
+      full logits, ``F.cross_entropy``; what it holds depends on :class:`TransformersVersion`.
+    - ``liger``: Liger Kernel's fused linear cross-entropy (``use_liger_kernel=True``; ``Scenario.fused_cross_entropy``).
+    - ``litgpt_chunked``: LitGPT's ``chunked_cross_entropy`` on 16-bit logits in chunks of 128 tokens.
+    - ``torchtune_chunked``: torchtune's ``CEWithChunkedOutputLoss`` (8 output chunks, each upcast on its own),
+      not compiled.
+    - ``megatron``: Megatron-LM's ``_VocabParallelCrossEntropy`` (one fp32 copy, softmax and gradient in place).
+    - ``torchtitan``: torchtitan's ``cross_entropy_loss`` (``F.cross_entropy(pred.float())``), not compiled.
+    - ``inplace_fused``: a fused cross-entropy kernel that saves the 16-bit logits and writes the gradient into
+      them (flash-attn's Triton ``CrossEntropyLoss(inplace_backward=True)``; llm.c's fused classifier does the same).
+    """
+
+    HF = "hf"
+    LIGER = "liger"
+    LITGPT_CHUNKED = "litgpt_chunked"
+    TORCHTUNE_CHUNKED = "torchtune_chunked"
+    MEGATRON = "megatron"
+    TORCHTITAN = "torchtitan"
+    INPLACE_FUSED = "inplace_fused"
+
+
+LOSS_LABELS = {
+    LossImplementation.HF: "Hugging Face transformers (fp32 logits)",
+    LossImplementation.LIGER: "Liger fused linear cross-entropy",
+    LossImplementation.LITGPT_CHUNKED: "LitGPT chunked (16-bit logits)",
+    LossImplementation.TORCHTUNE_CHUNKED: "torchtune CEWithChunkedOutputLoss (8 chunks)",
+    LossImplementation.MEGATRON: "Megatron-LM vocab-parallel cross-entropy",
+    LossImplementation.TORCHTITAN: "torchtitan cross_entropy_loss (eager)",
+    LossImplementation.INPLACE_FUSED: "Fused in-place cross-entropy (flash-attn, llm.c)",
+}
+
+
+class TransformersVersion(str, Enum):
+    """transformers releases whose causal-LM loss path holds different tensors (``Scenario.transformers_version``).
+
+    - ``4.50+`` (4.50 to 5.x, the default): ``ForCausalLMLoss`` upcasts the model's 16-bit logits and pads and shifts
+      the *labels* (``nn.functional.pad(labels, (0, 1))``): no copy of the logits.
+    - ``4.46-4.49``: ``ForCausalLMLoss`` upcasts the 16-bit logits and makes the shifted copy
+      ``logits[..., :-1, :].contiguous()`` (a real copy only when the micro batch is > 1: for one sequence the slice
+      is already contiguous).
+    - ``<=4.45`` (4.41 of the LLaMA-Factory report among them): the model's forward runs ``logits = logits.float()``
+      itself (the 16-bit logits are freed at once and the output holds fp32 logits), then the same shifted copy.
+    """
+
+    V4_50_PLUS = "4.50+"
+    V4_46_TO_4_49 = "4.46-4.49"
+    V4_45_AND_OLDER = "<=4.45"
+
+    @classmethod
+    def of(cls, value: "TransformersVersion | str") -> "TransformersVersion":
+        """The range of a member, a member's value, or a release number such as ``"4.41.2"`` or ``"5.0"``.
+
+        Raises:
+            ValueError: a text that is neither a range nor a release number.
+        """
+        if isinstance(value, cls):
+            return value
+        text = str(value).strip()
+        for member in cls:
+            if text == member.value:
+                return member
+        match = re.fullmatch(r"v?(\d{1,3})\.(\d{1,3})(?:\.\d{1,4})?(?:\.?(?:dev|rc)\d{0,4})?", text)
+        if not match:
+            raise ValueError(f"a transformers release such as 4.41.2, or one of {', '.join(m.value for m in cls)}")
+        major, minor = int(match[1]), int(match[2])
+        if major < 4 or (major == 4 and minor <= 45):
+            return cls.V4_45_AND_OLDER
+        if major == 4 and minor <= 49:
+            return cls.V4_46_TO_4_49
+        return cls.V4_50_PLUS
+
+
+TRANSFORMERS_VERSION_LABELS = {
+    TransformersVersion.V4_50_PLUS: "4.50 to 5.x (current)",
+    TransformersVersion.V4_46_TO_4_49: "4.46 to 4.49",
+    TransformersVersion.V4_45_AND_OLDER: "4.45 and older (e.g. 4.41)",
+}

@@ -1,0 +1,40 @@
+"""The Memory page's loss implementation and transformers version boxes (issue 25 items 8 and 12): each changes the
+logits component as engine.memory.loss_paths computes it (bytes per logit read from each library's code)."""
+
+from __future__ import annotations
+
+from streamlit.testing.v1 import AppTest
+
+from engine.scenario.loss import TransformersVersion
+
+LLAMA_8B_VOCAB = 128_256
+
+
+def _components(at: AppTest) -> dict[str, tuple[str, str]]:
+    table = next(t.value for t in at.table if "formula" in t.value.columns)
+    return {row["component"]: (row["formula"], row["source"]) for _, row in table.iterrows()}
+
+
+def test_loss_implementation_box_changes_the_logits_formula(new_app):
+    at = new_app().run()
+    assert not at.exception
+    assert at.selectbox(key="loss_implementation").value is None  # the framework's own loss by default
+    assert _components(at)["Logits and loss"][0].startswith("12 B x batch x seq x vocab")
+    box = at.selectbox(key="loss_implementation")
+    assert box.options[4] == "Megatron-LM vocab-parallel cross-entropy"
+    box.select_index(4).run()
+    formula, source = _components(at)["Logits and loss"]
+    assert not at.exception
+    assert formula.startswith("6 B x batch x seq x vocab") and "Megatron-LM" in source
+
+
+def test_transformers_version_box_shows_the_shifted_copy(new_app):
+    at = new_app().run()
+    at.number_input(key="micro_batch_size").set_value(2).run()
+    versions = at.selectbox(key="transformers_version")
+    assert versions.index == 0 and TransformersVersion(at.session_state["transformers_version"]).value == "4.50+"
+    assert versions.options[1] == "4.46 to 4.49"
+    versions.select_index(1).run()
+    assert not at.exception
+    formula, source = _components(at)["Logits and loss (forward)"]
+    assert formula.startswith("14 B x batch x seq x vocab") and "shifted copy" in formula and "4.46-4.49" in source
