@@ -7,7 +7,8 @@ from engine.errors import EngineError
 from engine.plan.cost import calibration_for
 from engine.plan.code_summary import training_code_summary
 from engine.plan.config_export import config_files
-from engine.plan.plans import Plan, evaluate_plan, plans_from_csv, plans_to_csv, training_code, unique_plan_name
+from engine.plan.plans import Plan, evaluate_plan, plans_from_csv, plans_to_csv, unique_plan_name
+from engine.plan.training_code import training_code
 from engine.units import fmt_bytes
 from ui.catalog_session import session_gpus, session_prices
 from ui.charts import fmt_hours, fmt_usd

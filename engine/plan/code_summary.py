@@ -1,4 +1,4 @@
-"""What the Plans page's Python snippet (:func:`engine.plan.plans.training_code`) is: the framework it runs on, the
+"""What the Plans page's Python snippet (:func:`engine.plan.training_code.training_code`) is: the framework it runs on, the
 config objects it writes, and what of the plan it does not say.
 
 The page's heading names these, so a reader knows before copying that the snippet is a Hugging Face ``Trainer``
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.plan.plans import Plan, zero_stage
+from engine.plan.plans import Plan
+from engine.plan.training_code import zero_stage
 from engine.scenario.training import Framework, Method, QuantType
 
 _FSDP = ("fsdp_full_shard", "fsdp_shard_grad_op")

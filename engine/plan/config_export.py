@@ -26,7 +26,8 @@ import yaml
 
 from engine.importers.peft import FEEDFORWARD_NAMES, is_feedforward_name
 from engine.memory.parallel import Strategy
-from engine.plan.plans import Plan, _targets, app_version, zero3_config
+from engine.plan.plans import Plan, app_version
+from engine.plan.training_code import _targets, zero3_config
 from engine.scenario.lora import ALL_LINEAR
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.peft import PROMPT_METHODS
@@ -369,9 +370,9 @@ def config_files(plan: Plan, config: dict[str, Any] | None = None) -> list[Confi
     """Every config file that describes ``plan`` (adapter and quantization files only where the method has them;
     DeepSpeed for ZeRO strategies; accelerate for more than one GPU or a sharded strategy).
 
-    ``config`` (optional) resolves the default LoRA targets of the model, as :func:`engine.plan.plans.training_code`.
+    ``config`` (optional) resolves the default LoRA targets of the model, as :func:`engine.plan.training_code.training_code`.
     """
-    from engine.plan.plans import _arch_for_targets
+    from engine.plan.training_code import _arch_for_targets
     from engine.scenario.peft import method_default_targets
 
     arch = _arch_for_targets(plan, config)

@@ -72,7 +72,7 @@ class HostLoop(str, Enum):
 
 EXPORTS = ("trl", "axolotl", "llamafactory", "code")
 """The plan exports that name an optimizer: TRL ``SFTConfig`` YAML, axolotl YAML, LLaMA-Factory YAML
-(:mod:`engine.plan.config_export`) and the ``TrainingArguments`` snippet (:func:`engine.plan.plans.training_code`)."""
+(:mod:`engine.plan.config_export`) and the ``TrainingArguments`` snippet (:func:`engine.plan.training_code.training_code`)."""
 
 Requires = Literal["any", "full", "lora_pairs"]
 """The methods an optimizer applies to: any, full fine-tuning only (GaLore), LoRA's A/B pairs only (LoRA-FA)."""

@@ -7,7 +7,8 @@ import ast
 import pytest
 
 from engine.plan.code_summary import training_code_summary
-from engine.plan.plans import Plan, training_code
+from engine.plan.plans import Plan
+from engine.plan.training_code import training_code
 
 BASE = dict(name="p", model_repo_id="Qwen/Qwen2.5-0.5B", gpu="NVIDIA A100 80GB", dataset_total_tokens=1_000_000)
 

@@ -19,9 +19,8 @@ from engine.hardware.gpus import find_gpu
 from engine.memory.estimate import estimate_memory
 from engine.scenario.optimizer import Optimizer
 from engine.memory.parallel import Strategy
-from engine.plan.plans import (
-    CSV_COLUMNS, Plan, evaluate_plan, plans_from_csv, plans_to_csv, training_code, zero3_config,
-)
+from engine.plan.plans import CSV_COLUMNS, Plan, evaluate_plan, plans_from_csv, plans_to_csv
+from engine.plan.training_code import training_code, zero3_config
 from engine.model.sources import config_from_catalog
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,8 @@ import yaml
 from engine.importers import import_configs
 from engine.importers.values import HF_OPTIMIZERS, record_names, sgd_momentum
 from engine.plan.config_export import config_files
-from engine.plan.plans import Plan, training_code
+from engine.plan.plans import Plan
+from engine.plan.training_code import training_code
 from engine.scenario.optimizer import EXPORTS, RECORDS, HostLoop, Optimizer, StepKernel
 from engine.scenario.training import Method
 
