@@ -22,10 +22,12 @@ from ui.plans import (
     resolve_config, save_plan, saved_names, saved_plans, seen_plan, time_cost_compare_figure,
 )
 from ui.scenario_form import time_cost_sidebar
+from ui.share import write_query_params
 from ui.verdict import verdict_label
 
 model, scenario, hw = scenario_page("Plans: save, compare, export")
 tc = time_cost_sidebar(hw)
+write_query_params(scenario)  # the dataset, run and price inputs just drawn go into the URL too
 if tc is None:
     st.stop()
 unit = hw.unit

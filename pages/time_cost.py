@@ -21,6 +21,7 @@ from ui.catalog_session import session_gpus, session_prices
 from ui.formats import fmt_big_count
 from ui.layout import scenario_page
 from ui.scenario_form import time_cost_sidebar
+from ui.share import write_query_params
 from ui.time_charts import CATEGORY_STYLE, shape_figure, time_stack_figure
 from ui.verdict import show_tight
 from ui.downloads import csv_bytes
@@ -28,6 +29,7 @@ from ui.tables import number_columns
 
 model, scenario, hw = scenario_page("Training time and cost")
 tc = time_cost_sidebar(hw)
+write_query_params(scenario)  # the dataset, run and price inputs just drawn go into the URL too
 if tc is None:
     st.stop()
 
