@@ -57,8 +57,10 @@ class Cluster:
     def __init__(self, replicas: int = 3, *, proxy_port: int | None = None, replica_ports: list[int] | None = None,
                  database: str = "postgres", pg_port: int | None = None, workdir: Path | None = None,
                  env: dict[str, str] | None = None) -> None:
+        self._own_workdir = workdir is None  # a temp folder of ours: removed by stop()
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="finetune-fit-cluster-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.workdir.chmod(0o755)  # PostgreSQL runs as its own user when we are root: it must reach its folder
         self.proxy_port = proxy_port or free_port()
         self.replica_ports = replica_ports or [free_port() for _ in range(replicas)]
         self.database, self.pg_port = database, pg_port or free_port()
@@ -82,7 +84,9 @@ class Cluster:
         if self.database == "postgres":
             self._pg_dir = self.workdir / "postgres"
             out = subprocess.run([str(DEPLOY / "postgres.sh"), "start", str(self._pg_dir), str(self.pg_port)],
-                                 check=True, capture_output=True, text=True)
+                                 capture_output=True, text=True)
+            if out.returncode:
+                raise RuntimeError(f"PostgreSQL did not start: {out.stderr.strip()[-500:]}")
             self.database_url = out.stdout.strip().splitlines()[-1]
         elif self.database == "sqlite":
             self.database_url = f"sqlite:///{self.workdir / 'plans.sqlite'}"
@@ -169,6 +173,8 @@ class Cluster:
         if self._pg_dir is not None:
             subprocess.run([str(DEPLOY / "postgres.sh"), "stop", str(self._pg_dir)], check=False, capture_output=True)
             self._pg_dir = None
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> "Cluster":
         return self.start()
