@@ -64,9 +64,10 @@ def free_port() -> int:
 
 def start_server(port: int, log_dir: Path) -> subprocess.Popen:
     """``streamlit run streamlit_app.py`` headless on 127.0.0.1:port; HF_ENDPOINT at a closed port (no network)."""
-    env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}", "HF_HUB_DISABLE_TELEMETRY": "1"}
-    env.pop("HF_TOKEN", None)
     log_dir.mkdir(parents=True, exist_ok=True)
+    env = {"FINETUNE_FIT_PLANS_URL": f"sqlite:///{log_dir / 'plans.sqlite'}",  # a library of its own
+           **os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    env.pop("HF_TOKEN", None)
     return subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.address", "127.0.0.1",
          "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"],

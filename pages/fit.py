@@ -36,13 +36,19 @@ def _catalog_architectures() -> list:
 @st.cache_resource(**_CACHE)
 def _models_fit(_scenario: Scenario, _gpus: tuple, _strategy: Strategy, unit: str, labels: str, key: tuple):
     matrix = model_matrix(_catalog_architectures(), _scenario, _gpus, _strategy)
-    return matrix, fit_heatmap(matrix, unit, labels=labels)
+    return matrix, fit_heatmap(matrix, unit, labels=labels), _matrix_csv(matrix)
 
 
 @st.cache_resource(**_CACHE)
 def _techniques_fit(_arch, _scenario: Scenario, _gpus: tuple, unit: str, labels: str, key: tuple):
     matrix = technique_matrix(_arch, _scenario, _gpus)
-    return matrix, fit_heatmap(matrix, unit, labels=labels)
+    return matrix, fit_heatmap(matrix, unit, labels=labels), _matrix_csv(matrix)
+
+
+def _matrix_csv(matrix) -> bytes:
+    # Built with the matrix and kept with it: a scenario seen before (another visitor's, or this one's earlier value)
+    # costs neither the matrix, nor its figure, nor its download again.
+    return csv_bytes(pd.DataFrame(matrix.records()))
 
 
 @st.cache_resource(**_CACHE)
@@ -57,7 +63,8 @@ gpus = session_gpus()
 # Exact keys (JSON of the frozen inputs): cheap to hash, unlike the objects themselves.
 gpus_key = json.dumps([g.model_dump(mode="json") for g in gpus])
 model_key = json.dumps(model.config, sort_keys=True, default=str)
-st.session_state.setdefault("fit_labels", CELL_LABELS[0])
+# No cell text by default (colour and hover only): each label is an SVG text element plotly.js lays out on every redraw
+st.session_state.setdefault("fit_labels", "None")
 labels = st.radio("Cell labels", CELL_LABELS, key="fit_labels", horizontal=True,
                   help="Fewest GPUs: blank (green) one is enough, ≈ tight on one, ×N the fewest of that GPU with the "
                        "sidebar's strategy, ✗ none up to 1,024. Headroom: on one GPU, in the sidebar's unit. The colour is "
@@ -70,19 +77,17 @@ st.caption(
 )
 
 try:
-    models_fit, models_figure = _models_fit(scenario, gpus, strategy, unit, labels,
+    models_fit, models_figure, models_csv = _models_fit(scenario, gpus, strategy, unit, labels,
                                             key=(scenario.model_dump_json(), gpus_key, strategy))
-    techniques_fit, techniques_figure = _techniques_fit(model.arch, scenario, gpus, unit, labels,
+    techniques_fit, techniques_figure, techniques_csv = _techniques_fit(model.arch, scenario, gpus, unit, labels,
                                                         key=(model_key, scenario.model_dump_json(), gpus_key))
 except EngineError as exc:
     st.error(f"Cannot compute the fit: {exc}")
     st.stop()
 
 
-def _download(matrix, name: str, key: str) -> None:
-    frame = pd.DataFrame(matrix.records())
-    st.download_button(f"Download {name} (CSV)", csv_bytes(frame), file_name=f"{name}.csv",
-                       mime="text/csv", key=key)
+def _download(data: bytes, name: str, key: str) -> None:
+    st.download_button(f"Download {name} (CSV)", data, file_name=f"{name}.csv", mime="text/csv", key=key)
 
 
 st.subheader("Catalog models × every GPU")
@@ -93,7 +98,7 @@ st.plotly_chart(models_figure, width="stretch", key="fit_models_chart")
 for row in models_fit.rows:
     if row.error:
         st.caption(f"Not computed — {row.label}: {row.error}")
-_download(models_fit, "fit_models_x_gpus", "fit_models_csv")
+_download(models_csv, "fit_models_x_gpus", "fit_models_csv")
 
 st.subheader(f"Techniques × every GPU for {model.title}")
 st.caption("Same batch, sequence, accumulation, attention and LoRA settings in every row; each row sets what its label says. "
@@ -102,7 +107,7 @@ st.plotly_chart(techniques_figure, width="stretch", key="fit_techniques_chart")
 for row in techniques_fit.rows:
     if row.error:
         st.caption(f"Not computed — {row.label}: {row.error}")
-_download(techniques_fit, "fit_techniques_x_gpus", "fit_techniques_csv")
+_download(techniques_csv, "fit_techniques_x_gpus", "fit_techniques_csv")
 
 st.subheader(f"What fits on {hw.label}")
 st.caption("Your hardware from the sidebar (the matrices above try every GPU of the catalog).")
