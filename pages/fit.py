@@ -19,7 +19,7 @@ from engine.units import fmt_bytes, fmt_count, to_unit
 from ui.charts import CELL_LABELS, fit_heatmap
 from ui.layout import scenario_page
 from ui.verdict import show_tight
-from ui.downloads import csv_bytes
+from ui.downloads import records_csv
 from ui.tables import number_columns
 
 # The matrices cost tens of milliseconds per rerun (every catalog model x GPU x technique), so they and their heatmaps are
@@ -48,7 +48,7 @@ def _techniques_fit(_arch, _scenario: Scenario, _gpus: tuple, unit: str, labels:
 def _matrix_csv(matrix) -> bytes:
     # Built with the matrix and kept with it: a scenario seen before (another visitor's, or this one's earlier value)
     # costs neither the matrix, nor its figure, nor its download again.
-    return csv_bytes(pd.DataFrame(matrix.records()))
+    return records_csv(matrix.records())
 
 
 @st.cache_resource(**_CACHE)

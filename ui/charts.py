@@ -16,12 +16,21 @@ from ui.verdict import VERDICT_MARKS, verdict_label
 from ui.axes import log_axis, point_axis
 from ui.formats import fmt_hours, fmt_usd, plain  # noqa: F401 (fmt_hours, fmt_usd: re-exported for the pages)
 
+class PrebuiltFigure(go.Figure):
+    """A figure whose :meth:`to_dict` hands out its own data and layout instead of deep copies (plotly 6's
+    ``BaseFigure.to_dict`` deep-copies both: for a fit heatmap, thousands of cells, on every rerun, inside
+    st.plotly_chart, which only serialises the dict). Callers must not change the dict they get."""
+
+    def to_dict(self) -> dict:
+        return {"data": self._data, "layout": self._layout}
+
+
 def prebuilt(spec: dict) -> go.Figure:
     """A figure from a spec built here (``{"data": [...], "layout": {...}}``), without plotly.py's property-by-property
     validation (``BaseFigure(_validate=False)``, plotly 6): for a fit heatmap it took 20-35 ms of the 25-40 ms of
-    building the figure, on every rerun; st.plotly_chart then serialises it as it is. The specs are still checked:
-    tests/app/test_figures_valid.py validates every figure of the pages that draw them with plotly's validators."""
-    return go.Figure(spec, _validate=False)
+    building the figure, on every rerun; st.plotly_chart then serialises it as it is (:class:`PrebuiltFigure`). The
+    specs are still checked: tests/app/test_figures_valid.py validates every figure of the pages that draw them."""
+    return PrebuiltFigure(spec, _validate=False)
 
 
 COMPONENT_STYLE = {
@@ -195,6 +204,7 @@ def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "", labels: str = "F
     headroom; ⚠ after a GPU's name: a bf16 scenario on a GPU without bf16. Hover gives the breakdown."""
     order = sorted(range(len(matrix.gpus)), key=lambda i: (matrix.usable_bytes[i], i))
     x = [short_gpu_name(matrix.gpus[i]) for i in order]
+    usable_text = [fmt_bytes(u, unit) for u in matrix.usable_bytes]
     y, z, text, hover = [], [], [], []
     for row in matrix.rows:
         y.append(plain(row.label))
@@ -212,18 +222,23 @@ def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "", labels: str = "F
             top = "; ".join(f"{k.replace('_', ' ')} {fmt_bytes(v, unit)}" for v, k in big)
         tail = (f"<br>largest: {top}" if top else "") + (f"<br>note: {plain(row.note)}" if row.note else "")
         zr, tr, hr = [], [], []
+        # GPUs of the same usable memory share one cell object (engine.plan.fit._cells): its hover is built once
+        seen: dict[int, str] = {}
         for i in order:
-            gpu, usable, cell = matrix.gpus[i], matrix.usable_bytes[i], row.cells[i]
+            cell = row.cells[i]
             zr.append(to_unit(cell.headroom_bytes, unit))
-            tr.append(_cell_text(cell.headroom_bytes, cell.verdict, cell.min_gpus, unit, labels))
-            many = ("none up to 1,024" if cell.min_gpus is None
-                    else f"{cell.min_gpus} ({fmt_bytes(cell.per_gpu_bytes_at_min or 0, unit)} each)")
-            hr.append(
-                f"one GPU: {fmt_bytes(cell.peak_bytes, unit)} of "
-                f"{fmt_bytes(usable, unit)}, {verdict_label(cell.verdict)}, {'headroom' if cell.fits else 'short by'} "
-                f"{fmt_bytes(abs(cell.headroom_bytes), unit)}<br>fewest GPUs ({row.strategy.value}): {many}"
-                + (f"<br>⚠ {cell.warning}" if cell.warning else "") + tail
-            )
+            if labels != "None":
+                tr.append(_cell_text(cell.headroom_bytes, cell.verdict, cell.min_gpus, unit, labels))
+            if id(cell) not in seen:
+                many = ("none up to 1,024" if cell.min_gpus is None
+                        else f"{cell.min_gpus} ({fmt_bytes(cell.per_gpu_bytes_at_min or 0, unit)} each)")
+                seen[id(cell)] = (
+                    f"one GPU: {fmt_bytes(cell.peak_bytes, unit)} of "
+                    f"{usable_text[i]}, {verdict_label(cell.verdict)}, {'headroom' if cell.fits else 'short by'} "
+                    f"{fmt_bytes(abs(cell.headroom_bytes), unit)}<br>fewest GPUs ({row.strategy.value}): {many}"
+                    + (f"<br>⚠ {cell.warning}" if cell.warning else "") + tail
+                )
+            hr.append(seen[id(cell)])
         z.append(zr)
         text.append(tr)
         hover.append(hr)
