@@ -24,8 +24,10 @@ from ui.tables import number_columns
 
 # The matrices cost tens of milliseconds per rerun (every catalog model x GPU x technique), so they and their heatmaps are
 # kept for all sessions, keyed by the JSON of their inputs (the engine's results are unchanged; a session's edited GPU
-# table gives another key than the bundled one). A hosted demo with a crowd reruns this page often.
-_CACHE = dict(max_entries=256, ttl=3600, show_spinner=False)
+# table gives another key than the bundled one). A hosted demo with a crowd reruns this page often. Bounded: one
+# models-matrix entry (matrix, figure, CSV) holds about 1.8 MB, so 32 scenarios stay under 60 MB per cache and a
+# long-running server's memory levels off (256 entries let it grow by up to 450 MB).
+_CACHE = dict(max_entries=32, ttl=3600, show_spinner=False)
 
 
 @st.cache_resource(max_entries=1, show_spinner=False)

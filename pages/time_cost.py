@@ -1,8 +1,12 @@
 """Time & cost page: tokens/s from the step-time model, where the time goes, wall time, GPU-hours and cost of the
 sidebar's scenario, curves, and the cheapest plan."""
 
+import json
+
 import pandas as pd
 import streamlit as st
+
+from engine.memo import by_identity
 
 from engine.validation.throughput import compare_measurements, error_summary
 from engine.plan.cost import PLAN_GPU_COUNTS, calibration_for, dataset_sweep, estimate_plan, run_cost, search_plans
@@ -27,6 +31,20 @@ from ui.verdict import show_tight
 from ui.downloads import csv_bytes
 from ui.tables import number_columns
 
+@st.cache_resource(max_entries=32, ttl=3600, show_spinner=False)
+def _shared(what: str, key: str, _compute):
+    """``_compute()``, kept for every session under the exact JSON of its inputs (``key``): the plan search and the
+    per-technique and per-shape sweeps with their figures are the costly part of this page's rerun, and visitors often
+    share a scenario (the defaults, a link). Bounded (32 entries per kind, an hour): the server's memory levels off."""
+    return _compute()
+
+
+@by_identity(size=16)
+def _table_key(rows: tuple) -> str:
+    # The session's GPU or price table (bundled, or its own edits) as text, once per table object.
+    return json.dumps([r.model_dump(mode="json") for r in rows], sort_keys=True, default=str)
+
+
 model, scenario, hw = scenario_page("Training time and cost")
 tc = time_cost_sidebar(hw)
 write_query_params(scenario)  # the dataset, run and price inputs just drawn go into the URL too
@@ -43,10 +61,13 @@ try:
     factor = cal.factor if cal else 1.0
     plan = estimate_plan(arch, scenario, tc.dataset, gpu, num_gpus, hw.training_strategy, calibration=factor,
                          fused_kernels=tc.fused_kernels, price_source=tc.price_source, prices=session_prices(), estimate=est)
-    search = search_plans(arch, scenario, tc.dataset, strategy=strategy, calibration=factor, fused_kernels=tc.fused_kernels,
-                          counts=[n for n in PLAN_GPU_COUNTS if n <= tc.max_gpus], price_source=tc.price_source,
-                          gpus=session_gpus(), prices=session_prices(),
-                          basis=basis, estimate=est)  # type: ignore[arg-type]
+    inputs = json.dumps([model.config, scenario.model_dump(mode="json"), tc.dataset.model_dump(mode="json"), gpu.name,
+                         strategy.value, factor, tc.fused_kernels, tc.max_gpus, tc.price_source, basis,
+                         _table_key(session_gpus()), _table_key(session_prices())], sort_keys=True, default=str)
+    search = _shared("search", inputs, lambda: search_plans(
+        arch, scenario, tc.dataset, strategy=strategy, calibration=factor, fused_kernels=tc.fused_kernels,
+        counts=[n for n in PLAN_GPU_COUNTS if n <= tc.max_gpus], price_source=tc.price_source,
+        gpus=session_gpus(), prices=session_prices(), basis=basis, estimate=est))  # type: ignore[arg-type]
 except EngineError as exc:
     st.error(f"Cannot estimate the time of this scenario: {exc}")
     st.stop()
@@ -111,14 +132,17 @@ st.caption(f"One optimizer step ({tp.step.tokens:,} tokens per GPU) takes {tp.st
 st.subheader(f"Where the time goes, by technique (one {gpu.name})")
 left, right = st.columns(2)
 with left:
-    rows = time_by_technique(arch, scenario, gpu, calibration=factor, fused_kernels=tc.fused_kernels)
-    st.plotly_chart(time_stack_figure(rows), width="stretch", key="tc_time_stack_chart")
+    rows, stack_figure = _shared("techniques", inputs, lambda: (
+        lambda r: (r, time_stack_figure(r)))(time_by_technique(arch, scenario, gpu, calibration=factor,
+                                                               fused_kernels=tc.fused_kernels)))
+    st.plotly_chart(stack_figure, width="stretch", key="tc_time_stack_chart")
     skipped = [f"{r.label}: {r.error}" for r in rows if r.throughput is None]
     st.caption("Step time per 1,000 tokens by category for each method × precision of the Memory page's chart, "
                "labelled with tokens/s." + (" Not timed: " + "; ".join(skipped) if skipped else ""))
 with right:
-    curves = shape_sweep(arch, scenario, gpu, calibration=factor, fused_kernels=tc.fused_kernels)
-    st.plotly_chart(shape_figure(curves, scenario.seq_len, scenario.micro_batch_size), width="stretch", key="tc_shape_chart")
+    st.plotly_chart(_shared("shapes", inputs, lambda: shape_figure(
+        shape_sweep(arch, scenario, gpu, calibration=factor, fused_kernels=tc.fused_kernels), scenario.seq_len,
+        scenario.micro_batch_size)), width="stretch", key="tc_shape_chart")
     st.caption("Tokens/s of one GPU against sequence length, per micro batch size (memory fit not checked: see the Fit "
                "page). Short sequences at micro batch 1 are bound by kernel launches and memory traffic; long ones by "
                "attention's s² work.")
@@ -195,7 +219,7 @@ st.download_button("Download the curves (CSV)", csv_bytes(pd.DataFrame(curves)),
 
 st.subheader("Every plan that fits: time against cost")
 if any(p.cost(basis) is not None for p in search.plans):
-    st.plotly_chart(plan_scatter_figure(search), width="stretch", key="tc_plans_chart")
+    st.plotly_chart(_shared("scatter", inputs, lambda: plan_scatter_figure(search)), width="stretch", key="tc_plans_chart")
 elif search.plans:
     st.info(f"No plan to place on the time-cost chart: {no_price} The plans that fit are in the table below, with their time.")
 else:
