@@ -157,3 +157,36 @@ def test_a_plan_of_an_uploaded_config_keeps_the_config(new_app, database_url, mo
     assert theirs[0].model_repo_id == "upload:my-model.json"
     assert theirs[1].total_parameters == mine[1].total_parameters  # recomputed from the stored 12-layer config
     assert theirs[1].total_parameters < 494_032_768  # Qwen2.5-0.5B's 24 layers (its model card)
+
+
+def test_rename_and_remove_on_the_page(new_app, tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path / 'lib.sqlite'}"
+    at = _apptest(new_app, url, monkeypatch)
+    for name in ("first", "second"):
+        at.text_input(key="plan_name").input(name).run()
+        at.button(key="plan_save").click().run()
+    at.selectbox(key="plans_chosen").set_value("first").run()
+    at.text_input(key="plans_new_name").input("second").run()
+    at.button(key="plans_rename").click().run()
+    no_exception(at)
+    assert any("Not renamed: a plan named 'second' is already saved" in w.value for w in at.warning)
+    at.text_input(key="plans_new_name").input("renamed").run()
+    at.button(key="plans_rename").click().run()
+    no_exception(at)
+    assert [p.plan.name for p in replica(url).plans()] == ["renamed", "second"]
+    assert at.selectbox(key="plans_chosen").value == "renamed"
+    at.button(key="plans_remove").click().run()
+    no_exception(at)
+    assert [p.plan.name for p in replica(url).plans()] == ["second"]
+
+
+def test_an_unreachable_database_is_said_without_its_password(new_app, monkeypatch):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there
+    at = _apptest(new_app, f"postgresql+psycopg://fit:S3cretPassw0rd@127.0.0.1:{port}/nowhere", monkeypatch)
+    (error,) = at.error
+    assert error.value.startswith("The saved plans are not available: the plans database cannot be reached")
+    assert "S3cretPassw0rd" not in json.dumps([e.value for e in (*at.error, *at.warning, *at.markdown)])
