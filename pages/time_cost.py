@@ -6,7 +6,6 @@ import json
 import pandas as pd
 import streamlit as st
 
-from engine.memo import by_identity
 
 from engine.validation.throughput import compare_measurements, error_summary
 from engine.plan.cost import PLAN_GPU_COUNTS, calibration_for, dataset_sweep, estimate_plan, run_cost, search_plans
@@ -21,7 +20,7 @@ from engine.units import fmt_bytes
 from ui.charts import (
     BASIS_LABEL, cost_vs_dataset_figure, fmt_hours, fmt_usd, gpu_count_figure, plan_scatter_figure, time_vs_dataset_figure,
 )
-from ui.catalog_session import session_gpus, session_prices
+from ui.catalog_session import session_gpus, session_prices, table_key
 from ui.formats import fmt_big_count
 from ui.layout import scenario_page
 from ui.scenario_form import time_cost_sidebar
@@ -37,12 +36,6 @@ def _shared(what: str, key: str, _compute):
     per-technique and per-shape sweeps with their figures are the costly part of this page's rerun, and visitors often
     share a scenario (the defaults, a link). Bounded (32 entries per kind, an hour): the server's memory levels off."""
     return _compute()
-
-
-@by_identity(size=16)
-def _table_key(rows: tuple) -> str:
-    # The session's GPU or price table (bundled, or its own edits) as text, once per table object.
-    return json.dumps([r.model_dump(mode="json") for r in rows], sort_keys=True, default=str)
 
 
 model, scenario, hw = scenario_page("Training time and cost")
@@ -63,7 +56,7 @@ try:
                          fused_kernels=tc.fused_kernels, price_source=tc.price_source, prices=session_prices(), estimate=est)
     inputs = json.dumps([model.config, scenario.model_dump(mode="json"), tc.dataset.model_dump(mode="json"), gpu.name,
                          strategy.value, factor, tc.fused_kernels, tc.max_gpus, tc.price_source, basis,
-                         _table_key(session_gpus()), _table_key(session_prices())], sort_keys=True, default=str)
+                         table_key(session_gpus()), table_key(session_prices())], sort_keys=True, default=str)
     search = _shared("search", inputs, lambda: search_plans(
         arch, scenario, tc.dataset, strategy=strategy, calibration=factor, fused_kernels=tc.fused_kernels,
         counts=[n for n in PLAN_GPU_COUNTS if n <= tc.max_gpus], price_source=tc.price_source,

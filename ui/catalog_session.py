@@ -10,7 +10,10 @@ from typing import Any
 
 import streamlit as st
 
+import json
+
 from engine.hardware.gpus import Gpu, GpuPrice, gpus_from_rows, load_gpus, load_prices, prices_from_rows
+from engine.memo import by_identity
 
 _GPUS, _PRICES = "session_gpus", "session_prices"
 
@@ -23,6 +26,13 @@ def session_gpus() -> tuple[Gpu, ...]:
 def session_prices() -> tuple[GpuPrice, ...]:
     """The session's price rows (edited, else bundled)."""
     return st.session_state.get(_PRICES) or load_prices()
+
+
+@by_identity(size=16)
+def table_key(rows: tuple) -> str:
+    """A GPU or price table (bundled, or a session's edits) as exact text, once per table object: part of the key of
+    results kept for every session (a session's edited table gives another key than the bundled one)."""
+    return json.dumps([r.model_dump(mode="json") for r in rows], sort_keys=True, default=str)
 
 
 def is_edited() -> bool:

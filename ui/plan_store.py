@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -108,7 +110,16 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     dbapi_connection.isolation_level = None  # SQLAlchemy's "begin" event emits BEGIN itself
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA busy_timeout = 30000")
-    cursor.execute("PRAGMA journal_mode = WAL")
+    # Switching a new file to WAL needs it alone for a moment and does not wait the busy timeout: replicas opening the
+    # same new file together got "database is locked" (tests/app/test_plan_store.py), so it is retried for up to 30 s.
+    for attempt in range(300):
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            break
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == 299:
+                raise
+            time.sleep(0.1)
     cursor.close()
 
 

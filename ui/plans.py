@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pandas as pd
@@ -13,7 +14,7 @@ from engine.errors import EngineError
 from engine.plan.plans import COMPONENT_KEYS, Plan, PlanResult, evaluate_plan, plan_record
 from engine.model.sources import config_from_catalog
 from engine.units import Unit, to_unit
-from ui.catalog_session import session_gpus, session_prices
+from ui.catalog_session import session_gpus, session_prices, table_key
 from ui.formats import plain
 from ui.plan_store import ANONYMOUS, PlanChanged, PlanStore, StoredPlan
 from ui.tables import bytes_in, number_columns
@@ -21,7 +22,6 @@ from ui.tables import bytes_in, number_columns
 PLANS_KEY = "saved_plans"  # this run's view of the library, recomputed: [(Plan, PlanResult)], oldest first
 STAMP_KEY = "saved_plans_stamp"  # (app_version, exported_at, {(id, version)}) of an imported file, while the library is it
 _SEEN_KEY = "_plans_seen"  # name -> the StoredPlan this session last showed (the version a replace/rename/delete names)
-_MEMO_KEY = "_plans_memo"  # {"tables": (gpus, prices), "results": {(id, version): PlanResult}}
 
 
 def saved_plans() -> list[tuple[Plan, PlanResult]]:
@@ -43,31 +43,37 @@ def _config_of(stored: StoredPlan) -> dict[str, Any]:
     return stored.config if stored.config is not None else resolve_config(stored.plan.model_repo_id, stored.plan.model_revision)
 
 
+@st.cache_resource(max_entries=512, ttl=3600, show_spinner=False)
+def _evaluated(record: str, config_key: str, tables: tuple[str, str], _plan: Plan, _config: dict, _gpus: tuple,
+               _prices: tuple) -> PlanResult | str:
+    # One evaluation per plan version, config and tables for every session (a library of many plans is read by
+    # every visitor of the Plans page); what does not evaluate is kept as its reason. Bounded.
+    try:
+        return evaluate_plan(_plan, _config, gpus=_gpus, prices=_prices)
+    except EngineError as exc:
+        return str(exc)
+
+
 def refresh_plans(store: PlanStore) -> list[tuple[StoredPlan, str]]:
-    """Read the library, recompute each plan (memoised per row version in this session, for this session's GPU and
-    price tables) into :func:`saved_plans`, and remember the versions shown. Returns the rows that did not recompute,
-    with why (a Hub model this session cannot read, a GPU its edited catalog lacks)."""
+    """Read the library, recompute each plan (kept per plan record, model config and this session's GPU and price
+    tables, for every session) into :func:`saved_plans`, and remember the versions shown. Returns the rows that did not
+    recompute, with why (a Hub model this session cannot read, a GPU its edited catalog lacks)."""
     rows = store.plans()
     gpus, prices = session_gpus(), session_prices()
-    memo = st.session_state.get(_MEMO_KEY)
-    if memo is None or memo["tables"][0] is not gpus or memo["tables"][1] is not prices:
-        memo = st.session_state[_MEMO_KEY] = {"tables": (gpus, prices), "results": {}}
-    results: dict = memo["results"]
+    tables = (table_key(gpus), table_key(prices))
     good, failed = [], []
     for row in rows:
-        key = (row.id, row.version)
-        if key not in results:
-            try:
-                results[key] = evaluate_plan(row.plan, _config_of(row), gpus=gpus, prices=prices)
-            except EngineError as exc:
-                results[key] = str(exc)
-        if isinstance(results[key], str):
-            failed.append((row, results[key]))
+        try:
+            config = _config_of(row)
+        except EngineError as exc:
+            failed.append((row, str(exc)))
+            continue
+        result = _evaluated(row.plan.model_dump_json(), json.dumps(config, sort_keys=True, default=str), tables,
+                            row.plan, config, gpus, prices)
+        if isinstance(result, str):
+            failed.append((row, result))
         else:
-            good.append((row.plan, results[key]))
-    live = {(r.id, r.version) for r in rows}
-    for key in [k for k in results if k not in live]:
-        del results[key]  # bounded by the library's size
+            good.append((row.plan, result))
     st.session_state[PLANS_KEY] = good
     st.session_state[_SEEN_KEY] = {r.plan.name: r for r in rows}
     return failed
