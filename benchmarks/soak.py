@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     samples: list[tuple[float, float]] = []
     done = threading.Event()
     errors = 0
+    samples_of_errors: set[str] = set()
     try:
         wait_healthy(url)
         start = time.monotonic()
@@ -66,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             row = run_level(url, args.sessions, args.wave, "all", 30.0, args.think)
             waves += 1
             errors += row["errors"]
+            samples_of_errors.update(row["error_samples"])
         done.set()
         sampler.join()
     finally:
@@ -79,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     growth = (end - base) / base
     print(f"{waves} waves x {args.sessions} sessions ({waves * args.sessions} sessions) in {args.minutes:g} min, "
           f"{errors} errors")
+    for sample in sorted(samples_of_errors)[:5]:
+        print(f"  error: {sample}")
     print("RSS MB every 10 s: " + " ".join(f"{m:.0f}" for _, m in samples))
     print(f"RSS at {after[0][0] / 60:.1f} min {base:.0f} MB, at the end {end:.0f} MB, max {max(m for _, m in samples):.0f}"
           f" MB: growth after the warm-up {growth:+.1%} (target < {TARGET_GROWTH:.0%})")
