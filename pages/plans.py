@@ -5,6 +5,7 @@ replica shares), compare, rename and delete plans, export/import them as CSV, an
 import streamlit as st
 
 from pydantic import ValidationError
+from sqlalchemy.exc import SQLAlchemyError
 
 from engine.errors import EngineError, explain_validation
 from engine.plan.cost import calibration_for
@@ -16,7 +17,7 @@ from ui.catalog_session import session_gpus, session_prices
 from ui.charts import fmt_hours, fmt_usd
 from ui.formats import md_plain
 from ui.layout import scenario_page
-from ui.plan_store import PlanStoreError, current_author, plan_store
+from ui.plan_store import PlanStoreError, current_author, plan_store, unavailable
 from ui.plans import (
     add_plans, compare_table, export_stamp, memory_compare_figure, refresh_plans, remove_plan, rename_plan,
     resolve_config, save_plan, saved_names, saved_plans, seen_plan, time_cost_compare_figure,
@@ -34,6 +35,9 @@ unit = hw.unit
 try:
     store = plan_store()
     unreadable = refresh_plans(store)
+except SQLAlchemyError as exc:  # the database went away after this process connected
+    st.error(f"The saved plans are not available: {md_plain(str(unavailable(exc)))}.")
+    st.stop()
 except PlanStoreError as exc:
     st.error(f"The saved plans are not available: {md_plain(str(exc))}.")
     st.stop()
@@ -87,6 +91,8 @@ else:
                 st.success(f"{'Replaced' if overwrite else 'Saved'} plan '{md_plain(current.name)}'.")
             except PlanStoreError as exc:  # saved or changed by someone else a moment ago: nothing overwritten
                 st.warning(f"Not saved: {md_plain(str(exc))}.")
+            except SQLAlchemyError as exc:
+                st.error(f"Not saved: {md_plain(str(unavailable(exc)))}.")
             unreadable = refresh_plans(store)
 
 # --- Import ----------------------------------------------------------------------------------------------------------

@@ -47,6 +47,13 @@ class PlanStoreError(Exception):
     """The library could not do what was asked; the message says why in words a visitor can act on."""
 
 
+def unavailable(exc: Exception) -> PlanStoreError:
+    """A database failure (down, refused, timed out) as a :class:`PlanStoreError` naming its kind only: driver messages
+    may quote the host, user or URL."""
+    return PlanStoreError(f"the plans database cannot be reached ({type(exc).__name__}); check [connections.plans] in "
+                          f"secrets.toml or {URL_ENV}")
+
+
 class PlanExists(PlanStoreError):
     """A plan of that name is already saved (replacing it is an explicit, separate action)."""
 
@@ -311,8 +318,7 @@ def plan_store() -> PlanStore:
     except PlanStoreError:
         raise
     except Exception as exc:  # noqa: BLE001 - driver errors quote the URL (with its password): say the kind only
-        raise PlanStoreError(f"the plans database cannot be reached ({type(exc).__name__}); check "
-                             f"[connections.plans] in secrets.toml or {URL_ENV}") from None
+        raise unavailable(exc) from None
 
 
 def current_author() -> str:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 
 import pytest
 import sqlalchemy as sa
 import streamlit as st
 
 from apptest_support import no_exception
+from ui.formats import md_plain
 from databases import database_url  # noqa: F401 - the fixture
 from engine.model.sources import config_from_catalog
 from engine.plan.plans import Plan
@@ -190,3 +192,27 @@ def test_an_unreachable_database_is_said_without_its_password(new_app, monkeypat
     (error,) = at.error
     assert error.value.startswith("The saved plans are not available: the plans database cannot be reached")
     assert "S3cretPassw0rd" not in json.dumps([e.value for e in (*at.error, *at.warning, *at.markdown)])
+
+
+def test_a_database_that_goes_away_is_said_not_raised(new_app, monkeypatch):
+    from databases import postgres_admin_url
+
+    admin = sa.make_url(postgres_admin_url())
+    name = f"fit_gone_{uuid.uuid4().hex[:8]}"
+    server = sa.create_engine(admin, isolation_level="AUTOCOMMIT")
+    with server.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        at = _apptest(new_app, admin.set(database=name).render_as_string(hide_password=False), monkeypatch)
+        assert not at.error
+        with server.connect() as conn:  # the database is dropped under the running app
+            conn.execute(sa.text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+        at.run()
+        no_exception(at)
+        reason = ("the plans database cannot be reached (OperationalError); check [connections.plans] in secrets.toml "
+                  "or FINETUNE_FIT_PLANS_URL")
+        assert [e.value for e in at.error] == [f"The saved plans are not available: {md_plain(reason)}."]
+    finally:
+        with server.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        server.dispose()
