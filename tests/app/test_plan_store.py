@@ -145,6 +145,7 @@ def test_a_plan_saved_on_the_page_survives_an_app_restart_and_a_stale_page_never
     assert third.dataframe[0].value["saved_by"].tolist() == ["anonymous"]
 
 
+@pytest.mark.parametrize("new_app", ["served"], indirect=True)  # the page, not the routing: one mode is enough
 def test_a_plan_of_an_uploaded_config_keeps_the_config(new_app, database_url, monkeypatch):
     cfg = {**config_from_catalog(QWEN_05B)[0], "num_hidden_layers": 12}
     at = _apptest(new_app, database_url, monkeypatch)
@@ -161,6 +162,7 @@ def test_a_plan_of_an_uploaded_config_keeps_the_config(new_app, database_url, mo
     assert theirs[1].total_parameters < 494_032_768  # Qwen2.5-0.5B's 24 layers (its model card)
 
 
+@pytest.mark.parametrize("new_app", ["served"], indirect=True)  # the page, not the routing: one mode is enough
 def test_rename_and_remove_on_the_page(new_app, tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path / 'lib.sqlite'}"
     at = _apptest(new_app, url, monkeypatch)
@@ -182,6 +184,7 @@ def test_rename_and_remove_on_the_page(new_app, tmp_path, monkeypatch):
     assert [p.plan.name for p in replica(url).plans()] == ["second"]
 
 
+@pytest.mark.parametrize("new_app", ["served"], indirect=True)  # the page, not the routing: one mode is enough
 def test_an_unreachable_database_is_said_without_its_password(new_app, monkeypatch):
     import socket
 
@@ -194,6 +197,7 @@ def test_an_unreachable_database_is_said_without_its_password(new_app, monkeypat
     assert "S3cretPassw0rd" not in json.dumps([e.value for e in (*at.error, *at.warning, *at.markdown)])
 
 
+@pytest.mark.parametrize("new_app", ["served"], indirect=True)  # the page, not the routing: one mode is enough
 def test_a_database_that_goes_away_is_said_not_raised(new_app, monkeypatch):
     from databases import postgres_admin_url
 
