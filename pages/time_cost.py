@@ -6,7 +6,6 @@ import json
 import pandas as pd
 import streamlit as st
 
-
 from engine.validation.throughput import compare_measurements, error_summary
 from engine.plan.cost import PLAN_GPU_COUNTS, calibration_for, dataset_sweep, estimate_plan, run_cost, search_plans
 from engine.errors import EngineError
@@ -30,12 +29,19 @@ from ui.verdict import show_tight
 from ui.downloads import csv_bytes
 from ui.tables import number_columns
 
-@st.cache_resource(max_entries=32, ttl=3600, show_spinner=False)
+
+@st.cache_resource(max_entries=128, ttl=3600, show_spinner=False)
 def _shared(what: str, key: str, _compute):
     """``_compute()``, kept for every session under the exact JSON of its inputs (``key``): the plan search and the
     per-technique and per-shape sweeps with their figures are the costly part of this page's rerun, and visitors often
-    share a scenario (the defaults, a link). Bounded (32 entries per kind, an hour): the server's memory levels off."""
+    share a scenario (the defaults, a link). Bounded (four kinds of entry for each of 32 scenarios, an hour): the
+    server's memory levels off."""
     return _compute()
+
+
+def _techniques(arch, scenario, gpu, factor: float, fused: bool):
+    rows = time_by_technique(arch, scenario, gpu, calibration=factor, fused_kernels=fused)
+    return rows, time_stack_figure(rows)
 
 
 model, scenario, hw = scenario_page("Training time and cost")
@@ -125,9 +131,7 @@ st.caption(f"One optimizer step ({tp.step.tokens:,} tokens per GPU) takes {tp.st
 st.subheader(f"Where the time goes, by technique (one {gpu.name})")
 left, right = st.columns(2)
 with left:
-    rows, stack_figure = _shared("techniques", inputs, lambda: (
-        lambda r: (r, time_stack_figure(r)))(time_by_technique(arch, scenario, gpu, calibration=factor,
-                                                               fused_kernels=tc.fused_kernels)))
+    rows, stack_figure = _shared("techniques", inputs, lambda: _techniques(arch, scenario, gpu, factor, tc.fused_kernels))
     st.plotly_chart(stack_figure, width="stretch", key="tc_time_stack_chart")
     skipped = [f"{r.label}: {r.error}" for r in rows if r.throughput is None]
     st.caption("Step time per 1,000 tokens by category for each method × precision of the Memory page's chart, "
