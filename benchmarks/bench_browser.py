@@ -8,7 +8,7 @@ the script run finished (it has then received and applied every element) and two
 (Plotly charts included). The part until the run finished ("run") is printed beside it.
 
 Target: the drawn time under 300 ms at the 95th percentile on every page (2 cores). Prints one line per page and
-exits non-zero when a page misses it. Run by hand (``python benchmarks/bench_browser.py``); not part of the tests.
+exits 1 when a page misses it (p95 >= 300 ms). Run by hand (``python benchmarks/bench_browser.py``); not part of the tests.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{name:12s} reruns {len(drawn):3d}  drawn p50 {percentile(drawn, 50):5.0f} p95 {p95:5.0f} "
                           f"max {max(drawn):5.0f} ms  (run p50 {percentile(server, 50):5.0f} p95 "
                           f"{percentile(server, 95):5.0f} ms)", flush=True)
-                    if p95 > TARGET_P95_MS:
+                    if not p95 < TARGET_P95_MS:  # a miss at 300 ms too, and when nothing was timed (nan)
                         missed.append(name)
             finally:
                 browser.close()
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         if proc is not None:
             proc.terminate()
             proc.wait(timeout=10)
-    print("OK" if not missed else f"MISSED (p95 > {TARGET_P95_MS:.0f} ms): {', '.join(missed)}")
+    print("OK" if not missed else f"MISSED (p95 >= {TARGET_P95_MS:.0f} ms): {', '.join(missed)}")
     return 1 if missed else 0
 
 

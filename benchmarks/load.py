@@ -64,9 +64,10 @@ def free_port() -> int:
 
 def start_server(port: int, log_dir: Path) -> subprocess.Popen:
     """``streamlit run streamlit_app.py`` headless on 127.0.0.1:port; HF_ENDPOINT at a closed port (no network)."""
-    env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}", "HF_HUB_DISABLE_TELEMETRY": "1"}
-    env.pop("HF_TOKEN", None)
     log_dir.mkdir(parents=True, exist_ok=True)
+    env = {"FINETUNE_FIT_PLANS_URL": f"sqlite:///{log_dir / 'plans.sqlite'}",  # a library of its own
+           **os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    env.pop("HF_TOKEN", None)
     return subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.address", "127.0.0.1",
          "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"],
@@ -100,27 +101,42 @@ class Result:
 class Session:
     """One browser-like session on the app's websocket."""
 
-    def __init__(self, url: str, rerun_timeout_s: float) -> None:
-        ws_url = url.replace("http://", "ws://").replace("https://", "wss://") + "/_stcore/stream"
+    def __init__(self, url: str, rerun_timeout_s: float, *, headers: dict[str, str] | None = None,
+                 query_string: str = "") -> None:
+        self.url, self.headers = url, dict(headers or {})
         self._stack = contextlib.ExitStack()
-        self.ws = self._stack.enter_context(
-            connect(ws_url, subprotocols=["streamlit"], max_size=None, open_timeout=30, origin=url)
-        )  # same origin, as a browser on the app's page sends
+        self.ws = self._connect()
         self.rerun_timeout_s = rerun_timeout_s
+        # The browser's URL query: sent with every rerun, and replaced by what the app writes (st.query_params), as
+        # the browser's address bar is; a reconnect sends it to the new session.
+        self.query_string = query_string
         self.pages: dict[str, str] = {}  # url path -> page_script_hash
         self.page_hash = ""
         self.widgets: dict[str, tuple[str, str]] = {}  # label -> (widget id, proto type)
         self.states: dict[str, tuple[str, object]] = {}  # widget id -> (value field, value)
         self.metrics: dict[str, str] = {}  # st.metric label -> value shown, of the last rerun
 
+    def _connect(self):
+        ws_url = self.url.replace("http://", "ws://").replace("https://", "wss://") + "/_stcore/stream"
+        # same origin, as a browser on the app's page sends; a proxy's affinity cookie in ``headers``
+        return self._stack.enter_context(connect(ws_url, subprotocols=["streamlit"], max_size=None, open_timeout=30,
+                                                 origin=self.url, additional_headers=self.headers or None))
+
     def close(self) -> None:
         self._stack.close()
+
+    def reconnect(self) -> None:
+        """A new websocket, as the browser opens after its connection dropped (same cookie, same URL, same widget
+        states): the server it reaches starts a fresh session."""
+        self._stack.close()
+        self._stack = contextlib.ExitStack()
+        self.ws = self._connect()
 
     def rerun(self) -> tuple[float, list[str]]:
         """Send a rerun with the current widget states; return (seconds until script_finished, problems seen)."""
         msg = BackMsg()
         cs = msg.rerun_script
-        cs.query_string = ""
+        cs.query_string = self.query_string
         cs.page_script_hash = self.page_hash
         for wid, (kind, value) in self.states.items():
             w = cs.widget_states.widgets.add()
@@ -138,7 +154,9 @@ class Session:
             fwd = ForwardMsg()
             fwd.ParseFromString(self.ws.recv(timeout=left))
             kind = fwd.WhichOneof("type")
-            if kind == "new_session":
+            if kind == "page_info_changed":
+                self.query_string = fwd.page_info_changed.query_string
+            elif kind == "new_session":
                 if not self.page_hash:
                     self.page_hash = fwd.new_session.page_script_hash
             elif kind == "navigation":  # st.navigation's pages: url path ("time_cost") -> script hash

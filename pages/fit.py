@@ -20,14 +20,16 @@ from engine.units import fmt_bytes, fmt_count, to_unit
 from ui.charts import CELL_LABELS, fit_heatmap
 from ui.layout import scenario_page
 from ui.verdict import show_tight
-from ui.downloads import csv_bytes
+from ui.downloads import records_csv
 from ui.tables import number_columns
 from ui.formats import md_plain
 
 # The matrices cost tens of milliseconds per rerun (every catalog model x GPU x technique), so they and their heatmaps are
 # kept for all sessions, keyed by the JSON of their inputs (the engine's results are unchanged; a session's edited GPU
-# table gives another key than the bundled one). A hosted demo with a crowd reruns this page often.
-_CACHE = dict(max_entries=256, ttl=3600, show_spinner=False)
+# table gives another key than the bundled one). A hosted demo with a crowd reruns this page often. Bounded: one
+# models-matrix entry (matrix, figure, CSV) holds about 1.8 MB, so 32 scenarios stay under 60 MB per cache and a
+# long-running server's memory levels off (256 entries let it grow by up to 450 MB).
+_CACHE = dict(max_entries=32, ttl=3600, show_spinner=False)
 
 
 @st.cache_resource(max_entries=1, show_spinner=False)
@@ -38,13 +40,19 @@ def _catalog_architectures() -> list:
 @st.cache_resource(**_CACHE)
 def _models_fit(_scenario: Scenario, _gpus: tuple, _strategy: Strategy, unit: str, labels: str, key: tuple):
     matrix = model_matrix(_catalog_architectures(), _scenario, _gpus, _strategy)
-    return matrix, fit_heatmap(matrix, unit, labels=labels)
+    return matrix, fit_heatmap(matrix, unit, labels=labels), _matrix_csv(matrix)
 
 
 @st.cache_resource(**_CACHE)
 def _techniques_fit(_arch, _scenario: Scenario, _gpus: tuple, unit: str, labels: str, key: tuple):
     matrix = technique_matrix(_arch, _scenario, _gpus)
-    return matrix, fit_heatmap(matrix, unit, labels=labels)
+    return matrix, fit_heatmap(matrix, unit, labels=labels), _matrix_csv(matrix)
+
+
+def _matrix_csv(matrix) -> bytes:
+    # Built with the matrix and kept with it: a scenario seen before (another visitor's, or this one's earlier value)
+    # costs neither the matrix, nor its figure, nor its download again.
+    return records_csv(matrix.records())
 
 
 @st.cache_resource(**_CACHE)
@@ -59,7 +67,8 @@ gpus = session_gpus()
 # Exact keys (JSON of the frozen inputs): cheap to hash, unlike the objects themselves.
 gpus_key = json.dumps([g.model_dump(mode="json") for g in gpus])
 model_key = json.dumps(model.config, sort_keys=True, default=str)
-st.session_state.setdefault("fit_labels", CELL_LABELS[0])
+# No cell text by default (colour and hover only): each label is an SVG text element plotly.js lays out on every redraw
+st.session_state.setdefault("fit_labels", "None")
 labels = st.radio("Cell labels", CELL_LABELS, key="fit_labels", horizontal=True,
                   help="Fewest GPUs: blank (green) one is enough, ≈ tight on one, ×N the fewest of that GPU with the "
                        "sidebar's strategy, ✗ none up to 1,024. Headroom: on one GPU, in the sidebar's unit. The colour is "
@@ -72,19 +81,17 @@ st.caption(
 )
 
 try:
-    models_fit, models_figure = _models_fit(scenario, gpus, strategy, unit, labels,
+    models_fit, models_figure, models_csv = _models_fit(scenario, gpus, strategy, unit, labels,
                                             key=(scenario.model_dump_json(), gpus_key, strategy))
-    techniques_fit, techniques_figure = _techniques_fit(model.arch, scenario, gpus, unit, labels,
+    techniques_fit, techniques_figure, techniques_csv = _techniques_fit(model.arch, scenario, gpus, unit, labels,
                                                         key=(model_key, scenario.model_dump_json(), gpus_key))
 except EngineError as exc:
     st.error(f"Cannot compute the fit: {md_plain(exc)}")
     st.stop()
 
 
-def _download(matrix, name: str, key: str) -> None:
-    frame = pd.DataFrame(matrix.records())
-    st.download_button(f"Download {name} (CSV)", csv_bytes(frame), file_name=f"{name}.csv",
-                       mime="text/csv", key=key)
+def _download(data: bytes, name: str, key: str) -> None:
+    st.download_button(f"Download {name} (CSV)", data, file_name=f"{name}.csv", mime="text/csv", key=key)
 
 
 st.subheader("Catalog models × every GPU")
@@ -95,7 +102,7 @@ st.plotly_chart(models_figure, width="stretch", key="fit_models_chart")
 for row in models_fit.rows:
     if row.error:
         st.caption(f"Not computed — {md_plain(row.label)}: {md_plain(row.error)}")
-_download(models_fit, "fit_models_x_gpus", "fit_models_csv")
+_download(models_csv, "fit_models_x_gpus", "fit_models_csv")
 
 st.subheader(f"Techniques × every GPU for {md_plain(model.title)}")
 st.caption("Same batch, sequence, accumulation, attention and LoRA settings in every row; each row sets what its label says. "
@@ -104,7 +111,7 @@ st.plotly_chart(techniques_figure, width="stretch", key="fit_techniques_chart")
 for row in techniques_fit.rows:
     if row.error:
         st.caption(f"Not computed — {md_plain(row.label)}: {md_plain(row.error)}")
-_download(techniques_fit, "fit_techniques_x_gpus", "fit_techniques_csv")
+_download(techniques_csv, "fit_techniques_x_gpus", "fit_techniques_csv")
 
 st.subheader(f"What fits on {md_plain(hw.label)}")
 st.caption("Your hardware from the sidebar (the matrices above try every GPU of the catalog).")

@@ -1,9 +1,13 @@
-"""Plans page: save the sidebar's scenario as a named plan, compare plans, export/import them as CSV, and copy
-the Trainer/PEFT/bitsandbytes (and DeepSpeed) settings that match a plan."""
+"""Plans page: save the sidebar's scenario as a named plan in the team's library (ui/plan_store.py: a database every
+replica shares), compare, rename and delete plans, export/import them as CSV, and copy the Trainer/PEFT/bitsandbytes
+(and DeepSpeed) settings that match a plan."""
 
 import streamlit as st
 
-from engine.errors import EngineError
+from pydantic import ValidationError
+from sqlalchemy.exc import SQLAlchemyError
+
+from engine.errors import EngineError, explain_validation
 from engine.plan.cost import calibration_for
 from engine.plan.code_summary import training_code_summary
 from engine.plan.config_export import config_files
@@ -14,24 +18,39 @@ from ui.catalog_session import session_gpus, session_prices
 from ui.charts import fmt_hours, fmt_usd
 from ui.formats import md_plain
 from ui.layout import scenario_page
+from ui.plan_store import PlanStoreError, current_author, plan_store, unavailable
 from ui.plans import (
-    STAMP_KEY, add_plans, compare_table, memory_compare_figure, remove_plan, resolve_config, saved_plans,
-    time_cost_compare_figure,
+    add_plans, compare_table, export_stamp, memory_compare_figure, refresh_plans, remove_plan, rename_plan,
+    resolve_config, save_plan, saved_names, saved_plans, seen_plan, time_cost_compare_figure,
 )
 from ui.scenario_form import time_cost_sidebar
+from ui.share import write_query_params
 from ui.verdict import verdict_label
 
 model, scenario, hw = scenario_page("Plans: save, compare, export")
 tc = time_cost_sidebar(hw)
+write_query_params(scenario)  # the dataset, run and price inputs just drawn go into the URL too
 if tc is None:
     st.stop()
 unit = hw.unit
+try:
+    store = plan_store()
+    unreadable = refresh_plans(store)
+except SQLAlchemyError as exc:  # the database went away after this process connected
+    st.error(f"The saved plans are not available: {md_plain(str(unavailable(exc)))}.")
+    st.stop()
+except PlanStoreError as exc:
+    st.error(f"The saved plans are not available: {md_plain(str(exc))}.")
+    st.stop()
+author = current_author()
 
 # --- Save the current scenario ----------------------------------------------------------------------------------------
 st.subheader("Save the current scenario")
-repo_id = model.origin.repo_id
+# An uploaded config has no repo id: the plan names the file and keeps the config itself, so it recomputes anywhere.
+uploaded = model.origin.kind == "file"
+repo_id = model.origin.repo_id or (f"upload:{model.origin.name}" if uploaded else None)
 if not repo_id:
-    st.info("An uploaded config.json has no repo id: pick a catalog model or a Hub repo id to save a plan.")
+    st.info("This model has no repo id: pick a catalog model, a Hub repo id or upload a config.json to save a plan.")
 else:
     try:
         num_gpus = tc.num_gpus
@@ -41,7 +60,7 @@ else:
         current = Plan(
             # The default name is never a saved plan's (a typed one may be: replacing it needs the explicit choice).
             name=st.session_state.get("plan_name") or unique_plan_name(
-                f"{repo_id.split('/')[-1]} {scenario.method.value} {num_gpus}x{tc.gpu.name}", [p.name for p, _ in saved_plans()]),
+                f"{repo_id.split('/')[-1]} {scenario.method.value} {num_gpus}x{tc.gpu.name}", saved_names()),
             model_repo_id=repo_id, model_revision=model.origin.revision,
             **scenario.model_dump(),  # every scenario field is a plan input of the same name
             # one GPU trains without sharding (no DeepSpeed config for a single GPU)
@@ -59,15 +78,23 @@ else:
     st.caption(f"{current.num_gpus} x {md_plain(current.gpu)} ({current.strategy.value}) · peak {fmt_bytes(result.per_gpu_peak_bytes, unit)} "
                f"per GPU · {verdict_label(result.verdict)} · {fmt_hours(result.hours)} · "
                f"{fmt_usd(result.cost_usd_on_demand)} on demand · {fmt_usd(result.cost_usd_spot)} spot")
-    clash = any(p.name == current.name for p, _ in saved_plans())
-    overwrite = clash and c1.checkbox(f"Replace the saved plan '{md_plain(current.name)}'", key="plan_overwrite")
+    clash = seen_plan(current.name)
+    overwrite = clash is not None and c1.checkbox(
+        f"Replace the saved plan '{md_plain(current.name)}' (saved by {md_plain(clash.author)}, "
+        f"{clash.updated_at[:16].replace('T', ' ')} UTC)", key="plan_overwrite")
     if c2.button("Save plan", key="plan_save", type="primary"):
-        if clash and not overwrite:
+        if clash is not None and not overwrite:
             st.warning(f"A plan named '{md_plain(current.name)}' is already saved: tick 'Replace the saved plan' to replace it, "
                        "or choose another name.")
         else:
-            add_plans([(current, result)], overwrite=overwrite)
-            st.success(f"{'Replaced' if clash else 'Saved'} plan '{md_plain(current.name)}'.")
+            try:
+                save_plan(store, current, model.config if uploaded else None, replace=overwrite, author=author)
+                st.success(f"{'Replaced' if overwrite else 'Saved'} plan '{md_plain(current.name)}'.")
+            except PlanStoreError as exc:  # saved or changed by someone else a moment ago: nothing overwritten
+                st.warning(f"Not saved: {md_plain(str(exc))}.")
+            except SQLAlchemyError as exc:
+                st.error(f"Not saved: {md_plain(str(unavailable(exc)))}.")
+            unreadable = refresh_plans(store)
 
 # --- Import ----------------------------------------------------------------------------------------------------------
 with st.expander("Import plans from CSV", expanded=not saved_plans()):
@@ -75,7 +102,8 @@ with st.expander("Import plans from CSV", expanded=not saved_plans()):
     if upload is not None and st.session_state.get("_plans_import_id") != upload.file_id:
         st.session_state["_plans_import_id"] = upload.file_id
         imported = plans_from_csv(upload.getvalue(), resolve_config, gpus=session_gpus(), prices=session_prices())
-        renamed = add_plans(list(imported.plans), (imported.app_version, imported.exported_at))
+        renamed = add_plans(store, list(imported.plans), (imported.app_version, imported.exported_at), author=author)
+        unreadable = refresh_plans(store)
         st.session_state["_plans_import_report"] = (len(imported.plans), [(e.row, e.reason) for e in imported.errors if e.row],
                                                     imported.file_error, imported.warnings, renamed)
     report = st.session_state.get("_plans_import_report")
@@ -91,6 +119,8 @@ with st.expander("Import plans from CSV", expanded=not saved_plans()):
         if rows:
             st.error("Rows not loaded:\n" + "\n".join(f"- row {row}: {md_plain(reason)}" for row, reason in rows))
 
+for row, reason in unreadable:
+    st.warning(f"The saved plan '{md_plain(row.plan.name)}' cannot be recomputed in this session: {md_plain(reason)}")
 plans = saved_plans()
 if not plans:
     st.info("No saved plans yet: set the scenario in the sidebar and save it, or import a CSV.")
@@ -105,25 +135,41 @@ st.plotly_chart(time_cost_compare_figure(plans), width="stretch", key="plans_tim
 
 # --- Export ----------------------------------------------------------------------------------------------------------
 st.subheader("Export")
-stamp = st.session_state.get(STAMP_KEY) or (None, None)
+stamp = export_stamp()
 st.download_button("Download all plans (CSV)", plans_to_csv(plans, version=stamp[0], exported_at=stamp[1]),
                    file_name="plans.csv", mime="text/csv", key="plans_csv_all")
 st.caption("One row per plan, every input and output in its own column, with the app version and export time. A file "
            "imported and not changed re-exports with its own version and time (byte for byte); otherwise the time is now.")
+if "plans_chosen_next" in st.session_state:  # a renamed plan stays the chosen one
+    st.session_state["plans_chosen"] = st.session_state.pop("plans_chosen_next")
 chosen = st.selectbox("Plan", [p.name for p, _ in plans], key="plans_chosen")
 plan, result = next(x for x in plans if x[0].name == chosen)
-c1, c2 = st.columns(2)
+c1, c2, c3 = st.columns([2, 2, 1])
 c1.download_button("Download this plan (CSV)", plans_to_csv([(plan, result)]), file_name=f"plan_{chosen}.csv"[:120],
                    mime="text/csv", key="plans_csv_one")
-if c2.button("Remove this plan", key="plans_remove"):
-    remove_plan(chosen)
-    st.rerun()
+new_name = c2.text_input("New name", key="plans_new_name", placeholder=chosen, label_visibility="collapsed")
+if c2.button("Rename this plan", key="plans_rename") and new_name.strip():
+    try:
+        rename_plan(store, chosen, new_name.strip())
+        st.session_state["plans_chosen_next"] = new_name.strip()
+        st.rerun()
+    except PlanStoreError as exc:
+        st.warning(f"Not renamed: {md_plain(str(exc))}.")
+    except ValidationError as exc:
+        st.warning(f"Not renamed: {md_plain(explain_validation(exc))}.")
+if c3.button("Remove this plan", key="plans_remove"):
+    try:
+        remove_plan(store, chosen)
+        st.rerun()
+    except PlanStoreError as exc:
+        st.warning(f"Not removed: {md_plain(str(exc))}.")
 snippet = training_code_summary(plan)
 st.markdown(f"**{md_plain(snippet.title)}** for plan '{md_plain(plan.name)}': a starting point to copy, not a full script")
 for gap in snippet.not_expressed:
     st.caption(f"Not in this snippet: {md_plain(gap)}.")
 try:
-    plan_config = resolve_config(plan.model_repo_id, plan.model_revision)
+    stored = seen_plan(chosen)
+    plan_config = stored.config if stored and stored.config else resolve_config(plan.model_repo_id, plan.model_revision)
 except EngineError:
     plan_config = None
 st.code(training_code(plan, plan_config), language="python")

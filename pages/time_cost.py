@@ -1,6 +1,8 @@
 """Time & cost page: tokens/s from the step-time model, where the time goes, wall time, GPU-hours and cost of the
 sidebar's scenario, curves, and the cheapest plan."""
 
+import json
+
 import pandas as pd
 import streamlit as st
 
@@ -18,17 +20,34 @@ from engine.units import fmt_bytes
 from ui.charts import (
     BASIS_LABEL, cost_vs_dataset_figure, fmt_hours, fmt_usd, gpu_count_figure, plan_scatter_figure, time_vs_dataset_figure,
 )
-from ui.catalog_session import session_gpus, session_prices
+from ui.catalog_session import session_gpus, session_prices, table_key
 from ui.formats import fmt_big_count, md_plain
 from ui.layout import scenario_page
 from ui.scenario_form import time_cost_sidebar
+from ui.share import write_query_params
 from ui.time_charts import CATEGORY_STYLE, shape_figure, time_stack_figure
 from ui.verdict import show_tight
 from ui.downloads import csv_bytes
 from ui.tables import number_columns
 
+
+@st.cache_resource(max_entries=128, ttl=3600, show_spinner=False)
+def _shared(what: str, key: str, _compute):
+    """``_compute()``, kept for every session under the exact JSON of its inputs (``key``): the plan search and the
+    per-technique and per-shape sweeps with their figures are the costly part of this page's rerun, and visitors often
+    share a scenario (the defaults, a link). Bounded (four kinds of entry for each of 32 scenarios, an hour): the
+    server's memory levels off."""
+    return _compute()
+
+
+def _techniques(arch, scenario, gpu, factor: float, fused: bool):
+    rows = time_by_technique(arch, scenario, gpu, calibration=factor, fused_kernels=fused)
+    return rows, time_stack_figure(rows)
+
+
 model, scenario, hw = scenario_page("Training time and cost")
 tc = time_cost_sidebar(hw)
+write_query_params(scenario)  # the dataset, run and price inputs just drawn go into the URL too
 if tc is None:
     st.stop()
 
@@ -42,10 +61,13 @@ try:
     factor = cal.factor if cal else 1.0
     plan = estimate_plan(arch, scenario, tc.dataset, gpu, num_gpus, hw.training_strategy, calibration=factor,
                          fused_kernels=tc.fused_kernels, price_source=tc.price_source, prices=session_prices(), estimate=est)
-    search = search_plans(arch, scenario, tc.dataset, strategy=strategy, calibration=factor, fused_kernels=tc.fused_kernels,
-                          counts=[n for n in PLAN_GPU_COUNTS if n <= tc.max_gpus], price_source=tc.price_source,
-                          gpus=session_gpus(), prices=session_prices(),
-                          basis=basis, estimate=est)  # type: ignore[arg-type]
+    inputs = json.dumps([model.config, scenario.model_dump(mode="json"), tc.dataset.model_dump(mode="json"), gpu.name,
+                         strategy.value, factor, tc.fused_kernels, tc.max_gpus, tc.price_source, basis,
+                         table_key(session_gpus()), table_key(session_prices())], sort_keys=True, default=str)
+    search = _shared("search", inputs, lambda: search_plans(
+        arch, scenario, tc.dataset, strategy=strategy, calibration=factor, fused_kernels=tc.fused_kernels,
+        counts=[n for n in PLAN_GPU_COUNTS if n <= tc.max_gpus], price_source=tc.price_source,
+        gpus=session_gpus(), prices=session_prices(), basis=basis, estimate=est))  # type: ignore[arg-type]
 except EngineError as exc:
     st.error(f"Cannot estimate the time of this scenario: {md_plain(exc)}")
     st.stop()
@@ -121,14 +143,15 @@ st.caption(f"One optimizer step ({tp.step.tokens:,} tokens per GPU) takes {tp.st
 st.subheader(f"Where the time goes, by technique (one {md_plain(gpu.name)})")
 left, right = st.columns(2)
 with left:
-    rows = time_by_technique(arch, scenario, gpu, calibration=factor, fused_kernels=tc.fused_kernels)
-    st.plotly_chart(time_stack_figure(rows), width="stretch", key="tc_time_stack_chart")
+    rows, stack_figure = _shared("techniques", inputs, lambda: _techniques(arch, scenario, gpu, factor, tc.fused_kernels))
+    st.plotly_chart(stack_figure, width="stretch", key="tc_time_stack_chart")
     skipped = [md_plain(f"{r.label}: {r.error}") for r in rows if r.throughput is None]
     st.caption("Step time per 1,000 tokens by category for each method × precision of the Memory page's chart, "
                "labelled with tokens/s." + (" Not timed: " + "; ".join(skipped) if skipped else ""))
 with right:
-    curves = shape_sweep(arch, scenario, gpu, calibration=factor, fused_kernels=tc.fused_kernels)
-    st.plotly_chart(shape_figure(curves, scenario.seq_len, scenario.micro_batch_size), width="stretch", key="tc_shape_chart")
+    st.plotly_chart(_shared("shapes", inputs, lambda: shape_figure(
+        shape_sweep(arch, scenario, gpu, calibration=factor, fused_kernels=tc.fused_kernels), scenario.seq_len,
+        scenario.micro_batch_size)), width="stretch", key="tc_shape_chart")
     st.caption("Tokens/s of one GPU against sequence length, per micro batch size (memory fit not checked: see the Fit "
                "page). Short sequences at micro batch 1 are bound by kernel launches and memory traffic; long ones by "
                "attention's s² work.")
@@ -206,7 +229,7 @@ st.download_button("Download the curves (CSV)", csv_bytes(pd.DataFrame(curves)),
 
 st.subheader("Every plan that fits: time against cost")
 if any(p.cost(basis) is not None for p in search.plans):
-    st.plotly_chart(plan_scatter_figure(search), width="stretch", key="tc_plans_chart")
+    st.plotly_chart(_shared("scatter", inputs, lambda: plan_scatter_figure(search)), width="stretch", key="tc_plans_chart")
 elif search.plans:
     st.info(f"No plan to place on the time-cost chart: {md_plain(no_price)} The plans that fit are in the table below, with their time.")
 else:

@@ -60,6 +60,12 @@ def _fresh_streamlit_cache():
     st.cache_data.clear()
 
 
+@pytest.fixture(autouse=True)
+def _own_plans_database(monkeypatch, tmp_path):
+    """Every test's app saves plans in its own empty SQLite file (ui/plan_store.py), never in the checkout's."""
+    monkeypatch.setenv("FINETUNE_FIT_PLANS_URL", f"sqlite:///{tmp_path / 'plans.sqlite'}")
+
+
 APP = str(Path(__file__).resolve().parents[1] / "streamlit_app.py")
 
 

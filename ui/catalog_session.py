@@ -6,6 +6,7 @@ by the engine like the bundled CSV files.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import streamlit as st
@@ -13,6 +14,7 @@ import streamlit as st
 from engine.errors import CatalogError
 from engine.hardware.gpus import Gpu, GpuPrice, gpus_from_rows, load_gpus, load_prices, prices_from_rows
 from engine.model.catalog import load_models
+from engine.memo import by_identity
 
 _GPUS, _PRICES = "session_gpus", "session_prices"
 
@@ -38,6 +40,13 @@ def bundled_data_problem() -> str | None:
     except CatalogError as exc:
         return str(exc)
     return None
+
+
+@by_identity(size=16)
+def table_key(rows: tuple) -> str:
+    """A GPU or price table (bundled, or a session's edits) as exact text, once per table object: part of the key of
+    results kept for every session (a session's edited table gives another key than the bundled one)."""
+    return json.dumps([r.model_dump(mode="json") for r in rows], sort_keys=True, default=str)
 
 
 def is_edited() -> bool:

@@ -16,6 +16,23 @@ from ui.verdict import VERDICT_MARKS, verdict_label
 from ui.axes import log_axis, point_axis
 from ui.formats import fmt_hours, fmt_usd, plain  # noqa: F401 (fmt_hours, fmt_usd: re-exported for the pages)
 
+class PrebuiltFigure(go.Figure):
+    """A figure whose :meth:`to_dict` hands out its own data and layout instead of deep copies (plotly 6's
+    ``BaseFigure.to_dict`` deep-copies both: for a fit heatmap, thousands of cells, on every rerun, inside
+    st.plotly_chart, which only serialises the dict). Callers must not change the dict they get."""
+
+    def to_dict(self) -> dict:
+        return {"data": self._data, "layout": self._layout}
+
+
+def prebuilt(spec: dict) -> go.Figure:
+    """A figure from a spec built here (``{"data": [...], "layout": {...}}``), without plotly.py's property-by-property
+    validation (``BaseFigure(_validate=False)``, plotly 6): for a fit heatmap it took 20-35 ms of the 25-40 ms of
+    building the figure, on every rerun; st.plotly_chart then serialises it as it is (:class:`PrebuiltFigure`). The
+    specs are still checked: tests/app/test_figures_valid.py validates every figure of the pages that draw them."""
+    return PrebuiltFigure(spec, _validate=False)
+
+
 COMPONENT_STYLE = {
     "weights": ("Weights", "#1f77b4"),
     "weight_copies": ("Low-precision weight copies", "#aec7e8"),
@@ -90,7 +107,7 @@ def per_gpu_figure(components: dict[str, float], cpu_bytes: float, unit: Unit, g
     layout = {"barmode": "stack", "yaxis": {"title": {"text": f"Memory ({unit})"}, "range": [0, top * 1.15]},
               "height": 420, "legend": {"title": {"text": "Component"}}, "margin": {"t": 30, "b": 10},
               "shapes": shapes, "annotations": annotations}
-    return go.Figure({"data": data, "layout": layout})
+    return prebuilt({"data": data, "layout": layout})
 
 
 def memory_stack_figure(rows: list[SweepRow], unit: Unit, gpu: Gpu | None) -> go.Figure:
@@ -129,7 +146,7 @@ def memory_stack_figure(rows: list[SweepRow], unit: Unit, gpu: Gpu | None) -> go
               "margin": {"t": 30, "l": 82, "r": 68 + round(5.4 * max([len(d["name"]) for d in data if "name" in d] + [0])),
                          "b": 24 + 15 * max([n.count("<br>") + 1 for n in x] + [1])},
               "shapes": shapes, "annotations": annotations}
-    return go.Figure({"data": data, "layout": layout})
+    return prebuilt({"data": data, "layout": layout})
 
 
 def parameter_figure(counts: dict[str, int]) -> go.Figure:
@@ -187,13 +204,14 @@ def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "", labels: str = "F
     headroom; ⚠ after a GPU's name: a bf16 scenario on a GPU without bf16. Hover gives the breakdown."""
     order = sorted(range(len(matrix.gpus)), key=lambda i: (matrix.usable_bytes[i], i))
     x = [short_gpu_name(matrix.gpus[i]) for i in order]
+    usable_text = [fmt_bytes(u, unit) for u in matrix.usable_bytes]
     y, z, text, hover = [], [], [], []
     for row in matrix.rows:
         y.append(plain(row.label))
         if not row.cells:
             z.append([None] * len(x))
             text.append(["n/a"] * len(x))
-            hover.append([f"<b>{plain(row.label)}</b><br>not computed: {plain(row.error or '')}"] * len(x))
+            hover.append([f"not computed: {plain(row.error or '')}"] * len(x))
             continue
         est = row.estimate
         # The row's largest components once (the same on every GPU of the row): the hover is sent for every cell,
@@ -202,21 +220,25 @@ def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "", labels: str = "F
         if est is not None:
             big = sorted(((v, k) for k, v in est.components.items() if v), reverse=True)[:3]
             top = "; ".join(f"{k.replace('_', ' ')} {fmt_bytes(v, unit)}" for v, k in big)
-        head = f"<b>{plain(row.label)}</b>"
         tail = (f"<br>largest: {top}" if top else "") + (f"<br>note: {plain(row.note)}" if row.note else "")
         zr, tr, hr = [], [], []
+        # GPUs of the same usable memory share one cell object (engine.plan.fit._cells): its hover is built once
+        seen: dict[int, str] = {}
         for i in order:
-            gpu, usable, cell = matrix.gpus[i], matrix.usable_bytes[i], row.cells[i]
+            cell = row.cells[i]
             zr.append(to_unit(cell.headroom_bytes, unit))
-            tr.append(_cell_text(cell.headroom_bytes, cell.verdict, cell.min_gpus, unit, labels))
-            many = ("none up to 1,024" if cell.min_gpus is None
-                    else f"{cell.min_gpus} ({fmt_bytes(cell.per_gpu_bytes_at_min or 0, unit)} each)")
-            hr.append(
-                f"{head} on <b>{short_gpu_name(gpu)}</b><br>one GPU: {fmt_bytes(cell.peak_bytes, unit)} of "
-                f"{fmt_bytes(usable, unit)}, {verdict_label(cell.verdict)}, {'headroom' if cell.fits else 'short by'} "
-                f"{fmt_bytes(abs(cell.headroom_bytes), unit)}<br>fewest GPUs ({row.strategy.value}): {many}"
-                + (f"<br>⚠ {cell.warning}" if cell.warning else "") + tail
-            )
+            if labels != "None":
+                tr.append(_cell_text(cell.headroom_bytes, cell.verdict, cell.min_gpus, unit, labels))
+            if id(cell) not in seen:
+                many = ("none up to 1,024" if cell.min_gpus is None
+                        else f"{cell.min_gpus} ({fmt_bytes(cell.per_gpu_bytes_at_min or 0, unit)} each)")
+                seen[id(cell)] = (
+                    f"one GPU: {fmt_bytes(cell.peak_bytes, unit)} of "
+                    f"{usable_text[i]}, {verdict_label(cell.verdict)}, {'headroom' if cell.fits else 'short by'} "
+                    f"{fmt_bytes(abs(cell.headroom_bytes), unit)}<br>fewest GPUs ({row.strategy.value}): {many}"
+                    + (f"<br>⚠ {cell.warning}" if cell.warning else "") + tail
+                )
+            hr.append(seen[id(cell)])
         z.append(zr)
         text.append(tr)
         hover.append(hr)
@@ -227,17 +249,18 @@ def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "", labels: str = "F
     cap = min(span, 80.0)  # beyond +-80 GB the colour saturates, so small margins stay visible
     # No texttemplate at all without labels: plotly.js formats every cell's template even when its text is empty.
     labelled = {"text": text, "texttemplate": "%{text}", "textfont": {"size": 11, "color": "black"}} if labels != "None" else {}
-    fig = go.Figure(go.Heatmap(
-        x=x, y=y, z=z, **labelled, customdata=hover, hovertemplate="%{customdata}<extra></extra>",
-        colorscale=_HEADROOM_COLOURS, zmid=0, zmin=-cap, zmax=cap, xgap=1, ygap=1,
-        colorbar={"title": {"text": f"headroom<br>on one GPU<br>({unit})"}, "thickness": 14},
-    ))
-    fig.update_layout(
-        title=title or None, height=max(260, 30 * len(y) + 170), margin=_heatmap_margin(x, y, bool(title)),
-        xaxis={"side": "top", "tickangle": -45, "title": {"text": "GPUs, from the least usable memory to the most"}},
-        yaxis={"autorange": "reversed"},
-    )
-    return fig
+    trace = {"type": "heatmap", "x": x, "y": y, "z": z, **labelled, "customdata": hover,
+             # the row and the GPU come from the axes, not from every cell's text (a third of the message)
+             "hovertemplate": "<b>%{y}</b> on <b>%{x}</b><br>%{customdata}<extra></extra>",
+             "colorscale": _HEADROOM_COLOURS, "zmid": 0, "zmin": -cap, "zmax": cap, "xgap": 1, "ygap": 1,
+             "colorbar": {"title": {"text": f"headroom<br>on one GPU<br>({unit})"}, "thickness": 14}}
+    layout = {"title": {"text": title} if title else None, "height": max(260, 30 * len(y) + 170),
+              "margin": _heatmap_margin(x, y, bool(title)),
+              "xaxis": {"side": "top", "tickangle": -45, "title": {"text": "GPUs, from the least usable memory to the most"}},
+              "yaxis": {"autorange": "reversed"}}
+    if not title:
+        del layout["title"]
+    return prebuilt({"data": [trace], "layout": layout})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -280,7 +303,7 @@ def time_vs_dataset_figure(
               "height": 380,
               "margin": {"t": 30, "b": 10}, "legend": {"orientation": "h", "y": -0.25},
               **_log_axes_vline(current_size, "your dataset")}
-    return go.Figure({"data": data, "layout": layout})
+    return prebuilt({"data": data, "layout": layout})
 
 
 def cost_vs_dataset_figure(series: dict[str, tuple[list[float], list[float]]], current_size: float, basis: str) -> go.Figure:
@@ -293,7 +316,7 @@ def cost_vs_dataset_figure(series: dict[str, tuple[list[float], list[float]]], c
                                 f"cost, {BASIS_LABEL.get(basis, basis)} (USD)", prefix="$"),
               "height": 420, "margin": {"t": 30, "b": 10}, "legend": {"orientation": "h", "y": -0.25},
               **_log_axes_vline(current_size, "your dataset")}
-    return go.Figure({"data": data, "layout": layout})
+    return prebuilt({"data": data, "layout": layout})
 
 
 def gpu_count_figure(plans: list[PlanEstimate], basis: str, gpu: str) -> go.Figure:
@@ -316,36 +339,36 @@ def gpu_count_figure(plans: list[PlanEstimate], basis: str, gpu: str) -> go.Figu
                    "anchor": "x"},
         "height": 380, "margin": {"t": 30, "b": 10}, "legend": {"orientation": "h", "y": -0.25},
     }
-    return go.Figure({"data": data, "layout": layout})
+    return prebuilt({"data": data, "layout": layout})
 
 
 def plan_scatter_figure(search: PlanSearch) -> go.Figure:
     """Hours against cost of every priced plan that fits, the Pareto front as a line, cheapest and fastest named."""
     basis = search.basis
     priced = [p for p in search.plans if p.cost(basis) is not None]
-    fig = go.Figure()
-    fig.add_scatter(
-        x=[p.run.hours for p in priced], y=[p.cost(basis) for p in priced], mode="markers", name="plans that fit",
-        marker={"size": 7, "color": "#9ecae1", "line": {"width": 0.5, "color": "#3182bd"}},
-        text=[p.label for p in priced],
-        hovertemplate="%{text}<br>%{x:,.3g} h, $%{y:,.2f}<extra></extra>",
-    )
     front = list(search.pareto)
-    fig.add_scatter(
-        x=[p.run.hours for p in front], y=[p.cost(basis) for p in front], mode="lines+markers", name="Pareto front",
-        marker={"size": 9, "color": "#d62728"}, line={"color": "#d62728"}, text=[p.label for p in front],
-        hovertemplate="%{text}<br>%{x:,.3g} h, $%{y:,.2f}<extra>Pareto front</extra>",
-    )
-    for plan, what in ((search.cheapest, "cheapest"), (search.fastest, "fastest")):
-        if plan is not None and plan.cost(basis) is not None:
-            fig.add_annotation(x=math.log10(plan.run.hours), y=math.log10(plan.cost(basis) or 1e-9),
-                               text=f"<b>{what}</b>: {plan.label}", showarrow=True, arrowhead=2, ax=40 if what == "cheapest" else -40,
-                               ay=-40 if what == "cheapest" else 40, bgcolor="rgba(255,255,255,0.85)")
-    fig.update_layout(xaxis=log_axis([p.run.hours for p in priced], "wall time (hours)"),
-                      yaxis=log_axis([p.cost(basis) for p in priced], f"cost, {BASIS_LABEL.get(basis, basis)} (USD)",
-                                     prefix="$"),
-                      height=480, margin={"t": 30, "b": 10}, legend={"orientation": "h", "y": -0.2})
-    return fig
+    data = [
+        {"type": "scatter", "x": [p.run.hours for p in priced], "y": [p.cost(basis) for p in priced], "mode": "markers",
+         "name": "plans that fit", "marker": {"size": 7, "color": "#9ecae1", "line": {"width": 0.5, "color": "#3182bd"}},
+         "text": [p.label for p in priced], "hovertemplate": "%{text}<br>%{x:,.3g} h, $%{y:,.2f}<extra></extra>"},
+        {"type": "scatter", "x": [p.run.hours for p in front], "y": [p.cost(basis) for p in front],
+         "mode": "lines+markers", "name": "Pareto front", "marker": {"size": 9, "color": "#d62728"},
+         "line": {"color": "#d62728"}, "text": [p.label for p in front],
+         "hovertemplate": "%{text}<br>%{x:,.3g} h, $%{y:,.2f}<extra>Pareto front</extra>"},
+    ]
+    annotations = [
+        {"x": math.log10(plan.run.hours), "y": math.log10(plan.cost(basis) or 1e-9),
+         "text": f"<b>{what}</b>: {plan.label}", "showarrow": True, "arrowhead": 2,
+         "ax": 40 if what == "cheapest" else -40, "ay": -40 if what == "cheapest" else 40,
+         "bgcolor": "rgba(255,255,255,0.85)"}
+        for plan, what in ((search.cheapest, "cheapest"), (search.fastest, "fastest"))
+        if plan is not None and plan.cost(basis) is not None
+    ]
+    layout = {"xaxis": log_axis([p.run.hours for p in priced], "wall time (hours)"),
+              "yaxis": log_axis([p.cost(basis) for p in priced], f"cost, {BASIS_LABEL.get(basis, basis)} (USD)", prefix="$"),
+              "height": 480, "margin": {"t": 30, "b": 10}, "legend": {"orientation": "h", "y": -0.2},
+              "annotations": annotations}
+    return prebuilt({"data": data, "layout": layout})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -404,4 +427,4 @@ def predicted_vs_measured_figure(points: list[dict], *, quantity: str, axis_unit
         "yaxis": {"type": "log", "title": {"text": f"predicted {axis}"}, "range": [math.log10(lo), math.log10(hi)]},
         "height": height, "margin": {"t": 30, "b": 10}, "legend": {"groupclick": "toggleitem", "tracegroupgap": 12},
     }
-    return go.Figure({"data": data, "layout": layout})
+    return prebuilt({"data": data, "layout": layout})

@@ -22,7 +22,7 @@ from engine.model.checkpoint import CheckpointCount, fetch_checkpoint_count
 from engine.errors import (
     ConfigError, EngineError, GatedRepoError, HubUnavailableError, RepoNotFoundError, UnsupportedModelError,
 )
-from engine.model.hub import fetch_config, hub_timeout_s
+from engine.model.hub import fetch_config_shared, hub_timeout_s, shared_read
 from engine.model.sources import ConfigOrigin, catalog_choices, catalog_fallback, config_from_catalog, hub_origin, parse_config_bytes
 from ui.formats import md_plain
 
@@ -72,10 +72,18 @@ def _endpoint_now() -> str:
 
 
 @st.cache_data(ttl=3600, max_entries=256, show_spinner="Reading config.json from the Hub…")
-def _public_config(repo_id: str, revision: str | None, endpoint: str) -> dict[str, Any]:
+def _cached_public_config(repo_id: str, revision: str | None, endpoint: str) -> dict[str, Any]:
     # Cached for everyone: only configs readable without any token land here (token=False sends none), keyed by repo,
     # revision and endpoint, never by a token; errors are not cached.
-    return fetch_config(repo_id, revision=revision, token=False, timeout_s=hub_timeout_s())
+    return fetch_config_shared(repo_id, revision=revision, token=False, timeout_s=hub_timeout_s())
+
+
+def _public_config(repo_id: str, revision: str | None, endpoint: str) -> dict[str, Any]:
+    """The public config, visitors asking at once sharing one read: st.cache_data's own per-key lock would serve them
+    one after another, each waiting out its own timeout when the Hub hangs (errors are not cached), so the flight is
+    taken before the cache (engine.model.hub.shared_read); a cached config is answered at once either way."""
+    return shared_read(("public_config", repo_id, revision, endpoint),
+                       lambda: _cached_public_config(repo_id, revision, endpoint))
 
 
 def _fingerprint(token: str) -> str:
@@ -119,7 +127,7 @@ def _hub_config(repo_id: str, revision: str | None) -> tuple[dict[str, Any], Con
             memo_key = (*key, _fingerprint(token))
             if memo_key not in reads:
                 with st.spinner("Reading config.json with your token…"):
-                    reads[memo_key] = fetch_config(repo_id, revision=revision, token=token, timeout_s=hub_timeout_s())
+                    reads[memo_key] = fetch_config_shared(repo_id, revision=revision, token=token, timeout_s=hub_timeout_s())
             return reads[memo_key], hub_origin(repo_id, revision)
     except HubUnavailableError as exc:
         outages: dict = st.session_state.setdefault(_OUTAGES, {})

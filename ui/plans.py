@@ -1,7 +1,8 @@
-"""Saved plans in the session, and the table and Plotly figures that compare them (Plans page)."""
+"""The team's saved plans (the library of ui/plan_store.py) as this session sees them, and the table and Plotly figures that compare them (Plans page)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pandas as pd
@@ -10,40 +11,115 @@ import streamlit as st
 from plotly.subplots import make_subplots
 
 from engine.errors import EngineError
-from engine.plan.plans import COMPONENT_KEYS, Plan, PlanResult, plan_record, unique_plan_name
+from engine.plan.plans import COMPONENT_KEYS, Plan, PlanResult, evaluate_plan, plan_record
 from engine.model.sources import config_from_catalog
 from engine.units import Unit, to_unit
+from ui.catalog_session import session_gpus, session_prices, table_key
 from ui.formats import plain
+from ui.plan_store import ANONYMOUS, PlanChanged, PlanStore, StoredPlan
 from ui.tables import bytes_in, number_columns
 
-PLANS_KEY = "saved_plans"
-STAMP_KEY = "saved_plans_stamp"  # (app_version, exported_at) of an imported file, until the plans change
+PLANS_KEY = "saved_plans"  # this run's view of the library, recomputed: [(Plan, PlanResult)], oldest first
+STAMP_KEY = "saved_plans_stamp"  # (app_version, exported_at, {(id, version)}) of an imported file, while the library is it
+_SEEN_KEY = "_plans_seen"  # name -> the StoredPlan this session last showed (the version a replace/rename/delete names)
 
 
 def saved_plans() -> list[tuple[Plan, PlanResult]]:
-    """The session's plans, oldest first."""
+    """The library's plans that recompute, as last read by :func:`refresh_plans` in this run (oldest first)."""
     return st.session_state.setdefault(PLANS_KEY, [])
 
 
-def add_plans(items: list[tuple[Plan, PlanResult]], stamp: tuple[str | None, str | None] | None = None,
-              *, overwrite: bool = False) -> list[tuple[str, str]]:
-    """Add plans. A plan named like a saved one replaces it only with ``overwrite``; otherwise it is saved under a
-    new name (``name (2)``, engine.plan.plans.unique_plan_name). Returns the (old, new) names of renamed plans.
-    ``stamp``: keep an imported file's version and time for re-export while the set of plans is exactly that file's."""
-    plans = saved_plans()
-    fresh = not plans
+def seen_plan(name: str) -> StoredPlan | None:
+    """The row this session was shown under ``name`` (its version is what a replace, rename or delete expects)."""
+    return st.session_state.get(_SEEN_KEY, {}).get(name)
+
+
+def saved_names() -> list[str]:
+    """Every name in the library as last read (plans that do not recompute here included)."""
+    return list(st.session_state.get(_SEEN_KEY, {}))
+
+
+def _config_of(stored: StoredPlan) -> dict[str, Any]:
+    return stored.config if stored.config is not None else resolve_config(stored.plan.model_repo_id, stored.plan.model_revision)
+
+
+@st.cache_resource(max_entries=512, ttl=3600, show_spinner=False)
+def _evaluated(record: str, config_key: str, tables: tuple[str, str], _plan: Plan, _config: dict, _gpus: tuple,
+               _prices: tuple) -> PlanResult | str:
+    # One evaluation per plan version, config and tables for every session (a library of many plans is read by
+    # every visitor of the Plans page); what does not evaluate is kept as its reason. Bounded.
+    try:
+        return evaluate_plan(_plan, _config, gpus=_gpus, prices=_prices)
+    except EngineError as exc:
+        return str(exc)
+
+
+def refresh_plans(store: PlanStore) -> list[tuple[StoredPlan, str]]:
+    """Read the library, recompute each plan (kept per plan record, model config and this session's GPU and price
+    tables, for every session) into :func:`saved_plans`, and remember the versions shown. Returns the rows that did not
+    recompute, with why (a Hub model this session cannot read, a GPU its edited catalog lacks)."""
+    rows = store.plans()
+    gpus, prices = session_gpus(), session_prices()
+    tables = (table_key(gpus), table_key(prices))
+    good, failed = [], []
+    for row in rows:
+        try:
+            config = _config_of(row)
+        except EngineError as exc:
+            failed.append((row, str(exc)))
+            continue
+        result = _evaluated(row.plan.model_dump_json(), json.dumps(config, sort_keys=True, default=str), tables,
+                            row.plan, config, gpus, prices)
+        if isinstance(result, str):
+            failed.append((row, result))
+        else:
+            good.append((row.plan, result))
+    st.session_state[PLANS_KEY] = good
+    st.session_state[_SEEN_KEY] = {r.plan.name: r for r in rows}
+    return failed
+
+
+def export_stamp() -> tuple[str | None, str | None]:
+    """An imported file's (version, time) while the library is still exactly that file's plans, else (None, None)."""
+    stamp = st.session_state.get(STAMP_KEY)
+    if not stamp:
+        return None, None
+    seen = st.session_state.get(_SEEN_KEY, {})
+    return (stamp[0], stamp[1]) if {(r.id, r.version) for r in seen.values()} == stamp[2] else (None, None)
+
+
+def add_plans(store: PlanStore, items: list[tuple[Plan, PlanResult]], stamp: tuple[str | None, str | None] | None = None,
+              *, author: str = ANONYMOUS) -> list[tuple[str, str]]:
+    """Add imported plans to the library, each under its name or, when taken, ``name (2)`` ...
+    (engine.plan.plans.unique_plan_name): an import never replaces a plan. Returns the (old, new) names of renamed
+    plans. ``stamp``: keep an imported file's version and time for re-export while the library is exactly that file's."""
+    fresh = not store.plans()
     renamed: list[tuple[str, str]] = []
-    if overwrite:
-        names = {p.name for p, _ in items}
-        plans[:] = [x for x in plans if x[0].name not in names]
-    for plan, result in items:
-        name = unique_plan_name(plan.name, [p.name for p, _ in plans])
-        if name != plan.name:
-            renamed.append((plan.name, name))
-            plan = plan.model_copy(update={"name": name})
-        plans.append((plan, result))
-    st.session_state[STAMP_KEY] = stamp if (stamp and fresh and all(stamp) and not renamed) else None
+    rows = []
+    for plan, _result in items:
+        row = store.create_unique(plan, author=author)
+        rows.append(row)
+        if row.plan.name != plan.name:
+            renamed.append((plan.name, row.plan.name))
+    keep = stamp and fresh and all(stamp) and not renamed
+    st.session_state[STAMP_KEY] = (*stamp, frozenset((r.id, r.version) for r in rows)) if keep else None
     return renamed
+
+
+def save_plan(store: PlanStore, plan: Plan, config: dict[str, Any] | None, *, replace: bool, author: str) -> None:
+    """Save the sidebar's plan: a new name is created; ``replace`` replaces the plan of that name this session was
+    shown, only if nobody changed it since.
+
+    Raises:
+        PlanExists: the name is taken (saved by someone else a moment ago, or ``replace`` not chosen).
+        PlanChanged: the plan to replace was changed, renamed or deleted since this session read it.
+    """
+    seen = seen_plan(plan.name)
+    if replace and seen is not None:
+        store.replace(plan, seen.version, author=author, config=config)
+    else:
+        store.create(plan, author=author, config=config)
+    st.session_state[STAMP_KEY] = None
 
 
 COMPARE_COLUMNS = {
@@ -57,17 +133,36 @@ COMPARE_COLUMNS = {
 
 def compare_table(plans: list[tuple[Plan, PlanResult]], unit: Unit) -> None:
     """The saved plans side by side: inputs and results, each number column in one format, bytes in ``unit``."""
-    rows = [plan_record(p, r) for p, r in plans]
-    frame = pd.DataFrame(rows)[["name", "model_repo_id", "method", "precision", "micro_batch_size", "seq_len", "gpu",
+    seen = st.session_state.get(_SEEN_KEY, {})
+    rows = [plan_record(p, r) | {"saved_by": getattr(seen.get(p.name), "author", ""),
+                                 "saved_at": getattr(seen.get(p.name), "updated_at", "")[:16].replace("T", " ")}
+            for p, r in plans]
+    frame = pd.DataFrame(rows)[["name", "saved_by", "saved_at", "model_repo_id", "method", "precision", "micro_batch_size", "seq_len", "gpu",
                                 "num_gpus", "strategy", "per_gpu_peak_bytes", "fits", "verdict", "tokens_per_second",
                                 "train_hours", "cost_on_demand_usd", "cost_spot_usd"]]
     st.dataframe(bytes_in(frame, ["per_gpu_peak_bytes"], unit), hide_index=True, width="stretch", key="plans_table",
                  column_config=number_columns(COMPARE_COLUMNS, unit))
 
 
-def remove_plan(name: str) -> None:
-    plans = saved_plans()
-    plans[:] = [x for x in plans if x[0].name != name]
+def remove_plan(store: PlanStore, name: str) -> None:
+    """Delete the plan this session was shown under ``name``. Raises PlanChanged if someone changed it since."""
+    seen = seen_plan(name)
+    if seen is None:
+        raise PlanChanged(f"the plan '{name}' is no longer in the library")
+    store.delete(name, seen.version)
+    st.session_state[STAMP_KEY] = None
+
+
+def rename_plan(store: PlanStore, name: str, new_name: str) -> None:
+    """Rename the plan this session was shown under ``name``.
+
+    Raises:
+        PlanExists: ``new_name`` is taken. PlanChanged: someone changed the plan since. ValueError: not a valid name.
+    """
+    seen = seen_plan(name)
+    if seen is None:
+        raise PlanChanged(f"the plan '{name}' is no longer in the library")
+    store.rename(name, new_name, seen.version)
     st.session_state[STAMP_KEY] = None
 
 

@@ -5,6 +5,10 @@ validated and put into the widget state before any widget is drawn; a bad value 
 and a value applied with a note (``gpu=A100``, read as the catalog's A100 80GB) is said in another.
 :func:`write_query_params` runs on every page with a valid scenario and mirrors the current values into the URL.
 The token field is never a parameter, and nothing else is written.
+
+The URL is the source of truth of a session's scenario: a session that starts afresh, as when the browser reconnects
+to another replica after its own died (or to the same one restarted), reads every setting back from the URL the
+browser still shows instead of writing the defaults over it (tests/app/test_share_links.py, tests/e2e).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from engine.scenario.training import Attention, Framework, Method, QuantType, Sc
 from engine.memory.inference import KvCacheDtype, WeightPrecision
 from ui.inputs import LIMITS, valid_value
 from ui.scaleout import CHOICES as SCALEOUT_CHOICES, FLAGS as SCALEOUT_FLAGS, NUMBERS as SCALEOUT_NUMBERS
-from ui.scenario_form import AS_STORED, WORKLOADS
+from ui.scenario_form import AS_STORED, SIZE_EXAMPLES, SIZE_TOKENS, WORKLOADS
 
 _READ_FLAG = "_query_params_read"
 _PENDING_TARGETS = "_url_lora_targets"
@@ -141,6 +145,25 @@ def _enum_values_int(values: tuple[int, ...]) -> Callable[[str], int]:
     return parse
 
 
+def _price_source(text: str) -> str:
+    """A price source of this session's price table (data/gpu_prices.csv, or the session's edits)."""
+    from engine.plan.cost import price_source_names
+    from ui.catalog_session import session_prices
+
+    names = price_source_names(session_prices())
+    if text not in names:
+        raise ValueError("not a price source; one of " + ", ".join(names))
+    return text
+
+
+def _gpu_count_limit(text: str) -> int:
+    from engine.plan.cost import PLAN_GPU_COUNTS
+
+    if text.strip() not in {str(n) for n in PLAN_GPU_COUNTS}:
+        raise ValueError("must be one of " + ", ".join(str(n) for n in PLAN_GPU_COUNTS))
+    return int(text)
+
+
 def _limited(key: str) -> Callable[[str], Any]:
     lo, hi = LIMITS[key]
     return _int(lo, hi) if isinstance(lo, int) and isinstance(hi, int) else _float(lo, hi)
@@ -158,8 +181,13 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     # the sidebar's hardware (ui.hardware), shared by every page
     "gpu": _gpu, "num_gpus": _limited("num_gpus"), "gpus_per_node": _limited("gpus_per_node"),
     "strategy": _enum(Strategy), "offload": _enum(Offload), "unit": _enum_values(("GB", "GiB")),
-    # Time & cost
-    "tc_epochs": _limited("tc_epochs"), "tc_examples": _limited("tc_examples"), "tc_avg_tokens": _limited("tc_avg_tokens"),
+    # Time & cost (and Plans): the dataset, run, calibration and prices of ui.scenario_form.time_cost_sidebar, so a
+    # session that starts afresh (a reconnect to another replica) restores all of them from the URL
+    "tc_size_mode": _choice((SIZE_EXAMPLES, SIZE_TOKENS)), "tc_epochs": _limited("tc_epochs"),
+    "tc_examples": _limited("tc_examples"), "tc_avg_tokens": _limited("tc_avg_tokens"),
+    "tc_total_tokens": _limited("tc_total_tokens"), "tc_runs": _limited("tc_runs"), "tc_packing": _bool,
+    "tc_fused": _bool, "tc_measured": _limited("tc_measured"), "tc_price_source": _price_source,
+    "tc_basis": _enum_values(("on_demand", "spot")), "tc_max_gpus": _gpu_count_limit,
     # Memory page: the workload and the serving inputs (ui.scenario_form.inference_inputs)
     "mem_workload": _choice(WORKLOADS), "inf_weight_precision": _weight_precision, "inf_kv_dtype": _enum(KvCacheDtype),
     "inf_concurrency": _limited("inf_concurrency"), "inf_seq_len": _limited("inf_seq_len"),

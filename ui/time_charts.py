@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 from engine.time.step import CATEGORIES
 from engine.time.sweep import TechniqueTime
 from ui.axes import point_axis
+from ui.charts import prebuilt
 
 CATEGORY_STYLE = {
     "matmul": ("Matmuls (GEMMs)", "#4C78A8"), "attention": ("Attention", "#F58518"),
@@ -39,7 +40,7 @@ def time_stack_figure(rows: list[TechniqueTime]) -> go.Figure:
               "yaxis": {"autorange": "reversed", "automargin": True},
               "legend": {"title": {"text": "Where the time goes"}, "orientation": "h", "y": -0.15},
               "margin": {"t": 30, "b": 10, "r": 20}, "height": 160 + 34 * len(ok)}
-    return go.Figure({"data": data, "layout": layout})
+    return prebuilt({"data": data, "layout": layout})
 
 
 def shape_figure(curves: dict[int, list[tuple[int, float]]], current_seq: int, current_mbs: int) -> go.Figure:
@@ -53,4 +54,4 @@ def shape_figure(curves: dict[int, list[tuple[int, float]]], current_seq: int, c
               "margin": {"t": 30, "b": 10},
               "shapes": [{"type": "line", "xref": "x", "yref": "paper", "x0": current_seq, "x1": current_seq, "y0": 0, "y1": 1,
                           "line": {"dash": "dot", "color": "grey"}}]}
-    return go.Figure({"data": data, "layout": layout})
+    return prebuilt({"data": data, "layout": layout})

@@ -20,12 +20,15 @@ once, at import, into ``huggingface_hub.constants.ENDPOINT``), so tests and mirr
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 import math
 import os
 import re
+import threading
 import time
-from typing import Any
+from typing import Any, Callable, Hashable, TypeVar
 
 import httpx2  # huggingface_hub 2.x's HTTP library (a dependency of huggingface_hub, not of this project directly)
 from huggingface_hub import constants as hf_constants
@@ -47,7 +50,7 @@ from engine.model.config_fields import MAX_CONFIG_BYTES, load_config_json
 
 __all__ = [
     "CONFIG_FILENAME", "DEFAULT_ENDPOINT", "DEFAULT_TIMEOUT_S", "MAX_CONFIG_BYTES", "TIMEOUT_ENV", "fetch_config",
-    "hub_timeout_s", "validate_repo_id",
+    "fetch_config_shared", "hub_timeout_s", "shared_read", "validate_repo_id",
 ]
 
 #: Name of the file read from the repo.
@@ -420,3 +423,86 @@ def fetch_config(
     if failure is not None:
         raise failure
     return _parse_config(repo_id, body)
+
+
+# --------------------------------------------------------------------------------------------------
+# One read in flight per repo
+
+T = TypeVar("T")
+
+
+class _Flight:
+    """One read in progress: its callers wait on ``done``, then all see the same value or failure."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+_FLIGHTS: dict[Hashable, _Flight] = {}
+_FLIGHTS_LOCK = threading.Lock()
+
+
+def shared_read(key: Hashable, read: Callable[[], T]) -> T:
+    """``read()``, run once for all the threads that ask for the same ``key`` while it runs ("single flight").
+
+    Why: a web server's visitors opening the same repo while the Hub hangs each waited out their own timeout one after
+    another (a per-key lock around a read that fails and is not cached serves callers in turn: 10, 20, 30 s for three
+    visitors at a 10 s timeout). Here the first caller reads and the others wait for that read's outcome: every caller
+    is answered after one timeout. Followers get a deep copy of the value (no caller can change another's) or a copy
+    of the exception (raised without the reader's traceback or chained causes). A read that finished is not
+    remembered: caching is the caller's business (st.cache_data in the app).
+
+    Raises:
+        whatever ``read`` raises, to every caller of that flight.
+    """
+    while True:
+        with _FLIGHTS_LOCK:
+            flight = _FLIGHTS.get(key)
+            leader = flight is None
+            if leader:
+                flight = _FLIGHTS[key] = _Flight()
+        assert flight is not None
+        if leader:
+            try:
+                flight.value = read()
+            except BaseException as exc:  # noqa: BLE001 - handed to every caller below
+                flight.error = exc
+            finally:
+                with _FLIGHTS_LOCK:
+                    _FLIGHTS.pop(key, None)
+                flight.done.set()
+            if flight.error is not None:
+                raise flight.error
+            return flight.value
+        flight.done.wait()
+        if flight.error is None:
+            return copy.deepcopy(flight.value)
+        if isinstance(flight.error, Exception):
+            error = copy.copy(flight.error)  # same type, message and attributes (HubUnavailableError.reason)
+            error.__traceback__ = None
+            raise error from None
+        # The reader's thread was stopped (a rerun or stop of its script, an interrupt: not an Exception): not this
+        # caller's outcome, so it reads again itself.
+
+
+def _token_key(token: str | bool | None) -> str | bool | None:
+    """What tells two callers' tokens apart in a flight key: a digest, never the token itself."""
+    if isinstance(token, str) and token.strip():
+        return hashlib.sha256(token.strip().encode()).hexdigest()[:16]
+    return token if isinstance(token, bool) else None
+
+
+def fetch_config_shared(
+    repo_id: str,
+    *,
+    revision: str | None = None,
+    token: str | bool | None = None,
+    timeout_s: float | None = None,
+) -> dict[str, Any]:
+    """:func:`fetch_config`, with concurrent callers for the same endpoint, repo, revision and token sharing one read
+    and its one timeout (:func:`shared_read`). Same arguments, result and exceptions as :func:`fetch_config`."""
+    key = ("config", _endpoint(), repo_id.strip() if isinstance(repo_id, str) else repo_id,
+           (revision or "").strip() or hf_constants.DEFAULT_REVISION, _token_key(token))
+    return shared_read(key, lambda: fetch_config(repo_id, revision=revision, token=token, timeout_s=timeout_s))

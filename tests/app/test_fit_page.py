@@ -44,6 +44,10 @@ def seed_table(at: AppTest):
 def test_page_renders_both_heatmaps_the_seed_table_and_what_fits(fit_page):
     at = fit_page
     assert [t.value for t in at.title] == ["Which GPU does it fit on?"]
+    # No cell text by default (issue 26: colour and hover only, fewer SVG elements to lay out on each redraw)
+    assert at.radio(key="fit_labels").value == "None"
+    assert all("text" not in heatmap(f) for f in charts(at))
+    at.radio(key="fit_labels").set_value("Fewest GPUs").run()
     models_fig, techniques_fig = (heatmap(f) for f in charts(at))
     gpus = load_gpus()
     assert len(models_fig["x"]) == len(gpus) and len(models_fig["y"]) == len(load_models())
@@ -155,5 +159,6 @@ def test_a_fit_with_less_than_the_safety_margin_shows_tight_may_not_fit(new_app,
     at.selectbox(key="gpu").set_value(next(g.name for g in load_gpus() if "V100" in g.name and "32" in g.name)).run()
     no_exception(at)
     assert any("tight: may not fit" in w.value for w in at.warning), [w.value for w in at.warning]
+    at.radio(key="fit_labels").set_value("Fewest GPUs").run()
     techniques = heatmap(charts(at)[1])
     assert any(cell.startswith("≈") for row in techniques["text"] for cell in row)

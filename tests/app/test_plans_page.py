@@ -186,7 +186,8 @@ def test_saving_under_an_existing_name_never_replaces_a_plan_silently(page):
     page.button(key="plan_save").click().run()
     no_exception(page)
     plans = page.session_state["saved_plans"]
-    assert [p.name for p, _ in plans] == [names[1], names[0]] and plans[1][0].method.value == "lora"
+    # replaced in place in the library (oldest first by creation), now the LoRA scenario
+    assert [p.name for p, _ in plans] == names and plans[0][0].method.value == "lora"
     assert any(f"Replaced plan '{md_plain(names[0])}'" in s.value for s in page.success)
 
 

@@ -45,4 +45,9 @@ def chromium() -> str:
         if required:
             pytest.fail(f"E2E_REQUIRED=1 but {message}", pytrace=False)
         pytest.skip(message)
+    from playwright.sync_api import expect
+
+    # Playwright's 5 s default for expect() fails a first request of a fresh server on a busy 2-core machine (the same
+    # page at the same place, just later); a hang still fails, after 30 s.
+    expect.set_options(timeout=30_000)
     return path  # type: ignore[return-value]

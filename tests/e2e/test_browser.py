@@ -92,9 +92,10 @@ def _healthy(url: str, proc: subprocess.Popen, stderr: Path) -> None:
         time.sleep(0.2)
 
 
-def _start(logs: Path, env: dict) -> tuple[subprocess.Popen, str, list]:
-    port = _free_port()
-    out, err = (logs / "stdout.txt").open("wb"), (logs / "stderr.txt").open("wb")
+def _start(logs: Path, env: dict, port: int | None = None) -> tuple[subprocess.Popen, str, list]:
+    port = port or _free_port()
+    env = {"FINETUNE_FIT_PLANS_URL": f"sqlite:///{logs / 'plans.sqlite'}", **env}  # never the checkout's library
+    out, err = (logs / "stdout.txt").open("ab"), (logs / "stderr.txt").open("ab")
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.address", "127.0.0.1",
          "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
@@ -468,6 +469,57 @@ def test_a_phishing_link_shows_no_live_link(chromium, tmp_path):
                     assert not any("\\" in t for t in texts), (name, texts)  # no backslash shown
                     assert elsewhere == [], (name, elsewhere)  # the image was not fetched either
                     page.context.close()
+            finally:
+                browser.close()
+    finally:
+        _stop(proc, files)
+
+
+def test_a_saved_plan_and_the_scenario_survive_a_server_restart(chromium, tmp_path):
+    # A replica dies (or restarts for a deploy): the browser reconnects to a fresh session, which must read the
+    # scenario back from the URL (not write the defaults over it), and the plan saved before is in the library.
+    from playwright.sync_api import expect, sync_playwright
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HOME": str(tmp_path / "hf"),
+           "FINETUNE_FIT_PLANS_URL": f"sqlite:///{tmp_path / 'team.sqlite'}"}
+    env.pop("HF_TOKEN", None)
+    port = _free_port()
+    proc, url, files = _start(tmp_path, env, port)
+    scenario = ("method=lora", "micro_batch_size=4", "tc_epochs=2.0", "tc_runs=2")
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, headless=True, args=BROWSER_ARGS)
+            try:
+                page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+                page.set_default_timeout(60_000)
+                page.goto(f"{url}/plans?model=Qwen/Qwen2.5-0.5B&method=lora&micro_batch_size=4&tc_epochs=2&tc_runs=2",
+                          wait_until="domcontentloaded")
+                expect(page.locator("h1", has_text="Plans: save, compare, export")).to_be_visible(timeout=60_000)
+                _wait_idle(page)
+                name = page.locator('input[aria-label="Plan name"]')
+                name.fill("survives a restart")
+                name.press("Enter")
+                _wait_idle(page)
+                page.locator('[data-testid="stButton"] button', has_text="Save plan").click()
+                expect(page.get_by_text("Saved plan 'survives a restart'.")).to_be_visible(timeout=60_000)
+                _wait_idle(page)
+                before = page.url
+                assert all(part in before for part in scenario), before
+
+                proc.kill()  # the replica dies without a goodbye
+                proc.wait()
+                for f in files:
+                    f.close()
+                proc, url, files = _start(tmp_path, env, port)
+                # The browser reconnects by itself to the fresh server: a new session, on the URL it still shows.
+                expect(page.get_by_text("for plan 'survives a restart'")).to_be_visible(timeout=60_000)
+                _wait_idle(page)
+                assert all(part in page.url for part in scenario), page.url
+                page.reload(wait_until="domcontentloaded")  # and a reload (a new tab on the link) gets it all back
+                expect(page.get_by_text("for plan 'survives a restart'")).to_be_visible(timeout=60_000)
+                _wait_idle(page)
+                assert all(part in page.url for part in scenario), page.url
+                assert page.locator('[data-testid="stException"]').count() == 0
             finally:
                 browser.close()
     finally:
