@@ -59,7 +59,7 @@ def inference_view() -> None:
     try:
         est = estimate_inference(arch, isc)
     except EngineError as exc:  # a tensor-parallel degree the model's heads do not divide
-        st.error(f"Cannot serve this scenario: {exc}")
+        st.error(f"Cannot serve this scenario: {md_plain(exc)}")
         st.stop()
     for warning in est.warnings:
         st.warning(md_plain(warning))

@@ -161,6 +161,7 @@ dtype, the architecture's activations and vocabulary, and the fact that the peak
 st.subheader("Training time and cost (Time & cost page)")
 _cmp = compare_measurements()
 _cv, _acc, _bands = load_crossval(), accuracy_table(), load_bands()
+_constants = ", ".join(f"{k} = {v:.3g}" for k, v in FITTED.as_dict().items())  # the fitted constants, by name
 st.markdown(
     f"""
 **Step time from the step's own work** (`engine/time/`). One optimizer step is added up from the same architecture walk
@@ -211,7 +212,7 @@ recompute) or executed FLOPs (recompute included) per second over the dense peak
 tokens/s of one configuration gives one factor (measured / predicted), applied to every plan on the Time & cost page.
 
 **Constants and fit; the accuracy we publish is cross-validated.** Five global constants are fitted, never per row:
-{", ".join(f"{k} = {v:.3g}" for k, v in FITTED.as_dict().items())} (`engine/time/constants.py` says what pins each).
+{_constants} (`engine/time/constants.py` says what pins each).
 They are fitted over every compared published row ({len(_cv)} rows of {len({r.source for r in _cv})} sources:
 `data/throughput_measurements.csv` and `data/large_runs.csv`). The figure we publish is **leave-one-source-out**:
 for each source the constants are refitted on the other sources' rows and that source is predicted with them

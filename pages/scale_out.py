@@ -72,7 +72,7 @@ usable = gpu.usable_memory_bytes
 headroom = usable - worst.device_used_bytes
 if not run.fits:
     st.warning(f"Does not fit: the most loaded rank (stage {worst.stage}) needs {fmt_bytes(worst.device_used_bytes, unit, 1)} "
-             f"on a {gpu.name} with {fmt_bytes(usable, unit, 1)} usable, {fmt_bytes(-headroom, unit, 1)} short. No "
+             f"on a {md_plain(gpu.name)} with {fmt_bytes(usable, unit, 1)} usable, {fmt_bytes(-headroom, unit, 1)} short. No "
              "tokens/s, hours or cost for this layout; try more pipeline stages, ZeRO-3 / FSDP, recompute or the search below.")
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Most loaded rank (allocated)", fmt_bytes(worst.peak_allocated_bytes, unit, 1), help=f"stage {worst.stage}")
@@ -83,7 +83,7 @@ caveat = est.megatron.caveat(sc.method.value)
 m3.metric("Megatron-LM's formula (first stage)" + (", full training" if caveat else ""),
           fmt_bytes(est.megatron.total_bytes, unit, 1), help=est.megatron.note)
 if caveat:
-    st.caption(caveat + ".")
+    st.caption(md_plain(caveat) + ".")
 if est.time and run.fits:
     _band = band_for(layout.world_size, hf_stack=False)
     _lo, _hi = _band.tokens_per_second(est.time.tokens_per_second)
@@ -121,7 +121,7 @@ if est.time and run.fits:
                  hide_index=True, key="so_time", column_config=number_columns({"seconds": ("time", "seconds")}))
     links = sorted({cluster.link(c).name for c in est.collectives})
     st.caption(f"engine.time's step-time model on one rank's shapes (attention kernel: {t.attention_kernel}; links: "
-               f"{', '.join(links) or 'none'}). Bubble {t.bubble_fraction:.1%} = (PP - 1) / (v x micro batches + PP - 1). "
+               f"{md_plain(', '.join(links) or 'none')}). Bubble {t.bubble_fraction:.1%} = (PP - 1) / (v x micro batches + PP - 1). "
                "DP, FSDP and CP communication overlaps compute (only what it leaves exposed counts); TP, EP and PP sit on "
                "the critical path.")
 

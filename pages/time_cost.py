@@ -127,7 +127,7 @@ od_lo, od_hi = run.cost_usd_on_demand_range
 st.caption(f"Range, not a point: tokens/s {run.tokens_per_second_low:,.0f}–{run.tokens_per_second_high:,.0f}, wall time "
            f"{fmt_hours(run.hours_low)}–{fmt_hours(run.hours_high)}"
            + (f", on-demand cost {fmt_usd(od_lo)}–{fmt_usd(od_hi)}" if od_lo is not None else "")
-           + f". {band.note} (Methodology page).")
+           + f". {md_plain(band.note)} (Methodology page).")
 if cal is not None:
     raw = band_for(num_gpus, tp.hf_stack)
     st.caption(f"Calibration narrowed the band from x{raw.low:.2f}..x{raw.high:.2f} to x{band.low:.2f}..x{band.high:.2f} "

@@ -35,7 +35,7 @@ TRUSTED: dict[tuple[str, str], str] = {
                                             "arch.num_layers", "sliding")},
     **{("memory.py", e): _ENGINE for e in ("where", "which", "ds.function", "ds.note")},
     **{("methodology.py", e): _ENGINE + " (the Methodology page: bundled tables and their summaries)" for e in (
-        "_all.rows", "_fit.rows", "_hold.worst", "'; '.join(ASSUMPTIONS)", "c.id", "_a.rows", "_a.worst_id", "_t.rows",
+        "_constants", "b.group.replace('_', ' ')", "b.rows", "b.sources", "_all.rows", "_fit.rows", "_hold.worst", "'; '.join(ASSUMPTIONS)", "c.id", "_a.rows", "_a.worst_id", "_t.rows",
         "_t.worst_id", "len(_val.rows) + len(_val.not_expressible)", "summary.rows", "summary.worst", "item",
         "'\\n'.join(lines)", "r.deviations", "r.framework", "r.id", "r.model_id",
         '\'; \'.join((f"{b:g}B on {(f\'{n}x \' if n > 1 else \'\')}{g} ~{t:,.0f} tokens/s" for b, g, n, t in SEED_THROUGHPUT))')},
@@ -43,6 +43,7 @@ TRUSTED: dict[tuple[str, str], str] = {
     ("model_picker.py", "origin.kind.replace('_', ' ')"): _ENGINE,
     **{("plans.py", e): _NUMBERS for e in ("current.num_gpus", "count", "row")},
     **{("scale_out.py", e): _ENGINE for e in ("t.attention_kernel", "layout.label()", "t.slowest_stage")},
+    ("scale_out.py", "worst.stage"): _NUMBERS,
     **{("memory.py", e): _ENGINE for e in ("n", "STRATEGY_LABELS[hw.training_strategy]")},
     **{("time_cost.py", e): _NUMBERS for e in ("scenario.gradient_accumulation_steps", "scenario.micro_batch_size",
                                                "', '.join(map(str, search.counts))", "fewest", "num_gpus", "_all.rows",

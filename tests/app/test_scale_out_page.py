@@ -177,5 +177,5 @@ def test_search_results_survive_reruns_and_a_result_can_be_applied(page):
 def test_torchtitan_refusal_names_the_widgets_options(page):
     at = page  # ZeRO-1, the page's default sharding
     at.radio(key="so_export").set_value("torchtitan").run()
-    text = " ".join(i.value for i in at.info)
+    text = " ".join(shown(i.value) for i in at.info)
     assert '"DDP"' in text and '"ZeRO-3 / FSDP"' in text and "choose zero 0 or 3" not in text
