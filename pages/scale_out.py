@@ -5,7 +5,6 @@ inputs) and the launch settings of the engine that runs it. Every input is kept 
 import pandas as pd
 import streamlit as st
 
-from engine.time.band import band_for
 from engine.errors import EngineError
 from engine.plan.cost import CHEAPEST_LISTED, Dataset, quote_price
 from engine.plan.layout_cost import candidate_runs, layout_run
@@ -19,6 +18,7 @@ from engine.scenario.training import Method
 from engine.units import fmt_bytes
 from ui.catalog_session import session_gpus
 from ui.downloads import csv_bytes
+from ui.formats import fmt_usd
 from ui.inputs import checked_number
 from ui.layout import scenario_page
 from ui.scaleout import CHOICES, candidates_table, layout_from, layout_inputs, stage_bars, use_layout
@@ -85,18 +85,22 @@ m3.metric("Megatron-LM's formula (first stage)" + (", full training" if caveat e
 if caveat:
     st.caption(md_plain(caveat) + ".")
 if est.time and run.fits:
-    _band = band_for(layout.world_size, hf_stack=False)
-    _lo, _hi = _band.tokens_per_second(est.time.tokens_per_second)
-    m4.metric("Tokens/s", f"{est.time.tokens_per_second:,.0f}",
-              help=f"MFU {est.time.mfu:.0%}; {_lo:,.0f}–{_hi:,.0f}: {_band.note}")
-    r, price = run.run, run.price
+    r, price = run.run, run.price  # every figure with its 80% band (engine.plan.layout_cost.layout_band)
+    m4.metric("Tokens/s", f"{r.tokens_per_second:,.0f}",
+              help=f"MFU {est.time.mfu:.0%}; {r.tokens_per_second_low:,.0f}–{r.tokens_per_second_high:,.0f}: {r.band_note}")
+    (gh_lo, gh_hi), (od_lo, od_hi), (sp_lo, sp_hi) = r.gpu_hours_range, r.cost_usd_on_demand_range, r.cost_usd_spot_range
     t1, t2, t3, t4 = st.columns(4)
-    t1.metric("Hours", f"{r.hours:,.1f}", help=f"{r.tokens:,.0f} tokens at {r.tokens_per_second:,.0f} tokens/s")
-    t2.metric("GPU-hours", f"{r.gpu_hours:,.0f}", help=f"{run.num_gpus} GPUs")
+    t1.metric("Hours", f"{r.hours:,.1f}", help=f"{r.hours_low:,.1f}–{r.hours_high:,.1f} (80% band); {r.tokens:,.0f} "
+                                               f"tokens at {r.tokens_per_second:,.0f} tokens/s")
+    t2.metric("GPU-hours", f"{r.gpu_hours:,.0f}", help=f"{gh_lo:,.0f}–{gh_hi:,.0f} (80% band); {run.num_gpus} GPUs")
     t3.metric("Cost on demand", "no price" if r.cost_usd_on_demand is None else f"${r.cost_usd_on_demand:,.0f}",
-              help=price.reason or f"{price.on_demand_source}, {price.date}")
+              help=price.reason or f"{fmt_usd(od_lo)}–{fmt_usd(od_hi)} (80% band); {price.on_demand_source}, {price.date}")
     t4.metric("Cost spot", "no price" if r.cost_usd_spot is None else f"${r.cost_usd_spot:,.0f}",
-              help=price.reason or f"{price.spot_source}, {price.date}")
+              help=price.reason or f"{fmt_usd(sp_lo)}–{fmt_usd(sp_hi)} (80% band); {price.spot_source}, {price.date}")
+    st.caption(f"Range, not a point: hours {r.hours_low:,.1f}–{r.hours_high:,.1f}, GPU-hours {gh_lo:,.0f}–{gh_hi:,.0f}"
+               + (f", on-demand cost {fmt_usd(od_lo)}–{fmt_usd(od_hi)}" if od_lo is not None else "")
+               + (f", spot {fmt_usd(sp_lo)}–{fmt_usd(sp_hi)}" if sp_lo is not None else "")
+               + f". {r.band_note} (Methodology page).")
     st.download_button("Download this layout's plan (CSV)", csv_bytes(pd.DataFrame([run.record()])),
                        file_name="scale_out_plan.csv", mime="text/csv", key="so_plan_csv")
 elif not run.fits:

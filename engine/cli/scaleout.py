@@ -4,8 +4,8 @@
 
 ``--strategy`` ddp, zero1 (the distributed optimizer), zero2 / fsdp_shard_grad_op or zero3 / fsdp_full_shard shards
 over DP x CP; ``--fused-kernels`` and ``--tp-comm-overlap`` set the step time's kernels and TP overlap; a dataset size
-adds ``tokens_per_second``, ``hours``, ``gpu_hours``, ``cost_usd_on_demand``, ``cost_usd_spot``
-(:mod:`engine.plan.layout_cost`). ``--master-weights`` with bf16 or amp_bf16 (fp16 or amp_fp16) is one run, Megatron-LM's
+adds ``tokens_per_second``, ``hours``, ``gpu_hours``, ``cost_usd_on_demand``, ``cost_usd_spot``, each with its
+cross-validated 80% band (``*_low`` / ``*_high``, ``band_note``: :mod:`engine.plan.layout_cost`). ``--master-weights`` with bf16 or amp_bf16 (fp16 or amp_fp16) is one run, Megatron-LM's
 ``--bf16`` (``--fp16``), said in ``precision_note``; with fp32 or a PEFT method it exits 2.
 
 JSON adds ``per_rank`` (one entry per pipeline stage: ``stage``, ``peak_allocated_bytes``, ``components``),
@@ -219,9 +219,9 @@ def _memory_json(est: LayoutEstimate, method: str) -> dict[str, Any]:
 
 def _band_json(tokens_per_second: float, num_gpus: int) -> dict[str, Any]:
     """The cross-validated 80% band of a layout's tokens/s (engine.time.band, the multi-GPU rows; issue 23)."""
-    from engine.time.band import band_for
+    from engine.plan.layout_cost import layout_band
 
-    band = band_for(num_gpus, hf_stack=False)
+    band = layout_band(num_gpus)
     low, high = band.tokens_per_second(tokens_per_second)
     return {"tokens_per_second_low": low, "tokens_per_second_high": high, "band_note": band.note}
 
@@ -243,11 +243,13 @@ def _fit_time_json(est: LayoutEstimate, cluster: Cluster) -> dict[str, Any]:
 
 def _time_cost_json(run: LayoutRun, dataset: Dataset, scenario: Scenario) -> dict[str, Any]:
     """The one-GPU estimate's time and cost fields (``tokens_per_second`` of all GPUs, ``hours``, ``gpu_hours``,
-    ``cost_usd_on_demand``, ``cost_usd_spot``, ``cost_reason``) for the layout, with ``time_cost``'s details."""
+    ``cost_usd_on_demand``, ``cost_usd_spot``, ``cost_reason``, the band of each as ``*_low`` / ``*_high`` and
+    ``band_note``) for the layout, with ``time_cost``'s details."""
     r, price = run.run, run.price
     return {
         "tokens_per_second": r.tokens_per_second, "hours": r.hours, "gpu_hours": r.gpu_hours,
         "cost_usd_on_demand": r.cost_usd_on_demand, "cost_usd_spot": r.cost_usd_spot, "cost_reason": price.reason,
+        **r.band_record(), "band_note": r.band_note,
         "time_cost": {
             "tokens": r.tokens, "tokens_per_epoch": dataset.tokens_per_epoch(scenario.seq_len), "epochs": dataset.epochs,
             "runs": dataset.runs, "num_gpus": run.num_gpus, "price_source": price.source,

@@ -2,8 +2,10 @@
 (:func:`engine.plan.cost.run_cost`, :func:`engine.plan.cost.quote_price`) on the layout's tokens per second
 (:mod:`engine.scaleout.step_time`) and its world size.
 
-Kept apart from the estimate of the layout so the time model's uncertainty bands (tokens/s low and high) can be
-carried through the same :func:`run_cost` later: this module does no arithmetic of its own.
+Every figure carries the time model's cross-validated 80% band (:func:`engine.time.band.band_for` of the layout's
+world size on a stack other than the Hugging Face Trainer, as the step time's own band): :func:`run_cost` divides the
+hours, GPU-hours and cost by the band's factors, exactly as the one-GPU plan does. This module does no arithmetic of
+its own.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from engine.plan.cost import CHEAPEST_LISTED, Dataset, PriceQuote, RunCost, quot
 from engine.plan.verdict import Verdict, fit_verdict
 from engine.scaleout.estimate import LayoutEstimate
 from engine.scaleout.step_time import Cluster
+from engine.time.band import Band, band_for
 
 
 class LayoutRun(BaseModel):
@@ -41,23 +44,33 @@ class LayoutRun(BaseModel):
     def record(self) -> dict[str, Any]:
         """A flat row for a table or a CSV download, with the column names of the one-GPU plan's record
         (:meth:`engine.plan.cost.PlanEstimate.record`) and of the CLI's JSON: ``hours``, ``gpu_hours``,
-        ``cost_usd_on_demand``, ``cost_usd_spot``."""
+        ``cost_usd_on_demand``, ``cost_usd_spot`` and their bands (``tokens_per_second_low`` / ``_high``,
+        ``hours_low`` / ``_high``, ``gpu_hours_low`` / ``_high``, ``cost_usd_on_demand_low`` / ``_high``,
+        ``cost_usd_spot_low`` / ``_high``: :meth:`engine.plan.cost.RunCost.band_record`) and ``band_note``."""
         return {
             "layout": self.label, "gpu": self.gpu, "num_gpus": self.num_gpus, "fits": self.fits,
             "verdict": self.verdict.value, "tokens_per_second": round(self.run.tokens_per_second, 1),
             "hours": self.run.hours, "gpu_hours": self.run.gpu_hours, "cost_usd_on_demand": self.run.cost_usd_on_demand,
-            "cost_usd_spot": self.run.cost_usd_spot, "on_demand_usd_per_gpu_hour": self.price.on_demand_usd_per_hour,
+            "cost_usd_spot": self.run.cost_usd_spot, **self.run.band_record(), "band_note": self.run.band_note,
+            "on_demand_usd_per_gpu_hour": self.price.on_demand_usd_per_hour,
             "on_demand_source": self.price.on_demand_source, "spot_usd_per_gpu_hour": self.price.spot_usd_per_hour,
             "spot_source": self.price.spot_source, "price_date": self.price.date,
             "notes": "; ".join(n for n in (*self.notes, self.price.reason) if n),
         }
 
 
+def layout_band(world_size: int) -> Band:
+    """The 80% band of a layout's tokens/s over ``world_size`` GPUs: the cross-validated band of the multi-GPU rows
+    (one GPU: the one-GPU rows of stacks other than the Hugging Face Trainer), :func:`engine.time.band.band_for`."""
+    return band_for(world_size, hf_stack=False)
+
+
 def layout_run(est: LayoutEstimate, cluster: Cluster, dataset: Dataset, seq_len: int,
                price_source: str = CHEAPEST_LISTED) -> LayoutRun:
     """Time and cost of ``dataset`` (sequences of ``seq_len`` tokens) on ``est``'s layout over ``cluster``, priced
     from ``price_source`` (:func:`engine.plan.cost.quote_price`; a GPU the source does not price gets no cost and a
-    reason). A layout that does not fit still gets its hours, with a note saying they are for reference only.
+    reason). A layout that does not fit still gets its hours, with a note saying they are for reference only. Every
+    figure has its band (:func:`layout_band`; ``run.hours_low`` = hours / the band's high factor, and so on).
 
     Raises:
         ScenarioError: ``est`` has no step time (it was estimated without a cluster).
@@ -71,7 +84,7 @@ def layout_run(est: LayoutEstimate, cluster: Cluster, dataset: Dataset, seq_len:
     quote = quote_price(cluster.gpu, price_source)
     world = est.layout.world_size
     run = run_cost(dataset, seq_len, est.time.tokens_per_second, world, quote.on_demand_usd_per_hour,
-                   quote.spot_usd_per_hour)
+                   quote.spot_usd_per_hour, band=layout_band(world))
     notes = list(dataset.token_notes(seq_len))
     if not fits:
         notes.append(f"the most loaded rank (stage {worst.stage}) does not fit on {cluster.gpu.name}: "
@@ -82,9 +95,10 @@ def layout_run(est: LayoutEstimate, cluster: Cluster, dataset: Dataset, seq_len:
 
 def candidate_runs(candidates: list, dataset: Dataset, seq_len: int, quote: PriceQuote) -> list[RunCost | None]:
     """:func:`engine.plan.cost.run_cost` of ``dataset`` on each layout search result
-    (:class:`engine.scaleout.search.Candidate`) at ``quote``'s prices; None for one that does not fit (no time)."""
+    (:class:`engine.scaleout.search.Candidate`) at ``quote``'s prices, each with its band (:func:`layout_band`);
+    None for one that does not fit (no time)."""
     return [run_cost(dataset, seq_len, c.tokens_per_second, c.layout.world_size, quote.on_demand_usd_per_hour,
-                     quote.spot_usd_per_hour) if c.fits and c.tokens_per_second else None for c in candidates]
+                     quote.spot_usd_per_hour, band=layout_band(c.layout.world_size)) if c.fits and c.tokens_per_second else None for c in candidates]
 
 
 def layout_plans_csv(rows: list[dict[str, Any]]) -> bytes:

@@ -180,10 +180,12 @@ def _fp8(row: dict) -> Fp8Recipe | None:
 
 def run_settings(row: dict) -> tuple[bool, bool]:
     """(fused kernels, TP communication overlapped) as the row's run had them: Megatron-LM and NeMo (Megatron-core
-    with TransformerEngine) fuse the norms, activations, RoPE, softmax and loss; torchtitan fuses with torch.compile
-    where the row says so. TP overlap where the row states it: Megatron ``--tp-comm-overlap``, torchtitan AsyncTP."""
+    with TransformerEngine) fuse the norms, activations, RoPE, softmax and loss; nanotron's Llama runs Triton RMSNorm
+    and flash-attn's rotary kernel with fused QKV and gate/up projections (huggingface/nanotron@03b83fc8
+    ``src/nanotron/models/llama.py``: ``TritonRMSNorm``, ``flash_attn.layers.rotary.RotaryEmbedding``); torchtitan
+    fuses with torch.compile where the row says so. TP overlap where the row states it: Megatron ``--tp-comm-overlap``, torchtitan AsyncTP."""
     text = (row["precision"] + " " + row["notes"]).lower()
-    fused = row["id"].startswith(("megatron_", "korthikanti_", "nemo_")) or "compile" in text
+    fused = row["id"].startswith(("megatron_", "korthikanti_", "nemo_", "nanotron_")) or "compile" in text
     overlap = "tp-comm-overlap" in text or "asynctp" in text.replace(" ", "")
     return fused, overlap
 

@@ -179,3 +179,23 @@ def test_torchtitan_refusal_names_the_widgets_options(page):
     at.radio(key="so_export").set_value("torchtitan").run()
     text = " ".join(shown(i.value) for i in at.info)
     assert '"DDP"' in text and '"ZeRO-3 / FSDP"' in text and "choose zero 0 or 3" not in text
+
+
+def test_a_fitting_layout_shows_the_band_of_its_hours_and_cost(page):
+    # issue 23: the layout's hours, GPU-hours and cost carry the multi-GPU 80% band (data/time_bands.csv, read here
+    # with the csv module): hours_low = hours / high, hours_high = hours / low.
+    import csv
+    import re
+    from pathlib import Path
+
+    at = page
+    at.selectbox(key="so_zero").set_value(3).run()
+    no_exception(at)
+    with open(Path(__file__).resolve().parents[2] / "data" / "time_bands.csv", newline="") as f:
+        band = next(r for r in csv.DictReader(f) if r["group"] == "multi_gpu")
+    low, high = float(band["low"]), float(band["high"])
+    caption = next(c.value for c in at.caption if c.value.startswith("Range, not a point: hours"))
+    lo, hi = (float(x.replace(",", "")) for x in re.match(r"Range, not a point: hours ([\d,.]+)–([\d,.]+)", caption).groups())
+    hours = float(metric(at, "Hours").replace(",", ""))
+    assert lo == pytest.approx(hours / high, abs=0.1) and hi == pytest.approx(hours / low, abs=0.1)
+    assert "GPU-hours" in caption and "several GPUs" in caption
