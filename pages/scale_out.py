@@ -100,7 +100,7 @@ if est.time and run.fits:
     st.caption(f"Range, not a point: hours {r.hours_low:,.1f}–{r.hours_high:,.1f}, GPU-hours {gh_lo:,.0f}–{gh_hi:,.0f}"
                + (f", on-demand cost {fmt_usd(od_lo)}–{fmt_usd(od_hi)}" if od_lo is not None else "")
                + (f", spot {fmt_usd(sp_lo)}–{fmt_usd(sp_hi)}" if sp_lo is not None else "")
-               + f". {r.band_note} (Methodology page).")
+               + f". {md_plain(r.band_note)} (Methodology page).")
     st.download_button("Download this layout's plan (CSV)", csv_bytes(pd.DataFrame([run.record()])),
                        file_name="scale_out_plan.csv", mime="text/csv", key="so_plan_csv")
 elif not run.fits:
