@@ -45,11 +45,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def typed_options(argv: Sequence[str]) -> set[str]:
+def typed_options(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) -> set[str]:
     """The option destinations the user typed (not argparse defaults): the same parser with every default
     suppressed, so that an untyped option leaves no attribute. ``--from-config`` needs it: a typed flag overrides the
-    files, a default does not."""
-    parser = build_parser(_typed_verb(argv))
+    files, a default does not. ``parser`` (:func:`build_parser`'s, already used to parse ``argv``) is reused, its
+    defaults suppressed in place: building the verb's options again would cost start-up time."""
+    parser = parser or build_parser(_typed_verb(argv))
 
     def suppress(p: argparse.ArgumentParser) -> None:
         for action in p._actions:
@@ -66,8 +67,9 @@ def typed_options(argv: Sequence[str]) -> set[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 2 bad input or unreachable source)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser(_typed_verb(argv)).parse_args(argv)
-    args.typed = typed_options(argv)
+    parser = build_parser(_typed_verb(argv))
+    args = parser.parse_args(argv)
+    args.typed = typed_options(argv, parser)  # after the parse: it suppresses the parser's defaults
     return _verb(args.command).run(args)
 
 

@@ -16,13 +16,11 @@ from engine.cli.options import (
 )
 from engine.cli.gpu_name import warn_gpu_name
 from engine.errors import EngineError, ScenarioError
-from engine.hardware.gpus import find_gpu
 from engine.memory.components import PHASES
 from engine.memory.estimate import estimate_memory
 from engine.memory.parallel import Offload, deepspeed_estimate, device_memory_per_gpu, plan_parallel
 from engine.memory.seed_rules import seed_quick_rule
 from engine.model.architecture import Architecture
-from engine.plan.fit import check_fit
 from engine.plan.verdict import SAFETY_MARGIN_FRACTION, Verdict
 from engine.scenario.lora import resolve_targets
 from engine.scenario.precision import PrecisionMode
@@ -80,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
                                     "need --method inference")
             scenario = imported_scenario if imported is not None else scenario_from_args(args)
             dataset = dataset_from_args(args)
-            out = _estimate_json(arch, origin, scenario, find_gpu(args.gpu) if args.gpu is not None else None)
+            out = _estimate_json(arch, origin, scenario, _gpu(args))
             if imported is not None:
                 out["import"] = imported
             if args.gpu is not None:
@@ -139,9 +137,21 @@ def _estimate_json(arch: Architecture, origin: dict[str, Any], scenario: Scenari
     }
 
 
+def _gpu(args: argparse.Namespace) -> Any:
+    """The catalog GPU of ``--gpu``, or None without it; an unknown name raises CatalogError naming the closest ones.
+    The catalog is imported here, not at the top: an estimate without ``--gpu`` never loads it (bench_cli_start)."""
+    if args.gpu is None:
+        return None
+    from engine.hardware.gpus import find_gpu
+
+    return find_gpu(args.gpu)
+
+
 def _fit_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]:
     """The fit fields for --gpu (per-GPU bytes); an unknown GPU raises CatalogError naming the closest ones."""
-    gpu = find_gpu(args.gpu)
+    from engine.plan.fit import check_fit  # the fit model: only with --gpu
+
+    gpu = _gpu(args)
     asked, used = strategies(args)
     est = estimate_memory(arch, scenario, gpu)
     fit = check_fit(arch, scenario, gpu, used, args.num_gpus or 1,
@@ -164,7 +174,7 @@ def _fit_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace) 
 def _per_gpu_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]:
     """Per-GPU components/totals (same keys as the one-GPU estimate), CPU memory of offload, DeepSpeed's estimate."""
     (_, strategy), offload, n = strategies(args), Offload(args.offload or "none"), args.num_gpus or 1
-    est = estimate_memory(arch, scenario, find_gpu(args.gpu))
+    est = estimate_memory(arch, scenario, _gpu(args))
     plan = plan_parallel(est, arch, scenario, strategy, offload)
     per_node = gpus_per_node(args)
     ds = deepspeed_estimate(arch, strategy, offload, n, per_node)
@@ -206,7 +216,7 @@ def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Any, args: 
     from engine.time.band import band_for
     from engine.time.throughput import calibrate, seed_throughput
 
-    gpu = find_gpu(args.gpu)
+    gpu = _gpu(args)
     _, strategy = strategies(args)
     kwargs: dict[str, Any] = {"fused_kernels": args.fused_kernels, "price_source": args.price_source or CHEAPEST_LISTED}
     plan = estimate_plan(arch, scenario, dataset, gpu, args.num_gpus or 1, strategy, **kwargs)

@@ -8,8 +8,6 @@ import argparse
 import sys
 from typing import Any
 
-from engine.hardware.gpus import gpu_name_note
-
 
 def warn_gpu_name(args: argparse.Namespace, out: dict[str, Any] | None = None) -> None:
     """Say the note of ``args.gpu`` (if any) on stderr and append it to ``out["warnings"]`` (JSON output; None for the
@@ -20,6 +18,8 @@ def warn_gpu_name(args: argparse.Namespace, out: dict[str, Any] | None = None) -
     """
     if getattr(args, "gpu", None) is None:
         return
+    from engine.hardware.gpus import gpu_name_note  # the GPU catalog: only when a GPU was named
+
     note = gpu_name_note(args.gpu)
     if note is None:
         return

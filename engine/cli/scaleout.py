@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from engine.cli.options import positive_int
 from engine.errors import ScenarioError
-from engine.hardware.gpus import find_gpu
 from engine.memory.parallel import Strategy
 from engine.model.architecture import Architecture
 from engine.scaleout.exports import EXPORTERS, export_layout
@@ -143,6 +142,7 @@ def layout_from_args(args: argparse.Namespace, scenario: Scenario) -> tuple[Layo
 def scaleout_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace, fp8: Fp8Recipe | None,
                   dataset: Dataset | None = None) -> dict[str, Any]:
     """The layout's JSON fields (see the module docstring); with ``dataset`` (and ``--gpu``) its hours and cost."""
+    from engine.hardware.gpus import find_gpu  # the GPU catalog, the layout model: only for a layout
     from engine.scaleout.estimate import estimate_layout
     from engine.scaleout.step_time import DEFAULT_INTER_NODE_GBITS, Cluster
 

@@ -7,9 +7,10 @@ Derived from the tensors PyTorch autograd saves for the ops of transformers' mod
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, ConfigDict
 
-from engine.hardware.gpus import Gpu
 from engine.memory.attention_kernel import (  # noqa: F401  (re-exported: the kernel choice's home is attention_kernel)
     FLASH_MIN_COMPUTE_CAPABILITY, AttentionChoice, attention_choice, attention_input_bytes, attention_kernel,
 )
@@ -20,6 +21,9 @@ from engine.memory.adapters import offloaded_inputs_bytes, saved_per_layer, save
 from engine.scenario.peft import trains_lm_head
 from engine.scenario.precision import PrecisionSpec
 from engine.scenario.training import Framework, Method, Scenario
+
+if TYPE_CHECKING:  # a type only: the GPU catalog is not imported for an estimate without --gpu
+    from engine.hardware.gpus import Gpu
 
 
 def _norm_saved(arch: Architecture, resid: int, frozen: bool = False) -> float:

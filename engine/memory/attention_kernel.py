@@ -26,13 +26,15 @@ passes; tests/trace/test_attention_kernels.py checks this module against it fami
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from engine.errors import ScenarioError
-from engine.hardware.gpus import Gpu
 from engine.model.architecture import Architecture
 from engine.scenario.precision import PrecisionSpec
 from engine.scenario.training import Attention, Method, Scenario
+
+if TYPE_CHECKING:  # a type only: the GPU catalog is not imported for an estimate without --gpu
+    from engine.hardware.gpus import Gpu
 
 FLASH_MIN_COMPUTE_CAPABILITY = 8.0
 """FlashAttention-2 and SDPA's flash backend need Ampere or newer (PyTorch ``sdp_utils.cpp``

@@ -23,7 +23,8 @@ measured about 53, and 61 with bf16 autocast, where traces measured about 63.
 
 from __future__ import annotations
 
-from engine.hardware.gpus import Gpu
+from typing import TYPE_CHECKING
+
 from engine.memory.activations import activations_components, attention_choice
 from engine.memory.components import MemoryComponent
 from engine.memory.result import MemoryEstimate
@@ -39,6 +40,9 @@ from engine.scenario.peft import LORA_FAMILY, effective_seq_len, targeted
 from engine.scenario.optimizer import is_paged
 from engine.scenario.precision import precision_spec
 from engine.scenario.training import METHOD_LABELS, Framework, Method, Scenario
+
+if TYPE_CHECKING:  # a type only: the GPU catalog is not imported for an estimate without --gpu
+    from engine.hardware.gpus import Gpu
 
 
 NOT_MODELLED = (

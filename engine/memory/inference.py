@@ -96,7 +96,7 @@ WEIGHT_LABELS = {
 class InferenceScenario(BaseModel):
     """Serving ``concurrency`` sequences of up to ``seq_len`` tokens (prompt + generated) each."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)  # built when first used
 
     weight_precision: WeightPrecision | None = None
     """None: as the checkpoint stores them (its ``quantization_config``), bf16 when it is not quantized."""
@@ -274,7 +274,7 @@ class InferenceLimits(BaseModel):
     """What one rank's memory budget allows: the longest context at the scenario's concurrency, the most sequences at
     its context, and the KV cache the budget leaves (bytes and tokens) at the scenario's own settings."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # built when first used (a local estimate uses none)
 
     usable_bytes: float
     budget_bytes: float

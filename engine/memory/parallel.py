@@ -180,7 +180,7 @@ class PhaseSplit(BaseModel):
     parts are on every GPU, ``multi_gpu`` parts only exist when N > 1, ``offloaded`` parts are in CPU memory
     (divided over the ranks)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # built when first used (a local estimate uses none)
 
     phase: Phase
     sharded_parts: dict[str, float]
@@ -220,7 +220,7 @@ BUFFER_LABELS = {
 class ParallelPlan(BaseModel):
     """How one estimate spreads over N GPUs with one strategy. Sizes in bytes."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # built when first used (a local estimate uses none)
 
     strategy: Strategy
     phases: tuple[PhaseSplit, ...]
@@ -499,7 +499,7 @@ def _deepspeed_master_split(est: MemoryEstimate, arch: Architecture, scenario: S
 class DeepSpeedEstimate(BaseModel):
     """DeepSpeed's estimate of model-state memory (no activations, no buffers other than its factor)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # built when first used (a local estimate uses none)
 
     function: str
     gpu_bytes_per_gpu: float

@@ -61,7 +61,7 @@ def seed_quick_rule(parameters: int, precision: str) -> SeedQuickRule:
 class SeedEstimate(BaseModel):
     """Output of the seed's ``estimate_memory(model, batch_size, seq_len, precision)``, in GiB."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # built when first used (a local estimate uses none)
 
     weights_gib: float
     gradients_gib: float
@@ -103,7 +103,7 @@ def seed_multiplier_range(parameters: int, precision: str, use: str = "adamw_tra
 class SeedComparisonRow(BaseModel):
     """One line of the "simple rule vs faithful estimate" table; ``total_bytes`` in bytes."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # built when first used (a local estimate uses none)
 
     rule: str
     total_bytes: float

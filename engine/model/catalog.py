@@ -19,7 +19,7 @@ from engine.files import model_config_files
 class CatalogModel(BaseModel):
     """A bundled model: its Hub repo id, a display name and its config dict."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # built when first used (a local estimate uses none)
 
     repo_id: str
     name: str

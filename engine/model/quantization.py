@@ -40,7 +40,7 @@ DEFAULT_GROUP = 128
 class StoredQuantization(BaseModel):
     """How a checkpoint's linear weights are stored: ``bytes_per_param`` includes scales and zeros."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # built when first used (a local estimate uses none)
 
     method: str
     bits: float

@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict
 
 from engine.secrets import REDACTED, looks_like_token
 from engine.model.config_fields import MAX_CONFIG_BYTES, load_config_json
-from engine.model.catalog import catalog_model, load_models
 from engine.errors import CatalogError, ConfigError, HubUnavailableError
 
 
@@ -71,6 +70,8 @@ def config_from_file(path: str | Path) -> tuple[dict[str, Any], ConfigOrigin]:
 
 def config_from_catalog(repo_id: str) -> tuple[dict[str, Any], ConfigOrigin]:
     """The bundled config of ``repo_id``. Raises ``CatalogError`` when it is not bundled."""
+    from engine.model.catalog import catalog_model  # the catalog: not for a local config file (bench_cli_start)
+
     model = catalog_model(repo_id)
     return dict(model.config), ConfigOrigin(kind="catalog", name=model.name, repo_id=model.repo_id)
 
@@ -118,4 +119,6 @@ def catalog_fallback(
 
 def catalog_choices() -> list[tuple[str, str]]:
     """(repo id, display name) of every bundled model, for pickers."""
+    from engine.model.catalog import load_models
+
     return [(m.repo_id, m.name) for m in load_models()]

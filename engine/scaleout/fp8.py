@@ -23,9 +23,12 @@ and the router stay in bf16 (DeepSeek-V3 arXiv:2412.19437 sec. 3.3; torchtitan's
 from __future__ import annotations
 
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from engine.errors import ScenarioError
-from engine.hardware.gpus import Gpu
+
+if TYPE_CHECKING:  # a type only: the GPU catalog is not imported for an estimate without --gpu
+    from engine.hardware.gpus import Gpu
 
 
 class Fp8Recipe(str, Enum):

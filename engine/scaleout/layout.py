@@ -81,7 +81,7 @@ class Layout(BaseModel):
     ``--recompute-method block --recompute-num-layers``; None = all. ``expert_tensor_parallel``: TP inside the
     experts (Megatron ``--expert-tensor-parallel-size``, torchtitan ``expert_tensor_parallel_degree``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)  # built when first used
 
     tensor_parallel: int = Field(1, ge=1, le=MAX_DEGREE)
     pipeline_parallel: int = Field(1, ge=1, le=MAX_DEGREE)
