@@ -9,15 +9,12 @@ import argparse
 from typing import Any
 
 import engine.cli.scaleout as scaleout
-from engine.errors import ScenarioError
-from engine.hardware.gpus import find_gpu
 from engine.model.architecture import Architecture
 from engine.plan.cost import CHEAPEST_LISTED, Dataset
 from engine.plan.layout_cost import layout_plans_csv, layout_run
 from engine.plan.plans import app_version, export_time
 from engine.scaleout.estimate import estimate_layout
 from engine.scaleout.fp8 import Fp8Recipe
-from engine.scaleout.step_time import DEFAULT_INTER_NODE_GBITS, Cluster
 from engine.scenario.training import Scenario
 
 
@@ -31,11 +28,7 @@ def layout_plan_csv(arch: Architecture, scenario: Scenario, dataset: Dataset, ar
     """
     scenario, note = scaleout.layout_scenario(scenario, args)
     layout, per_node = scaleout.layout_from_args(args, scenario)
-    if layout.world_size % per_node and layout.world_size > per_node:
-        raise ScenarioError(f"{layout.world_size} GPUs do not fill nodes of {per_node}")
-    cluster = Cluster(gpu=find_gpu(args.gpu), nodes=max(1, layout.world_size // per_node),
-                      gpus_per_node=min(per_node, layout.world_size),
-                      inter_node_gbits=args.inter_node_gbits or DEFAULT_INTER_NODE_GBITS)
+    cluster = scaleout.cluster_from_args(args, layout, per_node)
     est = estimate_layout(arch, scenario, layout, cluster, fp8, master_weights=args.master_weights,
                           fused_kernels=args.fused_kernels, tp_comm_overlap=args.tp_comm_overlap)
     run = layout_run(est, cluster, dataset, scenario.seq_len, args.price_source or CHEAPEST_LISTED)

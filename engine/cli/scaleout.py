@@ -139,21 +139,29 @@ def layout_from_args(args: argparse.Namespace, scenario: Scenario) -> tuple[Layo
     return layout, per_node
 
 
+def cluster_from_args(args: argparse.Namespace, layout: Layout, per_node: int) -> Cluster:
+    """The cluster ``--gpu``, ``--gpus-per-node`` and ``--inter-node-gbits`` describe for ``layout``.
+
+    Raises:
+        ScenarioError: the layout's GPUs do not fill whole nodes of ``per_node``.
+    """
+    from engine.hardware.gpus import find_gpu  # the GPU catalog: only for a layout on a named GPU
+    from engine.scaleout.step_time import DEFAULT_INTER_NODE_GBITS, Cluster
+
+    if layout.world_size % per_node and layout.world_size > per_node:
+        raise ScenarioError(f"{layout.world_size} GPUs do not fill nodes of {per_node}")
+    return Cluster(gpu=find_gpu(args.gpu), nodes=max(1, layout.world_size // per_node),
+                   gpus_per_node=min(per_node, layout.world_size),
+                   inter_node_gbits=args.inter_node_gbits or DEFAULT_INTER_NODE_GBITS)
+
+
 def scaleout_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace, fp8: Fp8Recipe | None,
                   dataset: Dataset | None = None) -> dict[str, Any]:
     """The layout's JSON fields (see the module docstring); with ``dataset`` (and ``--gpu``) its hours and cost."""
-    from engine.hardware.gpus import find_gpu  # the GPU catalog, the layout model: only for a layout
-    from engine.scaleout.estimate import estimate_layout
-    from engine.scaleout.step_time import DEFAULT_INTER_NODE_GBITS, Cluster
+    from engine.scaleout.estimate import estimate_layout  # the layout model: only for a layout
 
     layout, per_node = layout_from_args(args, scenario)
-    cluster = None
-    if args.gpu is not None:
-        if layout.world_size % per_node and layout.world_size > per_node:
-            raise ScenarioError(f"{layout.world_size} GPUs do not fill nodes of {per_node}")
-        cluster = Cluster(gpu=find_gpu(args.gpu), nodes=max(1, layout.world_size // per_node),
-                          gpus_per_node=min(per_node, layout.world_size),
-                          inter_node_gbits=args.inter_node_gbits or DEFAULT_INTER_NODE_GBITS)
+    cluster = None if args.gpu is None else cluster_from_args(args, layout, per_node)
     est = estimate_layout(arch, scenario, layout, cluster, fp8, master_weights=args.master_weights,
                           fused_kernels=args.fused_kernels, tp_comm_overlap=args.tp_comm_overlap)
     out = _memory_json(est, scenario.method.value)
