@@ -51,6 +51,19 @@ def upstreams(cluster, cookie: str) -> list[str]:
             if line.endswith(f"affinity={cookie}")]
 
 
+def logged_upstreams(cluster, cookie: str, at_least: int, timeout_s: float = 10.0) -> list[str]:
+    """:func:`upstreams`, waiting up to ``timeout_s`` until it has ``at_least`` lines: nginx writes a request's line when
+    it finalises the request (a websocket's when it closes), which can be just after the client has moved on."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        lines = upstreams(cluster, cookie)
+        if len(lines) >= at_least or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.1)
+
+
 def test_the_proxy_sets_an_affinity_cookie_and_spreads_new_visitors(cluster):
     cookies = []
     for _ in range(16):
@@ -75,13 +88,13 @@ def test_a_visitor_stays_on_one_replica_and_moves_when_it_dies(cluster):
         assert problems == [] and session.metrics.get("Peak memory")
     finally:
         session.close()
-    served = upstreams(cluster, cookie)
+    served = logged_upstreams(cluster, cookie, 6)
     assert len(served) >= 6 and len(set(served)) == 1, served  # page loads and the websocket upgrade: one replica
     home = cluster.replica_ports.index(int(served[0].rsplit(":", 1)[1]))
     cluster.kill_replica(home)
     try:
         assert get(cluster.url + "/memory", cookie) == (200, cookie)  # the other replica answers, same key
-        after = upstreams(cluster, cookie)[len(served):]
+        after = logged_upstreams(cluster, cookie, len(served) + 1)[len(served):]
         assert after and after[-1] == f"127.0.0.1:{cluster.replica_ports[1 - home]}", after
     finally:
         cluster.start_replica(home)
