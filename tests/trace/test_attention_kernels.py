@@ -11,9 +11,7 @@ them all (about a second each).
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -26,16 +24,9 @@ from engine.model.catalog import catalog_model
 from engine.scenario.precision import precision_spec
 from engine.scenario.training import Scenario
 from engine.trace import _request, worker_command
+from trace_support import need_trace_extra
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _need_extra() -> None:
-    for name in ("torch", "transformers", "peft"):
-        if os.environ.get("TRACE_REQUIRED") == "1":
-            importlib.import_module(name)
-        else:
-            pytest.importorskip(name)
 
 
 def _heads(q: int, kv: int) -> tuple[int, int]:
@@ -116,7 +107,7 @@ SMALL = dict(micro_batch_size=2, seq_len=32, method="lora", lora_dropout=0.0, at
 
 @pytest.fixture(scope="module")
 def traced() -> dict[tuple[str, str], dict]:
-    _need_extra()
+    need_trace_extra()
     keys, batch = [], []
     for name, cfg in CONFIGS.items():
         for run, fields in RUNS.items():
@@ -172,7 +163,7 @@ MEMORY_CASES = {"llama_fp32_math": ("meta-llama/Llama-3.2-1B", "fp32"), "gpt2_fp
 
 @pytest.fixture(scope="module")
 def traced_long() -> dict[str, dict]:
-    _need_extra()
+    need_trace_extra()
     batch = [_request(CONFIGS[name], Scenario.build(**LONG, precision=run)) for name, run in MEMORY_CASES.values()]
     proc = subprocess.run(worker_command(), input=json.dumps({"batch": batch}), capture_output=True, text=True,
                           cwd=ROOT, timeout=600)

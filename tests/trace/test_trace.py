@@ -9,9 +9,7 @@ Tests needing torch/transformers/peft skip when they are missing, except under `
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +22,7 @@ from engine.trace import _request, check_traceable, result_from_reply, tracer_av
 from engine.trace.compare import compare, difference_pct
 from engine.trace.kernels import EAGER, FLASH, MATH, MEMORY_EFFICIENT, choose_kernel
 from engine.trace.result import CATEGORIES, PHASES, TraceResult
+from trace_support import need_trace_extra
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "trace"
@@ -32,15 +31,6 @@ BLOCK = 512
 
 def _config(name: str) -> dict:
     return json.loads((FIXTURES / f"{name}.json").read_text())
-
-
-def _need_extra() -> None:
-    """Skip without the [trace] extra, but fail under TRACE_REQUIRED=1 (CI installs it)."""
-    for name in ("torch", "transformers", "peft"):
-        if os.environ.get("TRACE_REQUIRED") == "1":
-            importlib.import_module(name)
-        else:
-            pytest.importorskip(name)
 
 
 # Scenarios traced once for the whole module: name -> (config, scenario fields, mode).
@@ -70,7 +60,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def replies() -> dict[str, dict]:
-    _need_extra()
+    need_trace_extra()
     batch = []
     for name, (cfg, fields, mode) in CASES.items():
         config = _config(cfg) if isinstance(cfg, str) else cfg
@@ -204,7 +194,7 @@ def test_flash_backward_workspace_sizes():
     """FlashAttention-2 backward's transient buffers (flash_api.cpp mha_bwd): softmax_d fp32 (b, h, s rounded to
     128), dq_accum fp32 (b, s rounded to 128, h, head_dim rounded to 32) when seq_k > 256 at head_dim 64, and with
     GQA dk/dv expanded to every query head in the input dtype."""
-    _need_extra()
+    need_trace_extra()
     import torch
 
     from engine.trace.workspace import flash_backward_transients
@@ -327,7 +317,7 @@ def test_difference_pct():
 
 
 def test_cli_trace_prints_json():
-    _need_extra()
+    need_trace_extra()
     cmd = [sys.executable, "-m", "engine", "trace", "--config", str(FIXTURES / "tiny_gpt2.json"), "--precision", "bf16",
            "--micro-batch-size", "1", "--seq-len", "16", "--optimizer", "sgd"]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
@@ -392,7 +382,7 @@ def test_panel_untraceable_scenario_says_why():
 
 
 def test_panel_traces_on_click_and_compares():
-    _need_extra()
+    need_trace_extra()
     at = _app({"precision": "bf16", "micro_batch_size": 2, "seq_len": 32}).run()
     assert not at.exception and not at.dataframe  # nothing traced before the click
     at.button(key="trace_button").click().run()
