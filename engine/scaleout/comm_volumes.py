@@ -122,13 +122,17 @@ def data_parallel_key(layout: Layout, stage: int) -> tuple:
 
 
 def step_collectives(arch: Architecture, layout: Layout, split: ParameterSplit, seq_len: int, compute_bytes: int,
-                     gpus_per_node: int, stage: int = 0, fp8_all_gather: bool = False) -> list[Collective]:
+                     gpus_per_node: int, stage: int = 0, fp8_all_gather: bool = False,
+                     trainable_fraction: float = 1.0) -> list[Collective]:
     """Every collective one rank of pipeline stage ``stage`` runs in one step (see the module docstring): the
     tensor, context, expert and pipeline parallel ones, then the data parallel ones.
 
-    ``fp8_all_gather``: FSDP2 float8 all-gather (torchao tensorwise) moves 1-byte weights instead of 2."""
+    ``fp8_all_gather``: FSDP2 float8 all-gather (torchao tensorwise) moves 1-byte weights instead of 2.
+    ``trainable_fraction``: the share of the parameters that has gradients (1 for full training; LoRA's adapters
+    / all parameters): only those are reduced (DDP and FSDP reduce the gradients of ``requires_grad`` parameters)."""
     return (model_parallel_collectives(arch, layout, split, seq_len, compute_bytes, gpus_per_node, stage)
-            + data_parallel_collectives(arch, layout, split, compute_bytes, gpus_per_node, stage, fp8_all_gather))
+            + data_parallel_collectives(arch, layout, split, compute_bytes, gpus_per_node, stage, fp8_all_gather,
+                                        trainable_fraction))
 
 
 def model_parallel_collectives(arch: Architecture, layout: Layout, split: ParameterSplit, seq_len: int,
@@ -182,8 +186,11 @@ def model_parallel_collectives(arch: Architecture, layout: Layout, split: Parame
 
 
 def data_parallel_collectives(arch: Architecture, layout: Layout, split: ParameterSplit, compute_bytes: int,
-                              gpus_per_node: int, stage: int = 0, fp8_all_gather: bool = False) -> list[Collective]:
-    """The data-parallel collectives of :func:`step_collectives` (dense and expert gradients, weight gathers)."""
+                              gpus_per_node: int, stage: int = 0, fp8_all_gather: bool = False,
+                              trainable_fraction: float = 1.0) -> list[Collective]:
+    """The data-parallel collectives of :func:`step_collectives` (dense and expert gradients, weight gathers; the
+    gradients of ``trainable_fraction`` of the parameters)."""
+    g = trainable_fraction
     t, p, c, d = layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel, layout.data_parallel
     e, et, m, B = layout.expert_parallel, layout.expert_tensor_parallel, layout.micro_batches, compute_bytes
     layers = layout.stage_layers(arch.num_layers)
@@ -204,21 +211,21 @@ def data_parallel_collectives(arch: Architecture, layout: Layout, split: Paramet
             out.append(Collective("dp", f"FSDP weight all-gather ({label}, once per step with PP)", "all_gather",
                                   params * w, 1, n, link, True, "torchtitan apply_fsdp (pp_enabled), 9dec370", rpn))
             out.append(Collective("dp", f"FSDP gradient reduce-scatter ({label}, fp32, last micro batch)", "reduce_scatter",
-                                  params * 4, 1, n, link, True, "torch.distributed.pipelining backward_maybe_with_nosync", rpn))
+                                  params * 4 * g, 1, n, link, True, "torch.distributed.pipelining backward_maybe_with_nosync", rpn))
         elif layout.zero == 3:
             w = 1 if fp8_all_gather else B
             out.append(Collective("dp", f"FSDP weight all-gathers ({label}, fwd + bwd each micro batch)", "all_gather",
                                   params * w, 2 * m, n, link, True, "PyTorch FSDP2; Rajbhandari et al. 2020 sec. 7", rpn))
-            out.append(Collective("dp", f"FSDP gradient reduce-scatters ({label}, fp32)", "reduce_scatter", params * 4, m, n,
+            out.append(Collective("dp", f"FSDP gradient reduce-scatters ({label}, fp32)", "reduce_scatter", params * 4 * g, m, n,
                                   link, True, "torchtitan mixed_precision_reduce float32", rpn))
         elif layout.zero in (1, 2):  # ZeRO-2 reduce-scatters the same gradients into partitions it keeps
-            out.append(Collective("dp", f"gradient reduce-scatter ({label}, fp32)", "reduce_scatter", params * 4, 1, n, link,
+            out.append(Collective("dp", f"gradient reduce-scatter ({label}, fp32)", "reduce_scatter", params * 4 * g, 1, n, link,
                                   True, "Megatron distributed optimizer" if layout.zero == 1 else
                                   "Rajbhandari et al. 2020 sec. 7 (ZeRO-2: P_os+g)", rpn))
-            out.append(Collective("dp", f"updated weight all-gather ({label}, bf16)", "all_gather", params * 2, 1, n, link,
+            out.append(Collective("dp", f"updated weight all-gather ({label}, bf16)", "all_gather", params * 2 * g, 1, n, link,
                                   True, "Megatron distributed optimizer (--overlap-param-gather)", rpn))
         else:
-            out.append(Collective("dp", f"gradient all-reduce ({label}, fp32)", "all_reduce", params * 4, 1, n, link, True,
+            out.append(Collective("dp", f"gradient all-reduce ({label}, fp32)", "all_reduce", params * 4 * g, 1, n, link, True,
                                   "Megatron DDP (--overlap-grad-reduce)", rpn))
     return out
 

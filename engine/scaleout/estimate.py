@@ -12,7 +12,7 @@ from engine.scaleout.layout import Layout, Recompute
 from engine.scaleout.megatron import MegatronEstimate, megatron_estimate
 from engine.scaleout.memory import Context, ScaleoutMemory, context, scaleout_memory
 from engine.scaleout.step_time import Cluster, StepTime, step_time
-from engine.scenario.training import Scenario
+from engine.scenario.training import Method, Scenario
 
 class LayoutEstimate(BaseModel):
     """Everything estimated for one layout. ``time`` is None without a cluster."""
@@ -57,8 +57,9 @@ def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, clus
     mem = scaleout_memory(arch, scenario, layout, fp8, ctx)
     stage = mem.max_stage.stage
     per_node = cluster.gpus_per_node if cluster else layout.world_size
+    trainable = 1.0 if scenario.method is Method.FULL else min(1.0, ctx.estimate.trainable_parameters / ctx.split.total)
     cols = step_collectives(arch, layout, ctx.split, scenario.seq_len, ctx.spec.compute_bytes, per_node, stage,
-                            fp8_all_gather=fp8 is Fp8Recipe.TORCHAO)
+                            fp8_all_gather=fp8 is Fp8Recipe.TORCHAO, trainable_fraction=trainable)
     time = None
     if cluster is not None:
         time = step_time(arch, layout, cluster, cols, ctx, mem.max_stage.parameters, fp8, fused_kernels=fused_kernels,

@@ -184,9 +184,16 @@ def effective_scenario(scenario: Scenario, layout: Layout) -> Scenario:
 def check_layout(arch: Architecture, scenario: Scenario, layout: Layout) -> None:
     """Raise :class:`ScenarioError` naming every constraint ``layout`` breaks for ``arch`` and ``scenario``."""
     problems = layout_problems(arch, layout, scenario.seq_len)
-    if not layout.is_single_gpu_model and scenario.method is not Method.FULL:
-        problems.append("tensor/pipeline/context/expert parallelism is modelled for full training (Megatron-LM, "
-                        "torchtitan); LoRA/QLoRA run with data parallelism (Memory page)")
+    tp_only = (layout.pipeline_parallel == layout.context_parallel == layout.expert_parallel
+               == layout.expert_tensor_parallel == 1)
+    if not layout.is_single_gpu_model and scenario.method is not Method.FULL and not (
+            tp_only and scenario.method is Method.LORA):
+        # LoRA under TP (+ DP / FSDP) is NeMo Automodel's layout (TP 2 x FSDP 4 in its LoRA benchmarks): the adapters
+        # are sharded with their base linear, so every share below holds. A 4-bit base sharded by TP, and PEFT under
+        # pipeline, context or expert parallelism, are not modelled.
+        problems.append("pipeline/context/expert parallelism is modelled for full training (Megatron-LM, torchtitan) "
+                        "and tensor parallelism for full training and LoRA; QLoRA runs with data parallelism (Memory "
+                        "page)")
     if problems:
         raise ScenarioError("; ".join(problems))
 

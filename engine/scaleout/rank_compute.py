@@ -136,8 +136,10 @@ def rank_gemms(arch: Architecture, sc: Scenario, layout: Layout, c: int) -> list
         out.append((Gemm("block", "backward", m, k, n, copies, c), fp8, 0.0))
         if train:
             out.append((Gemm("block", "backward", k, n, m, copies, c), fp8, 0.0))
-    if not train:  # LoRA / QLoRA (only without model parallelism): the adapters' GEMMs, per block
-        out += [(g._replace(copies=g.copies / L), False, 0.0) for g in step_gemms(arch, sc, c) if g.part == "lora"]
+    if not train:  # LoRA / QLoRA: the adapters' GEMMs, per block; under TP (LoRA only) each rank runs 1 / TP of them
+        # (NeMo Automodel shards lora_A / lora_B with their base linear's column / row split; the unsharded r-wide
+        # half is r / h of the base GEMM's work and is counted as sharded too).
+        out += [(g._replace(copies=g.copies / (L * tp)), False, 0.0) for g in step_gemms(arch, sc, c) if g.part == "lora"]
     return out
 
 

@@ -23,6 +23,7 @@ from engine.files import csv_rows, data_file, labelled_csv_rows
 from engine.hardware.gpus import find_gpu
 from engine.model.catalog import catalog_model
 from engine.scenario.training import Scenario
+from engine.validation.run_configs import CONFIGS as RUN_CONFIGS
 
 
 MEASUREMENTS_FILE = "throughput_measurements.csv"
@@ -36,7 +37,8 @@ class ThroughputMeasurement(BaseModel):
     cannot represent; such a row may name a model or GPU outside the catalog and a method outside full/LoRA/QLoRA).
     The setting columns (precision, optimizer, attention, LoRA rank and targets, framework, fused kernels = torch
     .compile/Unsloth/Liger, fused cross-entropy, strategy, accumulation, activation offloading = the checkpointed blocks'
-    inputs in CPU memory) are the row's, or assumptions the notes name.
+    inputs in CPU memory) are the row's, or assumptions the notes name. A row's model is the bundled
+    catalog's or one of :data:`engine.validation.run_configs.CONFIGS` (published architectures outside the catalog).
     ``locator`` says where in ``source`` the number is printed.
     """
 
@@ -105,7 +107,8 @@ def load_throughput_measurements() -> tuple[ThroughputMeasurement, ...]:
             raise CatalogError(f"{label}: duplicate id")
         if m.expressible:
             try:
-                catalog_model(m.repo_id)
+                if m.repo_id not in RUN_CONFIGS:
+                    catalog_model(m.repo_id)
                 find_gpu(m.gpu)
             except CatalogError as exc:
                 raise CatalogError(f"{label}: {exc}") from None

@@ -1,6 +1,6 @@
 """Configs of the published runs' models that the bundled catalog does not carry, written from their published
-architectures (each with its source). Used only to express rows of ``data/large_runs.csv``; the product's model list
-stays the catalog's.
+architectures (each with its source). Used only to express published rows (``data/large_runs.csv``, and the rows of
+``data/throughput_measurements.csv`` whose model is not bundled); the product's model list stays the catalog's.
 
 Each entry is a transformers-style ``config.json`` (the keys the engine's builders read) for a ``model_type`` the
 engine builds; where the architecture has no exact builder, the nearest one with the same GEMM shapes is used and the
@@ -10,7 +10,9 @@ difference is said in ``note``.
 from __future__ import annotations
 
 from engine.model.architecture import Architecture
+from engine.errors import CatalogError
 from engine.model.build import architecture_from_config
+from engine.model.catalog import catalog_model
 
 
 def _llama(layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, vocab: int, tied: bool) -> dict:
@@ -40,6 +42,12 @@ CONFIGS: dict[str, tuple[dict, str]] = {
                                       "tie_word_embeddings": False, "max_position_embeddings": 65536},
                                      "Mixtral-8x22B-v0.1 config.json (hf.co/mistralai/Mixtral-8x22B-v0.1): 56 layers, "
                                      "6144 wide, 48 heads, 8 KV heads, 8 experts of 16384, top 2, vocab 32768"),
+    "Qwen/Qwen2.5-32B": ({"model_type": "qwen2", "hidden_size": 5120, "intermediate_size": 27648,
+                          "num_hidden_layers": 64, "num_attention_heads": 40, "num_key_value_heads": 8,
+                          "vocab_size": 152064, "tie_word_embeddings": False, "hidden_act": "silu",
+                          "max_position_embeddings": 131072},
+                         "Qwen2.5-32B config.json (hf.co/Qwen/Qwen2.5-32B): 64 layers, 5120 wide, 40 heads, 8 KV heads, "
+                         "SwiGLU 27648, vocab 152064, untied; the model card's 32.5B parameters"),
     "nvidia/Nemotron-4-340B-Base": ({"model_type": "starcoder2", "hidden_size": 18432, "intermediate_size": 73728,
                                      "num_hidden_layers": 96, "num_attention_heads": 96, "num_key_value_heads": 8,
                                      "vocab_size": 256000, "tie_word_embeddings": False, "use_bias": False,
@@ -63,3 +71,19 @@ def run_architecture(model: str, params_b: str = "") -> tuple[Architecture, str]
         cfg, note = CONFIGS[model]
         return architecture_from_config(cfg), note
     return None
+
+
+def row_architecture(repo_id: str) -> tuple[Architecture, str]:
+    """The architecture and display name of a throughput row's model: the bundled catalog's, else a config of
+    :data:`CONFIGS` (its repo id as the name).
+
+    Raises:
+        CatalogError: neither has ``repo_id``.
+    """
+    try:
+        model = catalog_model(repo_id)
+    except CatalogError:
+        if repo_id not in CONFIGS:
+            raise
+        return architecture_from_config(CONFIGS[repo_id][0]), repo_id.split("/")[-1]
+    return architecture_from_config(model.config), model.name

@@ -27,7 +27,7 @@ from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.layout import Layout, Recompute
 from engine.scaleout.recompute import torchtitan_layer_sac_layers
 from engine.scaleout.step_time import Cluster
-from engine.scenario.training import Scenario
+from engine.scenario.training import Method, Scenario
 from engine.time.rates import power_limited
 from engine.time.throughput import flops_per_token
 from engine.validation.run_configs import run_architecture
@@ -37,7 +37,7 @@ GIB = 2**30
 
 _CATALOG = {"meta-llama/Llama-3.1-405B": "meta-llama/Llama-3.1-405B", "meta-llama/Llama-3.1-70B": "meta-llama/Llama-3.1-70B",
             "meta-llama/Llama-3.1-8B": "meta-llama/Llama-3.1-8B", "meta-llama/Meta-Llama-3-8B": "meta-llama/Llama-3.1-8B",
-            "meta-llama/Meta-Llama-3-70B": "meta-llama/Llama-3.1-70B",
+            "meta-llama/Meta-Llama-3-70B": "meta-llama/Llama-3.1-70B", "meta-llama/Llama-3.3-70B-Instruct": "meta-llama/Llama-3.1-70B",
             "meta-llama/Llama-2-7b-hf": "meta-llama/Llama-2-7b-hf", "mistralai/Mixtral-8x7B-v0.1": "mistralai/Mixtral-8x7B-v0.1"}
 _GPUS = (("H200", "H200"), ("B200", "B200"), ("A100", "A100 80GB"), ("H100", "H100 SXM"))
 TDP_WATTS = {"NVIDIA H100 80GB": 700.0}
@@ -112,7 +112,8 @@ def gpt_style(model: str, vocab: int, seq: int) -> Architecture | None:
 def _arch(row: dict, seq: int) -> tuple[Architecture | None, str]:
     if row["model"] in _CATALOG:
         note = {"meta-llama/Meta-Llama-3-8B": " (Llama 3.1 8B's architecture)",
-                "meta-llama/Meta-Llama-3-70B": " (Llama 3.1 70B's architecture)"}.get(row["model"], "")
+                "meta-llama/Meta-Llama-3-70B": " (Llama 3.1 70B's architecture)",
+                "meta-llama/Llama-3.3-70B-Instruct": " (Llama 3.1 70B's architecture)"}.get(row["model"], "")
         return architecture_from_config(config_from_catalog(_CATALOG[row["model"]])[0]), note
     published = run_architecture(row["model"], row.get("params_b", ""))
     if published is not None:
@@ -190,6 +191,21 @@ def run_settings(row: dict) -> tuple[bool, bool]:
     return fused, overlap
 
 
+LORA_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+"""Every linear of a Llama / Qwen2 block: NeMo Automodel's ``target_modules: '*_proj'``."""
+
+
+def run_scenario(row: dict, seq: int, micro_batch: int, precision: str) -> tuple[Scenario, bool]:
+    """(the scenario a rank runs, whether fp32 master weights are kept). Full training with master weights unless the
+    notes say "LoRA r=<rank>": then LoRA of that rank on every linear (``*_proj``), the base in pure bf16
+    (``torch_dtype: bf16``, as NeMo Automodel's LoRA benchmark configs load it), no master copy."""
+    m = re.search(r"LoRA r=(\d+)", row["notes"])
+    if not m:
+        return Scenario(seq_len=seq, micro_batch_size=micro_batch, precision=precision), True
+    return Scenario.build(method=Method.LORA, lora_r=int(m.group(1)), lora_targets=LORA_TARGETS, precision="bf16",
+                          seq_len=seq, micro_batch_size=micro_batch, framework="torchtune"), False
+
+
 def compare_row(row: dict) -> list[RunComparison] | str:
     """Our estimate of one row on each figure it publishes, or why it cannot be expressed."""
     if not row["tp"] or not row["pp"] or not _num(row["num_gpus"]) or "DeepSeek" in row["model"]:
@@ -231,11 +247,11 @@ def compare_row(row: dict) -> list[RunComparison] | str:
                                                 if "every second layer" in row["recompute"] else None),
                               virtual_pipeline=v if v > 1 and (arch.num_layers % (pp * v) == 0) and (gbs // (mb * dp)) % pp == 0 else 1,
                               zero=zero, micro_batch_size=mb, global_batch_size=gbs)
-        sc = Scenario(seq_len=seq, micro_batch_size=mb, precision=precision)
+        sc, master = run_scenario(row, seq, mb, precision)
         inter = 200.0 if "A100" in row["gpu"] else 400.0
         cluster = Cluster(gpu=gpu, nodes=max(1, world // 8), gpus_per_node=min(8, world), inter_node_gbits=inter)
         fused, tp_overlap = run_settings(row)
-        est = estimate_layout(arch, sc, layout, cluster, _fp8(row), master_weights=True, fused_kernels=fused,
+        est = estimate_layout(arch, sc, layout, cluster, _fp8(row), master_weights=master, fused_kernels=fused,
                               tp_comm_overlap=tp_overlap)
     except EngineError as exc:
         return f"not expressible: {exc}"
@@ -245,7 +261,8 @@ def compare_row(row: dict) -> list[RunComparison] | str:
          f"rank {list(split)}" + (" (Interleaved1F1B modelled as 1F1B on the same per-rank layers)"
                                   if "interleaved" in row["notes"].lower() else "")) if split else "",
         f"ZeRO {zero}" + (" (not stated)" if not row["zero_or_fsdp"] else ""),
-        f"{inter:g} Gb/s per GPU between nodes", "16-bit model with fp32 master weights",
+        f"{inter:g} Gb/s per GPU between nodes",
+        "16-bit model with fp32 master weights" if master else f"LoRA rank {sc.lora_r} on every linear, pure bf16",
         "fused kernels" if fused else "", "TP communication overlapped with the GEMMs" if tp_overlap else "") if x)
     out = []
     t = est.time

@@ -22,12 +22,11 @@ from pydantic import BaseModel, ConfigDict
 from engine.hardware.gpus import find_gpu
 from engine.memory.estimate import estimate_memory
 from engine.memory.parallel import Strategy
-from engine.model.build import architecture_from_config
-from engine.model.catalog import catalog_model
 from engine.plan.fit import check_fit
 from engine.scenario.training import Method, Scenario
 from engine.time.throughput import estimate_throughput
 from engine.validation.measurements import ThroughputMeasurement, load_throughput_measurements
+from engine.validation.run_configs import row_architecture
 
 STACKS: dict[str, str] = {
     "LlamaFactory paper": "hf",
@@ -121,7 +120,7 @@ def compare_measurement(m: ThroughputMeasurement) -> MeasurementComparison:
     Raises:
         EngineError: the row is not expressible, or its model, GPU or scenario cannot be estimated.
     """
-    arch = architecture_from_config(catalog_model(m.repo_id).config)
+    arch, name = row_architecture(m.repo_id)
     sc = measurement_scenario(m)
     gpu = find_gpu(m.gpu)
     strategy = Strategy(m.strategy)
@@ -131,7 +130,7 @@ def compare_measurement(m: ThroughputMeasurement) -> MeasurementComparison:
     fit = check_fit(arch, sc, gpu, strategy, m.num_gpus, estimate=est)
     predicted = ours.tokens_per_second
     return MeasurementComparison(
-        id=m.id, role=m.role, source=m.source, locator=m.locator, stack=stack_of(m), model=catalog_model(m.repo_id).name,
+        id=m.id, role=m.role, source=m.source, locator=m.locator, stack=stack_of(m), model=name,
         method=m.method, gpu=gpu.name, num_gpus=m.num_gpus, strategy=strategy.value, seq_len=m.seq_len,
         micro_batch_size=m.micro_batch_size, gradient_checkpointing=m.gradient_checkpointing, fused_kernels=m.fused_kernels,
         measured_tokens_per_second=m.tokens_per_second, predicted_tokens_per_second=predicted,

@@ -152,7 +152,9 @@ def test_bad_layouts_are_named():
     with pytest.raises(ScenarioError, match="needs a mixture-of-experts"):
         scaleout_memory(LLAMA2, sc, Layout(expert_parallel=2, data_parallel=2))
     with pytest.raises(ScenarioError, match="full training"):
-        scaleout_memory(LLAMA2, Scenario(method="lora"), Layout(tensor_parallel=2))
+        scaleout_memory(LLAMA2, Scenario(method="lora"), Layout(pipeline_parallel=2))
+    with pytest.raises(ScenarioError, match="QLoRA runs with data parallelism"):
+        scaleout_memory(LLAMA2, Scenario(method="qlora"), Layout(tensor_parallel=2))
     with pytest.raises(ScenarioError, match="sequence parallelism"):
         Layout.build(sequence_parallel=True)
 
