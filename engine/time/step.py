@@ -187,13 +187,17 @@ def _work(arch: Architecture, sc: Scenario, kernel: str, fused: bool) -> _Work:
 
 def step_time(
     arch: Architecture, sc: Scenario, est: MemoryEstimate, gpu: Gpu, rates: GpuRates, *,
-    num_gpus: int = 1, strategy: Strategy = Strategy.DDP, fused_kernels: bool = False,
+    num_gpus: int = 1, strategy: Strategy = Strategy.DDP, fused_kernels: bool = False, cuda_graphs: bool = False,
 ) -> StepTime:
     """The step of ``sc`` on one of ``num_gpus`` x ``gpu`` with ``strategy`` (see the module docstring).
 
     ``est`` is the memory estimate of ``sc`` (its attention kernel is the one timed); ``rates`` the GPU's
     :func:`engine.time.rates.gpu_rates`; ``fused_kernels``: torch.compile, Unsloth or Liger fuse the elementwise
     chains (fewer bytes and kernels, :mod:`engine.time.memory_bound`, :mod:`engine.time.overhead`).
+    ``cuda_graphs``: the forward and backward are replayed as CUDA graphs (``torch.compile(mode="reduce-overhead")``,
+    PyTorch's torch.compile docs: "reduces the overhead of Python with CUDA graphs"): one graph launch replaces the
+    host's per-kernel launches, so the passes take their GPU time only (the host term below is 0; the GPU-side cost
+    of each graph node is not counted). The optimizer step outside the compiled model keeps its host loop.
     """
     kernel = est.attention_kernel
     # Prompt tuning and P-tuning prepend virtual tokens: the model runs on s + n tokens per sequence (the tokens
@@ -226,7 +230,7 @@ def step_time(
     gpu_fwd = g_fwd + a_fwd + mb_fwd + dq + ad_fwd
     gpu_bwd = g_bwd + g_rec + a_bwd + a_rec + mb_bwd + mb_rec + dq + dq_rec + ad_bwd
     spk = host_seconds_per_kernel(sc.framework is Framework.HF, fused_kernels)
-    host = max(0.0, w.kernels_fwd * spk - gpu_fwd) + max(0.0, w.kernels_bwd * spk - gpu_bwd)
+    host = 0.0 if cuda_graphs else max(0.0, w.kernels_fwd * spk - gpu_fwd) + max(0.0, w.kernels_bwd * spk - gpu_bwd)
     gas = sc.gradient_accumulation_steps
 
     # The optimizer step, sharded over the GPUs by every ZeRO stage and FSDP.

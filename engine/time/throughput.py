@@ -171,12 +171,14 @@ def estimate_throughput(
     calibration: float = 1.0,
     fused_kernels: bool = False,
     estimate: MemoryEstimate | None = None,
+    cuda_graphs: bool = False,
 ) -> Throughput:
     """Tokens/s of ``sc`` on ``num_gpus`` x ``gpu`` (does not check the memory fit: see :mod:`engine.plan.fit`).
 
     Pass ``estimate`` to reuse the memory estimate of the same scenario on this GPU (its bytes and attention
     kernel are timed); ``calibration`` from :func:`calibrate` (1 = the model as is); ``fused_kernels`` for
-    torch.compile / Unsloth / Liger runs.
+    torch.compile / Unsloth / Liger runs; ``cuda_graphs`` for ``torch.compile(mode="reduce-overhead")`` (the passes'
+    kernels replayed as CUDA graphs: no per-kernel host time, :func:`engine.time.step.step_time`).
 
     Raises:
         ScenarioError: fewer than one GPU, a calibration outside [1/10, 10], no catalog peak for the compute dtype
@@ -191,7 +193,8 @@ def estimate_throughput(
         raise ScenarioError(f"no throughput estimate: {peak.note}")
     rates = gpu_rates(gpu, sc.precision)
     est = estimate if estimate is not None else estimate_memory(arch, sc, gpu)
-    step = step_time(arch, sc, est, gpu, rates, num_gpus=num_gpus, strategy=strategy, fused_kernels=fused_kernels)
+    step = step_time(arch, sc, est, gpu, rates, num_gpus=num_gpus, strategy=strategy, fused_kernels=fused_kernels,
+                     cuda_graphs=cuda_graphs)
     return Throughput(
         gpu=gpu.name, num_gpus=num_gpus, strategy=strategy, calibration=calibration, peak=peak, rates=rates,
         step=step, fused_kernels=fused_kernels, hf_stack=sc.framework is Framework.HF,

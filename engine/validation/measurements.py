@@ -36,8 +36,9 @@ class ThroughputMeasurement(BaseModel):
     after, never used to choose a constant) or ``not_expressible`` (``why_not_expressible`` says what the model
     cannot represent; such a row may name a model or GPU outside the catalog and a method outside full/LoRA/QLoRA).
     The setting columns (precision, optimizer, attention, LoRA rank and targets, framework, fused kernels = torch
-    .compile/Unsloth/Liger, fused cross-entropy, strategy, accumulation, activation offloading = the checkpointed blocks'
-    inputs in CPU memory) are the row's, or assumptions the notes name. A row's model is the bundled
+    .compile/Unsloth/Liger, or ``cuda_graphs``: torch.compile's reduce-overhead mode, fused and replayed as CUDA
+    graphs; fused cross-entropy, strategy, accumulation, activation offloading = the checkpointed blocks' inputs in
+    CPU memory) are the row's, or assumptions the notes name. A row's model is the bundled
     catalog's or one of :data:`engine.validation.run_configs.CONFIGS` (published architectures outside the catalog).
     ``locator`` says where in ``source`` the number is printed.
     """
@@ -69,6 +70,16 @@ class ThroughputMeasurement(BaseModel):
     activation_offload: bool = False
     why_not_expressible: str = ""
     notes: str = ""
+
+    cuda_graphs: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _graphs(cls, data: Any) -> Any:
+        # fused_kernels "cuda_graphs": torch.compile(mode="reduce-overhead"), fused kernels replayed as CUDA graphs.
+        if isinstance(data, dict) and str(data.get("fused_kernels", "")).strip().lower() == "cuda_graphs":
+            return {**data, "fused_kernels": True, "cuda_graphs": True}
+        return data
 
     @field_validator("lora_r", mode="before")
     @classmethod

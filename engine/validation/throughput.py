@@ -126,7 +126,7 @@ def compare_measurement(m: ThroughputMeasurement) -> MeasurementComparison:
     strategy = Strategy(m.strategy)
     est = estimate_memory(arch, sc, gpu)
     ours = estimate_throughput(arch, sc, gpu, num_gpus=m.num_gpus, strategy=strategy, fused_kernels=m.fused_kernels,
-                               estimate=est)
+                               estimate=est, cuda_graphs=m.cuda_graphs)
     fit = check_fit(arch, sc, gpu, strategy, m.num_gpus, estimate=est)
     predicted = ours.tokens_per_second
     return MeasurementComparison(

@@ -1,0 +1,34 @@
+"""CUDA-graph replay (torch.compile(mode="reduce-overhead")): the passes take their GPU time only.
+
+Source of the case: stas00/ml-engineering training/performance/README.md @ 744d01e1, 'torch.compile' tables: Llama 3.2
+1B, bf16, SDPA, 1 x 512 on a B200, checkpointing: eager forward+backward 48.8 ms (launch-bound), reduce-overhead 8.1 ms.
+"""
+
+from __future__ import annotations
+
+from engine.hardware.gpus import find_gpu
+from engine.model.build import architecture_from_config
+from engine.model.catalog import catalog_model
+from engine.scenario.training import Scenario
+from engine.time.overhead import STEP_SECONDS, optimizer_host_seconds
+from engine.time.throughput import estimate_throughput
+
+LLAMA1B = architecture_from_config(catalog_model("meta-llama/Llama-3.2-1B").config)
+B200 = find_gpu("B200")
+SC = Scenario.build(method="full", precision="bf16", optimizer="adamw", micro_batch_size=1, seq_len=512,
+                    gradient_checkpointing=True, framework="torchtune")
+
+
+def test_graphs_leave_no_per_kernel_host_time():
+    fused = estimate_throughput(LLAMA1B, SC, B200, fused_kernels=True).step.breakdown_s
+    graphs = estimate_throughput(LLAMA1B, SC, B200, fused_kernels=True, cuda_graphs=True).step.breakdown_s
+    # The same GPU work; only the host's launches of the forward and backward go (the optimizer's host loop and the
+    # per-step work stay): overhead = STEP_SECONDS + the optimizer's host time beyond its GPU time.
+    for k in ("matmul", "attention", "memory_bound", "optimizer"):
+        assert graphs[k] == fused[k]
+    # (engine.time.overhead.optimizer_host_seconds: torch AdamW's foreach loop over every parameter tensor).
+    host = optimizer_host_seconds(SC.optimizer, sum(g.count for g in LLAMA1B.tensors))
+    assert abs(graphs["overhead"] - (STEP_SECONDS + max(0.0, host - graphs["optimizer"]))) < 1e-12
+    # This step is launch-bound (the source's eager forward+backward is 6x its reduce-overhead one): the passes' host
+    # time is most of the fused step's overhead, so graphs must remove a real share of it.
+    assert graphs["overhead"] < 0.5 * fused["overhead"]
