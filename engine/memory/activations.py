@@ -20,6 +20,7 @@ from engine.model.architecture import Architecture
 from engine.memory.adapters import offloaded_inputs_bytes, saved_per_layer, saved_per_token
 from engine.scenario.peft import trains_lm_head
 from engine.scenario.precision import PrecisionSpec
+from engine.scenario.freeze import graph_blocks
 from engine.scenario.training import Framework, Method, Scenario
 
 if TYPE_CHECKING:  # a type only: the GPU catalog is not imported for an estimate without --gpu
@@ -212,7 +213,7 @@ def block_activations(arch: Architecture, sc: Scenario, spec: PrecisionSpec, gpu
     per_token = 2 * norm + attn_in + mlp_in + extra_norms + qk_norm + dropout_masks + core + mlp + adapters
     per_token += scores * sc.seq_len
     # final norm + LM head input (the LM head is a torch linear, frozen under PEFT unless modules_to_save copies it)
-    head_trains = sc.method is Method.FULL or trains_lm_head(sc)
+    head_trains = (sc.method is Method.FULL and sc.trainable_layers is None) or trains_lm_head(sc)
     head = norm + (_linear_inputs(1, resid, c, casts) * h if head_trains else 0.0)
     return BlockActivations(norms=2 * norm + extra_norms + dropout_masks, linear_inputs=attn_in + mlp_in,
                             inner=qk_norm + core + mlp + adapters, scores=scores, per_token=per_token, head=head,
@@ -245,6 +246,9 @@ def activations_components(arch: Architecture, sc: Scenario, spec: PrecisionSpec
     (:func:`attention_choice` on ``gpu``)."""
     b = block_activations(arch, sc, spec, gpu)
     resid, kernel, per_token, h = b.resid, b.kernel, b.per_token, arch.hidden_size
+    # Freeze-tuning: the frozen blocks below the first trainable one record no graph (engine.scenario.freeze), so
+    # only the N trainable blocks save tensors (or, checkpointed, their inputs).
+    saving = graph_blocks(arch, sc)
     tokens = sc.tokens_per_micro_batch
     layer = per_token * tokens + b.per_layer
     head = b.head * tokens
@@ -252,9 +256,9 @@ def activations_components(arch: Architecture, sc: Scenario, spec: PrecisionSpec
     if sc.gradient_checkpointing:
         # Checkpointed blocks keep only their input hidden state; backward recomputes one block at a time,
         # once the loss gradients are gone.
-        total = arch.num_layers * resid * h * tokens + head
+        total = saving * resid * h * tokens + head
         formula = (
-            f"{arch.num_layers} layers x {resid} B x seq x batch x hidden (checkpointed inputs) + final norm/LM head input"
+            f"{saving} layers x {resid} B x seq x batch x hidden (checkpointed inputs) + final norm/LM head input"
         )
         offloaded = offloaded_inputs_bytes(arch, sc, resid)
         if offloaded:  # Unsloth-style: the block inputs wait in CPU RAM; one comes back for its recompute
@@ -273,8 +277,10 @@ def activations_components(arch: Architecture, sc: Scenario, spec: PrecisionSpec
                    "softmax / matmul backward of eager and math attention",
         )
     else:
-        total = arch.num_layers * layer + head
-        formula = f"{arch.num_layers} layers x {per_token / h:.1f} B x seq x batch x hidden + final norm/LM head input"
+        total = saving * layer + head
+        formula = f"{saving} layers x {per_token / h:.1f} B x seq x batch x hidden + final norm/LM head input"
+    if saving < arch.num_layers:
+        formula += f" (freeze-tuning: the {arch.num_layers - saving} frozen blocks below save nothing)"
     formula += f"; attention kernel: {kernel.replace('_', '-')}"
     if b.other_kernel and b.other_kernel != kernel:
         formula += f" ({b.other_kernel.replace('_', '-')} on {b.other_layers} layers)"

@@ -37,7 +37,7 @@ def gradient_temporaries(arch: Architecture, t: ParamTensors, sc: Scenario, spec
     accumulation, as on a GPU: 8 B x V x h in fp32, 4 B in mixed and pure bf16, for GPT-2, Llama-3.2-1B and
     Qwen2.5-0.5B)."""
     nbytes = 0.0
-    if arch.tie_word_embeddings and sc.method is Method.FULL and t.trainable:
+    if arch.tie_word_embeddings and sc.method is Method.FULL and sc.trainable_layers is None and t.trainable:
         nbytes = 2.0 * arch.vocab_size * arch.hidden_size * spec.compute_bytes
     return MemoryComponent(
         key="gradient_temporaries",

@@ -83,7 +83,8 @@ def fused_logits_component(arch: Architecture, sc: Scenario, spec: PrecisionSpec
     tokens, h, v = sc.tokens_per_micro_batch, arch.hidden_size, arch.vocab_size
     chunk = liger_chunk_tokens(tokens, v, h)
     c = spec.compute_bytes
-    head_grad = lm_head_params(arch) * spec.weight_bytes if sc.method is Method.FULL else 0.0
+    # (freeze-tuning keeps the LM head frozen: no weight gradient)
+    head_grad = lm_head_params(arch) * spec.weight_bytes if sc.method is Method.FULL and sc.trainable_layers is None else 0.0
     nbytes = tokens * h * c + chunk * v * (c + 4) + head_grad
     formula = (f"hidden-state gradient (batch x seq x hidden x {c} B) + one chunk of {chunk:,} tokens x vocab x "
                f"({c} + 4) B")

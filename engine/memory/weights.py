@@ -12,6 +12,7 @@ from engine.model.architecture import Architecture, TensorGroup
 from engine.model.quantization import StoredQuantization
 from engine.memory.adapters import peft_tensor_bytes
 from engine.scenario.precision import PrecisionSpec
+from engine.scenario.freeze import is_freeze, split_groups, trainable_bytes
 from engine.scenario.training import Framework, Method, QuantType, Scenario
 
 
@@ -62,6 +63,10 @@ def split_tensors(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> Para
     stored = arch.stored_quantization
     if stored is not None:
         return prequantized(arch, sc, spec, stored, vision)
+    if is_freeze(arch, sc):  # freeze-tuning: the last N blocks train (fp32 on the HF stack), the rest is frozen
+        trainable, frozen = split_groups(arch, sc)
+        return ParamTensors(trainable=[(g, trainable_bytes(sc, spec)) for g in trainable],
+                            frozen=[(g, spec.weight_bytes) for g in frozen] + vision, quantized=[])
     if sc.method is Method.FULL:
         return ParamTensors(trainable=[(g, spec.weight_bytes) for g in arch.tensors], frozen=vision, quantized=[])
     adapters, buffers = peft_tensor_bytes(arch, sc, spec)  # LoRA's A/B or another PEFT method's tensors
@@ -137,6 +142,9 @@ def weights_component(t: ParamTensors, sc: Scenario, spec: PrecisionSpec) -> Mem
             f"block linears {q_params / 1e9:.3f}B x {q_bpp:.4f} B ({t.quantized_label}) + embeddings/norms/LM head "
             f"({kept}) + adapters x {adapter_bytes(sc, spec):g} B"
         )
+    elif sc.method is Method.FULL and sc.trainable_layers is not None:
+        formula = (f"frozen x {spec.weight_bytes} B ({spec.weight_dtype}) + the last {sc.trainable_layers} blocks "
+                   f"(trainable) x {t.trainable[0][1] if t.trainable else spec.weight_bytes:g} B")
     elif sc.method is Method.FULL:
         formula = f"all parameters x {spec.weight_bytes} B ({spec.weight_dtype} weights)"
     else:

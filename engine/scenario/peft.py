@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from engine.errors import ScenarioError
 from engine.model.architecture import Architecture, LinearLayer, TensorGroup
+from engine.scenario.freeze import split_groups
 from engine.scenario.lora import default_targets, resolve_targets
 from engine.scenario.methods import factorization, is_feedforward, mlp_outputs  # noqa: F401  (re-exported)
 from engine.scenario.training import Method, Scenario
@@ -150,6 +151,8 @@ def effective_seq_len(sc: Scenario) -> int:
 def trainable_parameter_count(arch: Architecture, sc: Scenario) -> int:
     """Trainable parameters of ``sc`` on ``arch`` (what PEFT's ``print_trainable_parameters`` prints)."""
     if sc.method is Method.FULL:
+        if sc.trainable_layers is not None:  # freeze-tuning: the last N blocks (engine.scenario.freeze)
+            return sum(g.parameters for g in split_groups(arch, sc)[0])
         return arch.total_parameters
     # LoRA-FA's optimizer freezes every lora_A (peft.optimizers.create_lorafa_optimizer)
     fa = sc.optimizer.record.freezes_lora_a

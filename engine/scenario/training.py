@@ -128,6 +128,9 @@ class Scenario(BaseModel):
     no memory effect), ``loraplus_lr_ratio`` (LoRA+: B's learning rate ratio, no memory effect), ``galore_rank``
     (``optim=galore_adamw``), ``gradient_checkpointing_offload`` (Unsloth-style: checkpointed layer inputs in CPU
     RAM), ``liger_kernels`` (Liger's RMSNorm, SwiGLU and RoPE kernels; the fused loss is ``fused_cross_entropy``).
+    ``trainable_layers``: freeze-tuning, full fine-tuning of only the last N decoder blocks (None: every parameter
+    trains; see :mod:`engine.scenario.freeze`); ``frozen_input_grads``: with it, the embeddings' output requires
+    grad (transformers' ``enable_input_require_grads``), so backward also runs through the frozen blocks.
     """
 
     # allow_inf_nan=False: NaN or Infinity in a file or a link is an error, never a number (every float field).
@@ -160,6 +163,8 @@ class Scenario(BaseModel):
     liger_kernels: bool = False
     loss_implementation: LossImplementation | None = None
     transformers_version: TransformersVersion = TransformersVersion.V4_50_PLUS
+    trainable_layers: int | None = Field(None, ge=1, le=100_000)
+    frozen_input_grads: bool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -255,6 +260,13 @@ def _check_peft(sc: Scenario) -> None:
         raise ValueError(f"{name} freezes LoRA's A matrices: use it with method lora, qlora or dora")
     if (sc.use_rslora or sc.loraplus_lr_ratio is not None) and sc.method not in _LORA_PAIRS:
         raise ValueError("use_rslora / loraplus_lr_ratio apply to LoRA's A and B: use method lora, qlora or dora")
+    if sc.trainable_layers is not None and sc.method is not Method.FULL:
+        raise ValueError("trainable_layers is freeze-tuning (full fine-tuning of the last N blocks, LLaMA-Factory "
+                         "finetuning_type: freeze): use it with method full")
+    if sc.frozen_input_grads and sc.trainable_layers is None:
+        raise ValueError("frozen_input_grads is a freeze-tuning setting: set trainable_layers too")
+    if sc.trainable_layers is not None and requires == "full":
+        raise ValueError(f"{name} with freeze-tuning is not modelled: choose another optimizer or train every block")
     if sc.modules_to_save and sc.method is Method.FULL:
         raise ValueError("modules_to_save is for PEFT methods; full fine-tuning already trains every module")
     if sc.method is Method.PREFIX_TUNING and sc.gradient_checkpointing:

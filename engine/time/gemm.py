@@ -22,6 +22,7 @@ from typing import Iterator, NamedTuple
 
 from engine.model.architecture import Architecture, LinearLayer
 from engine.scenario.lora import resolve_targets
+from engine.scenario.freeze import backward_share, weight_share
 from engine.scenario.training import Method, Scenario
 
 TILE_MN = 128
@@ -108,12 +109,15 @@ class GemmShape(NamedTuple):
     routed: bool
 
 
-def gemm_shapes(arch: Architecture, train_base: bool, targets: list[LinearLayer], r: int) -> list[GemmShape]:
+def gemm_shapes(arch: Architecture, train_base: bool, targets: list[LinearLayer], r: int,
+                backward_share: float = 1.0, weight_share: float = 1.0) -> list[GemmShape]:
     """Every GEMM of one micro batch (forward and backward, without recompute), from ``arch.layer_linears``.
 
     Routed experts: each of the E copies sees ``tokens x top-k / E`` tokens (balanced routing). Frozen weights
     (``train_base`` False: LoRA, QLoRA, the whole base model and the LM head) get no weight-gradient GEMM. LoRA
     adapters on ``targets`` (only when the base is frozen): A is ``(m, r, in)``, B ``(m, out, r)``, both trainable.
+    Freeze-tuning (:mod:`engine.scenario.freeze`): input gradients in ``backward_share`` of the blocks, weight
+    gradients in ``weight_share`` of them (< 1: the frozen LM head gets its input gradient only).
     """
     T = TOKENS
     out = []
@@ -122,14 +126,14 @@ def gemm_shapes(arch: Architecture, train_base: bool, targets: list[LinearLayer]
         copies = float(lin.count * lin.blocks(arch.num_layers))
         n, k = lin.out_features, lin.in_features
         out.append(GemmShape("block", "forward", T, n, k, copies, routed))
-        out.append(GemmShape("block", "backward", T, k, n, copies, routed))
+        out.append(GemmShape("block", "backward", T, k, n, copies * backward_share, routed))
         if train_base:
-            out.append(GemmShape("block", "backward", k, n, T, copies, routed))
+            out.append(GemmShape("block", "backward", k, n, T, copies * weight_share, routed))
     if arch.kind != "encoder":
         h, v = arch.hidden_size, arch.vocab_size
         out.append(GemmShape("lm_head", "forward", T, v, h, 1.0, False))
         out.append(GemmShape("lm_head", "backward", T, h, v, 1.0, False))
-        if train_base:
+        if train_base and weight_share == 1.0:
             out.append(GemmShape("lm_head", "backward", h, v, T, 1.0, False))
     if not train_base:
         for lin in targets:
@@ -157,7 +161,7 @@ def step_gemms(arch: Architecture, sc: Scenario, elem_bytes: int,
     train_base = sc.method is Method.FULL
     if targets is None and not train_base:
         targets = resolve_targets(arch, sc.lora_targets)
-    for g in gemm_shapes(arch, train_base, targets or [], sc.lora_r):
+    for g in gemm_shapes(arch, train_base, targets or [], sc.lora_r, backward_share(arch, sc), weight_share(arch, sc)):
         m = tokens[g.routed]
         yield Gemm(g.part, g.phase, m if g.m == TOKENS else g.m, g.n, m if g.k == TOKENS else g.k, g.copies,
                    elem_bytes)

@@ -9,6 +9,8 @@ weights, gradients and optimizer states, the attention kernel). A micro batch ru
   elementwise ops and autocast's casts (:mod:`engine.time.memory_bound`), dequantization of 4-bit weights;
 - backward: input- and weight-gradient GEMMs, attention backward, elementwise backward, the loss over the
   vocabulary, the embedding's gradient; with gradient checkpointing, each block's forward again (recompute);
+  under freeze-tuning (:mod:`engine.scenario.freeze`) backward and recompute run through the N trainable blocks
+  only (their input and weight gradients), with the frozen LM head's input gradient and no embedding gradient;
 
 each pass taking ``max(GPU time, kernels x CPU time per kernel)`` (:mod:`engine.time.overhead`). The optimizer
 step and gradient clipping run once per optimizer step (1/N of it per GPU under ZeRO/FSDP), then collectives
@@ -25,6 +27,7 @@ from engine.memory.parallel import Strategy
 from engine.memory.result import MemoryEstimate
 from engine.model.architecture import Architecture, LinearLayer
 from engine.scenario.peft import LORA_FAMILY, effective_seq_len, targeted
+from engine.scenario.freeze import backward_share, split_groups, weight_share
 from engine.scenario.precision import precision_spec
 from engine.scenario.training import Framework, Method, Scenario
 from engine.time import collectives as cc
@@ -93,6 +96,7 @@ class _Work(NamedTuple):
     tensors: int
     adapter_flops: float  # PEFT methods' work beyond the base and LoRA GEMMs (engine.time.adapters)
     offload_bytes: float  # Unsloth-style offloaded checkpointing: block inputs to the CPU and back, per micro batch
+    backward_share: float = 1.0  # freeze-tuning: the share of blocks backward and recompute run through
 
 
 _WORK: dict[tuple[int, Scenario, bool, str], tuple[Architecture, _Work]] = {}
@@ -125,14 +129,16 @@ def _method(arch: Architecture, sc: Scenario, kernel: str, fused: bool, c: int, 
         if len(_METHODS) >= _METHODS_SIZE:
             _METHODS.clear()
         hit = _METHODS[id(arch)] = (arch, {})
-    key = (sc.method, sc.lora_targets, sc.lora_r, kernel, fused, c, resid)
+    key = (sc.method, sc.lora_targets, sc.lora_r, sc.trainable_layers, sc.frozen_input_grads, kernel, fused, c, resid)
     m = hit[1].get(key)
     if m is None:
         adapted = targeted(arch, sc)  # LoRA's A/B GEMMs only for the LoRA family
         targets = adapted if sc.method in LORA_FAMILY else []
         train_base = sc.method is Method.FULL
         m = hit[1][key] = _Method(
-            adapted=adapted, targets=targets, gemms=GemmTable(gemm_shapes(arch, train_base, targets, sc.lora_r), c),
+            adapted=adapted, targets=targets,
+            gemms=GemmTable(gemm_shapes(arch, train_base, targets, sc.lora_r, backward_share(arch, sc),
+                                        weight_share(arch, sc)), c),
             linear_params=sum(gr.parameters for gr in arch.tensors if gr.linear),
             layer_bytes=layer_forward_bytes(arch, c, resid, fused),
             layer_kernels=layer_kernels(arch, sc, kernel, fused, sum(lin.count for lin in adapted)),
@@ -154,13 +160,14 @@ def _work(arch: Architecture, sc: Scenario, kernel: str, fused: bool) -> _Work:
     resid = 4 if (spec.weight_bytes == 4 or (sc.method is Method.QLORA and sc.prepare_kbit_training)) else spec.weight_bytes
     m = _method(arch, sc, kernel, fused, c, resid)
     ckpt = sc.gradient_checkpointing
+    share = backward_share(arch, sc)  # 1 but under freeze-tuning: backward stops at the first trainable block
     gemms = m.gemms.work((t, routed_tokens(arch, t)))
-    gemm_flops, recompute_flops = gemms.flops, (gemms.block_flops if ckpt else 0.0)
+    gemm_flops, recompute_flops = gemms.flops, (gemms.block_flops * share if ckpt else 0.0)
     full = attention_work(arch, t, sc.seq_len)
     # PaLM (Chowdhery et al. 2022, appendix B): model FLOPs count attention's full square three times (forward, two
     # backward matmuls); hardware FLOPs add the recompute.
-    model_flops = gemm_flops + 3.0 * full
-    executed = model_flops + recompute_flops + (full if ckpt else 0.0)
+    model_flops = gemm_flops + (1.0 + 2.0 * share) * full
+    executed = model_flops + recompute_flops + (full * share if ckpt else 0.0)
     cast_f, cast_b = cast_bytes_per_use(spec.autocast and spec.weight_bytes == 4)
     k_fwd = layers * m.layer_kernels + HEAD_KERNELS
     w = _Work(
@@ -168,16 +175,18 @@ def _work(arch: Architecture, sc: Scenario, kernel: str, fused: bool) -> _Work:
         model_flops=model_flops, executed_flops=executed, attention_full=full,
         elem_fwd_bytes=layers * m.layer_bytes * t,
         casts_fwd_bytes=cast_f * m.linear_params,
-        casts_bwd_bytes=(cast_b if sc.method is Method.FULL else 0.0) * m.linear_params,
+        casts_bwd_bytes=(cast_b * weight_share(arch, sc) if sc.method is Method.FULL else 0.0) * m.linear_params,
         head_bytes=loss_bytes(arch, sc, c) * t + 2 * resid * arch.hidden_size * t,
         embed_grad_bytes=(2 * arch.vocab_size * arch.hidden_size * (4 if spec.weight_bytes == 4 else c)
-                          if sc.method is Method.FULL else 0.0),
+                          if sc.method is Method.FULL and sc.trainable_layers is None else 0.0),
         dequant_bytes=dequant_bytes_per_use(sc, c) * m.linear_params,
         kernels_fwd=k_fwd,
-        kernels_bwd=BACKWARD_HOST_FACTOR * k_fwd + (layers * m.layer_kernels if ckpt else 0.0),
+        kernels_bwd=(BACKWARD_HOST_FACTOR * (layers * m.layer_kernels * share + HEAD_KERNELS)
+                     + (layers * m.layer_kernels * share if ckpt else 0.0)),
         tensors=m.tensors,
         adapter_flops=extra_adapter_flops(arch, sc, m.adapted),
         offload_bytes=offload_transfer_bytes(arch, sc, resid),
+        backward_share=share,
     )
     if len(_WORK) >= _WORK_SIZE:
         _WORK.clear()
@@ -212,13 +221,14 @@ def step_time(
     spec = precision_spec(sc.precision)
     a_fwd, a_bwd, _ = attention_seconds(arch, kernel, float(sc.tokens_per_micro_batch), sc.seq_len,
                                         spec.compute_bytes, rates)
-    ckpt = sc.gradient_checkpointing
-    g_rec = g_block if ckpt else 0.0
-    a_rec = a_fwd if ckpt else 0.0
+    ckpt, share = sc.gradient_checkpointing, w.backward_share
+    a_bwd *= share  # freeze-tuning: only the trainable blocks run backward (and their recompute)
+    g_rec = g_block * share if ckpt else 0.0
+    a_rec = a_fwd * share if ckpt else 0.0
     elem_fwd = w.elem_fwd_bytes / bw
     mb_fwd = elem_fwd + w.casts_fwd_bytes / bw
-    mb_bwd = BACKWARD_FACTOR * elem_fwd + (w.casts_bwd_bytes + w.head_bytes + w.embed_grad_bytes) / bw
-    mb_rec = mb_fwd if ckpt else 0.0
+    mb_bwd = BACKWARD_FACTOR * elem_fwd * share + (w.casts_bwd_bytes + w.head_bytes + w.embed_grad_bytes) / bw
+    mb_rec = mb_fwd * share if ckpt else 0.0
     dq = w.dequant_bytes / bw
     dq_rec = dq if ckpt else 0.0
 
@@ -238,7 +248,7 @@ def step_time(
     parts = est.parts_by_key
     states = sum(p.bytes for p in est.parts if p.key == "optimizer_states")
     grads = parts["gradients"].bytes if "gradients" in parts else 0.0
-    trainable_w = parts["weights"].bytes if sc.method is Method.FULL else \
+    trainable_w = parts["weights"].bytes if sc.method is Method.FULL and sc.trainable_layers is None else \
         est.trainable_parameters * (4 if sc.framework is Framework.HF else spec.weight_bytes)
     opt_bytes = optimizer_bytes(trainable_w, states, grads, sc.optimizer, clip=sc.framework is Framework.HF)
     # GaLore projects every gradient and the update (and refreshes its SVD every update_proj_gap steps): matmul work.
@@ -267,7 +277,7 @@ def step_time(
 def _trainable_tensors(arch: Architecture, sc: Scenario, targets: list) -> int:
     """Trainable parameter tensors (the optimizer's per-tensor work)."""
     if sc.method is Method.FULL:
-        return sum(gr.count for gr in arch.tensors)
+        return sum(gr.count for gr in (split_groups(arch, sc)[0] if sc.trainable_layers else arch.tensors))
     return 2 * sum(lin.count * lin.blocks(arch.num_layers) for lin in targets)
 
 

@@ -13,6 +13,7 @@ The files are read by :mod:`engine.files`; this module gives their rows a meanin
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -27,6 +28,17 @@ from engine.validation.run_configs import CONFIGS as RUN_CONFIGS
 
 
 MEASUREMENTS_FILE = "throughput_measurements.csv"
+
+
+FREEZE_METHOD = re.compile(r"freeze \(last (\d+) layers?(, enable_input_require_grads)?\)$")
+"""A row's freeze-tuning method: "freeze (last N layers)", with ", enable_input_require_grads" when the run made the
+embeddings' output require grad (backward through the frozen blocks: :mod:`engine.scenario.freeze`)."""
+
+
+def freeze_setting(method: str) -> tuple[int, bool] | None:
+    """(trainable layers, frozen input grads) of a row's freeze-tuning method text, None for any other method."""
+    m = FREEZE_METHOD.match(method.strip())
+    return (int(m.group(1)), bool(m.group(2))) if m else None
 
 
 class ThroughputMeasurement(BaseModel):
@@ -89,8 +101,9 @@ class ThroughputMeasurement(BaseModel):
     @model_validator(mode="after")
     def _role(self) -> "ThroughputMeasurement":
         if self.expressible:
-            if self.method not in ("full", "lora", "qlora"):
-                raise ValueError(f"method {self.method!r} of an expressible row must be full, lora or qlora")
+            if self.method not in ("full", "lora", "qlora") and freeze_setting(self.method) is None:
+                raise ValueError(f"method {self.method!r} of an expressible row must be full, lora, qlora or "
+                                 "'freeze (last N layers[, enable_input_require_grads])'")
             if self.why_not_expressible:
                 raise ValueError("an expressible row has no why_not_expressible")
         elif not self.why_not_expressible.strip():

@@ -25,7 +25,7 @@ from engine.memory.parallel import Strategy
 from engine.plan.fit import check_fit
 from engine.scenario.training import Method, Scenario
 from engine.time.throughput import estimate_throughput
-from engine.validation.measurements import ThroughputMeasurement, load_throughput_measurements
+from engine.validation.measurements import ThroughputMeasurement, freeze_setting, load_throughput_measurements
 from engine.validation.run_configs import row_architecture
 
 STACKS: dict[str, str] = {
@@ -57,12 +57,15 @@ def measurement_scenario(m: ThroughputMeasurement) -> Scenario:
     Raises:
         ScenarioError: the row's settings do not make a valid scenario (e.g. a row that is not expressible).
     """
+    freeze = freeze_setting(m.method)
     fields = dict(
-        method=Method(m.method), precision=m.precision, optimizer=m.optimizer, attention=m.attention,
+        method=Method.FULL if freeze else Method(m.method), precision=m.precision, optimizer=m.optimizer, attention=m.attention,
         micro_batch_size=m.micro_batch_size, seq_len=m.seq_len, gradient_checkpointing=m.gradient_checkpointing,
         gradient_accumulation_steps=m.gradient_accumulation_steps, framework=m.framework,
         fused_cross_entropy=m.fused_cross_entropy, gradient_checkpointing_offload=m.activation_offload,
     )
+    if freeze:
+        fields["trainable_layers"], fields["frozen_input_grads"] = freeze
     if m.lora_r is not None:
         fields["lora_r"] = m.lora_r
     if m.lora_targets:

@@ -1,0 +1,70 @@
+"""Freeze-tuning (Scenario.trainable_layers): LLaMA-Factory's finetuning_type freeze, the last N blocks trainable.
+
+Values by hand from Llama-2-7B's config (hidden 4096, MLP 11008, 32 layers, vocab 32000): one block's linears
+4 x 4096^2 + 3 x 4096 x 11008 = 202,375,168 weights, plus its two RMSNorm weights (8,192).
+Behaviour read from hiyouga/LLaMA-Factory: ``_setup_freeze_tuning`` (model/adapter.py: the last N layers train,
+embeddings / final norm / LM head frozen, trainable params cast to fp32), ``get_custom_gradient_checkpointing_func``
+(model_utils/checkpointing.py: only trainable blocks are checkpointed; frozen blocks below record no graph), and
+v0.5.3's ``enable_input_require_grads`` (src/llmtuner/model/patcher.py: every block in the graph).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.errors import ScenarioError
+from engine.memory.estimate import estimate_memory
+from engine.model.build import architecture_from_config
+from engine.model.catalog import catalog_model
+from engine.scenario.training import Scenario
+from engine.time.gemm import step_gemms
+
+LLAMA2 = architecture_from_config(catalog_model("meta-llama/Llama-2-7b-hf").config)
+LINEARS = 4 * 4096 * 4096 + 3 * 4096 * 11008
+BLOCK = LINEARS + 2 * 4096
+TOKENS = 512
+
+
+def sc(**kw) -> Scenario:
+    return Scenario.build(method="full", precision="bf16", optimizer="adamw_8bit", micro_batch_size=1, seq_len=TOKENS,
+                          gradient_checkpointing=True, attention="flash_attention_2", **kw)
+
+
+def test_only_the_last_blocks_train_in_fp32():
+    est = estimate_memory(LLAMA2, sc(trainable_layers=3))
+    assert est.trainable_parameters == 3 * BLOCK
+    parts = est.parts_by_key
+    assert parts["gradients"].bytes == 4 * 3 * BLOCK  # fp32 gradients of the fp32 trainable blocks
+    # weights: the 3 trainable blocks in fp32, everything else (29 blocks, embeddings, head, final norm) in bf16
+    assert parts["weights"].bytes == 4 * 3 * BLOCK + 2 * (LLAMA2.total_parameters - 3 * BLOCK)
+
+
+def test_frozen_blocks_below_save_no_activations():
+    full = estimate_memory(LLAMA2, sc()).parts_by_key["activations"].bytes
+    freeze = estimate_memory(LLAMA2, sc(trainable_layers=3)).parts_by_key["activations"].bytes
+    # checkpointed: each block in the graph keeps its bf16 input (2 B x tokens x hidden); the 29 frozen ones none;
+    # and the frozen LM head saves no input for a weight gradient (2 B x tokens x hidden less)
+    head_input = 2 * 4096 * TOKENS
+    assert full - freeze == 29 * 2 * 4096 * TOKENS + head_input
+    graph = estimate_memory(LLAMA2, sc(trainable_layers=3, frozen_input_grads=True)).parts_by_key["activations"].bytes
+    assert graph == full - head_input  # enable_input_require_grads: every block is checkpointed again
+
+
+def _backward_flops(s: Scenario) -> float:
+    return sum(g.flops for g in step_gemms(LLAMA2, s, 2) if g.phase == "backward")
+
+
+def test_backward_stops_at_the_first_trainable_block():
+    head_dgrad = 2 * 32000 * 4096 * TOKENS  # the frozen LM head: input gradient only
+    # 3 blocks x (input + weight gradient) = 4 x linears x tokens each
+    assert _backward_flops(sc(trainable_layers=3)) == pytest.approx(3 * 4 * LINEARS * TOKENS + head_dgrad, rel=1e-12)
+    # with the embeddings' output requiring grad: input gradients of all 32 blocks, weight gradients of 3
+    assert _backward_flops(sc(trainable_layers=3, frozen_input_grads=True)) == pytest.approx(
+        (32 * 2 + 3 * 2) * LINEARS * TOKENS + head_dgrad, rel=1e-12)
+
+
+def test_freeze_is_a_full_fine_tuning_setting():
+    with pytest.raises(ScenarioError, match="use it with method full"):
+        Scenario.build(method="lora", trainable_layers=2)
+    with pytest.raises(ScenarioError, match="set trainable_layers too"):
+        Scenario.build(method="full", frozen_input_grads=True)
