@@ -16,6 +16,18 @@ def peft_inputs(method: Method, optimizer: Optimizer, checkpointing: bool) -> di
         st.session_state.setdefault("num_virtual_tokens", 20)  # PEFT examples' num_virtual_tokens
         out["num_virtual_tokens"] = int(st.number_input("Virtual tokens", min_value=1, max_value=65_536, step=1,
                                                         key="num_virtual_tokens"))
+    if method is Method.FULL:
+        # Freeze-tuning (LLaMA-Factory finetuning_type: freeze): 0 = every parameter trains.
+        n = int(st.number_input("Trainable blocks (freeze-tuning: the last N; 0 = all)", min_value=0,
+                                max_value=100_000, step=1, key="trainable_layers_n",
+                                help="Full fine-tuning of the last N decoder blocks only; the embeddings, the other "
+                                     "blocks and the LM head stay frozen (LLaMA-Factory freeze_trainable_layers)."))
+        out["trainable_layers"] = n or None
+        if n:
+            out["frozen_input_grads"] = st.toggle(
+                "Backward through the frozen blocks (enable_input_require_grads)", key="frozen_input_grads",
+                help="LLaMA-Factory before April 2024 made the embeddings' output require grad: every block is "
+                     "then checkpointed and runs its input gradient; now only the trainable blocks do.")
     if method is not Method.FULL:
         saved = st.multiselect("Modules to save (trained in full)", sorted(SAVEABLE), key="modules_to_save",
                                help="PEFT modules_to_save: a trainable copy of the embedding / LM head, e.g. after adding tokens.")

@@ -1,5 +1,6 @@
 """Command-line options of the PEFT methods and training tricks (issue 18): virtual tokens, ``modules_to_save``,
-rsLoRA, LoRA+, GaLore's rank, Unsloth-style offloaded checkpointing and Liger's kernels."""
+rsLoRA, LoRA+, GaLore's rank, Unsloth-style offloaded checkpointing, Liger's kernels and freeze-tuning's trainable
+blocks (issue 23)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import argparse
 from engine.scenario.training import Scenario
 
 PEFT_FIELDS = ("num_virtual_tokens", "modules_to_save", "use_rslora", "loraplus_lr_ratio", "galore_rank",
-               "gradient_checkpointing_offload", "liger_kernels")
+               "gradient_checkpointing_offload", "liger_kernels", "trainable_layers", "frozen_input_grads")
 """Scenario fields these options set (same names as the options, with dashes)."""
 
 
@@ -28,6 +29,12 @@ def add_peft_options(p: argparse.ArgumentParser) -> None:
                    help="Unsloth-style checkpointing: layer inputs wait in CPU RAM (implies --gradient-checkpointing)")
     g.add_argument("--liger-kernels", action="store_true",
                    help="Liger Kernel's RMSNorm, SwiGLU and RoPE (the fused loss is --fused-cross-entropy)")
+    g.add_argument("--trainable-layers", type=int, default=None, metavar="N",
+                   help="freeze-tuning with --method full: only the last N decoder blocks train (LLaMA-Factory "
+                        "finetuning_type: freeze, freeze_trainable_layers)")
+    g.add_argument("--frozen-input-grads", action="store_true",
+                   help="freeze-tuning: the embeddings' output requires grad (enable_input_require_grads), so backward "
+                        "also runs through the frozen blocks")
 
 
 def peft_fields(args: argparse.Namespace) -> dict:

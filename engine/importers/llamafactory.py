@@ -39,8 +39,7 @@ freeze_vision_tower freeze_multi_modal_projector image_max_pixels video_max_pixe
 """.split()
 
 FINETUNING = {"lora": "lora", "full": "none",
-              "freeze": Unmodelled("freeze tuning trains the last freeze_trainable_layers layers only (weights, gradients "
-                                   "and optimizer states of those layers); not modelled"),
+              "freeze": "freeze",  # full fine-tuning of the last freeze_trainable_layers blocks (engine.scenario.freeze)
               "oft": Unmodelled("OFT (orthogonal fine-tuning) adapters: not modelled")}
 STAGES = {"sft": "sft", "pt": "pt",
           **{s: Unmodelled(f"{s} stage: a reference or reward model (or value head) beside the trained one; not modelled")
@@ -90,8 +89,8 @@ KEYS: dict[str, Handling] = {
     "upcast_lmhead_output": _unsupported("fp32 LM head output: the logits in fp32 from the start; not modelled"),
     "max_samples": _unsupported("caps the dataset at this many examples: the time follows it; give the dataset size "
                                 "as examples x average tokens"),
-    "freeze_trainable_layers": _unsupported("freeze tuning: layers trained; not modelled"),
-    "freeze_trainable_modules": _unsupported("freeze tuning: modules trained; not modelled"),
+    "freeze_trainable_layers": Map("lf_freeze_layers", integer()),
+    "freeze_trainable_modules": Map("lf_freeze_modules", choice({"all": "all"})),
     "freeze_extra_modules": _unsupported("freeze tuning: extra modules trained; not modelled"),
     "use_galore": Map("lf_galore", boolean), "galore_rank": Map("lf_galore_rank", integer()),
     "galore_target": Map("lf_galore_target", galore_targets),
@@ -117,11 +116,20 @@ def read(doc: dict[str, Any]) -> Reading:
     r = collect(doc, KEYS, FORMAT, VERSION)
     finish_trainer_keys(r, hf_file=False)
     s = r.settings
+    s.pop("lf_freeze_modules", None)
+    freeze_layers = s.pop("lf_freeze_layers", None)  # read with finetuning_type freeze only
     s.pop("lf_stage", None)
     finetuning = s.pop("lf_finetuning", None)
     if finetuning is None and "finetuning_type" not in r.unsupported:
         r.defaults["adapter"] = "lora"  # LLaMA-Factory's default finetuning_type
         finetuning = "lora"
+    elif finetuning == "freeze":
+        # _setup_freeze_tuning (src/llamafactory/model/adapter.py): the last freeze_trainable_layers blocks (default
+        # 2), freeze_trainable_modules "all"; its current checkpointing keeps frozen blocks out of the graph.
+        s["adapter"] = "none"
+        if freeze_layers is None:
+            r.defaults["trainable_layers"] = freeze_layers = 2
+        s["trainable_layers"] = freeze_layers
     elif finetuning is not None:
         s["adapter"] = finetuning
         if finetuning == "none":  # the adapter setting's word for no adapter; the key's value, as written, is "full"

@@ -68,3 +68,25 @@ def test_freeze_is_a_full_fine_tuning_setting():
         Scenario.build(method="lora", trainable_layers=2)
     with pytest.raises(ScenarioError, match="set trainable_layers too"):
         Scenario.build(method="full", frozen_input_grads=True)
+
+
+def test_llamafactory_freeze_config_imports_as_freeze_tuning():
+    from engine.importers import import_configs
+    yaml = (b"model_name_or_path: meta-llama/Llama-2-7b-hf\nstage: sft\nfinetuning_type: freeze\n"
+            b"freeze_trainable_layers: 3\nfreeze_trainable_modules: all\ncutoff_len: 512\nbf16: true\n")
+    s = import_configs([("lf.yaml", yaml)]).scenario()
+    assert s.method.value == "full" and s.trainable_layers == 3 and not s.frozen_input_grads
+    # LLaMA-Factory's default freeze_trainable_layers is 2 (hparams/finetuning_args.py)
+    s2 = import_configs([("lf.yaml", yaml.replace(b"freeze_trainable_layers: 3\n", b""))]).scenario()
+    assert s2.trainable_layers == 2
+
+
+def test_cli_takes_the_trainable_layers(capsys):
+    import json
+
+    from engine.cli import main
+    args = ["estimate", "--model", "meta-llama/Llama-2-7b-hf", "--offline", "--method", "full", "--precision", "bf16",
+            "--seq-len", "512", "--gradient-checkpointing", "--trainable-layers", "3"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["scenario"]["trainable_layers"] == 3 and out["trainable_parameters"] == 3 * BLOCK

@@ -136,6 +136,15 @@ KNOWN_MISSES = {
 }
 """Sources whose rows may miss by more than 40% in sample; benchmarks/validate_time.py reports them cross-validated."""
 
+KNOWN_MISS_ROWS = {
+    # torchtune README @ 30b8519e8, RTX A6000: expressed with the recipe configs' defaults (issue 23: an unstated
+    # setting is the framework's default), they run 2.4x (LoRA) and 1.8x (full) faster than the model; the README's own peaks say the
+    # runs differed from the defaults (LoRA 30.3 GiB on the A6000 against 16.2 GiB on the 4090 with the same config,
+    # as with checkpointing off). Kept compared: a disagreeing row is evidence (see their notes).
+    "torchtune-8b-lora-a6000", "torchtune-8b-full-a6000",
+    "torchtune-l2-7b-lora-2x4090",  # low confidence: total or per GPU is inferred (see its notes)
+}
+
 
 def test_accuracy_against_every_expressible_row():
     # In sample (the fitted constants); the published, cross-validated figure is benchmarks/validate_time.py's.
@@ -144,7 +153,7 @@ def test_accuracy_against_every_expressible_row():
     summary = error_summary()
     assert summary.median_abs_error <= 0.15, summary
     off = [(r.id, round(r.error, 2)) for r in rows if abs(r.error) > 0.40 and r.source not in KNOWN_MISSES
-           and r.id != "torchtune-l2-7b-lora-2x4090"]  # low confidence: total or per GPU is inferred (see its notes)
+           and r.id not in KNOWN_MISS_ROWS]
     assert not off, off
     assert error_summary("holdout").rows >= 30
     for m in not_expressible():
