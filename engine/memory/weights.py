@@ -12,7 +12,7 @@ from engine.model.architecture import Architecture, TensorGroup
 from engine.model.quantization import StoredQuantization
 from engine.memory.adapters import peft_tensor_bytes
 from engine.scenario.precision import PrecisionSpec
-from engine.scenario.freeze import is_freeze, split_groups, trainable_bytes
+from engine.scenario.freeze import is_freeze, split_groups, stored_bytes, trainable_blocks
 from engine.scenario.training import Framework, Method, QuantType, Scenario
 
 
@@ -63,10 +63,11 @@ def split_tensors(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> Para
     stored = arch.stored_quantization
     if stored is not None:
         return prequantized(arch, sc, spec, stored, vision)
-    if is_freeze(arch, sc):  # freeze-tuning: the last N blocks train (fp32 on the HF stack), the rest is frozen
+    if is_freeze(arch, sc):  # freeze-tuning: the last N blocks train (fp32 under mixed precision), the rest is frozen
         trainable, frozen = split_groups(arch, sc)
-        return ParamTensors(trainable=[(g, trainable_bytes(sc, spec)) for g in trainable],
-                            frozen=[(g, spec.weight_bytes) for g in frozen] + vision, quantized=[])
+        train_b, frozen_b = stored_bytes(spec)
+        return ParamTensors(trainable=[(g, train_b) for g in trainable],
+                            frozen=[(g, frozen_b) for g in frozen] + vision, quantized=[])
     if sc.method is Method.FULL:
         return ParamTensors(trainable=[(g, spec.weight_bytes) for g in arch.tensors], frozen=vision, quantized=[])
     adapters, buffers = peft_tensor_bytes(arch, sc, spec)  # LoRA's A/B or another PEFT method's tensors
@@ -143,8 +144,8 @@ def weights_component(t: ParamTensors, sc: Scenario, spec: PrecisionSpec) -> Mem
             f"({kept}) + adapters x {adapter_bytes(sc, spec):g} B"
         )
     elif sc.method is Method.FULL and sc.trainable_layers is not None:
-        formula = (f"frozen x {spec.weight_bytes} B ({spec.weight_dtype}) + the last {sc.trainable_layers} blocks "
-                   f"(trainable) x {t.trainable[0][1] if t.trainable else spec.weight_bytes:g} B")
+        train_b, frozen_b = stored_bytes(spec)
+        formula = f"frozen x {frozen_b:g} B + the last {sc.trainable_layers} blocks (trainable) x {train_b:g} B"
     elif sc.method is Method.FULL:
         formula = f"all parameters x {spec.weight_bytes} B ({spec.weight_dtype} weights)"
     else:
@@ -179,7 +180,10 @@ def low_precision_copies(arch: Architecture, t: ParamTensors, sc: Scenario, spec
     per_layer = sum(g.parameters for g in arch.tensors if g.linear) / arch.num_layers
     if spec.autocast and sc.method is Method.FULL:
         # The LM head's cast is cached too: its own weight, or the embedding matrix when tied (GPT-2, Llama 3.2 1B).
-        nbytes += (per_layer * arch.num_layers + lm_head_params(arch)) * spec.compute_bytes
+        # Freeze-tuning: only the trainable blocks hold fp32 weights to cast (the frozen rest is 16-bit already).
+        cast = (per_layer * trainable_blocks(arch, sc) if is_freeze(arch, sc)
+                else per_layer * arch.num_layers + lm_head_params(arch))
+        nbytes += cast * spec.compute_bytes
         notes.append("autocast cache: block linears and the LM head x 2 B")
         if sc.gradient_checkpointing:
             phases = ("forward",)  # checkpointed blocks saved none of them; the cache dies with the forward

@@ -75,10 +75,16 @@ def optimizer_keys(plan: Plan, export: str, key: str = "optim") -> tuple[dict[st
     return body, lost
 
 
-def _common_lost(plan: Plan, *, gpus: bool = True, loraplus: bool = False) -> list[str]:
+def _common_lost(plan: Plan, *, gpus: bool = True, loraplus: bool = False, freeze: bool = False) -> list[str]:
     """What a trainer format cannot say: another framework, another PEFT method than LoRA/DoRA, LoRA+ where the
-    format has no key for it (the optimizer's own gaps: :func:`optimizer_keys`)."""
+    format has no key for it, freeze-tuning where it has none (``freeze``: LLaMA-Factory has; the optimizer's own
+    gaps: :func:`optimizer_keys`)."""
     lost = []
+    if plan.trainable_layers is not None and not freeze:
+        lost.append(f"freeze-tuning of the last {plan.trainable_layers} blocks (LLaMA-Factory finetuning_type: freeze; "
+                    "this format trains every parameter)")
+    if plan.frozen_input_grads:
+        lost.append("backward through the frozen blocks (enable_input_require_grads: older LLaMA-Factory behaviour)")
     if plan.method is not Method.FULL and plan.method not in _LORA_ADAPTERS:
         lost.append(f"method {plan.method.value} ({METHOD_LABELS[plan.method]}: this tool's config builds LoRA/DoRA "
                     "adapters only; see adapter_config.json)")
@@ -310,10 +316,14 @@ _LF_ATTENTION = {Attention.FLASH_ATTENTION_2: "fa2", Attention.SDPA: "sdpa", Att
 
 def llamafactory_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
     """LLaMA-Factory YAML (llamafactory 0.9.5)."""
-    lost = _common_lost(plan, loraplus=True)
+    lost = _common_lost(plan, loraplus=True, freeze=True)
     lora = plan.method in _LORA_ADAPTERS
+    freeze = plan.trainable_layers is not None
     body: dict[str, Any] = {"model_name_or_path": plan.model_repo_id, "flash_attn": _LF_ATTENTION[plan.attention],
-                            "stage": "sft", "do_train": True, "finetuning_type": "lora" if lora else "full"}
+                            "stage": "sft", "do_train": True,
+                            "finetuning_type": "lora" if lora else "freeze" if freeze else "full"}
+    if freeze:  # _setup_freeze_tuning: the last freeze_trainable_layers blocks, every module of them
+        body.update(freeze_trainable_layers=plan.trainable_layers, freeze_trainable_modules="all")
     if plan.model_revision:
         lost.append(f"revision {plan.model_revision} (model_revision is not read back)")
     if lora:

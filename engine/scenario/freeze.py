@@ -6,8 +6,10 @@ What the product models is LLaMA-Factory's ``finetuning_type: freeze`` (hiyouga/
 LM head stay frozen unless ``freeze_extra_modules`` names them; default n = 2):
 
 - **parameters**: the trainable blocks' tensors train (their gradients and optimizer states exist), every other
-  tensor is frozen. LLaMA-Factory casts the trainable parameters to fp32 when the model is loaded in 16 bits
-  (``cast_trainable_params_to_fp32`` unless ``pure_bf16``), as PEFT does for LoRA adapters: :func:`trainable_bytes`.
+  tensor is frozen. LLaMA-Factory loads the model in the compute dtype and casts the trainable parameters to fp32
+  (``cast_trainable_params_to_fp32`` unless ``pure_bf16``): under mixed precision (``amp_*``, LLaMA-Factory's
+  ``bf16: true``) the trainable blocks are fp32 and the frozen tensors 16-bit; pure 16-bit (``pure_bf16``) keeps
+  both 16-bit (:func:`stored_bytes`).
 - **autograd**: the frozen embeddings' output does not require grad, so the frozen blocks below the first trainable
   one record no graph: they save no activations and backward stops at the first trainable block (its input is made
   to require grad by LLaMA-Factory's ``get_custom_gradient_checkpointing_func``, which also checkpoints only the
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 from engine.model.architecture import Architecture, TensorGroup
 from engine.scenario.precision import PrecisionSpec
-from engine.scenario.training import Framework, Method, Scenario
+from engine.scenario.training import Method, Scenario
 
 BLOCK_ROLES = ("attention", "mlp", "norms")
 
@@ -83,7 +85,7 @@ def split_groups(arch: Architecture, sc: Scenario) -> tuple[list[TensorGroup], l
     return trainable, frozen
 
 
-def trainable_bytes(sc: Scenario, spec: PrecisionSpec) -> float:
-    """Bytes per trainable element under freeze-tuning: fp32 on the Hugging Face stack (LLaMA-Factory's
-    ``cast_trainable_params_to_fp32``), the weight dtype otherwise."""
-    return 4.0 if sc.framework is Framework.HF else float(spec.weight_bytes)
+def stored_bytes(spec: PrecisionSpec) -> tuple[float, float]:
+    """(bytes per trainable element, bytes per frozen element) under freeze-tuning: the precision's weight dtype
+    for the trainable blocks (fp32 under mixed precision), the compute dtype for the frozen rest."""
+    return float(spec.weight_bytes), float(spec.compute_bytes)

@@ -174,7 +174,7 @@ def _work(arch: Architecture, sc: Scenario, kernel: str, fused: bool) -> _Work:
         gemms=gemms,
         model_flops=model_flops, executed_flops=executed, attention_full=full,
         elem_fwd_bytes=layers * m.layer_bytes * t,
-        casts_fwd_bytes=cast_f * m.linear_params,
+        casts_fwd_bytes=cast_f * m.linear_params * weight_share(arch, sc),  # freeze-tuning: the frozen rest is 16-bit
         casts_bwd_bytes=(cast_b * weight_share(arch, sc) if sc.method is Method.FULL else 0.0) * m.linear_params,
         head_bytes=loss_bytes(arch, sc, c) * t + 2 * resid * arch.hidden_size * t,
         embed_grad_bytes=(2 * arch.vocab_size * arch.hidden_size * (4 if spec.weight_bytes == 4 else c)

@@ -236,7 +236,8 @@ def compare_row(row: dict) -> list[RunComparison] | str:
     vp = re.search(r"VP=(\d+)", row["notes"])
     v = int(vp.group(1)) if vp and pp > 1 else 1
     zero_text = row["zero_or_fsdp"].lower()
-    zero = 3 if "fsdp" in zero_text else 0 if "zero-0" in zero_text or "none" == zero_text else 1
+    zero = (2 if "shard_grad_op" in zero_text or "zero-2" in zero_text else 3 if "fsdp" in zero_text
+            else 0 if "zero-0" in zero_text or "none" == zero_text else 1)
     precision = "amp_fp16" if "fp16" in row["precision"] and "bf16" not in row["precision"] else "amp_bf16"
     try:
         layout = Layout.build(tensor_parallel=tp, pipeline_parallel=pp, context_parallel=cp, expert_parallel=ep,

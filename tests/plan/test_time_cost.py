@@ -20,7 +20,7 @@ import pytest
 from engine.model.build import architecture_from_config
 from engine.validation.throughput import compare_measurements, measurement_scenario
 from engine.model.catalog import catalog_model
-from engine.validation.measurements import load_throughput_measurements
+from engine.validation.measurements import freeze_setting, load_throughput_measurements
 from engine.plan.cost import (
     CHEAPEST_LISTED, PLAN_GPU_COUNTS, Dataset, dataset_sweep, estimate_plan, pareto_front, price_source_names, quote_price,
     run_cost, search_plans,
@@ -239,8 +239,11 @@ def test_measurement_scenarios_follow_the_rows():
             assert m.why_not_expressible
             continue
         sc = measurement_scenario(m)
+        freeze = freeze_setting(m.method)  # "freeze (last N layers...)": full fine-tuning of the last N blocks
+        method = "full" if freeze else m.method
         assert (sc.method.value, sc.micro_batch_size, sc.seq_len, sc.gradient_checkpointing, sc.optimizer.value) == (
-            m.method, m.micro_batch_size, m.seq_len, m.gradient_checkpointing, m.optimizer)
+            method, m.micro_batch_size, m.seq_len, m.gradient_checkpointing, m.optimizer)
+        assert (sc.trainable_layers, sc.frozen_input_grads) == (freeze or (None, False))
 
 
 # --- command line -------------------------------------------------------------------------------------------------------

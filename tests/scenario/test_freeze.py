@@ -25,18 +25,23 @@ BLOCK = LINEARS + 2 * 4096
 TOKENS = 512
 
 
-def sc(**kw) -> Scenario:
-    return Scenario.build(method="full", precision="bf16", optimizer="adamw_8bit", micro_batch_size=1, seq_len=TOKENS,
+def sc(precision: str = "bf16", **kw) -> Scenario:
+    return Scenario.build(method="full", precision=precision, optimizer="adamw_8bit", micro_batch_size=1, seq_len=TOKENS,
                           gradient_checkpointing=True, attention="flash_attention_2", **kw)
 
 
-def test_only_the_last_blocks_train_in_fp32():
-    est = estimate_memory(LLAMA2, sc(trainable_layers=3))
+def test_only_the_last_blocks_train_in_fp32_under_mixed_precision():
+    # LLaMA-Factory bf16: true (not pure_bf16): the model loads in bf16, the trainable blocks are cast to fp32
+    est = estimate_memory(LLAMA2, sc("amp_bf16", trainable_layers=3))
     assert est.trainable_parameters == 3 * BLOCK
     parts = est.parts_by_key
     assert parts["gradients"].bytes == 4 * 3 * BLOCK  # fp32 gradients of the fp32 trainable blocks
     # weights: the 3 trainable blocks in fp32, everything else (29 blocks, embeddings, head, final norm) in bf16
     assert parts["weights"].bytes == 4 * 3 * BLOCK + 2 * (LLAMA2.total_parameters - 3 * BLOCK)
+    # autocast caches the bf16 copies of the trainable blocks' linears only (the frozen rest is bf16 already)
+    assert parts["weight_copies"].bytes == 2 * 3 * LINEARS
+    pure = estimate_memory(LLAMA2, sc(trainable_layers=3)).parts_by_key  # pure_bf16: everything 16-bit
+    assert pure["weights"].bytes == 2 * LLAMA2.total_parameters and pure["gradients"].bytes == 2 * 3 * BLOCK
 
 
 def test_frozen_blocks_below_save_no_activations():
