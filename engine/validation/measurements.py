@@ -50,7 +50,8 @@ class ThroughputMeasurement(BaseModel):
     The setting columns (precision, optimizer, attention, LoRA rank and targets, framework, fused kernels = torch
     .compile/Unsloth/Liger, or ``cuda_graphs``: torch.compile's reduce-overhead mode, fused and replayed as CUDA
     graphs; fused cross-entropy, strategy, accumulation, activation offloading = the checkpointed blocks' inputs in
-    CPU memory) are the row's, or assumptions the notes name. A row's model is the bundled
+    CPU memory) are the row's, or assumptions the notes name (``strategy`` ``device_map``: the model split over the
+    GPUs layer by layer, accelerate's naive model parallelism, one GPU busy at a time). A row's model is the bundled
     catalog's or one of :data:`engine.validation.run_configs.CONFIGS` (published architectures outside the catalog).
     ``locator`` says where in ``source`` the number is printed.
     """

@@ -48,6 +48,14 @@ CONFIGS: dict[str, tuple[dict, str]] = {
                           "max_position_embeddings": 131072},
                          "Qwen2.5-32B config.json (hf.co/Qwen/Qwen2.5-32B): 64 layers, 5120 wide, 40 heads, 8 KV heads, "
                          "SwiGLU 27648, vocab 152064, untied; the model card's 32.5B parameters"),
+    "Qwen/Qwen-72B-Chat": ({"model_type": "qwen", "hidden_size": 8192, "intermediate_size": 49152, "num_hidden_layers": 80,
+                            "num_attention_heads": 64, "kv_channels": 128, "vocab_size": 152064, "no_bias": True,
+                            "tie_word_embeddings": False, "layer_norm_epsilon": 1e-06, "rotary_emb_base": 1000000,
+                            "rotary_pct": 1.0, "max_position_embeddings": 32768, "seq_length": 32768,
+                            "attn_dropout_prob": 0.0, "emb_dropout_prob": 0.0},
+                           "Qwen-72B-Chat config.json (hf.co/Qwen/Qwen-72B-Chat, remote code QWenLMHeadModel): 80 layers, "
+                           "8192 wide, 64 heads of 128 (no GQA), intermediate_size 49152 (w1 and w2 of 24576 each), "
+                           "vocab 152064, untied: 72.3B parameters"),
     "nvidia/Nemotron-4-340B-Base": ({"model_type": "starcoder2", "hidden_size": 18432, "intermediate_size": 73728,
                                      "num_hidden_layers": 96, "num_attention_heads": 96, "num_key_value_heads": 8,
                                      "vocab_size": 256000, "tie_word_embeddings": False, "use_bias": False,

@@ -209,8 +209,13 @@ def run_scenario(row: dict, seq: int, micro_batch: int, precision: str) -> tuple
 def compare_row(row: dict) -> list[RunComparison] | str:
     """Our estimate of one row on each figure it publishes, or why it cannot be expressed."""
     if not row["tp"] or not row["pp"] or not _num(row["num_gpus"]) or "DeepSeek" in row["model"]:
-        return ("layout or model not expressible: " + ("DeepSeek-V3 (MLA, 256 experts, DualPipe) is not in the catalog"
-                if "DeepSeek" in row["model"] else "the row gives no single layout"))
+        return ("layout or model not expressible: " + (
+            "DeepSeek-V3's architecture (MLA, 256 routed experts + 1 shared, top 8) is buildable (deepseek_v3), but its "
+            "DualPipe schedule is not a pipeline schedule of engine.scaleout (bidirectional micro batches with the EP "
+            "all-to-all overlapped inside paired forward/backward chunks: its bubble and exposure differ from 1F1B and "
+            "interleaved 1F1B), the H800 (NVLink cut to 400 GB/s) is not in the GPU catalog, and the figure is derived "
+            "from a GPU-hour budget (180K H800-hours per 1T tokens), not a measured step"
+            if "DeepSeek" in row["model"] else "the row gives no single layout"))
     seq = _int(row["seq_len"], 4096)
     arch, assumed = _arch(row, seq)
     if arch is None:

@@ -1,0 +1,47 @@
+"""Rows re-expressed for issue 23 (every published row expressed): each now compared, with the settings its notes
+name. Values: the rows' own published figures (data/throughput_measurements.csv, data/large_runs.csv) and hand
+counts from the configs cited in them."""
+
+from __future__ import annotations
+
+from engine.hardware.gpus import find_gpu
+from engine.validation.measurements import load_throughput_measurements
+from engine.validation.run_configs import run_architecture
+from engine.validation.throughput import compare_measurement, measurement_scenario
+from engine.time.throughput import estimate_throughput
+
+ROWS = {m.id: m for m in load_throughput_measurements()}
+
+
+def test_rows_left_out_for_settings_are_compared_now():
+    for rid in ("torchtune-8b-lora-a6000", "torchtune-8b-full-a6000", "torchtune-l2-7b-full-4x4090",
+                "torchtune-l2-70b-lora-8xa100", "mle-l32-1b-full-b200-cudagraphs", "swift-qwen72b-lora-2gpu",
+                "llamafactory-gemma2b-freeze-a100", "llamafactory-7b-freeze-a100", "llamafactory-13b-freeze-a100"):
+        assert ROWS[rid].expressible, rid
+        assert compare_measurement(ROWS[rid]).predicted_tokens_per_second > 0
+    # the pointer rows are gone: their published cells are rows of their own
+    assert "torchtune-llama2-70b-rows" not in ROWS and "llm-foundry-mpt-rows" not in ROWS
+
+
+def test_a6000_lora_row_takes_the_configs_defaults():
+    # recipes/configs/llama3_1/8B_lora_single_device.yaml @ 30b8519e8: rank 8 on q_proj and v_proj, checkpointing
+    sc = measurement_scenario(ROWS["torchtune-8b-lora-a6000"])
+    assert (sc.lora_r, sc.lora_targets, sc.gradient_checkpointing) == (8, ("q_proj", "v_proj"), True)
+
+
+def test_device_map_row_is_the_whole_models_step_on_one_gpu():
+    # ms-swift's qwen-72b-chat on 2 A100 via device_map: one GPU busy at a time, so all GPUs together run at the
+    # speed of one GPU through all 80 layers.
+    m = ROWS["swift-qwen72b-lora-2gpu"]
+    arch, _ = run_architecture(m.repo_id)
+    one = estimate_throughput(arch, measurement_scenario(m), find_gpu(m.gpu), num_gpus=1).tokens_per_second
+    assert compare_measurement(m).predicted_tokens_per_second == one
+
+
+def test_qwen72b_config_counts_its_parameters():
+    # Qwen-72B-Chat config.json: 80 layers of 8192 with 64 heads (q, k, v fused in c_attn with bias), MLP w1/w2 of
+    # 24576 each and c_proj back, two RMSNorms; vocab 152064 untied
+    arch, _ = run_architecture("Qwen/Qwen-72B-Chat")
+    h, f, L, v = 8192, 24576, 80, 152064
+    block = 3 * h * h + 3 * h + h * h + 3 * h * f + 2 * h
+    assert arch.total_parameters == L * block + 2 * v * h + h
