@@ -197,6 +197,12 @@ the memory estimate uses, every term with a shape and a source:
   per step. On the Hugging Face stack (Trainer + PEFT wrappers, accelerate's hooks and autocast, bitsandbytes' Python
   autograd functions) each kernel costs {FITTED.eager_host_factor:g}x that host time (fitted), so short steps (micro
   batch x sequence of a few thousand tokens or less) are launch-bound and cost more per token than long ones.
+  Replayed as CUDA graphs (`torch.compile(mode="reduce-overhead")`) the passes take their GPU time only.
+- **Freeze-tuning** (full fine-tuning of the last N blocks, LLaMA-Factory `finetuning_type: freeze`): the frozen
+  blocks below the first trainable one are not in the autograd graph, so backward, the recompute and the saved
+  activations cover the N trainable blocks only (plus the frozen LM head's input gradient); with
+  `enable_input_require_grads` (LLaMA-Factory before April 2024) every block runs its input gradient and only the N
+  add weight gradients.
 - **Power caps**: a run that states a cap below the GPU's TDP (torchtitan's 500 W H100s) runs its compute at
   (cap / TDP)^{FITTED.power_exponent:g} (fitted; the DVFS prior is 1/3).
 - **Communication** (`collectives.py`): ring all-reduce 2(n-1)/n x bytes, reduce-scatter and all-gather (n-1)/n x bytes,
@@ -205,7 +211,10 @@ the memory estimate uses, every term with a shape and a source:
   (fitted), NCCL's ring latency {CALL_LATENCY_S * 1e6:g} us per call + {HOP_LATENCY_S["intra"] * 1e6:g} us per ring step
   inside a node, {HOP_LATENCY_S["network"] * 1e6:g} us between nodes (NCCL `tuning.cc`); DDP all-reduces
   once per step, ZeRO-2 reduce-scatters every micro batch, ZeRO-3/FSDP all-gathers the weights in forward and
-  backward; {OVERLAP:.0%} of it hides under compute when compute is long enough.
+  backward; {OVERLAP:.0%} of it hides under compute when compute is long enough. LoRA under tensor parallelism (NeMo
+  Automodel's TP x FSDP layouts) splits the adapters' GEMMs with their base linears and reduces only the adapters'
+  gradients. A model split over GPUs by `device_map` (one GPU busy at a time) runs at one GPU's speed through all
+  its layers.
 
 **MFU and HFU are results** (PaLM, appendix B): model FLOPs (6N, 4N for frozen weights, + attention's full square, no
 recompute) or executed FLOPs (recompute included) per second over the dense peak. **Calibrate to my run**: a measured
