@@ -218,7 +218,8 @@ def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Any, args: 
 
     gpu = _gpu(args)
     _, strategy = strategies(args)
-    kwargs: dict[str, Any] = {"fused_kernels": args.fused_kernels, "price_source": args.price_source or CHEAPEST_LISTED}
+    kwargs: dict[str, Any] = {"fused_kernels": args.fused_kernels or args.cuda_graphs, "cuda_graphs": args.cuda_graphs,
+                              "price_source": args.price_source or CHEAPEST_LISTED}
     plan = estimate_plan(arch, scenario, dataset, gpu, args.num_gpus or 1, strategy, **kwargs)
     calibration = None
     if args.measured_tokens_per_second is not None:
@@ -258,6 +259,7 @@ def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Any, args: 
             "attention_kernel": tp.attention_kernel,
             "link": tp.step.link,
             "fused_kernels": tp.fused_kernels,
+            "cuda_graphs": args.cuda_graphs,
             "peak_flops": tp.peak.flops,
             "peak_dtype": tp.peak.dtype,
             "matmul_flops": tp.rates.matmul_flops,

@@ -210,6 +210,9 @@ def add_time_cost_options(p: argparse.ArgumentParser) -> None:
                         "the step-time model's prediction is scaled by measured / predicted")
     g.add_argument("--fused-kernels", action="store_true",
                    help="the run uses torch.compile, Unsloth or Liger kernels (fused elementwise ops: fewer bytes and launches)")
+    g.add_argument("--cuda-graphs", action="store_true",
+                   help="torch.compile(mode='reduce-overhead'): the fused forward and backward replayed as CUDA graphs, "
+                        "no per-kernel launch time (implies --fused-kernels)")
     g.add_argument("--price-source", default=None, metavar="NAME",
                    help=f"a source of data/gpu_prices.csv, e.g. 'RunPod Community Cloud', or 'cheapest' (default: the cheapest listed "
                         "price of any source)")
@@ -221,10 +224,13 @@ TIME_COST_OPTIONS = ("dataset_tokens", "examples", "avg_tokens", "epochs", "runs
 def dataset_from_args(args: argparse.Namespace, step_time_options: bool = False) -> Any:
     """The dataset of the time/cost options (an :class:`engine.plan.cost.Dataset`), None when no size is given;
     ScenarioError on a bad combination. ``step_time_options``: the estimate has a step time without a dataset (a
-    parallel layout), so ``--fused-kernels`` alone is one of its settings, not a time-and-cost option."""
+    parallel layout), so ``--fused-kernels`` alone is one of its settings, not a time-and-cost option; ``--cuda-graphs``
+    is timed for one GPU and data parallelism only, so a layout refuses it."""
+    if args.cuda_graphs and step_time_options:
+        raise ScenarioError("--cuda-graphs is timed for one GPU and data-parallel runs, not for parallel layouts")
     if args.dataset_tokens is None and args.examples is None and args.avg_tokens is None:
         if (any(getattr(args, k) is not None for k in TIME_COST_OPTIONS) or args.no_packing
-                or (args.fused_kernels and not step_time_options)):
+                or ((args.fused_kernels or args.cuda_graphs) and not step_time_options)):
             raise ScenarioError("time and cost options need a dataset size: --dataset-tokens N, or --examples N --avg-tokens T")
         return None
     if args.dataset_tokens is not None and (args.examples is not None or args.avg_tokens is not None):

@@ -80,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
             layout = scaleout.requested(args)
             fp8 = scaleout.take_fp8(args) if layout else None  # --precision fp8: FP8 matmuls on mixed bf16
             scenario = scenario_from_args(args)
+            if args.cuda_graphs:
+                raise ScenarioError("--cuda-graphs: a saved plan does not carry it yet; time it with estimate")
             dataset = dataset_from_args(args, step_time_options=layout)
             if args.gpu is None or dataset is None:
                 raise ScenarioError("a plan needs --gpu and a dataset size (--dataset-tokens, or --examples and --avg-tokens)")

@@ -380,13 +380,15 @@ def estimate_plan(
     price_source: str = CHEAPEST_LISTED,
     prices: Sequence[GpuPrice] | None = None,
     estimate: MemoryEstimate | None = None,
+    cuda_graphs: bool = False,
 ) -> PlanEstimate:
     """Fit (:func:`engine.plan.fit.check_fit`), tokens/s (:func:`engine.time.throughput.estimate_throughput`), hours and
     cost of one plan, whether it fits or not (``fits`` says; :func:`search_plans` offers only those that fit).
     One GPU trains without sharding: ``strategy`` applies from 2 GPUs on (ZeRO/FSDP on one GPU would only add
     their buffers and DeepSpeed's fp32 master copy). ``estimate`` (the memory estimate of ``sc``) is reused unless
     ``gpu`` runs another attention kernel (pre-Ampere GPUs: no flash), in which case it is recomputed for ``gpu``.
-    ``calibration``: the factor of :func:`engine.time.throughput.calibrate`, applied to tokens/s.
+    ``calibration``: the factor of :func:`engine.time.throughput.calibrate`, applied to tokens/s. ``cuda_graphs``: the
+    passes replayed as CUDA graphs (torch.compile's reduce-overhead mode; :func:`engine.time.step.step_time`).
 
     Raises:
         ScenarioError: invalid calibration or GPU count, no catalog peak for the compute dtype, or
@@ -399,7 +401,7 @@ def estimate_plan(
     est = estimate if estimate is not None and estimate.attention_kernel == kernel else estimate_memory(arch, sc, gpu)
     fit = check_fit(arch, sc, gpu, strategy, num_gpus, estimate=est)
     tp = estimate_throughput(arch, sc, gpu, num_gpus=num_gpus, strategy=strategy, calibration=calibration,
-                             fused_kernels=fused_kernels, estimate=est)
+                             fused_kernels=fused_kernels, estimate=est, cuda_graphs=cuda_graphs)
     quote = quote_price(gpu, price_source, prices)
     run = run_cost(dataset, sc.seq_len, tp.tokens_per_second, num_gpus, quote.on_demand_usd_per_hour, quote.spot_usd_per_hour,
                    band=tp.band)

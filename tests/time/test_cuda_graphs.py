@@ -32,3 +32,22 @@ def test_graphs_leave_no_per_kernel_host_time():
     # This step is launch-bound (the source's eager forward+backward is 6x its reduce-overhead one): the passes' host
     # time is most of the fused step's overhead, so graphs must remove a real share of it.
     assert graphs["overhead"] < 0.5 * fused["overhead"]
+
+
+def test_cli_times_cuda_graphs_and_refuses_them_where_not_modelled(capsys):
+    import json
+
+    from engine.cli import main
+    args = ["estimate", "--model", "meta-llama/Llama-3.2-1B", "--offline", "--gpu", "B200", "--method", "full",
+            "--precision", "bf16", "--seq-len", "512", "--gradient-checkpointing", "--optimizer", "adamw",
+            "--framework", "torchtune", "--dataset-tokens", "1000000"]
+    assert main([*args, "--fused-kernels"]) == 0
+    fused = json.loads(capsys.readouterr().out)
+    assert main([*args, "--cuda-graphs"]) == 0
+    graphs = json.loads(capsys.readouterr().out)
+    assert graphs["time_cost"]["cuda_graphs"] and graphs["time_cost"]["fused_kernels"]  # graphs imply fused kernels
+    assert graphs["tokens_per_second"] == estimate_throughput(LLAMA1B, SC, B200, fused_kernels=True,
+                                                              cuda_graphs=True).tokens_per_second
+    assert graphs["tokens_per_second"] > fused["tokens_per_second"]
+    assert main(["plan", *args[1:], "--cuda-graphs"]) == 2  # a saved plan does not carry it: refused, not dropped
+    assert "cuda-graphs" in capsys.readouterr().err
