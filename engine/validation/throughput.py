@@ -142,7 +142,8 @@ def compare_measurement(m: ThroughputMeasurement) -> MeasurementComparison:
     predicted = ours.tokens_per_second
     return MeasurementComparison(
         id=m.id, role=m.role, source=m.source, locator=m.locator, stack=stack_of(m), model=name,
-        method=m.method, gpu=gpu.name, num_gpus=m.num_gpus, strategy=strategy.value, seq_len=m.seq_len,
+        method=m.method, gpu=gpu.name, num_gpus=m.num_gpus, strategy=m.strategy if naive else strategy.value,
+        seq_len=m.seq_len,
         micro_batch_size=m.micro_batch_size, gradient_checkpointing=m.gradient_checkpointing, fused_kernels=m.fused_kernels,
         measured_tokens_per_second=m.tokens_per_second, predicted_tokens_per_second=predicted,
         error=predicted / m.tokens_per_second - 1, ratio=predicted / m.tokens_per_second, mfu=ours.mfu, hfu=ours.hfu,
