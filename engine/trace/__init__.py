@@ -96,6 +96,11 @@ def check_traceable(scenario: Scenario, config: dict[str, Any] | None = None) ->
         raise NotTraceableError(
             "Liger Kernel's RMSNorm, SwiGLU and RoPE are Triton GPU kernels (no fake-tensor implementation); "
             "trace without liger_kernels to see what the unfused modules save")
+    if getattr(scenario, "trainable_layers", None) is not None:
+        raise NotTraceableError(
+            "freeze-tuning is not traced yet: the tracer's worker trains every parameter of the model (LLaMA-Factory's "
+            "freeze of all but the last blocks and its trainable-only checkpointing are not built there); trace full "
+            "fine-tuning to check the trainable blocks' share")
     if getattr(scenario, "gradient_checkpointing_offload", False):
         raise NotTraceableError(
             "Unsloth-style offloaded checkpointing is Unsloth's own autograd function, and Unsloth imports only with a "

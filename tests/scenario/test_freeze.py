@@ -95,3 +95,11 @@ def test_cli_takes_the_trainable_layers(capsys):
     assert main(args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["scenario"]["trainable_layers"] == 3 and out["trainable_parameters"] == 3 * BLOCK
+
+
+def test_the_tracer_refuses_freeze_tuning_rather_than_trace_full_training():
+    from engine.errors import NotTraceableError
+    from engine.trace import check_traceable
+    traceable = Scenario.build(method="full", precision="bf16", optimizer="adamw", trainable_layers=3)
+    with pytest.raises(NotTraceableError, match="freeze-tuning is not traced"):
+        check_traceable(traceable)
