@@ -93,6 +93,9 @@ def training_code(plan: Plan, config: dict[str, Any] | None = None) -> str:
     arch = _arch_for_targets(plan, config)
     bf16, fp16 = _bf16_fp16(plan.precision)
     dtype = {PrecisionMode.BF16: "torch.bfloat16", PrecisionMode.FP16: "torch.float16"}.get(plan.precision, "torch.float32")
+    amp = plan.precision in (PrecisionMode.AMP_BF16, PrecisionMode.AMP_FP16)
+    if plan.trainable_layers is not None and amp:  # freeze-tuning: load in 16 bits, upcast the trainable blocks below
+        dtype = "torch.bfloat16" if plan.precision is PrecisionMode.AMP_BF16 else "torch.float16"
     lines = [
         f"# Plan {plan.name!r}: {plan.model_repo_id}, {plan.method.value}, {plan.precision.value}, "
         f"{plan.num_gpus} x {plan.gpu} ({plan.strategy.value})",
@@ -134,6 +137,19 @@ def training_code(plan: Plan, config: dict[str, Any] | None = None) -> str:
     lines += ["model = AutoModelForCausalLM.from_pretrained(", *load_kwargs, ")"]
     if plan.method is Method.QLORA and plan.prepare_kbit_training:
         lines.append(f"model = prepare_model_for_kbit_training(model, use_gradient_checkpointing={plan.gradient_checkpointing!r})")
+    if plan.trainable_layers is not None:  # freeze-tuning, as LLaMA-Factory's _setup_freeze_tuning selects the blocks
+        n = plan.trainable_layers
+        lines += [
+            f"# Freeze-tuning: only the last {n} decoder blocks train (LLaMA-Factory finetuning_type: freeze)",
+            "layers = model.config.num_hidden_layers",
+            f"trainable = tuple(f\".{{i}}.\" for i in range(max(0, layers - {n}), layers))",
+            "for name, param in model.named_parameters():",
+            "    param.requires_grad = any(t in name for t in trainable)",
+            *(["    if param.requires_grad:  # mixed precision: the trainable blocks in fp32, the frozen rest 16-bit",
+               "        param.data = param.data.float()"] if amp else []),
+        ]
+        if plan.frozen_input_grads:
+            lines.append("model.enable_input_require_grads()  # backward also runs through the frozen blocks")
     if plan.method is not Method.FULL:
         lines += [
             "",
@@ -156,6 +172,8 @@ def training_code(plan: Plan, config: dict[str, Any] | None = None) -> str:
         f"    per_device_train_batch_size={plan.micro_batch_size!r},",
         f"    gradient_accumulation_steps={plan.gradient_accumulation_steps!r},",
         f"    gradient_checkpointing={plan.gradient_checkpointing!r},",
+        *(["    gradient_checkpointing_kwargs={'use_reentrant': False},  # frozen inputs: the trainable blocks still get grads"]
+          if plan.gradient_checkpointing and plan.trainable_layers is not None and not plan.frozen_input_grads else []),
         f"    bf16={bf16!r},",
         f"    fp16={fp16!r},",
         *([f"    optim={plan.optimizer.hf_name!r},"] if plan.optimizer.hf_name else []),

@@ -103,3 +103,20 @@ def test_the_tracer_refuses_freeze_tuning_rather_than_trace_full_training():
     traceable = Scenario.build(method="full", precision="bf16", optimizer="adamw", trainable_layers=3)
     with pytest.raises(NotTraceableError, match="freeze-tuning is not traced"):
         check_traceable(traceable)
+
+
+def test_a_freeze_plan_exports_and_imports_back():
+    from engine.importers import import_configs
+    from engine.plan.config_export import config_files
+    from engine.plan.plans import Plan
+    from engine.plan.training_code import training_code
+    p = Plan(name="p", model_repo_id="meta-llama/Llama-3.2-1B", gpu="H100 SXM", dataset_total_tokens=10**6,
+             method="full", precision="amp_bf16", trainable_layers=3, gradient_checkpointing=True)
+    files = {f.name: f for f in config_files(p)}
+    back = import_configs([("lf.yaml", files["llamafactory.yaml"].text.encode())]).scenario()
+    assert (back.method.value, back.trainable_layers) == ("full", 3)
+    # formats without a freeze key say so instead of exporting full training silently
+    assert any("freeze-tuning of the last 3 blocks" in x for x in files["sft_config.yaml"].lost)
+    code = training_code(p)
+    compile(code, "training_code", "exec")
+    assert "range(max(0, layers - 3), layers)" in code and "param.data = param.data.float()" in code
