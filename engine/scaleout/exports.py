@@ -16,7 +16,7 @@ from engine.errors import ScenarioError
 from engine.model.architecture import Architecture
 from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.layout import Layout, Recompute, Schedule, zero_choice
-from engine.scenario.training import Scenario
+from engine.scenario.training import Method, Scenario
 
 VERSIONS = {
     "megatron": "Megatron-LM core_v0.14.0 (23e00ed0); same flag names at d98e8a64",
@@ -159,8 +159,16 @@ EXPORTERS = {"megatron": megatron_args, "torchtitan": torchtitan_toml, "deepspee
              "accelerate": accelerate_yaml}
 
 
+TRAIN_EVERY_PARAMETER = ("megatron", "torchtitan")
+"""Engines whose training scripts have no PEFT adapters: a LoRA layout is refused, never exported as full training."""
+
+
 def export_layout(engine: str, arch: Architecture, sc: Scenario, layout: Layout, fp8: Fp8Recipe | None = None) -> dict[str, str]:
     """{"engine", "version", "text"} of one engine's settings. Raises ScenarioError when it cannot express the layout."""
     if engine not in EXPORTERS:
         raise ScenarioError(f"unknown engine {engine!r}: one of {', '.join(sorted(EXPORTERS))}")
+    if engine in TRAIN_EVERY_PARAMETER and sc.method is not Method.FULL:
+        raise ScenarioError(f"{engine} trains every parameter (pretrain_gpt.py / torchtitan's train.py have no PEFT "
+                            f"adapters): a {sc.method.value} layout is not one of its settings; LoRA under tensor "
+                            "parallelism runs in NeMo Automodel; --export deepspeed or accelerate for data parallelism")
     return {"engine": engine, "version": VERSIONS[engine], "text": EXPORTERS[engine](arch, sc, layout, fp8)}

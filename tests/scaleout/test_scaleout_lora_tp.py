@@ -54,3 +54,17 @@ def test_lora_tp2_fsdp4_step_is_timed_and_fits_an_h100():
     # Model FLOPs per token at least 4 x 70.6e9 (forward + input gradients, no weight gradients of the base):
     # tokens/s per GPU <= 989e12 (H100 SXM dense bf16) / (4 x 70.6e9) = 3,500.
     assert 500 < est.time.tokens_per_second_per_gpu < 3500
+
+
+def test_engines_without_adapters_refuse_a_lora_layout():
+    import pytest
+
+    from engine.errors import ScenarioError
+    from engine.scaleout.exports import export_layout
+    # Megatron-LM's pretrain_gpt.py and torchtitan train every parameter: exporting a LoRA layout to them would
+    # describe full training; DeepSpeed and accelerate are launchers around the PEFT script.
+    with pytest.raises(ScenarioError, match="trains every parameter"):
+        export_layout("megatron", LLAMA70, LORA, Layout(tensor_parallel=2))
+    with pytest.raises(ScenarioError, match="trains every parameter"):
+        export_layout("torchtitan", LLAMA70, LORA, Layout(data_parallel=8, zero=3))
+    assert export_layout("accelerate", LLAMA70, LORA, Layout(data_parallel=8, zero=3))["engine"] == "accelerate"
