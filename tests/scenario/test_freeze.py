@@ -120,3 +120,15 @@ def test_a_freeze_plan_exports_and_imports_back():
     code = training_code(p)
     compile(code, "training_code", "exec")
     assert "range(max(0, layers - 3), layers)" in code and "param.data = param.data.float()" in code
+
+
+def test_flops_per_token_count_the_trainable_blocks_backward():
+    from engine.time.flops import flops_per_token
+    full = flops_per_token(LLAMA2, sc())
+    freeze = flops_per_token(LLAMA2, sc(trainable_layers=3))
+    n = full.matmul_parameters
+    # forward 2N, input and weight gradients 2N each over 3 of 32 blocks (PaLM appendix B's 6N, restricted)
+    assert full.dense == 6 * n and freeze.dense == pytest.approx((2 + 4 * 3 / 32) * n)
+    assert freeze.recompute == pytest.approx(full.recompute * 3 / 32)
+    graph = flops_per_token(LLAMA2, sc(trainable_layers=3, frozen_input_grads=True))
+    assert graph.dense == pytest.approx((4 + 2 * 3 / 32) * n) and graph.recompute == full.recompute
