@@ -184,7 +184,8 @@ def low_precision_copies(arch: Architecture, t: ParamTensors, sc: Scenario, spec
         cast = (per_layer * trainable_blocks(arch, sc) if is_freeze(arch, sc)
                 else per_layer * arch.num_layers + lm_head_params(arch))
         nbytes += cast * spec.compute_bytes
-        notes.append("autocast cache: block linears and the LM head x 2 B")
+        notes.append(f"autocast cache: the {trainable_blocks(arch, sc)} trainable blocks' linears x 2 B"
+                     if is_freeze(arch, sc) else "autocast cache: block linears and the LM head x 2 B")
         if sc.gradient_checkpointing:
             phases = ("forward",)  # checkpointed blocks saved none of them; the cache dies with the forward
             block = per_layer * spec.compute_bytes
