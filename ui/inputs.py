@@ -29,6 +29,8 @@ LIMITS: dict[str, tuple[float, float]] = {
     # layers is the engine's layout problem, said on the page
     "so_pp": (1, MAX_DEGREE), "so_nodes": (1, 4096), "so_gbs": (1, 1 << 20), "so_v": (1, 16),
     "so_tokens": (1, 10**15),
+    # PEFT inputs (ui.peft_form) and the GPU fit page's seed-rule scenario
+    "num_virtual_tokens": (1, 65_536), "galore_rank": (1, 65_536), "seed_seq_len": (1, 131_072), "seed_micro_batch": (1, 1024),
 }
 """Valid range of each checked input, by widget key (= URL parameter)."""
 

@@ -7,15 +7,15 @@ import streamlit as st
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.peft import PROMPT_METHODS, SAVEABLE
 from engine.scenario.training import Method
+from ui.inputs import checked_number
 
 
 def peft_inputs(method: Method, optimizer: Optimizer, checkpointing: bool) -> dict:
     """Draw the inputs that apply to ``method`` / ``optimizer``; return their Scenario fields."""
     out: dict = {}
     if method in PROMPT_METHODS:
-        st.session_state.setdefault("num_virtual_tokens", 20)  # PEFT examples' num_virtual_tokens
-        out["num_virtual_tokens"] = int(st.number_input("Virtual tokens", min_value=1, max_value=65_536, step=1,
-                                                        key="num_virtual_tokens"))
+        # 20: PEFT examples' num_virtual_tokens
+        out["num_virtual_tokens"] = int(checked_number(st, "Virtual tokens", "num_virtual_tokens", 20, step=1))
     if method is not Method.FULL:
         saved = st.multiselect("Modules to save (trained in full)", sorted(SAVEABLE), key="modules_to_save",
                                help="PEFT modules_to_save: a trainable copy of the embedding / LM head, e.g. after adding tokens.")
@@ -24,9 +24,8 @@ def peft_inputs(method: Method, optimizer: Optimizer, checkpointing: bool) -> di
         out["use_rslora"] = st.toggle("rsLoRA scaling (alpha / sqrt(r))", key="use_rslora",
                                       help="Changes the scaling only: no effect on memory or time.")
     if optimizer is Optimizer.GALORE_ADAMW:
-        st.session_state.setdefault("galore_rank", 128)  # galore-torch's README rank
-        out["galore_rank"] = int(st.number_input("GaLore rank", min_value=1, max_value=65_536, step=1,
-                                                 key="galore_rank"))
+        # 128: galore-torch's README rank
+        out["galore_rank"] = int(checked_number(st, "GaLore rank", "galore_rank", 128, step=1))
     with st.expander("Kernels and offload"):
         out["liger_kernels"] = st.toggle("Liger RMSNorm / SwiGLU / RoPE", key="liger_kernels")
         if checkpointing:

@@ -125,3 +125,19 @@ def test_a_method_inference_link_opens_the_inference_workload(new_app, link, wor
     assert at.radio(key="mem_workload").value == workload
     assert note in " ".join(warnings_shown(at))
     assert "must be one of full" not in " ".join(warnings_shown(at))
+
+
+def test_every_whole_number_box_checks_what_was_typed(new_app):
+    """The PEFT boxes (virtual tokens, GaLore rank) and the GPU fit page's seed scenario go through the same check as
+    the sidebar (they were integer boxes: a fraction or "1e30" was cut by parseInt in the browser without a word)."""
+    at = new_app()
+    at.query_params["method"] = "prompt_tuning"
+    at.switch_page("pages/memory.py").run()
+    at.number_input(key="num_virtual_tokens").set_value(0.0).run()
+    no_exception(at)
+    assert "Virtual tokens: 0 is out of range; it must be a whole number from 1 to 65,536. The results use 20." in \
+        [shown(e.value) for e in at.error]
+    fit = new_app().switch_page("pages/fit.py").run()
+    fit.number_input(key="seed_micro_batch").set_value(1.5).run()
+    no_exception(fit)
+    assert "Micro batch: 1.5 is not a whole number, so it is back to 1." in [shown(e.value) for e in fit.error]
