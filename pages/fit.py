@@ -8,6 +8,7 @@ import streamlit as st
 from engine.model.build import architecture_from_config
 from engine.model.catalog import load_models
 from ui.catalog_session import session_gpus, session_prices
+from ui.inputs import checked_number
 from engine.errors import EngineError
 from engine.plan.largest import SEED_TABLE_SOURCE, seed_largest_model_table
 from engine.plan.fit import check_fit, model_matrix, technique_matrix, what_fits
@@ -183,14 +184,12 @@ def _seed_section(gpus: tuple, gpus_key: str, unit: str) -> None:
     (st.fragment), not the matrices above."""
     st.subheader("Largest model per GPU: the seed chapter's table recomputed")
     st.caption("The seed's numbers beside the largest catalog model whose estimate fits, for a standard scenario you can change here.")
-    st.session_state.setdefault("seed_seq_len", 2048)
-    st.session_state.setdefault("seed_micro_batch", 1)
     st.session_state.setdefault("seed_ckpt", True)
     st.session_state.setdefault("seed_efficient", Method.LORA)
     st.session_state.setdefault("seed_full_precision", PrecisionMode.AMP_BF16)
     s1, s2, s3, s4, s5 = st.columns(5)
-    seed_seq = int(s1.number_input("Sequence length", min_value=1, max_value=131_072, step=256, key="seed_seq_len"))
-    seed_batch = int(s2.number_input("Micro batch", min_value=1, max_value=1024, step=1, key="seed_micro_batch"))
+    seed_seq = int(checked_number(s1, "Sequence length", "seed_seq_len", 2048, step=256))
+    seed_batch = int(checked_number(s2, "Micro batch", "seed_micro_batch", 1, step=1))
     seed_ckpt = s3.toggle("Gradient checkpointing", key="seed_ckpt")
     seed_full_precision = s4.selectbox("Full FT precision", [PrecisionMode.AMP_BF16, PrecisionMode.BF16],
                                        format_func=lambda m: precision_spec(m).label, key="seed_full_precision")

@@ -29,23 +29,36 @@ LIMITS: dict[str, tuple[float, float]] = {
     # layers is the engine's layout problem, said on the page
     "so_pp": (1, MAX_DEGREE), "so_nodes": (1, 4096), "so_gbs": (1, 1 << 20), "so_v": (1, 16),
     "so_tokens": (1, 10**15),
+    # PEFT inputs (ui.peft_form) and the GPU fit page's seed-rule scenario
+    "num_virtual_tokens": (1, 65_536), "galore_rank": (1, 65_536), "trainable_layers_n": (0, 100_000),
+    "seed_seq_len": (1, 131_072), "seed_micro_batch": (1, 1024),
 }
 """Valid range of each checked input, by widget key (= URL parameter)."""
 
 _LAST = "_last_valid_inputs"  # {key: last valid value}
 _STALE = "_stale_inputs"  # [(label, typed, used, reason)] of this run
 _SLOT = "_stale_slot"
+_BOUNCED = "_bounced_inputs"  # {key: typed number} of whole-number inputs given a fraction, set back on the next run
 
 
 def _fmt(value: float) -> str:
-    """``10,000``, ``2,048``, ``-1``, ``0.26``: whole numbers with separators, others as typed."""
-    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+    """``10,000``, ``2,048``, ``-1``, ``0.26``, ``1e+30``: whole numbers with separators, others (and numbers too long
+    to read digit by digit) in short form."""
+    return f"{int(value):,}" if float(value).is_integer() and abs(value) < 1e16 else f"{value:g}"
+
+
+def _whole(key: str) -> bool:
+    """Whether ``key`` takes whole numbers only (both of its limits are ints)."""
+    lo, hi = LIMITS[key]
+    return isinstance(lo, int) and isinstance(hi, int)
 
 
 def range_reason(key: str, value: Any) -> str | None:
     """Why ``value`` is not valid for ``key`` (in words), or None when it is."""
     lo, hi = LIMITS[key]
-    integer = isinstance(lo, int) and isinstance(hi, int)
+    integer = _whole(key)
+    if value != value or value in (float("inf"), float("-inf")):
+        return f"must be {'a whole number ' if integer else ''}from {_fmt(lo)} to {_fmt(hi)}"
     if integer and float(value) != int(value):
         return f"must be a whole number from {_fmt(lo)} to {_fmt(hi)}"
     if not lo <= value <= hi:
@@ -81,15 +94,32 @@ def checked_number(container: Any, label: str, key: str, default: float, *, step
     Returns the typed value when it is valid, else the last valid one (``default`` at first), after writing the
     reason under the input and listing it in the page's :func:`stale_slot`.
     """
-    lo, hi = LIMITS[key]
     st.session_state.setdefault(key, default)
-    value = container.number_input(label, step=step, key=key, help=help, format=format, disabled=disabled)
     last: dict = st.session_state.setdefault(_LAST, {})
+    whole = _whole(key)
+    bounced = st.session_state.setdefault(_BOUNCED, {}).pop(key, None)
+    if whole:
+        # Streamlit's integer box parses the typed text with JavaScript's parseInt, so "1e30" arrives as 1 and "2.5"
+        # as 2 without a word; a float box hands the server what was typed, so the reason can be said. "%.0f" shows
+        # whole numbers as whole numbers; the value returned (and written to the URL) is an int.
+        if bounced is not None:
+            st.session_state[key] = float(last.get(key, default))
+        elif not isinstance(st.session_state[key], float):
+            st.session_state[key] = float(st.session_state[key])
+        step, format = float(step), format or "%.0f"
+    value = container.number_input(label, step=step, key=key, help=help, format=format, disabled=disabled)
+    if bounced is not None:
+        container.error(f"{label}: {_fmt(bounced)} is not a whole number, so it is back to {_fmt(value)}.",
+                        icon=":material/error:")
     reason = range_reason(key, value)
     if reason is None:
-        last[key] = value
-        return value
+        last[key] = int(value) if whole else value
+        return last[key]
     used = last.get(key, default)
+    if whole and value == value and abs(value) < 1e16 and not float(value).is_integer():
+        # "%.0f" would show 2.5 as "3", and typing 3 over it would change nothing: the box is set back instead
+        st.session_state[_BOUNCED][key] = float(value)
+        st.rerun()
     container.error(f"{label}: {_fmt(value)} is out of range; it {reason}. The results use {_fmt(used)}.",
                     icon=":material/error:")
     st.session_state.setdefault(_STALE, []).append((label, _fmt(value), _fmt(used), reason))
@@ -100,6 +130,8 @@ def checked_number(container: Any, label: str, key: str, default: float, *, step
 def valid_value(key: str) -> Any:
     """The value a checked input stands for: its widget value when valid, else its last valid value."""
     value = st.session_state.get(key)
-    if key in LIMITS and value is not None and range_reason(key, value) is not None:
-        return st.session_state.get(_LAST, {}).get(key)
+    if key in LIMITS and value is not None:
+        if range_reason(key, value) is not None:
+            return st.session_state.get(_LAST, {}).get(key)
+        return int(value) if _whole(key) else value
     return value

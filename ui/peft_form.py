@@ -7,21 +7,21 @@ import streamlit as st
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.peft import PROMPT_METHODS, SAVEABLE
 from engine.scenario.training import Method
+from ui.inputs import checked_number
 
 
 def peft_inputs(method: Method, optimizer: Optimizer, checkpointing: bool) -> dict:
     """Draw the inputs that apply to ``method`` / ``optimizer``; return their Scenario fields."""
     out: dict = {}
     if method in PROMPT_METHODS:
-        st.session_state.setdefault("num_virtual_tokens", 20)  # PEFT examples' num_virtual_tokens
-        out["num_virtual_tokens"] = int(st.number_input("Virtual tokens", min_value=1, max_value=65_536, step=1,
-                                                        key="num_virtual_tokens"))
+        # 20: PEFT examples' num_virtual_tokens
+        out["num_virtual_tokens"] = int(checked_number(st, "Virtual tokens", "num_virtual_tokens", 20, step=1))
     if method is Method.FULL:
         # Freeze-tuning (LLaMA-Factory finetuning_type: freeze): 0 = every parameter trains.
-        n = int(st.number_input("Trainable blocks (freeze-tuning: the last N; 0 = all)", min_value=0,
-                                max_value=100_000, step=1, key="trainable_layers_n",
-                                help="Full fine-tuning of the last N decoder blocks only; the embeddings, the other "
-                                     "blocks and the LM head stay frozen (LLaMA-Factory freeze_trainable_layers)."))
+        n = int(checked_number(st, "Trainable blocks (freeze-tuning: the last N; 0 = all)", "trainable_layers_n", 0,
+                               step=1, help="Full fine-tuning of the last N decoder blocks only; the embeddings, the "
+                                            "other blocks and the LM head stay frozen (LLaMA-Factory "
+                                            "freeze_trainable_layers)."))
         out["trainable_layers"] = n or None
         if n:
             out["frozen_input_grads"] = st.toggle(
@@ -36,9 +36,8 @@ def peft_inputs(method: Method, optimizer: Optimizer, checkpointing: bool) -> di
         out["use_rslora"] = st.toggle("rsLoRA scaling (alpha / sqrt(r))", key="use_rslora",
                                       help="Changes the scaling only: no effect on memory or time.")
     if optimizer is Optimizer.GALORE_ADAMW:
-        st.session_state.setdefault("galore_rank", 128)  # galore-torch's README rank
-        out["galore_rank"] = int(st.number_input("GaLore rank", min_value=1, max_value=65_536, step=1,
-                                                 key="galore_rank"))
+        # 128: galore-torch's README rank
+        out["galore_rank"] = int(checked_number(st, "GaLore rank", "galore_rank", 128, step=1))
     with st.expander("Kernels and offload"):
         out["liger_kernels"] = st.toggle("Liger RMSNorm / SwiGLU / RoPE", key="liger_kernels")
         if checkpointing:

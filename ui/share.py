@@ -28,7 +28,7 @@ from engine.scenario.training import Attention, Framework, Method, QuantType, Sc
 from engine.memory.inference import KvCacheDtype, WeightPrecision
 from ui.inputs import LIMITS, valid_value
 from ui.scaleout import CHOICES as SCALEOUT_CHOICES, FLAGS as SCALEOUT_FLAGS, NUMBERS as SCALEOUT_NUMBERS
-from ui.scenario_form import AS_STORED, SIZE_EXAMPLES, SIZE_TOKENS, WORKLOADS
+from ui.scenario_form import AS_STORED, INFERENCE, SIZE_EXAMPLES, SIZE_TOKENS, WORKLOADS
 
 _READ_FLAG = "_query_params_read"
 _PENDING_TARGETS = "_url_lora_targets"
@@ -209,6 +209,22 @@ def _encode(value: Any) -> str:
     return str(value)
 
 
+def _method_inference(given: dict[str, tuple[str, str]], notes: list[str], bad: list[str]) -> None:
+    """``method=inference`` (the CLI's ``--method inference``) read as the Memory page's workload: serving is not a
+    training method of the sidebar but the ``mem_workload`` choice, so the link means ``mem_workload=Inference``."""
+    name, text = given.get("method", ("", ""))
+    if text.strip().lower() != "inference":
+        return
+    del given["method"]
+    if "mem_workload" in given and given["mem_workload"][1].strip().lower() != INFERENCE.lower():
+        bad.append(f"method={text!r}: inference is the Memory page's workload, and the link also gives "
+                   f"mem_workload={given['mem_workload'][1]!r}")
+        return
+    given["mem_workload"] = (name, INFERENCE)
+    notes.append(f"method={text!r} read as mem_workload={INFERENCE!r}: inference is the Memory page's workload "
+                 "(the training method stays as it was)")
+
+
 def read_query_params() -> None:
     """Once per session: validated URL parameters into the widget state; bad ones ignored with a warning."""
     if st.session_state.get(_READ_FLAG):
@@ -249,6 +265,7 @@ def read_query_params() -> None:
             bad.append(f"hub={REDACTED if looks_like_token(repo) else repr(repo)}: not a repo id")
     given = {LEGACY.get(k, k): (k, params[k]) for k in params if k in LEGACY}
     given |= {k: (k, params[k]) for k in params if k in PARSERS}
+    _method_inference(given, notes, bad)
     for key, parse in PARSERS.items():
         if key not in given:
             continue

@@ -86,3 +86,58 @@ def test_the_plans_page_says_what_is_wrong_with_the_file(new_app, text, needle):
     at.file_uploader(key="plans_import").set_value(("plans.csv", body.encode(), "text/csv")).run()
     no_exception(at)
     assert any(needle in shown(e.value) for e in at.error), [e.value for e in at.error]  # not only "No saved plans"
+
+
+def test_a_fraction_in_a_whole_number_box_is_set_back_with_a_message(new_app):
+    """Issue 25 item 6: the sidebar's whole-number boxes are float boxes shown as whole numbers ("%.0f"), so the server
+    sees what was typed (Streamlit's integer box parses it with parseInt: "2.5" arrived as 2, "1e30" as 1, without a
+    word; the real-browser test types them). A fraction is set back to the last valid value, said under the box."""
+    at = new_app()
+    at.switch_page("pages/memory.py").run()
+    at.number_input(key="micro_batch_size").set_value(4.0).run()
+    assert at.query_params["micro_batch_size"] == "4"  # a whole number in the link, never "4.0"
+    at.number_input(key="micro_batch_size").set_value(2.5).run()
+    no_exception(at)
+    assert at.number_input(key="micro_batch_size").value == 4  # the box shows what the results use
+    assert "Micro batch size: 2.5 is not a whole number, so it is back to 4." in [shown(e.value) for e in at.error]
+    assert at.query_params["micro_batch_size"] == "4"
+    at.number_input(key="micro_batch_size").set_value(1e30).run()
+    no_exception(at)
+    errors = [shown(e.value) for e in at.error]
+    assert "Micro batch size: 1e+30 is out of range; it must be a whole number from 1 to 65,536. The results use 4." \
+        in errors, errors
+    assert at.query_params["micro_batch_size"] == "4"
+
+
+@pytest.mark.parametrize("link, workload, note", [
+    ({"method": "inference"}, "Inference", "method='inference' read as mem_workload='Inference'"),
+    ({"method": "Inference", "mem_workload": "Fine-tuning"}, "Fine-tuning",
+     "inference is the Memory page's workload, and the link also gives mem_workload='Fine-tuning'"),
+])
+def test_a_method_inference_link_opens_the_inference_workload(new_app, link, workload, note):
+    """The fresh-user finding of issue 25: the CLI's ``--method inference`` tried as ``/memory?method=inference`` was
+    refused ("must be one of full, lora, ..."); inference is the Memory page's Workload radio, so the link means it."""
+    at = new_app()
+    for key, value in link.items():
+        at.query_params[key] = value
+    at.switch_page("pages/memory.py").run()
+    no_exception(at)
+    assert at.radio(key="mem_workload").value == workload
+    assert note in " ".join(warnings_shown(at))
+    assert "must be one of full" not in " ".join(warnings_shown(at))
+
+
+def test_every_whole_number_box_checks_what_was_typed(new_app):
+    """The PEFT boxes (virtual tokens, GaLore rank) and the GPU fit page's seed scenario go through the same check as
+    the sidebar (they were integer boxes: a fraction or "1e30" was cut by parseInt in the browser without a word)."""
+    at = new_app()
+    at.query_params["method"] = "prompt_tuning"
+    at.switch_page("pages/memory.py").run()
+    at.number_input(key="num_virtual_tokens").set_value(0.0).run()
+    no_exception(at)
+    assert "Virtual tokens: 0 is out of range; it must be a whole number from 1 to 65,536. The results use 20." in \
+        [shown(e.value) for e in at.error]
+    fit = new_app().switch_page("pages/fit.py").run()
+    fit.number_input(key="seed_micro_batch").set_value(1.5).run()
+    no_exception(fit)
+    assert "Micro batch: 1.5 is not a whole number, so it is back to 1." in [shown(e.value) for e in fit.error]

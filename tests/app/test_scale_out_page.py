@@ -170,7 +170,7 @@ def test_search_results_survive_reruns_and_a_result_can_be_applied(page):
     label = first.split(". ", 1)[1].rsplit(" (", 1)[0]
     assert any(label in s.value for s in at.subheader), ([s.value for s in at.subheader], label)
     # the layout's micro batch (the search tries 1, 2, 4, 8) becomes the sidebar's
-    assert f"mb {at.number_input(key='micro_batch_size').value}," in label
+    assert f"mb {int(at.number_input(key='micro_batch_size').value)}," in label  # whole-number boxes hold floats
     assert not any(w.value.startswith("Does not fit") for w in at.warning)
 
 

@@ -271,6 +271,19 @@ def test_every_page_in_a_real_browser(chromium, server, tmp_path):
             box.press("Enter")
             expect(page.get_by_text("Results below are not for the inputs as shown")).to_have_count(0)
             _wait_idle(page)
+            # What an integer box would parse with parseInt ("1e30" -> 1, "2.5" -> 2, without a word: issue 25) is
+            # said: the box is a float box shown as a whole number, so the server sees what was typed.
+            box.fill("1e30")
+            box.press("Enter")
+            expect(sidebar.get_by_text("Micro batch size: 1e+30 is out of range; it must be a whole number from 1 to "
+                                       "65,536. The results use 8.")).to_be_visible()
+            _wait_idle(page)
+            box.fill("2.5")
+            box.press("Enter")
+            expect(sidebar.get_by_text("Micro batch size: 2.5 is not a whole number, so it is back to 8.")).to_be_visible()
+            expect(box).to_have_value("8")
+            _wait_idle(page)
+            assert _metric_value(page, "Peak memory") == after
 
             # One hardware setting for every page: 8 x H100 with ZeRO-3 (the default strategy), chosen here.
             gpu_box = sidebar.get_by_role("combobox", name="GPU", exact=True)
