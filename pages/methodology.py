@@ -203,7 +203,8 @@ the memory estimate uses, every term with a shape and a source:
   at {NVLINK_BUS_EFFICIENCY:g} x unidirectional NVLink, {PCIE_BUS_EFFICIENCY:g} x PCIe (halved without peer-to-peer, 10
   GB/s across sockets), one 200 Gb/s NIC per GPU between nodes at {FITTED.network_efficiency:g} of its line rate
   (fitted), NCCL's ring latency {CALL_LATENCY_S * 1e6:g} us per call + {HOP_LATENCY_S["intra"] * 1e6:g} us per ring step
-  inside a node, {HOP_LATENCY_S["network"] * 1e6:g} us between nodes (NCCL `tuning.cc`); DDP all-reduces
+  inside a node and {HOP_LATENCY_S["network"] * 1e6:g} us per step that crosses nodes (2(k-1) of an all-reduce's 2(n-1)
+  steps over k nodes; NCCL `tuning.cc`); DDP all-reduces
   once per step, ZeRO-2 reduce-scatters every micro batch, ZeRO-3/FSDP all-gathers the weights in forward and
   backward; {OVERLAP:.0%} of it hides under compute when compute is long enough.
 

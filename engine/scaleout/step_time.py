@@ -95,7 +95,7 @@ def _ring_link_at(cluster: Cluster, n: int, per_node: int, network_efficiency: f
     link = cc.data_parallel_link(cluster.gpu, n, per_node, network_bytes_per_s=nic)
     if cluster.intra_node_gbps is not None and not link.name.startswith("InfiniBand"):
         return cc.Link(name="intra-node (given)", bus_bytes_per_s=cluster.intra_node_gbps * 1e9 * cc.NVLINK_BUS_EFFICIENCY,
-                       hop_latency_s=link.hop_latency_s)
+                       nodes=link.nodes)
     return link
 
 
@@ -171,7 +171,7 @@ def collective_seconds(col: Collective, cluster: Cluster) -> float:
     link = cluster.link(col)
     total = col.message_bytes * col.count
     if col.kind == "p2p":
-        return total / link.bus_bytes_per_s + col.count * link.call_latency_s(1)
+        return total / link.bus_bytes_per_s + col.count * link.call_latency_s(1, link.inter_node_steps(1, False))
     fn = {"all_reduce": cc.all_reduce_seconds, "all_gather": cc.all_gather_seconds,
           "reduce_scatter": cc.reduce_scatter_seconds, "all_to_all": cc.all_to_all_seconds}[col.kind]
     return fn(total, col.group_size, link, calls=col.count)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from engine.model.architecture import Architecture
 from engine.scenario.lora import resolve_targets
 from engine.scenario.optimizer import HostLoop, Optimizer
-from engine.scenario.training import Method, Scenario
+from engine.scenario.precision import precision_spec
+from engine.scenario.training import Framework, Method, Scenario
 from engine.time.constants import current
 
 SECONDS_PER_KERNEL = 13.5e-6
@@ -56,7 +57,9 @@ def layer_kernels(arch: Architecture, sc: Scenario, kernel: str, fused: bool, lo
     per linear (per expert), RoPE ~10, attention 1 (flash/memory-efficient) or ~6 (eager/math: matmul, mask,
     softmax, cast, dropout, matmul), the MLP activation 1-2, ~3 reshapes; a LoRA adapter adds 5 (dropout, A, B,
     scale, add), a 4-bit base weight 1 (dequantize). Fused kernels: norms, RoPE and activation one each, LoRA 3.
-    ``lora_modules``: adapted modules per block, when the caller has resolved the targets.
+    On the Hugging Face stack the adapters are fp32 beside 16-bit compute (:func:`lora_cast_kernels`), which adds the
+    casts each adapted module launches. ``lora_modules``: adapted modules per block, when the caller has resolved the
+    targets.
     """
     gemms = sum(lin.count for lin in arch.layer_linears)
     norm = 1 if fused or arch.norm == "layernorm" else 6
@@ -66,10 +69,33 @@ def layer_kernels(arch: Architecture, sc: Scenario, kernel: str, fused: bool, lo
     n += 1 if fused else (2 if arch.mlp == "gated" else 1)
     if sc.method is not Method.FULL:
         targets = _targets(arch, sc) if lora_modules is None else lora_modules
-        n += targets * (3 if fused else 5)
+        n += targets * ((3 if fused else 5) + lora_cast_kernels(sc, fused))
         if sc.method is Method.QLORA:
             n += gemms
     return float(n)
+
+
+def lora_cast_kernels(sc: Scenario, fused: bool) -> int:
+    """Cast kernels one LoRA-adapted module's forward adds when its adapters are fp32 and the compute is 16-bit: the
+    Hugging Face stack keeps adapters in fp32 (PEFT >= 0.12 ``autocast_adapter_dtype=True``; LLaMA-Factory casts every
+    trainable parameter to fp32 unless ``pure_bf16``, ``model/adapter.py`` at 8963e89, 2024-03-21), torchtune and the
+    other stacks create them in the weight dtype (0 there, and in fp32 training).
+
+    - Unsloth (``fused`` on the HF stack): ``matmul_lora`` computes ``out += (X @ A.to(dtype)) @ (s * B.to(dtype))``
+      (unslothai/unsloth@b9d5ca5 ``unsloth/kernels/fast_lora.py``, 2024-03-20): two casts and the ``s * B`` scale
+      beside the three kernels counted: 3.
+    - PEFT (eager): ``Linear.forward`` casts the input to the adapter's dtype (``x = x.to(lora_A.weight.dtype)``,
+      ``_cast_input_dtype`` in later releases, peft ``tuners/lora/layer.py``); under autocast, ``lora_A``'s linear then
+      casts that input and A back to 16 bits and ``lora_B``'s casts B (``linear`` is on autocast's lower-precision
+      list, PyTorch AMP op reference): 4; without autocast the fp32 adapter output is cast back to the result's dtype
+      (``result.to(torch_result_dtype)``): 2.
+    """
+    spec = precision_spec(sc.precision)
+    if sc.framework is not Framework.HF or spec.compute_bytes == 4:
+        return 0
+    if fused:
+        return 3
+    return 4 if spec.autocast else 2
 
 
 def _targets(arch: Architecture, sc: Scenario) -> int:
