@@ -268,3 +268,24 @@ def test_cli_v100_sdpa_does_not_say_flash():
     assert "flash" not in json.dumps(out["assumptions"]).replace("flash needs", "")
     fa2 = subprocess.run(args[:-2] + ["--attention", "flash_attention_2"], cwd=root, capture_output=True, text=True, timeout=60)
     assert fa2.returncode == 2 and "Ampere" in fa2.stderr and len(fa2.stderr.strip().splitlines()) == 1
+
+
+def test_fp32_adapters_beside_16_bit_compute_launch_their_casts():
+    """Kernels per LoRA-adapted module in one forward (``engine.time.overhead.layer_kernels``), from the libraries'
+    code: Unsloth's ``matmul_lora`` runs ``out += (X @ A.to(dtype)) @ (s * B.to(dtype))`` (unslothai/unsloth@b9d5ca5
+    unsloth/kernels/fast_lora.py, the release LLaMA-Factory's paper ran, 2024-03-20): 6 kernels beside the base GEMM
+    when LLaMA-Factory has cast the adapters to fp32 (model/adapter.py at 8963e89); PEFT's ``Linear.forward`` casts the
+    input to the fp32 adapter's dtype and autocast casts it and A, B back for the two linears: 5 + 4 = 9. torchtune
+    creates adapters in the weight dtype: 5 eager, 3 compiled (no casts). The old model counted 3 and 5 everywhere."""
+    from engine.time.overhead import layer_kernels
+
+    def per_module(fused: bool, **kw) -> float:
+        lora = Scenario.build(method="lora", lora_targets="q_proj,v_proj", **kw)
+        full = Scenario.build(method="full", **kw)
+        return (layer_kernels(LLAMA8, lora, "flash", fused) - layer_kernels(LLAMA8, full, "flash", fused)) / 2
+
+    for fused, hf_amp, hf_bf16, tune in ((True, 6, 6, 3), (False, 9, 7, 5)):
+        assert per_module(fused, framework="hf", precision="amp_bf16") == hf_amp
+        assert per_module(fused, framework="hf", precision="bf16") == hf_bf16
+        assert per_module(fused, framework="torchtune", precision="bf16") == tune
+        assert per_module(fused, framework="hf", precision="fp32") == (3 if fused else 5)  # fp32 compute: no casts
