@@ -196,7 +196,9 @@ the memory estimate uses, every term with a shape and a source:
   time {BACKWARD_HOST_FACTOR:g}x forward's (both from HF Llama-3.2-1B in a plain loop on a B200), plus {STEP_SECONDS * 1e3:g} ms
   per step. On the Hugging Face stack (Trainer + PEFT wrappers, accelerate's hooks and autocast, bitsandbytes' Python
   autograd functions) each kernel costs {FITTED.eager_host_factor:g}x that host time (fitted), so short steps (micro
-  batch x sequence of a few thousand tokens or less) are launch-bound and cost more per token than long ones.
+  batch x sequence of a few thousand tokens or less) are launch-bound and cost more per token than long ones. There the
+  LoRA adapters are fp32 beside 16-bit compute, and each adapted module launches its casts too (PEFT's input cast and
+  autocast's: 4; Unsloth's `matmul_lora`: 3).
 - **Power caps**: a run that states a cap below the GPU's TDP (torchtitan's 500 W H100s) runs its compute at
   (cap / TDP)^{FITTED.power_exponent:g} (fitted; the DVFS prior is 1/3).
 - **Communication** (`collectives.py`): ring all-reduce 2(n-1)/n x bytes, reduce-scatter and all-gather (n-1)/n x bytes,
