@@ -8,6 +8,8 @@ models at micro batch 1 are bound by it (Horace He, "Making Deep Learning Go Brr
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from engine.model.architecture import Architecture
 from engine.scenario.lora import resolve_targets
 from engine.scenario.optimizer import HostLoop, Optimizer
@@ -90,8 +92,13 @@ def lora_cast_kernels(sc: Scenario, fused: bool) -> int:
       list, PyTorch AMP op reference): 4; without autocast the fp32 adapter output is cast back to the result's dtype
       (``result.to(torch_result_dtype)``): 2.
     """
-    spec = precision_spec(sc.precision)
-    if sc.framework is not Framework.HF or spec.compute_bytes == 4:
+    return _cast_kernels(sc.framework, sc.precision, fused)
+
+
+@lru_cache(maxsize=64)
+def _cast_kernels(framework: Framework, precision: str, fused: bool) -> int:
+    spec = precision_spec(precision)
+    if framework is not Framework.HF or spec.compute_bytes == 4:
         return 0
     if fused:
         return 3
