@@ -40,7 +40,7 @@ from engine.scenario.precision import precision_spec
 from engine.scenario.training import Framework, Method, Scenario
 from engine.time import collectives as cc
 from engine.time.memory_bound import optimizer_bytes
-from engine.time.overhead import STEP_SECONDS, optimizer_host_seconds
+from engine.time.overhead import STEP_SECONDS, optimizer_step_seconds
 from engine.time.constants import current
 from engine.time.rates import gpu_rates, peak_flops_for
 
@@ -223,8 +223,8 @@ def _hidden(sums: CommSums, m: int, st: StageCompute) -> float:
             + cc.exposed_seconds(sums.ring, st.attention_s * m) + cc.exposed_seconds(sums.tp, st.breakdown_s["matmul"] * m))
 
 
-def _optimizer(ctx: Context, layout: Layout, rank_parameters: float) -> tuple[float, float]:
-    """(HBM bytes, host seconds) of the optimizer step over the parameters this rank updates: its parameters, / DP x
+def _optimizer(ctx: Context, layout: Layout, rank_parameters: float) -> tuple[float, int]:
+    """(HBM bytes, tensors the host loop walks) of the optimizer step over the parameters this rank updates: its parameters, / DP x
     CP under ZeRO-1 / the distributed optimizer and ZeRO-3 / FSDP. Bytes as :func:`engine.time.step.step_time`
     counts them (the fp32 master weights, or the weights, the states and the gradients through the optimizer's
     passes; HF gradient clipping), at the one-GPU estimate's bytes per parameter."""
@@ -240,18 +240,19 @@ def _optimizer(ctx: Context, layout: Layout, rank_parameters: float) -> tuple[fl
         tensors = 0
     moved = optimizer_bytes(weights, get("optimizer_states"), get("gradients"), sc.optimizer,
                             clip=sc.framework is Framework.HF) * held / shards
-    return moved, optimizer_host_seconds(sc.optimizer, -(-round(tensors * held) // shards))
+    return moved, -(-round(tensors * held) // shards)
 
 
 def _optimizer_seconds(ctx: Context, layout: Layout, rank_parameters: float, gpu: Gpu) -> tuple[float, float]:
-    """(seconds of the optimizer step's HBM traffic, seconds of the step: the longer of that and its host time) of
+    """(seconds of the optimizer step's HBM traffic, seconds of the step with its host loop,
+    :func:`engine.time.overhead.optimizer_step_seconds`) of
     :func:`_optimizer`, memoised in ``ctx`` per what it reads of the layout (its shards) and the rank's parameters."""
     key = ("optimizer", gpu.name, layout.optimizer_shards if layout.zero >= 1 else 1, rank_parameters)
     hit = ctx.memo.get(key)
     if hit is None:
-        moved, opt_host = _optimizer(ctx, layout, rank_parameters)
+        moved, tensors = _optimizer(ctx, layout, rank_parameters)
         opt_gpu = moved / gpu_rates(gpu, ctx.compute_sc.precision).hbm_bytes_per_s
-        hit = ctx.memo[key] = (opt_gpu, max(opt_gpu, opt_host))
+        hit = ctx.memo[key] = (opt_gpu, optimizer_step_seconds(ctx.sc.optimizer, tensors, opt_gpu))
     return hit
 
 

@@ -49,7 +49,8 @@ def host_seconds_per_kernel(hf_stack: bool, fused: bool) -> float:
 
 PYTHON_SECONDS_PER_TENSOR = 20e-6
 """Host time per parameter tensor of optimizers that loop over tensors in Python (bitsandbytes' 8-bit and paged
-optimizers, Adafactor): one kernel launch and its argument checks per tensor."""
+optimizers, Adafactor): one kernel launch and its argument checks per tensor. bitsandbytes' loop also waits for the
+GPU after each tensor, so its host time adds to the kernels' (:func:`optimizer_step_seconds`)."""
 
 
 def layer_kernels(arch: Architecture, sc: Scenario, kernel: str, fused: bool, lora_modules: int | None = None) -> float:
@@ -111,12 +112,15 @@ def _targets(arch: Architecture, sc: Scenario) -> int:
 
 def optimizer_host_loop(optimizer: Optimizer) -> str:
     """How ``optimizer``'s step walks its tensors on the host, read from its record's ``host_loop``: ``per_tensor``
-    (a Python loop, one launch and its checks per tensor: bitsandbytes' 8-bit / paged / Lion kernels, Adafactor),
-    ``fused`` (torch ``AdamW(fused=True)``: one launch per chunk of tensors) or ``foreach`` (torch's foreach ops,
-    ~12 per chunk). The one place the time model reads this per-optimizer fact."""
+    (a Python loop, one launch and its checks per tensor: Adafactor), ``per_tensor_synced`` (the same loop waiting
+    for the GPU after each tensor: bitsandbytes' 8-bit / paged / Lion optimizers), ``fused`` (torch
+    ``AdamW(fused=True)``: one launch per chunk of tensors) or ``foreach`` (torch's foreach ops, ~12 per chunk). The
+    one place the time model reads this per-optimizer fact."""
     loop = optimizer.record.host_loop
     if loop is HostLoop.PER_TENSOR:
         return "per_tensor"
+    if loop is HostLoop.PER_TENSOR_SYNCED:
+        return "per_tensor_synced"
     return "fused" if loop is HostLoop.FUSED_CHUNKS else "foreach"
 
 
@@ -125,7 +129,22 @@ def optimizer_host_seconds(optimizer: Optimizer, tensors: int) -> float:
     Python loops at :data:`PYTHON_SECONDS_PER_TENSOR`; torch's fused and foreach steps launch a kernel per chunk of 100
     tensors (1 fused, ~12 foreach ops)."""
     loop = optimizer_host_loop(optimizer)
-    if loop == "per_tensor":
+    if loop in ("per_tensor", "per_tensor_synced"):
         return tensors * PYTHON_SECONDS_PER_TENSOR
     chunks = max(1, -(-tensors // 100))
     return chunks * (1 if loop == "fused" else 12) * SECONDS_PER_KERNEL
+
+
+def optimizer_step_seconds(optimizer: Optimizer, tensors: int, gpu_seconds: float) -> float:
+    """Wall seconds of one optimizer step whose kernels take ``gpu_seconds`` on the GPU and whose host loop takes
+    :func:`optimizer_host_seconds` over ``tensors`` tensors.
+
+    Kernels launch asynchronously, so the host's launches hide under the GPU's work and the step takes the longer of
+    the two; except where the loop synchronises after every tensor (``per_tensor_synced``: bitsandbytes'
+    ``Optimizer8bit.step`` calls ``torch.cuda.synchronize()`` after each parameter's update, 0.41.0-0.43.3), where
+    the GPU idles while the host prepares the next tensor and the host waits while the GPU runs it: the sum.
+    """
+    host = optimizer_host_seconds(optimizer, tensors)
+    if optimizer_host_loop(optimizer) == "per_tensor_synced":
+        return gpu_seconds + host
+    return max(gpu_seconds, host)

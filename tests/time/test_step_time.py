@@ -289,3 +289,30 @@ def test_fp32_adapters_beside_16_bit_compute_launch_their_casts():
         assert per_module(fused, framework="hf", precision="bf16") == hf_bf16
         assert per_module(fused, framework="torchtune", precision="bf16") == tune
         assert per_module(fused, framework="hf", precision="fp32") == (3 if fused else 5)  # fp32 compute: no casts
+
+
+def test_bitsandbytes_optimizer_waits_for_the_gpu_after_every_tensor():
+    """bitsandbytes' ``Optimizer8bit.step`` (the base of every bitsandbytes optimizer) calls
+    ``torch.cuda.synchronize()`` after each parameter's ``update_step`` (bitsandbytes 0.41.0 to 0.43.3,
+    bitsandbytes/optim/optimizer.py; 0.43.0 was the release of LLaMA-Factory's paper, March 2024): its Python loop and
+    its kernels take turns, so the step is their sum. torch's foreach and fused steps launch asynchronously: the longer
+    of the two. The old model took the longer of the two for bitsandbytes too."""
+    from engine.scenario.optimizer import Optimizer
+    from engine.time.overhead import PYTHON_SECONDS_PER_TENSOR
+
+    # Through the step: a LoRA step on Llama-3.1-8B with 8-bit AdamW pays its whole host loop on top of the kernels
+    # (rank 128 on every linear: 7 x 32 modules x 2 tensors), where fused AdamW's few launches hide under its kernels.
+    def overhead_s(optimizer: str) -> float:
+        sc = Scenario.build(method="lora", lora_r=128, lora_targets="all-linear", optimizer=optimizer,
+                            micro_batch_size=1, seq_len=512, framework="hf")
+        return estimate_throughput(LLAMA8, sc, A100, estimate=estimate_memory(LLAMA8, sc, A100)).breakdown_s["overhead"]
+
+    assert overhead_s("adamw_8bit") - overhead_s("adamw_fused") == pytest.approx(448 * PYTHON_SECONDS_PER_TENSOR)
+
+    from engine.time.overhead import optimizer_step_seconds
+
+    gpu_s = 6.8e-3  # the 8-bit step's HBM traffic of Llama-2-7B's rank-128 adapters on an A100 (448 tensors)
+    for bnb in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT, Optimizer.PAGED_ADAMW_32BIT, Optimizer.LION_8BIT):
+        assert optimizer_step_seconds(bnb, 448, gpu_s) == pytest.approx(gpu_s + 448 * PYTHON_SECONDS_PER_TENSOR)
+    assert optimizer_step_seconds(Optimizer.ADAFACTOR, 448, gpu_s) == pytest.approx(448 * PYTHON_SECONDS_PER_TENSOR)
+    assert optimizer_step_seconds(Optimizer.ADAMW_FUSED, 448, gpu_s) == pytest.approx(gpu_s)
