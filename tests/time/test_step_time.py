@@ -51,6 +51,17 @@ def test_rates_of_the_a100_and_the_l40s():
     assert l40s.achievable_matmul_flops == pytest.approx(0.80 * 362.05e12) and "no published" in l40s.matmul_source
 
 
+def test_rtx_4090_matmuls_run_at_their_measured_rate():
+    """The RTX 4090's achievable matmul rate is a measurement, not 0.80 x the datasheet: torch.mm's best square shape
+    on the four RTX 4090 24GB rows of zzc0721/torch-performance-test-data@bbb8e247 database.md (bf16 170.06, 173.31,
+    162.39, 163.09 TFLOP/s: median 166.6), a little above the Ada whitepaper's 165.2 (rated at the 2520 MHz boost clock;
+    GPU Boost runs higher). The old model gave 0.80 x 165.2 = 132.2."""
+    r = gpu_rates(find_gpu("RTX 4090"), "bf16")
+    assert r.achievable_matmul_flops == pytest.approx(166.6e12)
+    assert r.matmul_flops == pytest.approx(166.6e12 * TRAINING_GEMM_EFFICIENCY)
+    assert "measured" in r.matmul_source and r.peak.flops == pytest.approx(165.2e12)
+
+
 def test_gemm_roofline_and_tile_quantization():
     assert tile_efficiency(4096, 4096, 4096) == 1.0
     assert tile_efficiency(4096 + 1, 4096, 4096) == pytest.approx(4097 / 4224)  # one more row costs a whole tile
