@@ -171,7 +171,8 @@ the memory estimate uses, every term with a shape and a source:
   the LM head and the LoRA A/B adapters, forward, input gradient and weight gradient (none for frozen weights), the
   blocks' forward again under checkpointing. Each GEMM takes max(FLOPs / (matmul rate x tile efficiency), bytes / HBM
   bandwidth). The matmul rate is {FITTED.gemm_efficiency:g} (fitted) x the GPU's achievable rate: Stas Bekman's measured
-  maximum achievable matmul FLOPS (MAMF) for A100, H100, H200, GH200, B200, MI250X, MI300X, MI325X, otherwise
+  maximum achievable matmul FLOPS (MAMF) for A100, H100, H200, GH200, B200, MI250X, MI300X, MI325X, a measured torch.mm
+  maximum for the RTX 4090 (166.6 TFLOP/s bf16, a little above its datasheet's 165.2: GPU Boost), otherwise
   {MATMUL_FRACTION_OF_PEAK["NVIDIA"]:g} (NVIDIA) / {MATMUL_FRACTION_OF_PEAK["AMD"]:g} (AMD) x the dense datasheet peak
   (the MAMF table's range). fp32 runs without TF32 (PyTorch's default).
 - **Attention** (`attention.py`) by kernel, chosen as PyTorch's SDPA dispatcher does from the GPU's compute capability
@@ -191,7 +192,9 @@ the memory estimate uses, every term with a shape and a source:
   recompute): 0.5 B read + 2 B written per weight per use.
 - **Optimizer**: reads weights, gradients and states and writes weights and states once per step, {MULTI_PASS_OPTIMIZER_PASSES:g}
   passes for torch's foreach AdamW (measured on a B200), one for fused and bitsandbytes kernels; 1/N of it per GPU
-  under ZeRO/FSDP; gradient clipping reads the gradients again.
+  under ZeRO/FSDP; gradient clipping reads the gradients again. bitsandbytes' optimizers wait for the GPU after every
+  tensor (`torch.cuda.synchronize()` in `Optimizer8bit.step`, 0.41-0.43), so their per-tensor Python loop adds to the
+  kernels' time instead of hiding under it.
 - **Overhead** (`overhead.py`): each pass takes max(GPU time, kernels x {SECONDS_PER_KERNEL * 1e6:g} us), backward's host
   time {BACKWARD_HOST_FACTOR:g}x forward's (both from HF Llama-3.2-1B in a plain loop on a B200), plus {STEP_SECONDS * 1e3:g} ms
   per step. On the Hugging Face stack (Trainer + PEFT wrappers, accelerate's hooks and autocast, bitsandbytes' Python

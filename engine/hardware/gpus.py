@@ -18,7 +18,8 @@ so its row is one GCD). Per row:
 - for the step-time model (:mod:`engine.time`): ``compute_capability`` (CUDA ``major.minor``; empty on AMD,
   whose gfx target is in ``rates_source``), ``sm_count`` (SMs, or compute units on AMD), the *measured*
   achievable matmul rate ``matmul_bf16_tflops`` / ``matmul_fp16_tflops`` with ``matmul_source`` (Stas Bekman's
-  maximum-achievable-matmul-FLOPS table, stas00/ml-engineering@744d01e1 compute/accelerator/README.md; empty
+  maximum-achievable-matmul-FLOPS table, stas00/ml-engineering@744d01e1 compute/accelerator/README.md, or another
+  published measurement named in the cell; at most :data:`MEASURED_OVER_PEAK` x the dense peak; empty
   where nobody published one: the time model then takes a documented fraction of the dense peak),
   ``nvlink_gbps_per_direction`` and ``pcie_gbps_per_direction`` (GB/s one way per GPU, the figure collectives
   are limited by), ``p2p`` (False: GeForce 40/50 cards, whose stock driver has no peer-to-peer over PCIe, so

@@ -59,7 +59,8 @@ FITTED = TimeConstants()
 """The values the product uses: the in-sample best over every compared row (benchmarks/validate_time.py prints the
 fit and its leave-one-source-out cross-validation; the Methodology page shows both). Fitted on the 132 compared rows
 of data/throughput_measurements.csv and data/large_runs.csv; what pins each one down: ``gemm_efficiency`` the packed
-one-node rows (torchtune, ml-engineering, NeMo AutoModel, Megatron-LM, Korthikanti); ``eager_host_factor`` the
+one-node rows (torchtune, ml-engineering, NeMo AutoModel, Megatron-LM, Korthikanti; torchtune's RTX 4090 rows since the card
+runs at its measured matmul rate, not 0.80 x its datasheet); ``eager_host_factor`` the
 Hugging Face stack rows (ms-swift, LlamaFactory: in sample 1.5; left out, LlamaFactory alone wants 2.0 and ms-swift
 with the rest 1.0, the spread the single-GPU LOSO figure shows); ``attention_efficiency`` the long-sequence Hopper rows
 (torchtitan's CP sweep, NeMo, ml-engineering's 8k B200 rows; 0.7 since nanotron's rows run its fused kernels, was 0.8);
