@@ -71,8 +71,9 @@ class HostLoop(str, Enum):
     PER_TENSOR_SYNCED = "per_tensor_synced"
     """A Python loop over the tensors that waits for the GPU after each one: bitsandbytes' ``Optimizer8bit.step`` (the
     base of all its optimizers, 8- and 32-bit, paged or not) calls ``torch.cuda.synchronize()`` after every
-    parameter's ``update_step`` (bitsandbytes 0.41.0 to 0.43.3, ``bitsandbytes/optim/optimizer.py``), so the host's
-    Python and the GPU's kernels take turns instead of overlapping."""
+    parameter's ``update_step`` (bitsandbytes 0.41.0 to 0.43.3, ``bitsandbytes/optim/optimizer.py``; still so when
+    bitsandbytes-foundation/bitsandbytes PR #2050 proposed removing it for non-paged optimizers), so the host's Python
+    and the GPU's kernels take turns instead of overlapping."""
 
 
 EXPORTS = ("trl", "axolotl", "llamafactory", "code")
