@@ -171,7 +171,8 @@ the memory estimate uses, every term with a shape and a source:
   the LM head and the LoRA A/B adapters, forward, input gradient and weight gradient (none for frozen weights), the
   blocks' forward again under checkpointing. Each GEMM takes max(FLOPs / (matmul rate x tile efficiency), bytes / HBM
   bandwidth). The matmul rate is {FITTED.gemm_efficiency:g} (fitted) x the GPU's achievable rate: Stas Bekman's measured
-  maximum achievable matmul FLOPS (MAMF) for A100, H100, H200, GH200, B200, MI250X, MI300X, MI325X, otherwise
+  maximum achievable matmul FLOPS (MAMF) for A100, H100, H200, GH200, B200, MI250X, MI300X, MI325X, a measured torch.mm
+  maximum for the RTX 4090 (166.6 TFLOP/s bf16, a little above its datasheet's 165.2: GPU Boost), otherwise
   {MATMUL_FRACTION_OF_PEAK["NVIDIA"]:g} (NVIDIA) / {MATMUL_FRACTION_OF_PEAK["AMD"]:g} (AMD) x the dense datasheet peak
   (the MAMF table's range). fp32 runs without TF32 (PyTorch's default).
 - **Attention** (`attention.py`) by kernel, chosen as PyTorch's SDPA dispatcher does from the GPU's compute capability
@@ -191,12 +192,16 @@ the memory estimate uses, every term with a shape and a source:
   recompute): 0.5 B read + 2 B written per weight per use.
 - **Optimizer**: reads weights, gradients and states and writes weights and states once per step, {MULTI_PASS_OPTIMIZER_PASSES:g}
   passes for torch's foreach AdamW (measured on a B200), one for fused and bitsandbytes kernels; 1/N of it per GPU
-  under ZeRO/FSDP; gradient clipping reads the gradients again.
+  under ZeRO/FSDP; gradient clipping reads the gradients again. bitsandbytes' optimizers wait for the GPU after every
+  tensor (`torch.cuda.synchronize()` in `Optimizer8bit.step`, 0.41-0.43), so their per-tensor Python loop adds to the
+  kernels' time instead of hiding under it.
 - **Overhead** (`overhead.py`): each pass takes max(GPU time, kernels x {SECONDS_PER_KERNEL * 1e6:g} us), backward's host
   time {BACKWARD_HOST_FACTOR:g}x forward's (both from HF Llama-3.2-1B in a plain loop on a B200), plus {STEP_SECONDS * 1e3:g} ms
   per step. On the Hugging Face stack (Trainer + PEFT wrappers, accelerate's hooks and autocast, bitsandbytes' Python
   autograd functions) each kernel costs {FITTED.eager_host_factor:g}x that host time (fitted), so short steps (micro
-  batch x sequence of a few thousand tokens or less) are launch-bound and cost more per token than long ones.
+  batch x sequence of a few thousand tokens or less) are launch-bound and cost more per token than long ones. There the
+  LoRA adapters are fp32 beside 16-bit compute, and each adapted module launches its casts too (PEFT's input cast and
+  autocast's: 4; Unsloth's `matmul_lora`: 3).
   Replayed as CUDA graphs (`torch.compile(mode="reduce-overhead")`) the passes take their GPU time only.
 - **Freeze-tuning** (full fine-tuning of the last N blocks, LLaMA-Factory `finetuning_type: freeze`): the frozen
   blocks below the first trainable one are not in the autograd graph, so backward, the recompute and the saved
@@ -209,7 +214,8 @@ the memory estimate uses, every term with a shape and a source:
   at {NVLINK_BUS_EFFICIENCY:g} x unidirectional NVLink, {PCIE_BUS_EFFICIENCY:g} x PCIe (halved without peer-to-peer, 10
   GB/s across sockets), one 200 Gb/s NIC per GPU between nodes at {FITTED.network_efficiency:g} of its line rate
   (fitted), NCCL's ring latency {CALL_LATENCY_S * 1e6:g} us per call + {HOP_LATENCY_S["intra"] * 1e6:g} us per ring step
-  inside a node, {HOP_LATENCY_S["network"] * 1e6:g} us between nodes (NCCL `tuning.cc`); DDP all-reduces
+  inside a node and {HOP_LATENCY_S["network"] * 1e6:g} us per step that crosses nodes (2(k-1) of an all-reduce's 2(n-1)
+  steps over k nodes; NCCL `tuning.cc`); DDP all-reduces
   once per step, ZeRO-2 reduce-scatters every micro batch, ZeRO-3/FSDP all-gathers the weights in forward and
   backward; {OVERLAP:.0%} of it hides under compute when compute is long enough. LoRA under tensor parallelism (NeMo
   Automodel's TP x FSDP layouts) splits the adapters' GEMMs with their base linears and reduces only the adapters'

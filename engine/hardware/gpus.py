@@ -18,7 +18,8 @@ so its row is one GCD). Per row:
 - for the step-time model (:mod:`engine.time`): ``compute_capability`` (CUDA ``major.minor``; empty on AMD,
   whose gfx target is in ``rates_source``), ``sm_count`` (SMs, or compute units on AMD), the *measured*
   achievable matmul rate ``matmul_bf16_tflops`` / ``matmul_fp16_tflops`` with ``matmul_source`` (Stas Bekman's
-  maximum-achievable-matmul-FLOPS table, stas00/ml-engineering@744d01e1 compute/accelerator/README.md; empty
+  maximum-achievable-matmul-FLOPS table, stas00/ml-engineering@744d01e1 compute/accelerator/README.md, or another
+  published measurement named in the cell; at most :data:`MEASURED_OVER_PEAK` x the dense peak; empty
   where nobody published one: the time model then takes a documented fraction of the dense peak),
   ``nvlink_gbps_per_direction`` and ``pcie_gbps_per_direction`` (GB/s one way per GPU, the figure collectives
   are limited by), ``p2p`` (False: GeForce 40/50 cards, whose stock driver has no peer-to-peer over PCIe, so
@@ -65,6 +66,10 @@ GPUS_FILE = "gpus.csv"
 PRICES_FILE = "gpu_prices.csv"
 
 _OPTIONAL_NUMBERS = ("bf16_tflops", "fp16_tflops", "fp32_tflops", "fp8_tflops", "spot_usd_per_hour")
+MEASURED_OVER_PEAK = 1.05
+"""How far a measured matmul rate may exceed the datasheet's dense peak: GPU Boost above the rated boost clock (the
+RTX 4090's measured 166.6 TFLOP/s bf16 is 1.01 x its 165.2)."""
+
 _OPTIONAL_RATES = ("compute_capability", "sm_count", "matmul_bf16_tflops", "matmul_fp16_tflops",
                    "nvlink_gbps_per_direction", "pcie_gbps_per_direction")
 
@@ -133,9 +138,13 @@ class Gpu(BaseModel):
             raise ValueError("fp8 flag and fp8_tflops disagree (fp8_tflops must be empty exactly when fp8 is false)")
         if (self.matmul_bf16_tflops or self.matmul_fp16_tflops) and not self.matmul_source.strip():
             raise ValueError("a measured matmul rate needs its matmul_source")
+        # A datasheet peak is at the rated boost clock; GeForce cards' GPU Boost runs above it when power allows (RTX
+        # 4090: torch.mm measures 162-173 TFLOP/s against the whitepaper's 165.2), so a measurement may pass the peak
+        # by a few percent; more is a typo.
         for measured, peak in ((self.matmul_bf16_tflops, self.bf16_tflops), (self.matmul_fp16_tflops, self.fp16_tflops)):
-            if measured is not None and (peak is None or measured > peak):
-                raise ValueError(f"measured matmul rate {measured} exceeds the dense peak {peak}")
+            if measured is not None and (peak is None or measured > peak * MEASURED_OVER_PEAK):
+                raise ValueError(f"measured matmul rate {measured} exceeds the dense peak {peak} by more than "
+                                 f"{MEASURED_OVER_PEAK - 1:.0%}")
         return self
 
     @property

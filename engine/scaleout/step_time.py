@@ -40,7 +40,7 @@ from engine.scenario.precision import precision_spec
 from engine.scenario.training import Framework, Method, Scenario
 from engine.time import collectives as cc
 from engine.time.memory_bound import optimizer_bytes
-from engine.time.overhead import STEP_SECONDS, optimizer_host_seconds
+from engine.time.overhead import STEP_SECONDS, optimizer_step_seconds
 from engine.time.constants import current
 from engine.time.rates import gpu_rates, peak_flops_for
 
@@ -95,7 +95,7 @@ def _ring_link_at(cluster: Cluster, n: int, per_node: int, network_efficiency: f
     link = cc.data_parallel_link(cluster.gpu, n, per_node, network_bytes_per_s=nic)
     if cluster.intra_node_gbps is not None and not link.name.startswith("InfiniBand"):
         return cc.Link(name="intra-node (given)", bus_bytes_per_s=cluster.intra_node_gbps * 1e9 * cc.NVLINK_BUS_EFFICIENCY,
-                       hop_latency_s=link.hop_latency_s)
+                       nodes=link.nodes)
     return link
 
 
@@ -171,7 +171,7 @@ def collective_seconds(col: Collective, cluster: Cluster) -> float:
     link = cluster.link(col)
     total = col.message_bytes * col.count
     if col.kind == "p2p":
-        return total / link.bus_bytes_per_s + col.count * link.call_latency_s(1)
+        return total / link.bus_bytes_per_s + col.count * link.call_latency_s(1, link.inter_node_steps(1, False))
     fn = {"all_reduce": cc.all_reduce_seconds, "all_gather": cc.all_gather_seconds,
           "reduce_scatter": cc.reduce_scatter_seconds, "all_to_all": cc.all_to_all_seconds}[col.kind]
     return fn(total, col.group_size, link, calls=col.count)
@@ -223,8 +223,8 @@ def _hidden(sums: CommSums, m: int, st: StageCompute) -> float:
             + cc.exposed_seconds(sums.ring, st.attention_s * m) + cc.exposed_seconds(sums.tp, st.breakdown_s["matmul"] * m))
 
 
-def _optimizer(ctx: Context, layout: Layout, rank_parameters: float) -> tuple[float, float]:
-    """(HBM bytes, host seconds) of the optimizer step over the parameters this rank updates: its parameters, / DP x
+def _optimizer(ctx: Context, layout: Layout, rank_parameters: float) -> tuple[float, int]:
+    """(HBM bytes, tensors the host loop walks) of the optimizer step over the parameters this rank updates: its parameters, / DP x
     CP under ZeRO-1 / the distributed optimizer and ZeRO-3 / FSDP. Bytes as :func:`engine.time.step.step_time`
     counts them (the fp32 master weights, or the weights, the states and the gradients through the optimizer's
     passes; HF gradient clipping), at the one-GPU estimate's bytes per parameter."""
@@ -240,18 +240,19 @@ def _optimizer(ctx: Context, layout: Layout, rank_parameters: float) -> tuple[fl
         tensors = 0
     moved = optimizer_bytes(weights, get("optimizer_states"), get("gradients"), sc.optimizer,
                             clip=sc.framework is Framework.HF) * held / shards
-    return moved, optimizer_host_seconds(sc.optimizer, -(-round(tensors * held) // shards))
+    return moved, -(-round(tensors * held) // shards)
 
 
 def _optimizer_seconds(ctx: Context, layout: Layout, rank_parameters: float, gpu: Gpu) -> tuple[float, float]:
-    """(seconds of the optimizer step's HBM traffic, seconds of the step: the longer of that and its host time) of
+    """(seconds of the optimizer step's HBM traffic, seconds of the step with its host loop,
+    :func:`engine.time.overhead.optimizer_step_seconds`) of
     :func:`_optimizer`, memoised in ``ctx`` per what it reads of the layout (its shards) and the rank's parameters."""
     key = ("optimizer", gpu.name, layout.optimizer_shards if layout.zero >= 1 else 1, rank_parameters)
     hit = ctx.memo.get(key)
     if hit is None:
-        moved, opt_host = _optimizer(ctx, layout, rank_parameters)
+        moved, tensors = _optimizer(ctx, layout, rank_parameters)
         opt_gpu = moved / gpu_rates(gpu, ctx.compute_sc.precision).hbm_bytes_per_s
-        hit = ctx.memo[key] = (opt_gpu, max(opt_gpu, opt_host))
+        hit = ctx.memo[key] = (opt_gpu, optimizer_step_seconds(ctx.sc.optimizer, tensors, opt_gpu))
     return hit
 
 

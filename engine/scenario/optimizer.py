@@ -67,7 +67,13 @@ class HostLoop(str, Enum):
     FOREACH_CHUNKS = "foreach_chunks"
     """About a dozen ``_foreach_*`` kernels per chunk of tensors (torch's foreach implementation)."""
     PER_TENSOR = "per_tensor"
-    """A Python loop over the tensors, one launch and its argument checks each (bitsandbytes, Adafactor)."""
+    """A Python loop over the tensors, one launch and its argument checks each (Adafactor)."""
+    PER_TENSOR_SYNCED = "per_tensor_synced"
+    """A Python loop over the tensors that waits for the GPU after each one: bitsandbytes' ``Optimizer8bit.step`` (the
+    base of all its optimizers, 8- and 32-bit, paged or not) calls ``torch.cuda.synchronize()`` after every
+    parameter's ``update_step`` (bitsandbytes 0.41.0 to 0.43.3, ``bitsandbytes/optim/optimizer.py``; still so when
+    bitsandbytes-foundation/bitsandbytes PR #2050 proposed removing it for non-paged optimizers), so the host's Python
+    and the GPU's kernels take turns instead of overlapping."""
 
 
 EXPORTS = ("trl", "axolotl", "llamafactory", "code")
@@ -298,7 +304,7 @@ def _galore_step_temporaries(groups: list[tuple[TensorGroup, float]], rank: int)
     return max(_galore_temporaries(g, b, rank) for g, b in groups) if groups else 0.0
 
 
-_BNB = dict(step_kernel=StepKernel.FUSED, host_loop=HostLoop.PER_TENSOR, traceable=False, bitsandbytes=True)
+_BNB = dict(step_kernel=StepKernel.FUSED, host_loop=HostLoop.PER_TENSOR_SYNCED, traceable=False, bitsandbytes=True)
 _FOREACH = dict(step_kernel=StepKernel.MULTI_PASS, host_loop=HostLoop.FOREACH_CHUNKS, traceable=True)
 
 RECORDS: dict[Optimizer, OptimizerRecord] = {Optimizer(r.name): r for r in (

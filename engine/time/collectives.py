@@ -10,8 +10,10 @@ over ``n`` ranks, every rank sends and receives
 at the link's *bus bandwidth* (what nccl-tests report as busbw: about 80% of the unidirectional NVLink rate on
 A100/H100/H200 rings, ml-engineering network/README.md). Each call also pays NCCL's ring latency: a base
 (:data:`CALL_LATENCY_S`) plus one hop latency per ring step (``2(n-1)`` steps for an all-reduce, ``n-1`` for the
-others; :data:`HOP_LATENCY_S`, the network's when the ring leaves the node), so many small buckets over many ranks
-cost more than one large message over few.
+others), of which only the steps that cross nodes (``2(k-1)`` for an all-reduce over k nodes, ``k-1`` for the others)
+pay the network's hop latency and the rest the NVLink/PCIe one (:data:`HOP_LATENCY_S`; NCCL's ring latency model,
+``nInterSteps`` in ``src/graph/tuning.cc``), so many small buckets over many ranks cost more than one large message
+over few.
 """
 
 from __future__ import annotations
@@ -75,10 +77,21 @@ class Link(BaseModel):
     bus_bytes_per_s: float
     latency_s: float = CALL_LATENCY_S
     hop_latency_s: float = HOP_LATENCY_S["intra"]
+    nodes: int = 1
+    network_hop_latency_s: float = HOP_LATENCY_S["network"]
 
-    def call_latency_s(self, steps: int) -> float:
-        """Latency of one call of ``steps`` ring steps: base + steps x hop."""
-        return self.latency_s + steps * self.hop_latency_s
+    def call_latency_s(self, steps: int, inter_steps: int = 0) -> float:
+        """Latency of one call of ``steps`` ring steps, ``inter_steps`` of them between nodes: base + the inter-node
+        steps x the network's hop + the others x the link's hop (NCCL ``tuning.cc``: ``(nsteps - nInterSteps) x
+        intraLat + nInterSteps x interLat``)."""
+        inter = min(inter_steps, steps)
+        return self.latency_s + (steps - inter) * self.hop_latency_s + inter * self.network_hop_latency_s
+
+    def inter_node_steps(self, steps: int, all_reduce: bool) -> int:
+        """Ring steps of one call that cross nodes: ``2(k-1)`` for an all-reduce over this link's k nodes, ``k-1`` for
+        a reduce-scatter / all-gather / all-to-all (NCCL ``tuning.cc`` ``nInterSteps``), at most ``steps``."""
+        k = max(1, self.nodes)
+        return min(steps, (2 if all_reduce else 1) * (k - 1))
 
 
 XGMI = "Infinity Fabric"
@@ -125,10 +138,9 @@ def data_parallel_link(gpu: Gpu, num_gpus: int, gpus_per_node: int = GPUS_PER_NO
     nodes = -(-num_gpus // gpus_per_node)
     if nodes > 1:
         inter = network_bytes_per_s * (num_gpus - 1) / (nodes - 1)
-        hop = HOP_LATENCY_S["network"]
         if inter < intra:
-            return Link(name=f"InfiniBand between {nodes} nodes", bus_bytes_per_s=inter, hop_latency_s=hop)
-        return Link(name=name + f" ({nodes} nodes)", bus_bytes_per_s=intra, hop_latency_s=hop)
+            return Link(name=f"InfiniBand between {nodes} nodes", bus_bytes_per_s=inter, nodes=nodes)
+        return Link(name=name + f" ({nodes} nodes)", bus_bytes_per_s=intra, nodes=nodes)
     return Link(name=name, bus_bytes_per_s=intra)
 
 
@@ -140,10 +152,12 @@ def host_link_bytes_per_s(gpu: Gpu) -> float:
 
 def all_reduce_seconds(nbytes: float, n: int, link: Link, calls: int = 1) -> float:
     """Ring all-reduce of ``nbytes`` per rank over ``n`` ranks in ``calls`` buckets: ``2(n-1)/n x S / busbw``
-    + the ring latency of ``2(n-1)`` steps per call. 0 for one rank."""
+    + the ring latency of ``2(n-1)`` steps per call (``2(k-1)`` of them over the network on k nodes). 0 for one rank."""
     if n <= 1 or nbytes <= 0:
         return 0.0
-    return 2 * (n - 1) / n * nbytes / link.bus_bytes_per_s + calls * link.call_latency_s(2 * (n - 1))
+    steps = 2 * (n - 1)
+    return 2 * (n - 1) / n * nbytes / link.bus_bytes_per_s + calls * link.call_latency_s(
+        steps, link.inter_node_steps(steps, all_reduce=True))
 
 
 def reduce_scatter_seconds(nbytes: float, n: int, link: Link, calls: int = 1) -> float:
@@ -151,7 +165,8 @@ def reduce_scatter_seconds(nbytes: float, n: int, link: Link, calls: int = 1) ->
     latency of ``n-1`` steps per call."""
     if n <= 1 or nbytes <= 0:
         return 0.0
-    return (n - 1) / n * nbytes / link.bus_bytes_per_s + calls * link.call_latency_s(n - 1)
+    return (n - 1) / n * nbytes / link.bus_bytes_per_s + calls * link.call_latency_s(
+        n - 1, link.inter_node_steps(n - 1, all_reduce=False))
 
 
 def all_gather_seconds(nbytes: float, n: int, link: Link, calls: int = 1) -> float:

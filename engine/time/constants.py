@@ -59,11 +59,16 @@ FITTED = TimeConstants()
 """The values the product uses: the in-sample best over every compared row (benchmarks/validate_time.py prints the
 fit and its leave-one-source-out cross-validation; the Methodology page shows both). Fitted on the 132 compared rows
 of data/throughput_measurements.csv and data/large_runs.csv; what pins each one down: ``gemm_efficiency`` the packed
-one-node rows (torchtune, ml-engineering, NeMo AutoModel, Megatron-LM, Korthikanti); ``eager_host_factor`` the
-Hugging Face stack rows (ms-swift, LlamaFactory); ``attention_efficiency`` the long-sequence Hopper rows
-(torchtitan's CP sweep, NeMo, ml-engineering's 8k B200 rows; 0.7 since nanotron's rows run its fused kernels, was 0.8); ``network_efficiency`` the multi-node rows (nanotron,
-torchtitan 128 GPUs, Llama 3); ``power_exponent`` torchtitan's 500 W H100 rows (the only rows that state a cap: left
-out, the prior 1/3 is used)."""
+one-node rows (torchtune, ml-engineering, NeMo AutoModel, Megatron-LM, Korthikanti; torchtune's RTX 4090 rows since the card
+runs at its measured matmul rate, not 0.80 x its datasheet); ``eager_host_factor`` the
+Hugging Face stack rows (ms-swift, LlamaFactory: in sample 1.5; left out, LlamaFactory alone wants 2.0 and ms-swift
+with the rest 1.0, the spread the single-GPU LOSO figure shows); ``attention_efficiency`` the long-sequence Hopper rows
+(torchtitan's CP sweep, NeMo, ml-engineering's 8k B200 rows; 0.7 since nanotron's rows run its fused kernels, was 0.8);
+``network_efficiency`` the multi-node InfiniBand rows of Megatron-LM's H100 table (16B-314B) and NeMo (Mixtral 8x7B,
+Llama 2 70B, Nemotron 340B), which the model times too slow below 0.96 (nanotron's EFA cells would want less: nccl-tests
+on 16-32 AWS p5 nodes reach 0.78-0.84 of this line-rate formula at 8 GiB, crazyguitar/aws-gpu-communication-benchmark
+data/nccl_all_reduce.csv, but no value on the grid fits their 64-node cells); ``power_exponent`` torchtitan's 500 W
+H100 rows (the only rows that state a cap: left out, the prior 1/3 is used)."""
 
 _CURRENT: ContextVar[TimeConstants] = ContextVar("time_constants", default=FITTED)
 

@@ -8,10 +8,13 @@ models at micro batch 1 are bound by it (Horace He, "Making Deep Learning Go Brr
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from engine.model.architecture import Architecture
 from engine.scenario.lora import resolve_targets
 from engine.scenario.optimizer import HostLoop, Optimizer
-from engine.scenario.training import Method, Scenario
+from engine.scenario.precision import precision_spec
+from engine.scenario.training import Framework, Method, Scenario
 from engine.time.constants import current
 
 SECONDS_PER_KERNEL = 13.5e-6
@@ -46,7 +49,8 @@ def host_seconds_per_kernel(hf_stack: bool, fused: bool) -> float:
 
 PYTHON_SECONDS_PER_TENSOR = 20e-6
 """Host time per parameter tensor of optimizers that loop over tensors in Python (bitsandbytes' 8-bit and paged
-optimizers, Adafactor): one kernel launch and its argument checks per tensor."""
+optimizers, Adafactor): one kernel launch and its argument checks per tensor. bitsandbytes' loop also waits for the
+GPU after each tensor, so its host time adds to the kernels' (:func:`optimizer_step_seconds`)."""
 
 
 def layer_kernels(arch: Architecture, sc: Scenario, kernel: str, fused: bool, lora_modules: int | None = None) -> float:
@@ -56,7 +60,9 @@ def layer_kernels(arch: Architecture, sc: Scenario, kernel: str, fused: bool, lo
     per linear (per expert), RoPE ~10, attention 1 (flash/memory-efficient) or ~6 (eager/math: matmul, mask,
     softmax, cast, dropout, matmul), the MLP activation 1-2, ~3 reshapes; a LoRA adapter adds 5 (dropout, A, B,
     scale, add), a 4-bit base weight 1 (dequantize). Fused kernels: norms, RoPE and activation one each, LoRA 3.
-    ``lora_modules``: adapted modules per block, when the caller has resolved the targets.
+    On the Hugging Face stack the adapters are fp32 beside 16-bit compute (:func:`lora_cast_kernels`), which adds the
+    casts each adapted module launches. ``lora_modules``: adapted modules per block, when the caller has resolved the
+    targets.
     """
     gemms = sum(lin.count for lin in arch.layer_linears)
     norm = 1 if fused or arch.norm == "layernorm" else 6
@@ -66,10 +72,38 @@ def layer_kernels(arch: Architecture, sc: Scenario, kernel: str, fused: bool, lo
     n += 1 if fused else (2 if arch.mlp == "gated" else 1)
     if sc.method is not Method.FULL:
         targets = _targets(arch, sc) if lora_modules is None else lora_modules
-        n += targets * (3 if fused else 5)
+        n += targets * ((3 if fused else 5) + lora_cast_kernels(sc, fused))
         if sc.method is Method.QLORA:
             n += gemms
     return float(n)
+
+
+def lora_cast_kernels(sc: Scenario, fused: bool) -> int:
+    """Cast kernels one LoRA-adapted module's forward adds when its adapters are fp32 and the compute is 16-bit: the
+    Hugging Face stack keeps adapters in fp32 (PEFT >= 0.12 ``autocast_adapter_dtype=True``; LLaMA-Factory casts every
+    trainable parameter to fp32 unless ``pure_bf16``, ``model/adapter.py`` at 8963e89, 2024-03-21), torchtune and the
+    other stacks create them in the weight dtype (0 there, and in fp32 training).
+
+    - Unsloth (``fused`` on the HF stack): ``matmul_lora`` computes ``out += (X @ A.to(dtype)) @ (s * B.to(dtype))``
+      (unslothai/unsloth@b9d5ca5 ``unsloth/kernels/fast_lora.py``, 2024-03-20): two casts and the ``s * B`` scale
+      beside the three kernels counted: 3.
+    - PEFT (eager): ``Linear.forward`` casts the input to the adapter's dtype (``x = x.to(lora_A.weight.dtype)``,
+      ``_cast_input_dtype`` in later releases, peft ``tuners/lora/layer.py``); under autocast, ``lora_A``'s linear then
+      casts that input and A back to 16 bits and ``lora_B``'s casts B (``linear`` is on autocast's lower-precision
+      list, PyTorch AMP op reference): 4; without autocast the fp32 adapter output is cast back to the result's dtype
+      (``result.to(torch_result_dtype)``): 2.
+    """
+    return _cast_kernels(sc.framework, sc.precision, fused)
+
+
+@lru_cache(maxsize=64)
+def _cast_kernels(framework: Framework, precision: str, fused: bool) -> int:
+    spec = precision_spec(precision)
+    if framework is not Framework.HF or spec.compute_bytes == 4:
+        return 0
+    if fused:
+        return 3
+    return 4 if spec.autocast else 2
 
 
 def _targets(arch: Architecture, sc: Scenario) -> int:
@@ -78,12 +112,15 @@ def _targets(arch: Architecture, sc: Scenario) -> int:
 
 def optimizer_host_loop(optimizer: Optimizer) -> str:
     """How ``optimizer``'s step walks its tensors on the host, read from its record's ``host_loop``: ``per_tensor``
-    (a Python loop, one launch and its checks per tensor: bitsandbytes' 8-bit / paged / Lion kernels, Adafactor),
-    ``fused`` (torch ``AdamW(fused=True)``: one launch per chunk of tensors) or ``foreach`` (torch's foreach ops,
-    ~12 per chunk). The one place the time model reads this per-optimizer fact."""
+    (a Python loop, one launch and its checks per tensor: Adafactor), ``per_tensor_synced`` (the same loop waiting
+    for the GPU after each tensor: bitsandbytes' 8-bit / paged / Lion optimizers), ``fused`` (torch
+    ``AdamW(fused=True)``: one launch per chunk of tensors) or ``foreach`` (torch's foreach ops, ~12 per chunk). The
+    one place the time model reads this per-optimizer fact."""
     loop = optimizer.record.host_loop
     if loop is HostLoop.PER_TENSOR:
         return "per_tensor"
+    if loop is HostLoop.PER_TENSOR_SYNCED:
+        return "per_tensor_synced"
     return "fused" if loop is HostLoop.FUSED_CHUNKS else "foreach"
 
 
@@ -92,7 +129,22 @@ def optimizer_host_seconds(optimizer: Optimizer, tensors: int) -> float:
     Python loops at :data:`PYTHON_SECONDS_PER_TENSOR`; torch's fused and foreach steps launch a kernel per chunk of 100
     tensors (1 fused, ~12 foreach ops)."""
     loop = optimizer_host_loop(optimizer)
-    if loop == "per_tensor":
+    if loop in ("per_tensor", "per_tensor_synced"):
         return tensors * PYTHON_SECONDS_PER_TENSOR
     chunks = max(1, -(-tensors // 100))
     return chunks * (1 if loop == "fused" else 12) * SECONDS_PER_KERNEL
+
+
+def optimizer_step_seconds(optimizer: Optimizer, tensors: int, gpu_seconds: float) -> float:
+    """Wall seconds of one optimizer step whose kernels take ``gpu_seconds`` on the GPU and whose host loop takes
+    :func:`optimizer_host_seconds` over ``tensors`` tensors.
+
+    Kernels launch asynchronously, so the host's launches hide under the GPU's work and the step takes the longer of
+    the two; except where the loop synchronises after every tensor (``per_tensor_synced``: bitsandbytes'
+    ``Optimizer8bit.step`` calls ``torch.cuda.synchronize()`` after each parameter's update, 0.41.0-0.43.3), where
+    the GPU idles while the host prepares the next tensor and the host waits while the GPU runs it: the sum.
+    """
+    host = optimizer_host_seconds(optimizer, tensors)
+    if optimizer_host_loop(optimizer) == "per_tensor_synced":
+        return gpu_seconds + host
+    return max(gpu_seconds, host)

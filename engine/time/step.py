@@ -38,7 +38,7 @@ from engine.time.memory_bound import (
     BACKWARD_FACTOR, cast_bytes_per_use, dequant_bytes_per_use, layer_forward_bytes, loss_bytes, optimizer_bytes,
 )
 from engine.time.overhead import (
-    BACKWARD_HOST_FACTOR, STEP_SECONDS, host_seconds_per_kernel, layer_kernels, optimizer_host_seconds,
+    BACKWARD_HOST_FACTOR, STEP_SECONDS, host_seconds_per_kernel, layer_kernels, optimizer_step_seconds,
 )
 from engine.time.rates import GpuRates
 
@@ -253,7 +253,7 @@ def step_time(
     opt_bytes = optimizer_bytes(trainable_w, states, grads, sc.optimizer, clip=sc.framework is Framework.HF)
     # GaLore projects every gradient and the update (and refreshes its SVD every update_proj_gap steps): matmul work.
     opt_gpu = opt_bytes / shards / bw + galore_flops_per_step(arch, sc) / shards / mm
-    opt = max(opt_gpu, optimizer_host_seconds(sc.optimizer, -(-w.tensors // shards)))
+    opt = optimizer_step_seconds(sc.optimizer, -(-w.tensors // shards), opt_gpu)
 
     comm, link = _communication(arch, sc, est, parts, gpu, num_gpus, strategy, gpu_fwd, gpu_bwd)
     # Offloaded checkpointing copies overlap compute (non_blocking); what the passes do not hide is exposed.

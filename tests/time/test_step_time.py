@@ -51,6 +51,17 @@ def test_rates_of_the_a100_and_the_l40s():
     assert l40s.achievable_matmul_flops == pytest.approx(0.80 * 362.05e12) and "no published" in l40s.matmul_source
 
 
+def test_rtx_4090_matmuls_run_at_their_measured_rate():
+    """The RTX 4090's achievable matmul rate is a measurement, not 0.80 x the datasheet: torch.mm's best square shape
+    on the four RTX 4090 24GB rows of zzc0721/torch-performance-test-data@bbb8e247 database.md (bf16 170.06, 173.31,
+    162.39, 163.09 TFLOP/s: median 166.6), a little above the Ada whitepaper's 165.2 (rated at the 2520 MHz boost clock;
+    GPU Boost runs higher). The old model gave 0.80 x 165.2 = 132.2."""
+    r = gpu_rates(find_gpu("RTX 4090"), "bf16")
+    assert r.achievable_matmul_flops == pytest.approx(166.6e12)
+    assert r.matmul_flops == pytest.approx(166.6e12 * TRAINING_GEMM_EFFICIENCY)
+    assert "measured" in r.matmul_source and r.peak.flops == pytest.approx(165.2e12)
+
+
 def test_gemm_roofline_and_tile_quantization():
     assert tile_efficiency(4096, 4096, 4096) == 1.0
     assert tile_efficiency(4096 + 1, 4096, 4096) == pytest.approx(4097 / 4224)  # one more row costs a whole tile
@@ -61,6 +72,32 @@ def test_gemm_roofline_and_tile_quantization():
     assert gemm_seconds(lora_a, 1000e12, 2e12) == pytest.approx(traffic)  # bandwidth-bound
     # at 200 TFLOP/s the 16-wide output fills 1/8 of each 128-wide tile: compute, not traffic, sets the time
     assert gemm_seconds(lora_a, 200e12, 2e12) == pytest.approx(2 * 4096 * 16 * 4096 / (200e12 * 16 / 128))
+
+
+def test_ring_latency_counts_only_the_steps_that_cross_nodes():
+    """NCCL's ring latency (NVIDIA/nccl src/graph/tuning.cc, the same in ROCm/rccl): ``baseLat + (nsteps - nInterSteps)
+    x intraLat + nInterSteps x interLat`` with ``nInterSteps = 2 (nNodes - 1)`` for an all-reduce and ``nNodes - 1``
+    for the others: only the hops between nodes pay the network's latency. Checked against nccl-tests on 32 AWS
+    p5.48xlarge nodes (256 H100, EFA): a 32 MB all-reduce runs at 33.30 GB/s algbw, 1.01 ms
+    (crazyguitar/aws-gpu-communication-benchmark@4fdb5a4f data/nccl_all_reduce.csv). The ring model with every one
+    of the 510 steps at the network's 6.6 us (the old model) gave 3.4 ms; NCCL picks its tree there, so a ring-only
+    model stays above the measurement, but within 2x."""
+    gpu = find_gpu("H100 SXM")
+    link = cc.data_parallel_link(gpu, 256)  # 32 nodes x 8
+    assert link.nodes == 32
+    n = 256
+    expected_latency = 8.4e-6 + (2 * (n - 1) - 2 * 31) * 2.5e-6 + 2 * 31 * 6.6e-6
+    size = 32 * 2**20
+    t = cc.all_reduce_seconds(size, n, link)
+    assert t == pytest.approx(expected_latency + 2 * (n - 1) / n * size / link.bus_bytes_per_s)
+    measured = size / 33.30e9
+    assert measured < t < 2 * measured
+    # reduce-scatter / all-gather: n - 1 steps, k - 1 of them between nodes
+    rs = cc.reduce_scatter_seconds(size, n, link)
+    assert rs == pytest.approx(8.4e-6 + (n - 1 - 31) * 2.5e-6 + 31 * 6.6e-6 + (n - 1) / n * size / link.bus_bytes_per_s)
+    # one node: no network step at all
+    one = cc.data_parallel_link(gpu, 8)
+    assert one.nodes == 1 and one.call_latency_s(14, one.inter_node_steps(14, True)) == pytest.approx(8.4e-6 + 14 * 2.5e-6)
 
 
 def test_ring_collectives_by_hand():
@@ -251,3 +288,51 @@ def test_cli_v100_sdpa_does_not_say_flash():
     assert "flash" not in json.dumps(out["assumptions"]).replace("flash needs", "")
     fa2 = subprocess.run(args[:-2] + ["--attention", "flash_attention_2"], cwd=root, capture_output=True, text=True, timeout=60)
     assert fa2.returncode == 2 and "Ampere" in fa2.stderr and len(fa2.stderr.strip().splitlines()) == 1
+
+
+def test_fp32_adapters_beside_16_bit_compute_launch_their_casts():
+    """Kernels per LoRA-adapted module in one forward (``engine.time.overhead.layer_kernels``), from the libraries'
+    code: Unsloth's ``matmul_lora`` runs ``out += (X @ A.to(dtype)) @ (s * B.to(dtype))`` (unslothai/unsloth@b9d5ca5
+    unsloth/kernels/fast_lora.py, the release LLaMA-Factory's paper ran, 2024-03-20): 6 kernels beside the base GEMM
+    when LLaMA-Factory has cast the adapters to fp32 (model/adapter.py at 8963e89); PEFT's ``Linear.forward`` casts the
+    input to the fp32 adapter's dtype and autocast casts it and A, B back for the two linears: 5 + 4 = 9. torchtune
+    creates adapters in the weight dtype: 5 eager, 3 compiled (no casts). The old model counted 3 and 5 everywhere."""
+    from engine.time.overhead import layer_kernels
+
+    def per_module(fused: bool, **kw) -> float:
+        lora = Scenario.build(method="lora", lora_targets="q_proj,v_proj", **kw)
+        full = Scenario.build(method="full", **kw)
+        return (layer_kernels(LLAMA8, lora, "flash", fused) - layer_kernels(LLAMA8, full, "flash", fused)) / 2
+
+    for fused, hf_amp, hf_bf16, tune in ((True, 6, 6, 3), (False, 9, 7, 5)):
+        assert per_module(fused, framework="hf", precision="amp_bf16") == hf_amp
+        assert per_module(fused, framework="hf", precision="bf16") == hf_bf16
+        assert per_module(fused, framework="torchtune", precision="bf16") == tune
+        assert per_module(fused, framework="hf", precision="fp32") == (3 if fused else 5)  # fp32 compute: no casts
+
+
+def test_bitsandbytes_optimizer_waits_for_the_gpu_after_every_tensor():
+    """bitsandbytes' ``Optimizer8bit.step`` (the base of every bitsandbytes optimizer) calls
+    ``torch.cuda.synchronize()`` after each parameter's ``update_step`` (bitsandbytes 0.41.0 to 0.43.3,
+    bitsandbytes/optim/optimizer.py; 0.43.0 was the release of LLaMA-Factory's paper, March 2024): its Python loop and
+    its kernels take turns, so the step is their sum. torch's foreach and fused steps launch asynchronously: the longer
+    of the two. The old model took the longer of the two for bitsandbytes too."""
+    from engine.scenario.optimizer import Optimizer
+    from engine.time.overhead import PYTHON_SECONDS_PER_TENSOR
+
+    # Through the step: a LoRA step on Llama-3.1-8B with 8-bit AdamW pays its whole host loop on top of the kernels
+    # (rank 128 on every linear: 7 x 32 modules x 2 tensors), where fused AdamW's few launches hide under its kernels.
+    def overhead_s(optimizer: str) -> float:
+        sc = Scenario.build(method="lora", lora_r=128, lora_targets="all-linear", optimizer=optimizer,
+                            micro_batch_size=1, seq_len=512, framework="hf")
+        return estimate_throughput(LLAMA8, sc, A100, estimate=estimate_memory(LLAMA8, sc, A100)).breakdown_s["overhead"]
+
+    assert overhead_s("adamw_8bit") - overhead_s("adamw_fused") == pytest.approx(448 * PYTHON_SECONDS_PER_TENSOR)
+
+    from engine.time.overhead import optimizer_step_seconds
+
+    gpu_s = 6.8e-3  # the 8-bit step's HBM traffic of Llama-2-7B's rank-128 adapters on an A100 (448 tensors)
+    for bnb in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT, Optimizer.PAGED_ADAMW_32BIT, Optimizer.LION_8BIT):
+        assert optimizer_step_seconds(bnb, 448, gpu_s) == pytest.approx(gpu_s + 448 * PYTHON_SECONDS_PER_TENSOR)
+    assert optimizer_step_seconds(Optimizer.ADAFACTOR, 448, gpu_s) == pytest.approx(448 * PYTHON_SECONDS_PER_TENSOR)
+    assert optimizer_step_seconds(Optimizer.ADAMW_FUSED, 448, gpu_s) == pytest.approx(gpu_s)
