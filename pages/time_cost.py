@@ -130,9 +130,7 @@ st.caption(f"Range, not a point: tokens/s {run.tokens_per_second_low:,.0f}–{ru
            + f". {md_plain(band.note)} (Methodology page).")
 if cal is not None:
     raw = band_for(num_gpus, tp.hf_stack)
-    st.caption(f"Calibration narrowed the band from x{raw.low:.2f}..x{raw.high:.2f} to x{band.low:.2f}..x{band.high:.2f} "
-               f"({band.narrowing_from(raw):.1f}x narrower): your measurement fixes the level, what is left is the "
-               "spread of a published source's rows around their own median.")
+    st.caption(md_plain(band.calibration_note(raw)))
 if price.reason:
     st.caption(f"No invented prices: {md_plain(price.reason)}. Pick another price source in the sidebar.")
 parts = ", ".join(f"{CATEGORY_STYLE[k][0].lower()} {v * 1e3:,.1f} ms" for k, v in tp.breakdown_s.items() if v > 0)

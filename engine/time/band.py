@@ -90,6 +90,16 @@ class Band:
         twice as narrow as x0.64..x1.5625)."""
         return math.log(wider.high / wider.low) / max(math.log(self.high / self.low), 1e-9)
 
+    def calibration_note(self, raw: "Band") -> str:
+        """What calibrating did to the band, in words: this (calibrated) band against the uncalibrated ``raw``."""
+        if self.narrowing_from(raw) > 1.0 + 1e-9:
+            return (f"Calibration narrowed the band from x{raw.low:.2f}..x{raw.high:.2f} to x{self.low:.2f}..x{self.high:.2f} "
+                    f"({self.narrowing_from(raw):.1f}x narrower): your measurement fixes the level, what is left is the "
+                    "spread of a published source's rows around their own median.")
+        return (f"Calibration keeps the band x{raw.low:.2f}..x{raw.high:.2f}: in this group a published source's own rows "
+                "spread around their median as widely as the sources spread around the model, so your measurement "
+                "fixes the level but not the spread.")
+
     @property
     def note(self) -> str:
         """The band in words: what it holds, from which rows."""
@@ -140,7 +150,13 @@ def load_bands() -> dict[str, BandRow]:
 
 def band_for(num_gpus: int, hf_stack: bool, calibrated: bool = False) -> Band:
     """The :class:`Band` of a prediction on ``num_gpus`` GPUs (``hf_stack``: the Hugging Face Trainer + PEFT stack);
-    ``calibrated``: the user's measured tokens/s set the level (the narrower, within-source band)."""
+    ``calibrated``: the user's measured tokens/s set the level (the narrower, within-source band). Where a group's
+    rows spread around their own source's median as widely as the sources spread around the model (one GPU, other
+    stacks: torchtune's RTX A6000 rows at their recipes' defaults beside its RTX 4090 and A100 rows), the within-source
+    band is not narrower, and a calibrated prediction keeps the uncalibrated band: a measurement of the user's own run
+    adds knowledge, it cannot make the estimate less certain."""
     row = load_bands()[group_of(num_gpus, hf_stack)]
-    low, high = (row.calibrated_low, row.calibrated_high) if calibrated else (row.low, row.high)
+    low, high = row.low, row.high
+    if calibrated and math.log(row.calibrated_high / row.calibrated_low) < math.log(high / low):
+        low, high = row.calibrated_low, row.calibrated_high
     return Band(group=row.group, low=low, high=high, rows=row.rows, sources=row.sources, calibrated=calibrated)
