@@ -14,8 +14,10 @@ exits 1 when a page misses it (p95 >= 300 ms). Run by hand (``python benchmarks/
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -55,22 +57,46 @@ new MutationObserver((records) => {
 """
 
 
-def time_page(browser, url: str, page_name: str, reruns: int) -> tuple[list[float], list[float]]:
+def cpu_ms(pid: int | None) -> float:
+    """CPU time (user + system) a process has used so far, in ms, from /proc (Linux); 0 without a pid."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1e3 / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Timed:
+    drawn: list[float] = field(default_factory=list)  # ms from the key press until drawn, per change
+    run: list[float] = field(default_factory=list)  # ms until the script run finished, per change
+    browser_cpu: list[float] = field(default_factory=list)  # the page's main-thread CPU ms, per change
+    server_cpu: list[float] = field(default_factory=list)  # the server process's CPU ms, per change (own server only)
+
+
+def _thread_ms(cdp) -> float:
+    metrics = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+    return metrics["ThreadTime"] * 1e3  # CPU time of the page's main thread (Chromium's Performance domain)
+
+
+def time_page(browser, url: str, page_name: str, reruns: int, server_pid: int | None = None) -> Timed:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     context.add_init_script(_PROBE)
     page = context.new_page()
+    cdp = context.new_cdp_session(page)
+    cdp.send("Performance.enable")
     page.goto(f"{url}/{page_name}")
     page.wait_for_selector("h1", timeout=120_000)
     page.wait_for_timeout(500)
     page.wait_for_function(_IDLE, timeout=120_000)
-    drawn, server = [], []
+    out = Timed()
     box = page.locator('[data-testid="stSidebar"] input[aria-label="Micro batch size"]')
-    training = page_name in TRAINING_PAGES
+    training = page_name.split("?")[0] in TRAINING_PAGES
     if training:
         box.wait_for()
     for i in range(reruns + 1):  # the first change warms this page's code paths; it is not counted
+        before = _thread_ms(cdp), cpu_ms(server_pid)
         if training:
             box.fill(str(2 + i))
             box.press("Enter")
@@ -90,13 +116,17 @@ def time_page(browser, url: str, page_name: str, reruns: int) -> tuple[list[floa
         page.wait_for_function(_IDLE, timeout=60_000)
         r = page.evaluate("() => window.__rerun")
         if i:
-            drawn.append(r["drawn"] - r["start"])
-            server.append(r["finished"] - r["start"])
+            out.drawn.append(r["drawn"] - r["start"])
+            out.run.append(r["finished"] - r["start"])
+            # CPU of the change (the driver's typing and waiting included, a few ms): not inflated by other work on
+            # the machine the way the wall times are
+            out.browser_cpu.append(_thread_ms(cdp) - before[0])
+            out.server_cpu.append(cpu_ms(server_pid) - before[1])
         if page.locator('[data-testid="stException"]').count():
             raise RuntimeError(f"{page_name}: exception box after a rerun")
         page.wait_for_timeout(300)  # a person reads before the next change
     context.close()
-    return drawn, server
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,17 +143,21 @@ def main(argv: list[str] | None = None) -> int:
         proc = start_server(port, Path(tempfile.mkdtemp(prefix="bench_browser_")))
         url = f"http://127.0.0.1:{port}"
     missed = []
+    print(f"{os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start")
     try:
         wait_healthy(url)
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
             try:
                 for name in args.pages.split(","):
-                    drawn, server = time_page(browser, url, name, args.reruns)
+                    t = time_page(browser, url, name, args.reruns, None if proc is None else proc.pid)
+                    drawn = t.drawn
                     p95 = percentile(drawn, 95)
+                    cpu = (f"; CPU per change p50: browser {percentile(t.browser_cpu, 50):4.0f} ms"
+                           + (f", server {percentile(t.server_cpu, 50):4.0f} ms" if proc is not None else ""))
                     print(f"{name:12s} reruns {len(drawn):3d}  drawn p50 {percentile(drawn, 50):5.0f} p95 {p95:5.0f} "
-                          f"max {max(drawn):5.0f} ms  (run p50 {percentile(server, 50):5.0f} p95 "
-                          f"{percentile(server, 95):5.0f} ms)", flush=True)
+                          f"max {max(drawn, default=float('nan')):5.0f} ms  (run p50 {percentile(t.run, 50):5.0f} p95 "
+                          f"{percentile(t.run, 95):5.0f} ms{cpu}; load {os.getloadavg()[0]:.2f})", flush=True)
                     if not p95 < TARGET_P95_MS:  # a miss at 300 ms too, and when nothing was timed (nan)
                         missed.append(name)
             finally:
