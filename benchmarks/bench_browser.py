@@ -1,11 +1,17 @@
 """Rerun latency after a widget change, measured in a real browser (headless Debian Chromium through Playwright).
 
 For every page: a fresh server (``--url`` to reuse one), one browser session at 1,400 x 1,000 px that opens the page,
-then changes a widget ``--reruns`` times: the micro batch size typed into the sidebar (each time a value not used
-before, so no cache of a previous value answers), or, on the pages without the training sidebar (Model, GPUs &
+then changes a widget ``--reruns`` times: the micro batch size typed into the sidebar (the sequence length on Scale
+out; each time a value not used before, so no cache of a previous value answers), or, on the pages without the training sidebar (Model, GPUs &
 prices, Methodology), the model picked in the sidebar. Each change is timed in the page, from the key press to the moment it is drawn again: Streamlit's frontend reports
 the script run finished (it has then received and applied every element) and two animation frames have been painted
 (Plotly charts included). The part until the run finished ("run") is printed beside it.
+
+The wall times count the time other processes held the cores, so each line also gives the CPU one change cost: the
+page's main thread in Chromium (``ThreadTime`` of its Performance domain: parsing the deltas, React, Plotly, layout)
+and, with a server of its own, the server process (/proc: the script run, serialising, sending), medians per change,
+and the load average when the page was done. A page is named by its URL path, with a query to time another section of
+a page that draws one at a time (``ui.views``): ``--pages "time_cost?tc_view=plans,fit?fit_view=techniques"``.
 
 Target: the drawn time under 300 ms at the 95th percentile on every page (2 cores). Prints one line per page and
 exits 1 when a page misses it (p95 >= 300 ms). Run by hand (``python benchmarks/bench_browser.py``); not part of the tests.
@@ -24,8 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from load import free_port, percentile, start_server, wait_healthy  # noqa: E402
 
-PAGES = ("memory", "model", "fit", "time_cost", "plans", "gpus", "methodology")
-TRAINING_PAGES = ("memory", "fit", "time_cost", "plans")  # the pages with the training sidebar
+PAGES = ("memory", "model", "fit", "time_cost", "plans", "scale_out", "gpus", "methodology")
+TRAINING_PAGES = ("memory", "fit", "time_cost", "plans", "scale_out")  # the pages with the training sidebar
+# Scale out: the micro batch must divide the layout's global batch (64 over 8 data-parallel ranks by default), so the
+# sequence length is the sidebar value typed there.
+SEQUENCE_PAGES = ("scale_out",)
 TARGET_P95_MS = 300.0
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run", "--disable-background-networking"]
@@ -91,14 +100,15 @@ def time_page(browser, url: str, page_name: str, reruns: int, server_pid: int | 
     page.wait_for_timeout(500)
     page.wait_for_function(_IDLE, timeout=120_000)
     out = Timed()
-    box = page.locator('[data-testid="stSidebar"] input[aria-label="Micro batch size"]')
+    sequence = page_name.split("?")[0] in SEQUENCE_PAGES
+    box = page.locator(f'[data-testid="stSidebar"] input[aria-label="{"Sequence length" if sequence else "Micro batch size"}"]')
     training = page_name.split("?")[0] in TRAINING_PAGES
     if training:
         box.wait_for()
     for i in range(reruns + 1):  # the first change warms this page's code paths; it is not counted
         before = _thread_ms(cdp), cpu_ms(server_pid)
         if training:
-            box.fill(str(2 + i))
+            box.fill(str(1024 + 128 * i if sequence else 2 + i))
             box.press("Enter")
         else:
             page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').first.click()
