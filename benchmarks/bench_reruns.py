@@ -5,7 +5,7 @@ with the client of ``benchmarks/load.py`` (Streamlit's own ``BackMsg``/``Forward
 speaks it), loads the page, then changes a widget ``--reruns`` times and times each rerun from the message sent to
 the ``script_finished`` that answers it: the server's whole rerun, deltas serialised and sent, which is what keeps
 a browser waiting (the browser's own drawing is not counted). The widgets: the micro batch size on every page with
-the training sidebar (and every fifth rerun the gradient checkpointing toggle), the Model picker's model on the
+the training sidebar (the sequence length on Scale out, whose layout takes only micro batches dividing its batch) (and every fifth rerun the gradient checkpointing toggle), the Model picker's model on the
 pages without it (Model, GPUs & prices, Methodology). One session at a time: the figure is one user's rerun.
 
 Target: p95 under 300 ms on every page (2 cores). Prints one line per page (p50, p95, max in ms) and exits non-zero
@@ -30,8 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine.model.sources import catalog_choices  # noqa: E402
 from load import Session, free_port, percentile, start_server, wait_healthy  # noqa: E402
 
-PAGES = ("memory", "model", "fit", "time_cost", "plans", "gpus", "methodology")
+PAGES = ("memory", "model", "fit", "time_cost", "plans", "scale_out", "gpus", "methodology")
 TARGET_P95_MS = 300.0
+# Scale out: the micro batch must divide the layout's global batch (64 over 8 data-parallel ranks by default), so the
+# sequence length is the sidebar value changed there.
+SEQUENCE_PAGES = ("scale_out",)
 
 
 def time_page(url: str, page: str, reruns: int) -> list[float]:
@@ -46,7 +49,9 @@ def time_page(url: str, page: str, reruns: int) -> list[float]:
         models = [f"{choices[r]} · {r}" for r in ("Qwen/Qwen2.5-7B", "meta-llama/Llama-3.1-8B")]
         times = []
         for i in range(reruns):
-            if "Micro batch size" in session.widgets:
+            if page in SEQUENCE_PAGES:
+                session.set_widget("Sequence length", "int_value", 1024 + 128 * i)  # never seen before
+            elif "Micro batch size" in session.widgets:
                 session.set_widget("Micro batch size", "int_value", 2 + i)  # never a value seen before: no cache answers
                 if i % 5 == 4:
                     session.set_widget("Gradient checkpointing", "bool_value", i % 10 == 4)

@@ -24,6 +24,7 @@ from ui.verdict import show_tight
 from ui.downloads import records_csv
 from ui.tables import number_columns
 from ui.formats import md_plain
+from ui.views import section_choice
 
 # The matrices cost tens of milliseconds per rerun (every catalog model x GPU x technique), so they and their heatmaps are
 # kept for all sessions, keyed by the JSON of their inputs (the engine's results are unchanged; a session's edited GPU
@@ -68,54 +69,131 @@ gpus = session_gpus()
 # Exact keys (JSON of the frozen inputs): cheap to hash, unlike the objects themselves.
 gpus_key = json.dumps([g.model_dump(mode="json") for g in gpus])
 model_key = json.dumps(model.config, sort_keys=True, default=str)
-# No cell text by default (colour and hover only): each label is an SVG text element plotly.js lays out on every redraw
-st.session_state.setdefault("fit_labels", "None")
-labels = st.radio("Cell labels", CELL_LABELS, key="fit_labels", horizontal=True,
-                  help="Fewest GPUs: blank (green) one is enough, ≈ tight on one, ×N the fewest of that GPU with the "
-                       "sidebar's strategy, ✗ none up to 1,024. Headroom: on one GPU, in the sidebar's unit. The colour is "
-                       "always the one-GPU headroom.")
-st.caption(
-    f"These matrices try every GPU of the catalog (columns from the least usable memory to the most), with the sidebar's "
-    f"scenario and, for the fewest GPUs, its strategy ({strategy.value}). Cells: blank (green) one GPU is enough, ≈ tight: may not fit (under 10% of the peak to spare), ×N the fewest GPUs, ✗ none up to 1,024. Colour: the headroom (green) or shortfall (red) "
-    f"in {unit} on one GPU against its usable memory (what nvidia-smi / rocm-smi report, before the CUDA context and "
-    "allocator reserve). ⚠ after a GPU's name: it has no bf16 for a bf16 row. Hover a cell for its breakdown."
+_WHY_SEED_DIFFERS = (
+    """**Why the numbers differ from the seed's**
+
+- *Bytes per parameter.* The seed's rule counts 12 B/param for "bf16 mixed" (2 + 2 + 8). Trainer's mixed precision keeps
+  fp32 weights and gradients beside fp32 AdamW states: 16 B/param, plus autocast's 16-bit weight copies during backward.
+  Pure bf16 (8 B/param with fused AdamW) or an 8-bit optimizer fit larger models than the mixed default.
+- *Activations and the loss.* The seed's sizes count model states only; the estimate adds the saved activations and the
+  fp32 logits, log-softmax and their gradients over the whole vocabulary (12 B × tokens × vocab: 3.2 GB for Llama 3 at
+  2,048 tokens), which is why a long sequence or a large vocabulary moves a model off a GPU.
+- *Efficient methods.* LoRA on a bf16 base needs about 2 B/param for the frozen weights; QLoRA about 0.5 B/param for the quantized layers. With
+  gradient checkpointing an 8B model's LoRA fits 24 GB, so the seed's "3B on 24 GB" is conservative for today's stack.
+- *Usable, not nominal memory.* The comparison uses the device total nvidia-smi reports (e.g. 81,559 MiB for an H100
+  80GB, 24,564 MiB for an RTX 4090), not the marketing size, and the CUDA context (0.3-1 GiB) still has to fit beside it.
+- *Catalog granularity.* Only the bundled models are tried: their sizes jump from 13B to Mixtral's 46.7B and then 70B, so a
+  seed range such as "30-40B" shows as the largest catalog model that fits, and "same" allows for nominal sizes
+  (-15%/+25%: "7B" covers 5.95-8.75B).
+- *Multi-GPU.* The seed adds the VRAM of all GPUs. Only sharding pools memory: with ZeRO-3 the model states divide by the
+  number of GPUs, but activations, the loss tensors and the gathered layer stay on every GPU; with DDP nothing is pooled.
+"""
 )
 
-try:
-    models_fit, models_figure, models_csv = _models_fit(scenario, gpus, strategy, unit, labels,
-                                            key=(scenario.model_dump_json(), gpus_key, strategy))
-    techniques_fit, techniques_figure, techniques_csv = _techniques_fit(model.arch, scenario, gpus, unit, labels,
-                                                        key=(model_key, scenario.model_dump_json(), gpus_key))
-except EngineError as exc:
-    st.error(f"Cannot compute the fit: {md_plain(exc)}")
-    st.stop()
+
+def _model(m) -> str:
+    return "nothing in the catalog" if m.label is None else f"{m.label} ({fmt_count(m.parameters)})"
+
+
+@st.fragment
+def _seed_section(gpus: tuple, gpus_key: str, unit: str) -> None:
+    """The seed chapter's table recomputed for a standard scenario of its own: its inputs rerun only this section
+    (st.fragment), not the matrices above."""
+    st.subheader("Largest model per GPU: the seed chapter's table recomputed")
+    st.caption("The seed's numbers beside the largest catalog model whose estimate fits, for a standard scenario you can change here.")
+    st.session_state.setdefault("seed_ckpt", True)
+    st.session_state.setdefault("seed_efficient", Method.LORA)
+    st.session_state.setdefault("seed_full_precision", PrecisionMode.AMP_BF16)
+    s1, s2, s3, s4, s5 = st.columns(5)
+    seed_seq = int(checked_number(s1, "Sequence length", "seed_seq_len", 2048, step=256))
+    seed_batch = int(checked_number(s2, "Micro batch", "seed_micro_batch", 1, step=1))
+    seed_ckpt = s3.toggle("Gradient checkpointing", key="seed_ckpt")
+    seed_full_precision = s4.selectbox("Full FT precision", [PrecisionMode.AMP_BF16, PrecisionMode.BF16],
+                                       format_func=lambda m: precision_spec(m).label, key="seed_full_precision")
+    seed_eff = s5.selectbox("Efficient method", [Method.LORA, Method.QLORA], format_func=lambda m: m.value.upper() if m is Method.QLORA else "LoRA",
+                            key="seed_efficient")
+    common = dict(micro_batch_size=seed_batch, seq_len=seed_seq, gradient_checkpointing=seed_ckpt, optimizer=Optimizer.ADAMW_FUSED)
+    full_sc = Scenario.build(method=Method.FULL, precision=seed_full_precision, **common)
+    eff_sc = Scenario.build(method=seed_eff, precision=PrecisionMode.BF16, **common)
+    seed_rows = _seed_rows(full_sc, eff_sc, gpus, key=(full_sc.model_dump_json(), eff_sc.model_dump_json(), gpus_key))
+
+    st.table(pd.DataFrame([  # static: all ten columns wrap to the page width
+        {
+            "GPUs (seed)": r.seed.seed_label,
+            f"usable ({unit})": f"{to_unit(r.usable_memory_bytes, unit):,.1f}",
+            "seed VRAM": r.seed.seed_vram,
+            "seed: full FT": r.seed.seed_full or "—",
+            "computed: full FT": _model(r.full),
+            "full vs seed": r.full_vs_seed,
+            "seed: efficient": r.seed.seed_efficient,
+            f"computed: {seed_eff.value}": _model(r.efficient),
+            "efficient vs seed": r.efficient_vs_seed,
+            "strategy": r.strategy.value,
+        }
+        for r in seed_rows
+    ]), hide_index=True)
+    st.caption(
+        f"Full FT: {precision_spec(seed_full_precision).label}, fused AdamW; efficient: {seed_eff.value} on a bf16 base (rank "
+        f"{Scenario().lora_r}, attention projections); both at micro batch {seed_batch} × {seed_seq:,} tokens"
+        f"{', gradient checkpointing' if seed_ckpt else ''}. Multi-GPU lines use ZeRO-3 across the GPUs. Source: {SEED_TABLE_SOURCE}."
+    )
 
 
 def _download(data: bytes, name: str, key: str) -> None:
     st.download_button(f"Download {name} (CSV)", data, file_name=f"{name}.csv", mime="text/csv", key=key)
 
 
-st.subheader("Catalog models × every GPU")
-st.caption(f"Your scenario: {precision_spec(scenario.precision).label}, {scenario.method.value}, micro batch "
-           f"{scenario.micro_batch_size} × {scenario.seq_len:,} tokens, {scenario.optimizer.value}"
-           f"{', gradient checkpointing' if scenario.gradient_checkpointing else ''}; fewest GPUs with {strategy.value}.")
-st.plotly_chart(models_figure, width="stretch", key="fit_models_chart")
-for row in models_fit.rows:
-    if row.error:
-        st.caption(f"Not computed — {md_plain(row.label)}: {md_plain(row.error)}")
-_download(models_csv, "fit_models_x_gpus", "fit_models_csv")
+def _matrix_section(view: str) -> None:
+    """One of the two fit matrices (``view``: "models" or "techniques"), computed, drawn and offered as CSV."""
+    # No cell text by default (colour and hover only): each label is an SVG text element plotly.js lays out on every redraw
+    st.session_state.setdefault("fit_labels", "None")
+    labels = st.radio("Cell labels", CELL_LABELS, key="fit_labels", horizontal=True,
+                      help="Fewest GPUs: blank (green) one is enough, ≈ tight on one, ×N the fewest of that GPU with the "
+                           "sidebar's strategy, ✗ none up to 1,024. Headroom: on one GPU, in the sidebar's unit. The colour is "
+                           "always the one-GPU headroom.")
+    st.caption(
+        f"These matrices try every GPU of the catalog (columns from the least usable memory to the most), with the sidebar's "
+        f"scenario and, for the fewest GPUs, its strategy ({strategy.value}). Cells: blank (green) one GPU is enough, ≈ tight: may not fit (under 10% of the peak to spare), ×N the fewest GPUs, ✗ none up to 1,024. Colour: the headroom (green) or shortfall (red) "
+        f"in {unit} on one GPU against its usable memory (what nvidia-smi / rocm-smi report, before the CUDA context and "
+        "allocator reserve). ⚠ after a GPU's name: it has no bf16 for a bf16 row. Hover a cell for its breakdown."
+    )
+    try:
+        if view == "models":
+            fit, figure, csv = _models_fit(scenario, gpus, strategy, unit, labels,
+                                           key=(scenario.model_dump_json(), gpus_key, strategy))
+        else:
+            fit, figure, csv = _techniques_fit(model.arch, scenario, gpus, unit, labels,
+                                               key=(model_key, scenario.model_dump_json(), gpus_key))
+    except EngineError as exc:
+        st.error(f"Cannot compute the fit: {md_plain(exc)}")
+        st.stop()
+    if view == "models":
+        st.subheader("Catalog models × every GPU")
+        st.caption(f"Your scenario: {precision_spec(scenario.precision).label}, {scenario.method.value}, micro batch "
+                   f"{scenario.micro_batch_size} × {scenario.seq_len:,} tokens, {scenario.optimizer.value}"
+                   f"{', gradient checkpointing' if scenario.gradient_checkpointing else ''}; fewest GPUs with {strategy.value}.")
+    else:
+        st.subheader(f"Techniques × every GPU for {md_plain(model.title)}")
+        st.caption("Same batch, sequence, accumulation, attention and LoRA settings in every row; each row sets what its label says. "
+                   "The ZeRO-3 row's ×N is the fewest GPUs with sharding; the other rows use DDP.")
+    st.plotly_chart(figure, width="stretch", key=f"fit_{view}_chart")
+    for row in fit.rows:
+        if row.error:
+            st.caption(f"Not computed — {md_plain(row.label)}: {md_plain(row.error)}")
+    name = "fit_models_x_gpus" if view == "models" else "fit_techniques_x_gpus"
+    _download(csv, name, f"fit_{view}_csv")
 
-st.subheader(f"Techniques × every GPU for {md_plain(model.title)}")
-st.caption("Same batch, sequence, accumulation, attention and LoRA settings in every row; each row sets what its label says. "
-           "The ZeRO-3 row's ×N is the fewest GPUs with sharding; the other rows use DDP.")
-st.plotly_chart(techniques_figure, width="stretch", key="fit_techniques_chart")
-for row in techniques_fit.rows:
-    if row.error:
-        st.caption(f"Not computed — {md_plain(row.label)}: {md_plain(row.error)}")
-_download(techniques_csv, "fit_techniques_x_gpus", "fit_techniques_csv")
+
+view = section_choice("fit_view", help="One section at a time: a sidebar change recomputes and redraws only the "
+                                         "section shown (the others follow when you pick them). The link keeps it.")
+if view == "largest":
+    _seed_section(gpus, gpus_key, unit)
+    st.markdown(_WHY_SEED_DIFFERS)
+else:
+    _matrix_section(view)
 
 st.subheader(f"What fits on {md_plain(hw.label)}")
-st.caption("Your hardware from the sidebar (the matrices above try every GPU of the catalog).")
+st.caption("Your hardware from the sidebar (the matrices of the section above try every GPU of the catalog).")
 gpu, num_gpus = hw.gpu, hw.num_gpus
 fit_strategy = hw.training_strategy  # one GPU trains without sharding: ZeRO/FSDP there only add their buffers
 try:
@@ -174,73 +252,4 @@ if prices:
             {"on_demand": ("on demand", "usd_per_gpu_hour"), "spot": ("spot", "usd_per_gpu_hour")}))
 
 
-def _model(m) -> str:
-    return "nothing in the catalog" if m.label is None else f"{m.label} ({fmt_count(m.parameters)})"
 
-
-@st.fragment
-def _seed_section(gpus: tuple, gpus_key: str, unit: str) -> None:
-    """The seed chapter's table recomputed for a standard scenario of its own: its inputs rerun only this section
-    (st.fragment), not the matrices above."""
-    st.subheader("Largest model per GPU: the seed chapter's table recomputed")
-    st.caption("The seed's numbers beside the largest catalog model whose estimate fits, for a standard scenario you can change here.")
-    st.session_state.setdefault("seed_ckpt", True)
-    st.session_state.setdefault("seed_efficient", Method.LORA)
-    st.session_state.setdefault("seed_full_precision", PrecisionMode.AMP_BF16)
-    s1, s2, s3, s4, s5 = st.columns(5)
-    seed_seq = int(checked_number(s1, "Sequence length", "seed_seq_len", 2048, step=256))
-    seed_batch = int(checked_number(s2, "Micro batch", "seed_micro_batch", 1, step=1))
-    seed_ckpt = s3.toggle("Gradient checkpointing", key="seed_ckpt")
-    seed_full_precision = s4.selectbox("Full FT precision", [PrecisionMode.AMP_BF16, PrecisionMode.BF16],
-                                       format_func=lambda m: precision_spec(m).label, key="seed_full_precision")
-    seed_eff = s5.selectbox("Efficient method", [Method.LORA, Method.QLORA], format_func=lambda m: m.value.upper() if m is Method.QLORA else "LoRA",
-                            key="seed_efficient")
-    common = dict(micro_batch_size=seed_batch, seq_len=seed_seq, gradient_checkpointing=seed_ckpt, optimizer=Optimizer.ADAMW_FUSED)
-    full_sc = Scenario.build(method=Method.FULL, precision=seed_full_precision, **common)
-    eff_sc = Scenario.build(method=seed_eff, precision=PrecisionMode.BF16, **common)
-    seed_rows = _seed_rows(full_sc, eff_sc, gpus, key=(full_sc.model_dump_json(), eff_sc.model_dump_json(), gpus_key))
-
-    st.table(pd.DataFrame([  # static: all ten columns wrap to the page width
-        {
-            "GPUs (seed)": r.seed.seed_label,
-            f"usable ({unit})": f"{to_unit(r.usable_memory_bytes, unit):,.1f}",
-            "seed VRAM": r.seed.seed_vram,
-            "seed: full FT": r.seed.seed_full or "—",
-            "computed: full FT": _model(r.full),
-            "full vs seed": r.full_vs_seed,
-            "seed: efficient": r.seed.seed_efficient,
-            f"computed: {seed_eff.value}": _model(r.efficient),
-            "efficient vs seed": r.efficient_vs_seed,
-            "strategy": r.strategy.value,
-        }
-        for r in seed_rows
-    ]), hide_index=True)
-    st.caption(
-        f"Full FT: {precision_spec(seed_full_precision).label}, fused AdamW; efficient: {seed_eff.value} on a bf16 base (rank "
-        f"{Scenario().lora_r}, attention projections); both at micro batch {seed_batch} × {seed_seq:,} tokens"
-        f"{', gradient checkpointing' if seed_ckpt else ''}. Multi-GPU lines use ZeRO-3 across the GPUs. Source: {SEED_TABLE_SOURCE}."
-    )
-
-
-_seed_section(gpus, gpus_key, unit)
-
-st.markdown(
-    """**Why the numbers differ from the seed's**
-
-- *Bytes per parameter.* The seed's rule counts 12 B/param for "bf16 mixed" (2 + 2 + 8). Trainer's mixed precision keeps
-  fp32 weights and gradients beside fp32 AdamW states: 16 B/param, plus autocast's 16-bit weight copies during backward.
-  Pure bf16 (8 B/param with fused AdamW) or an 8-bit optimizer fit larger models than the mixed default.
-- *Activations and the loss.* The seed's sizes count model states only; the estimate adds the saved activations and the
-  fp32 logits, log-softmax and their gradients over the whole vocabulary (12 B × tokens × vocab: 3.2 GB for Llama 3 at
-  2,048 tokens), which is why a long sequence or a large vocabulary moves a model off a GPU.
-- *Efficient methods.* LoRA on a bf16 base needs about 2 B/param for the frozen weights; QLoRA about 0.5 B/param for the quantized layers. With
-  gradient checkpointing an 8B model's LoRA fits 24 GB, so the seed's "3B on 24 GB" is conservative for today's stack.
-- *Usable, not nominal memory.* The comparison uses the device total nvidia-smi reports (e.g. 81,559 MiB for an H100
-  80GB, 24,564 MiB for an RTX 4090), not the marketing size, and the CUDA context (0.3-1 GiB) still has to fit beside it.
-- *Catalog granularity.* Only the bundled models are tried: their sizes jump from 13B to Mixtral's 46.7B and then 70B, so a
-  seed range such as "30-40B" shows as the largest catalog model that fits, and "same" allows for nominal sizes
-  (-15%/+25%: "7B" covers 5.95-8.75B).
-- *Multi-GPU.* The seed adds the VRAM of all GPUs. Only sharding pools memory: with ZeRO-3 the model states divide by the
-  number of GPUs, but activations, the loss tensors and the gathered layer stay on every GPU; with DDP nothing is pooled.
-"""
-)

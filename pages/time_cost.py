@@ -2,12 +2,13 @@
 sidebar's scenario, curves, and the cheapest plan."""
 
 import json
+from typing import NamedTuple
 
 import pandas as pd
 import streamlit as st
 
 from engine.validation.throughput import compare_measurements, error_summary
-from engine.plan.cost import PLAN_GPU_COUNTS, calibration_for, dataset_sweep, estimate_plan, run_cost, search_plans
+from engine.plan.cost import PLAN_GPU_COUNTS, PlanSearch, calibration_for, dataset_sweep, estimate_plan, run_cost, search_plans
 from engine.errors import EngineError
 from engine.plan.fit import check_fit
 from engine.memory.estimate import estimate_memory
@@ -27,6 +28,7 @@ from ui.scenario_form import time_cost_sidebar
 from ui.share import write_query_params
 from ui.time_charts import CATEGORY_STYLE, shape_figure, time_stack_figure
 from ui.verdict import show_tight
+from ui.views import section_choice
 from ui.downloads import csv_bytes
 from ui.tables import number_columns
 
@@ -64,10 +66,6 @@ try:
     inputs = json.dumps([model.config, scenario.model_dump(mode="json"), tc.dataset.model_dump(mode="json"), gpu.name,
                          strategy.value, factor, tc.fused_kernels, tc.max_gpus, tc.price_source, basis,
                          table_key(session_gpus()), table_key(session_prices())], sort_keys=True, default=str)
-    search = _shared("search", inputs, lambda: search_plans(
-        arch, scenario, tc.dataset, strategy=strategy, calibration=factor, fused_kernels=tc.fused_kernels,
-        counts=[n for n in PLAN_GPU_COUNTS if n <= tc.max_gpus], price_source=tc.price_source,
-        gpus=session_gpus(), prices=session_prices(), basis=basis, estimate=est))  # type: ignore[arg-type]
 except EngineError as exc:
     st.error(f"Cannot estimate the time of this scenario: {md_plain(exc)}")
     st.stop()
@@ -91,7 +89,7 @@ if not plan.fits:
                f"it (allocator reserve and CUDA context added), against {fmt_bytes(gpu.usable_memory_bytes, unit)} per GPU. "
                "Time and cost are for reference only; "
                + (f"the fewest {md_plain(gpu.name)} that fit with {strategy.value}: {fewest}." if fewest else
-                  f"no number of {md_plain(gpu.name)} fits with {strategy.value}. The plans further down list what fits."))
+                  f"no number of {md_plain(gpu.name)} fits with {strategy.value}. The section 'Every plan that fits' below lists what fits."))
     if fewest and fewest != num_gpus:
         st.button(f"Use {fewest} GPUs (the sidebar's hardware, for every page)", key="tc_use_fewest",
                   on_click=lambda: st.session_state.update(num_gpus=fewest))
@@ -138,22 +136,6 @@ st.caption(f"One optimizer step ({tp.step.tokens:,} tokens per GPU) takes {tp.st
            f"HFU {tp.hfu:.2f} of the dense {tp.peak.dtype} peak ({(tp.peak.flops or 0) / 1e12:,.1f} TFLOP/s per GPU)"
            + (f"; collectives over {tp.step.link}" if tp.step.link else "") + ".")
 
-st.subheader(f"Where the time goes, by technique (one {md_plain(gpu.name)})")
-left, right = st.columns(2)
-with left:
-    rows, stack_figure = _shared("techniques", inputs, lambda: _techniques(arch, scenario, gpu, factor, tc.fused_kernels))
-    st.plotly_chart(stack_figure, width="stretch", key="tc_time_stack_chart")
-    skipped = [md_plain(f"{r.label}: {r.error}") for r in rows if r.throughput is None]
-    st.caption("Step time per 1,000 tokens by category for each method × precision of the Memory page's chart, "
-               "labelled with tokens/s." + (" Not timed: " + "; ".join(skipped) if skipped else ""))
-with right:
-    st.plotly_chart(_shared("shapes", inputs, lambda: shape_figure(
-        shape_sweep(arch, scenario, gpu, calibration=factor, fused_kernels=tc.fused_kernels), scenario.seq_len,
-        scenario.micro_batch_size)), width="stretch", key="tc_shape_chart")
-    st.caption("Tokens/s of one GPU against sequence length, per micro batch size (memory fit not checked: see the Fit "
-               "page). Short sequences at micro batch 1 are bound by kernel launches and memory traffic; long ones by "
-               "attention's s² work.")
-
 st.subheader("Seed rule")
 if seed is None:
     lines = "; ".join(f"{b:g}B on {f'{n}× ' if n > 1 else ''}{g} ~{t:,.0f} tokens/s" for b, g, n, t in SEED_THROUGHPUT)
@@ -171,114 +153,190 @@ else:
     st.caption(f"{seed.rule}; Training Time = tokens × epochs / throughput ({SEED_THROUGHPUT_SOURCE}). The table ignores "
                "the method, precision, batch and checkpointing: only the model size, the GPU and the count.")
 
-st.subheader("Time against dataset size")
-sweep = dataset_sweep(tc.dataset, scenario.seq_len, run.tokens_per_second, num_gpus, band=band)
-# One figure everywhere: tokens processed per epoch (after truncation to the sequence length, or padding to it).
-sizes = [d.tokens_per_epoch(scenario.seq_len) for d, _ in sweep]
-seed_hours = None
-if seed is not None:
-    seed_hours = [r.hours for _, r in dataset_sweep(tc.dataset, scenario.seq_len, seed.tokens_per_second, num_gpus)]
-st.plotly_chart(time_vs_dataset_figure(sizes, [r.hours for _, r in sweep], seed_hours, tc.dataset.tokens_per_epoch(scenario.seq_len), plan.label,
-                                      band=([r.hours_low for _, r in sweep], [r.hours_high for _, r in sweep])),
-                width="stretch", key="tc_time_dataset_chart")
 
-st.subheader(f"Cost against dataset size ({BASIS_LABEL[basis]})")
-series: dict[str, tuple[list[float], list[float]]] = {}
-curve_plans = search.cheapest_per_gpu()[:6]
-if plan.cost(basis) is not None and all((p.gpu, p.num_gpus) != (plan.gpu, plan.num_gpus) for p in curve_plans):
-    curve_plans.append(plan)
-for p in curve_plans:
-    points = dataset_sweep(tc.dataset, scenario.seq_len, p.run.tokens_per_second, p.num_gpus,
-                           p.price.on_demand_usd_per_hour, p.price.spot_usd_per_hour)
-    costs = [(r.cost_usd_on_demand if basis == "on_demand" else r.cost_usd_spot) for _, r in points]
-    series[p.label + ("" if p.fits else " (does not fit)")] = ([d.tokens_per_epoch(scenario.seq_len) for d, _ in points], costs)  # type: ignore[misc]
-no_price = (f"'{search.price_source}' has no {BASIS_LABEL[basis]} price for any plan that fits (a GPU without a price "
+def _time_section() -> None:
+    """Where the time goes, by technique (one GPU)."""
+    st.subheader(f"Where the time goes, by technique (one {md_plain(gpu.name)})")
+    rows, stack_figure = _shared("techniques", inputs, lambda: _techniques(arch, scenario, gpu, factor, tc.fused_kernels))
+    st.plotly_chart(stack_figure, width="stretch", key="tc_time_stack_chart")
+    skipped = [md_plain(f"{r.label}: {r.error}") for r in rows if r.throughput is None]
+    st.caption("Step time per 1,000 tokens by category for each method × precision of the Memory page's chart, "
+               "labelled with tokens/s." + (" Not timed: " + "; ".join(skipped) if skipped else ""))
+
+
+def _shape_section() -> None:
+    """Tokens/s of one GPU against the sequence length, per micro batch size."""
+    st.subheader(f"Tokens/s against sequence length and micro batch (one {md_plain(gpu.name)})")
+    st.plotly_chart(_shared("shapes", inputs, lambda: shape_figure(
+        shape_sweep(arch, scenario, gpu, calibration=factor, fused_kernels=tc.fused_kernels), scenario.seq_len,
+        scenario.micro_batch_size)), width="stretch", key="tc_shape_chart")
+    st.caption("Tokens/s of one GPU against sequence length, per micro batch size (memory fit not checked: see the Fit "
+               "page). Short sequences at micro batch 1 are bound by kernel launches and memory traffic; long ones by "
+               "attention's s² work.")
+
+
+class _Curves(NamedTuple):
+    sizes: list  # tokens per epoch of each dataset size of the sweep
+    sweep: list  # (dataset, run) of this plan at each size
+    seed_hours: list | None
+    series: dict  # plan label -> (sizes, costs)
+    counts: list  # the plans of this GPU kind at each count that fits
+
+
+def _curves(search: PlanSearch) -> _Curves:
+    """The data of the dataset and GPU-count curves (both sections offer all of it as one CSV)."""
+    sweep = dataset_sweep(tc.dataset, scenario.seq_len, run.tokens_per_second, num_gpus, band=band)
+    # One figure everywhere: tokens processed per epoch (after truncation to the sequence length, or padding to it).
+    sizes = [d.tokens_per_epoch(scenario.seq_len) for d, _ in sweep]
+    seed_hours = None
+    if seed is not None:
+        seed_hours = [r.hours for _, r in dataset_sweep(tc.dataset, scenario.seq_len, seed.tokens_per_second, num_gpus)]
+    series: dict[str, tuple[list[float], list[float]]] = {}
+    curve_plans = search.cheapest_per_gpu()[:6]
+    if plan.cost(basis) is not None and all((p.gpu, p.num_gpus) != (plan.gpu, plan.num_gpus) for p in curve_plans):
+        curve_plans.append(plan)
+    for p in curve_plans:
+        points = dataset_sweep(tc.dataset, scenario.seq_len, p.run.tokens_per_second, p.num_gpus,
+                               p.price.on_demand_usd_per_hour, p.price.spot_usd_per_hour)
+        costs = [(r.cost_usd_on_demand if basis == "on_demand" else r.cost_usd_spot) for _, r in points]
+        series[p.label + ("" if p.fits else " (does not fit)")] = ([d.tokens_per_epoch(scenario.seq_len) for d, _ in points], costs)  # type: ignore[misc]
+    return _Curves(sizes, sweep, seed_hours, series, search.for_gpu(gpu.name))
+
+
+def _curves_csv(c: _Curves) -> None:
+    curves = (
+        [{"curve": "time_vs_dataset", "plan": plan.label, "dataset_tokens": x, "hours": r.hours, "hours_low": r.hours_low,
+          "hours_high": r.hours_high, "cost_usd": None} for x, (_, r) in zip(c.sizes, c.sweep)]
+        + [{"curve": "cost_vs_dataset", "plan": label, "dataset_tokens": x, "hours": None, "cost_usd": y}
+           for label, (xs, ys) in c.series.items() for x, y in zip(xs, ys)]
+        + [{"curve": "gpu_count", "plan": p.label, "dataset_tokens": tc.dataset.tokens_per_epoch(scenario.seq_len), "hours": p.run.hours,
+            "hours_low": p.run.hours_low, "hours_high": p.run.hours_high, "cost_usd": p.cost(basis)} for p in c.counts]
+    )
+    st.download_button("Download the curves (CSV)", csv_bytes(pd.DataFrame(curves)),
+                       file_name="time_cost_curves.csv", mime="text/csv", key="tc_curves_csv")
+
+
+def _dataset_section(search: PlanSearch) -> None:
+    """Time and cost against the dataset size, and the curves' CSV."""
+    c = _curves(search)
+    st.subheader("Time against dataset size")
+    st.plotly_chart(time_vs_dataset_figure(c.sizes, [r.hours for _, r in c.sweep], c.seed_hours, tc.dataset.tokens_per_epoch(scenario.seq_len), plan.label,
+                                          band=([r.hours_low for _, r in c.sweep], [r.hours_high for _, r in c.sweep])),
+                    width="stretch", key="tc_time_dataset_chart")
+    st.subheader(f"Cost against dataset size ({BASIS_LABEL[basis]})")
+    if c.series:
+        st.plotly_chart(cost_vs_dataset_figure(c.series, tc.dataset.tokens_per_epoch(scenario.seq_len), basis), width="stretch",
+                        key="tc_cost_dataset_chart")
+        st.caption(f"The GPU kinds cheapest for your dataset, each at its cheapest count that fits ({BASIS_LABEL[basis]} prices "
+                   f"from '{md_plain(search.price_source)}'), and your plan. Cost grows linearly with the tokens.")
+    else:
+        st.info(f"No cost curve to draw: {md_plain(_no_price(search))}")
+    _curves_csv(c)
+
+
+def _gpus_section(search: PlanSearch) -> None:
+    """Time and cost against the number of GPUs of the sidebar's kind, and the curves' CSV."""
+    c = _curves(search)
+    st.subheader(f"Time and cost against the number of {md_plain(gpu.name)}")
+    if c.counts:
+        st.plotly_chart(gpu_count_figure(c.counts, basis, gpu.name), width="stretch", key="tc_gpu_count_chart")
+        if all(p.cost(basis) is None for p in c.counts):
+            st.caption(f"Only the time is drawn: '{md_plain(search.price_source)}' has no {BASIS_LABEL[basis]} price for {md_plain(gpu.name)}.")
+        st.caption(f"Counts {', '.join(str(p.num_gpus) for p in c.counts)} fit with {strategy.value} (of {', '.join(map(str, search.counts))}). "
+                   "Communication is the collectives' exposed time over the link each count uses (NVLink or PCIe within a node, "
+                   "one 200 Gb/s InfiniBand NIC per GPU between nodes).")
+    else:
+        st.info(f"Nothing to draw: no count of {md_plain(gpu.name)} up to {max(search.counts)} fits with {strategy.value}. Raise 'Plan "
+                "search: up to', pick another strategy or GPU, or a technique that needs less memory.")
+    _curves_csv(c)
+
+
+def _plans_section(search: PlanSearch) -> None:
+    """Every plan that fits: time against cost, the cheapest, fastest and Pareto plans, their table and CSV."""
+    st.subheader("Every plan that fits: time against cost")
+    if any(p.cost(basis) is not None for p in search.plans):
+        st.plotly_chart(_shared("scatter", inputs, lambda: plan_scatter_figure(search)), width="stretch", key="tc_plans_chart")
+    elif search.plans:
+        st.info(f"No plan to place on the time-cost chart: {md_plain(_no_price(search))} The plans that fit are in the table below, with their time.")
+    else:
+        st.info("Nothing fits in memory with this scenario and strategy on any GPU kind and count searched.")
+    lines = []
+    if search.cheapest is not None:
+        ch = search.cheapest
+        lines.append(f"- **Cheapest**: {ch.label}: {fmt_hours(ch.run.hours)}, {fmt_usd(ch.cost(basis))} {BASIS_LABEL[basis]} "
+                     f"(${(ch.price.on_demand_usd_per_hour if basis == 'on_demand' else ch.price.spot_usd_per_hour) or 0:,.4g}"
+                     f"/GPU-hour, {ch.price.on_demand_source if basis == 'on_demand' else ch.price.spot_source}).")
+    else:
+        lines.append(f"- **Cheapest**: none: no fitting plan has a price ({BASIS_LABEL[basis]}) in '{md_plain(search.price_source)}'.")
+    if search.fastest is not None:
+        fa = search.fastest
+        lines.append(f"- **Fastest**: {fa.label}: {fmt_hours(fa.run.hours)}, {fmt_usd(fa.cost(basis))}"
+                     + ("" if fa.cost(basis) is not None else f" ({fa.price.reason})") + ".")
+    else:
+        lines.append("- **Fastest**: none: nothing fits.")
+    lines.append(f"- **Pareto front** ({len(search.pareto)} plans, no plan is both faster and cheaper): "
+                 + (", ".join(p.label for p in search.pareto) or "empty") + ".")
+    st.markdown("\n".join(lines))
+    st.caption(f"{len(search.plans)} plans fit in memory with {strategy.value} (GPU kinds × counts {', '.join(map(str, search.counts))}); "
+               "a plan that does not fit is never listed. Plans without a price in the source are in the table, not on the chart.")
+    records = search.records()
+    frame = pd.DataFrame(records)
+    if not frame.empty:
+        shown = frame[["gpu", "num_gpus", "tokens_per_second", "tokens_per_second_low", "tokens_per_second_high", "hours",
+                       "hours_low", "hours_high", "gpu_hours", "cost_usd_on_demand", "cost_usd_spot", "pareto", "cheapest",
+                       "fastest", "notes"]]
+        st.dataframe(shown, hide_index=True, width="stretch", key="tc_plans_table", column_config=number_columns({
+            "num_gpus": ("GPUs", "count"), "tokens_per_second": ("throughput", "tokens_per_second"),
+            "tokens_per_second_low": ("throughput low", "tokens_per_second"),
+            "tokens_per_second_high": ("throughput high", "tokens_per_second"),
+            "hours": ("wall time", "hours"), "hours_low": ("wall time low", "hours"), "hours_high": ("wall time high", "hours"),
+            "gpu_hours": ("GPU time", "gpu_hours"),
+            "cost_usd_on_demand": ("cost on demand", "usd"), "cost_usd_spot": ("cost spot", "usd")}))
+    st.download_button("Download the plans (CSV)", csv_bytes(frame), file_name="training_plans.csv",
+                       mime="text/csv", key="tc_plans_csv")
+    if search.excluded:
+        with st.expander(f"GPU kinds with no plan ({len(search.excluded)})"):
+            st.markdown("\n".join(f"- {md_plain(e.gpu)}: {md_plain(e.reason)}" for e in search.excluded))
+
+
+def _measured_section() -> None:
+    """The step-time model against every expressible published measurement."""
+    st.subheader("Our tokens/s against published measurements")
+    comparison = compare_measurements()
+    st.dataframe(pd.DataFrame([r.record() for r in comparison]), hide_index=True, width="stretch", key="tc_comparison_table",
+                 column_config=number_columns({
+                     "measured tokens/s": ("measured", "tokens_per_second"), "predicted tokens/s": ("predicted", "tokens_per_second"),
+                     "MFU (predicted)": ("MFU (predicted)", "fraction"), "HFU (predicted)": ("HFU (predicted)", "fraction")}))
+    _all = error_summary()
+    st.caption(
+        f"Each expressible published row's scenario through the step-time model, uncalibrated (data/throughput_measurements.csv, "
+        f"with its source and locator): median |error| {_all.median_abs_error:.0%}, largest {_all.max_abs_error:.0%} over "
+        f"{_all.rows} rows. The Methodology page lists the rows the model cannot express, and why."
+    )
+
+
+def _search() -> PlanSearch:
+    """Every GPU kind and count that fits, costed (engine.plan.cost.search_plans): only the sections that show plans
+    compute it."""
+    try:
+        return _shared("search", inputs, lambda: search_plans(
+            arch, scenario, tc.dataset, strategy=strategy, calibration=factor, fused_kernels=tc.fused_kernels,
+            counts=[n for n in PLAN_GPU_COUNTS if n <= tc.max_gpus], price_source=tc.price_source,
+            gpus=session_gpus(), prices=session_prices(), basis=basis, estimate=est))  # type: ignore[arg-type]
+    except EngineError as exc:
+        st.error(f"Cannot estimate the time of this scenario: {md_plain(exc)}")
+        st.stop()
+
+
+def _no_price(search: PlanSearch) -> str:
+    return (f"'{search.price_source}' has no {BASIS_LABEL[basis]} price for any plan that fits (a GPU without a price "
             "gets no cost, never an invented one): pick another price source, or rank by the other price, in the sidebar.")
-if series:
-    st.plotly_chart(cost_vs_dataset_figure(series, tc.dataset.tokens_per_epoch(scenario.seq_len), basis), width="stretch",
-                    key="tc_cost_dataset_chart")
-    st.caption(f"The GPU kinds cheapest for your dataset, each at its cheapest count that fits ({BASIS_LABEL[basis]} prices "
-               f"from '{md_plain(search.price_source)}'), and your plan. Cost grows linearly with the tokens.")
-else:
-    st.info(f"No cost curve to draw: {md_plain(no_price)}")
 
-st.subheader(f"Time and cost against the number of {md_plain(gpu.name)}")
-counts = search.for_gpu(gpu.name)
-if counts:
-    st.plotly_chart(gpu_count_figure(counts, basis, gpu.name), width="stretch", key="tc_gpu_count_chart")
-    if all(p.cost(basis) is None for p in counts):
-        st.caption(f"Only the time is drawn: '{md_plain(search.price_source)}' has no {BASIS_LABEL[basis]} price for {md_plain(gpu.name)}.")
-    st.caption(f"Counts {', '.join(str(p.num_gpus) for p in counts)} fit with {strategy.value} (of {', '.join(map(str, search.counts))}). "
-               "Communication is the collectives' exposed time over the link each count uses (NVLink or PCIe within a node, "
-               "one 200 Gb/s InfiniBand NIC per GPU between nodes).")
-else:
-    st.info(f"Nothing to draw: no count of {md_plain(gpu.name)} up to {max(search.counts)} fits with {strategy.value}. Raise 'Plan "
-            "search: up to', pick another strategy or GPU, or a technique that needs less memory.")
-curves = (
-    [{"curve": "time_vs_dataset", "plan": plan.label, "dataset_tokens": x, "hours": r.hours, "hours_low": r.hours_low,
-      "hours_high": r.hours_high, "cost_usd": None} for x, (_, r) in zip(sizes, sweep)]
-    + [{"curve": "cost_vs_dataset", "plan": label, "dataset_tokens": x, "hours": None, "cost_usd": y}
-       for label, (xs, ys) in series.items() for x, y in zip(xs, ys)]
-    + [{"curve": "gpu_count", "plan": p.label, "dataset_tokens": tc.dataset.tokens_per_epoch(scenario.seq_len), "hours": p.run.hours,
-        "hours_low": p.run.hours_low, "hours_high": p.run.hours_high, "cost_usd": p.cost(basis)} for p in counts]
-)
-st.download_button("Download the curves (CSV)", csv_bytes(pd.DataFrame(curves)),
-                   file_name="time_cost_curves.csv", mime="text/csv", key="tc_curves_csv")
 
-st.subheader("Every plan that fits: time against cost")
-if any(p.cost(basis) is not None for p in search.plans):
-    st.plotly_chart(_shared("scatter", inputs, lambda: plan_scatter_figure(search)), width="stretch", key="tc_plans_chart")
-elif search.plans:
-    st.info(f"No plan to place on the time-cost chart: {md_plain(no_price)} The plans that fit are in the table below, with their time.")
+_WITH_PLANS = {"dataset": _dataset_section, "gpus": _gpus_section, "plans": _plans_section}  # sections of the plan search
+view = section_choice("tc_view", help="One section at a time: a sidebar change recomputes and redraws only the "
+                                        "section shown (the others follow when you pick them). The link keeps it.")
+if view in _WITH_PLANS:
+    _WITH_PLANS[view](_search())
 else:
-    st.info("Nothing fits in memory with this scenario and strategy on any GPU kind and count searched.")
-lines = []
-if search.cheapest is not None:
-    ch = search.cheapest
-    lines.append(f"- **Cheapest**: {ch.label}: {fmt_hours(ch.run.hours)}, {fmt_usd(ch.cost(basis))} {BASIS_LABEL[basis]} "
-                 f"(${(ch.price.on_demand_usd_per_hour if basis == 'on_demand' else ch.price.spot_usd_per_hour) or 0:,.4g}"
-                 f"/GPU-hour, {ch.price.on_demand_source if basis == 'on_demand' else ch.price.spot_source}).")
-else:
-    lines.append(f"- **Cheapest**: none: no fitting plan has a price ({BASIS_LABEL[basis]}) in '{md_plain(search.price_source)}'.")
-if search.fastest is not None:
-    fa = search.fastest
-    lines.append(f"- **Fastest**: {fa.label}: {fmt_hours(fa.run.hours)}, {fmt_usd(fa.cost(basis))}"
-                 + ("" if fa.cost(basis) is not None else f" ({fa.price.reason})") + ".")
-else:
-    lines.append("- **Fastest**: none: nothing fits.")
-lines.append(f"- **Pareto front** ({len(search.pareto)} plans, no plan is both faster and cheaper): "
-             + (", ".join(p.label for p in search.pareto) or "empty") + ".")
-st.markdown("\n".join(lines))
-st.caption(f"{len(search.plans)} plans fit in memory with {strategy.value} (GPU kinds × counts {', '.join(map(str, search.counts))}); "
-           "a plan that does not fit is never listed. Plans without a price in the source are in the table, not on the chart.")
-records = search.records()
-frame = pd.DataFrame(records)
-if not frame.empty:
-    shown = frame[["gpu", "num_gpus", "tokens_per_second", "tokens_per_second_low", "tokens_per_second_high", "hours",
-                   "hours_low", "hours_high", "gpu_hours", "cost_usd_on_demand", "cost_usd_spot", "pareto", "cheapest",
-                   "fastest", "notes"]]
-    st.dataframe(shown, hide_index=True, width="stretch", key="tc_plans_table", column_config=number_columns({
-        "num_gpus": ("GPUs", "count"), "tokens_per_second": ("throughput", "tokens_per_second"),
-        "tokens_per_second_low": ("throughput low", "tokens_per_second"),
-        "tokens_per_second_high": ("throughput high", "tokens_per_second"),
-        "hours": ("wall time", "hours"), "hours_low": ("wall time low", "hours"), "hours_high": ("wall time high", "hours"),
-        "gpu_hours": ("GPU time", "gpu_hours"),
-        "cost_usd_on_demand": ("cost on demand", "usd"), "cost_usd_spot": ("cost spot", "usd")}))
-st.download_button("Download the plans (CSV)", csv_bytes(frame), file_name="training_plans.csv",
-                   mime="text/csv", key="tc_plans_csv")
-if search.excluded:
-    with st.expander(f"GPU kinds with no plan ({len(search.excluded)})"):
-        st.markdown("\n".join(f"- {md_plain(e.gpu)}: {md_plain(e.reason)}" for e in search.excluded))
-
-st.subheader("Our tokens/s against published measurements")
-comparison = compare_measurements()
-st.dataframe(pd.DataFrame([r.record() for r in comparison]), hide_index=True, width="stretch", key="tc_comparison_table",
-             column_config=number_columns({
-                 "measured tokens/s": ("measured", "tokens_per_second"), "predicted tokens/s": ("predicted", "tokens_per_second"),
-                 "MFU (predicted)": ("MFU (predicted)", "fraction"), "HFU (predicted)": ("HFU (predicted)", "fraction")}))
-_all = error_summary()
-st.caption(
-    f"Each expressible published row's scenario through the step-time model, uncalibrated (data/throughput_measurements.csv, "
-    f"with its source and locator): median |error| {_all.median_abs_error:.0%}, largest {_all.max_abs_error:.0%} over "
-    f"{_all.rows} rows. The Methodology page lists the rows the model cannot express, and why."
-)
+    {"time": _time_section, "shape": _shape_section, "measured": _measured_section}[view]()

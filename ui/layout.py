@@ -27,6 +27,7 @@ from ui.model_picker import PickedModel, model_sidebar
 from ui.scaleout import SCALEOUT_KEYS
 from ui.scenario_form import _targets_key, scenario_sidebar
 from ui.share import apply_pending_targets, read_query_params, write_query_params
+from ui.views import VIEWS
 from ui.catalog_session import bundled_data_problem
 from ui.formats import md_plain
 
@@ -65,6 +66,7 @@ _KEPT_KEYS = (
     "mem_workload", "inf_weight_precision", "inf_kv_dtype", "inf_concurrency", "inf_seq_len", "inf_tp", "inf_util",
     # Scale out page (ui.scaleout.layout_inputs and pages/scale_out.py)
     *SCALEOUT_KEYS,
+    *VIEWS,  # the section the GPU fit and Time & cost pages draw (ui.views)
 )
 # Not the token field: re-assigning a widget's value sends it back to the browser in the widget message.
 

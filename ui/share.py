@@ -29,6 +29,7 @@ from engine.memory.inference import KvCacheDtype, WeightPrecision
 from ui.inputs import LIMITS, valid_value
 from ui.scaleout import CHOICES as SCALEOUT_CHOICES, FLAGS as SCALEOUT_FLAGS, NUMBERS as SCALEOUT_NUMBERS
 from ui.scenario_form import AS_STORED, INFERENCE, SIZE_EXAMPLES, SIZE_TOKENS, WORKLOADS
+from ui.views import VIEWS
 
 _READ_FLAG = "_query_params_read"
 _PENDING_TARGETS = "_url_lora_targets"
@@ -195,6 +196,8 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     # Scale out page (ui.scaleout): the layout, the cluster, FP8, master weights and the export shown
     **{k: (_enum_values_int(v) if isinstance(v[0], int) else _enum_values(v)) for k, v in SCALEOUT_CHOICES.items()},
     **{k: _limited(k) for k in SCALEOUT_NUMBERS}, **{k: _bool for k in SCALEOUT_FLAGS}, "so_gpu": _gpu,
+    # the section a long page draws (ui.views: fit_view, tc_view)
+    **{k: _enum_values(tuple(v)) for k, v in VIEWS.items()},
 }
 LEGACY = {"mem_num_gpus": "num_gpus", "mem_gpus_per_node": "gpus_per_node", "mem_strategy": "strategy",
           "mem_offload": "offload", "tc_gpu": "gpu", "tc_num_gpus": "num_gpus", "tc_strategy": "strategy"}

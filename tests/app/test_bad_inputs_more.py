@@ -137,7 +137,9 @@ def test_every_whole_number_box_checks_what_was_typed(new_app):
     no_exception(at)
     assert "Virtual tokens: 0 is out of range; it must be a whole number from 1 to 65,536. The results use 20." in \
         [shown(e.value) for e in at.error]
-    fit = new_app().switch_page("pages/fit.py").run()
+    fit = new_app()
+    fit.query_params["fit_view"] = "largest"  # the seed's table (ui.views)
+    fit.switch_page("pages/fit.py").run()
     fit.number_input(key="seed_micro_batch").set_value(1.5).run()
     no_exception(fit)
     assert "Micro batch: 1.5 is not a whole number, so it is back to 1." in [shown(e.value) for e in fit.error]

@@ -29,7 +29,7 @@ TRUSTED: dict[tuple[str, str], str] = {
     **{("fit.py", e): _NUMBERS for e in ("unit", "scenario.micro_batch_size", "Scenario().lora_r", "seed_batch",
                                          "fewest if fewest else 'none up to 1,024'", "usable_text")},
     **{("fit.py", e): _ENGINE for e in ("precision_spec(scenario.precision).label", "STRATEGY_LABELS[strategy]",
-                                        "SEED_TABLE_SOURCE", "precision_spec(seed_full_precision).label",
+                                        "SEED_TABLE_SOURCE", "precision_spec(seed_full_precision).label", "_WHY_SEED_DIFFERS",
                                         "'\\n'.join(lines)")},  # lines: numbers and fmt_bytes only
     **{("memory.py", e): _NUMBERS for e in ("est.bytes_per_parameter", "scenario.gradient_accumulation_steps",
                                             "arch.num_layers", "sliding")},
@@ -47,7 +47,7 @@ TRUSTED: dict[tuple[str, str], str] = {
     **{("memory.py", e): _ENGINE for e in ("n", "STRATEGY_LABELS[hw.training_strategy]")},
     **{("time_cost.py", e): _NUMBERS for e in ("scenario.gradient_accumulation_steps", "scenario.micro_batch_size",
                                                "', '.join(map(str, search.counts))", "fewest", "num_gpus", "_all.rows",
-                                               "', '.join((str(p.num_gpus) for p in counts))")},
+                                               "', '.join((str(p.num_gpus) for p in c.counts))")},
     **{("time_cost.py", e): _ENGINE for e in ("STRATEGY_LABELS[strategy]", "precision_spec(scenario.precision).label",
                                               "tp.attention_kernel", "parts", "tp.peak.dtype", "tp.step.link",
                                               "'\\n'.join(lines)", "lines", "SEED_THROUGHPUT_SOURCE", "seed.rule",

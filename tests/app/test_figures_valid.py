@@ -22,9 +22,14 @@ def test_every_chart_of_the_page_validates(new_app, page):
     no_exception(at)
     if page == "pages/plans.py":
         at.button(key="plan_save").click().run()  # the compare charts
+    views = {"pages/fit.py": ("models", "techniques"), "pages/time_cost.py": ("time", "shape", "dataset", "gpus", "plans")}
     if page == "pages/fit.py":
         at.radio(key="fit_labels").set_value("Fewest GPUs").run()  # the labelled heatmap too
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    for view in views.get(page, ()):  # every section's charts (ui.views: one section drawn at a time)
+        at.radio(key="fit_view" if page == "pages/fit.py" else "tc_view").set_value(view).run()
+        no_exception(at)
+        specs += [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     assert specs
     for spec in specs:
         go.Figure(spec)  # raises ValueError on anything plotly would not draw as meant

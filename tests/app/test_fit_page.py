@@ -41,14 +41,30 @@ def seed_table(at: AppTest):
     return next(t.value for t in at.table if "GPUs (seed)" in t.value.columns)
 
 
+def show(at: AppTest, view: str) -> AppTest:
+    """Pick a section of the page (ui.views.FIT_VIEWS): a rerun draws only the chosen one (issue 26)."""
+    return at.radio(key="fit_view").set_value(view).run()
+
+
+def both_heatmaps(at: AppTest) -> tuple[dict, dict]:
+    """The models and the techniques heatmap, each drawn alone in its section (the page stays on the models')."""
+    (models,) = charts(show(at, "models"))
+    (techniques,) = charts(show(at, "techniques"))
+    show(at, "models")
+    return heatmap(models), heatmap(techniques)
+
+
 def test_page_renders_both_heatmaps_the_seed_table_and_what_fits(fit_page):
     at = fit_page
     assert [t.value for t in at.title] == ["Which GPU does it fit on?"]
+    # One section at a time (issue 26): the models' heatmap by default, alone; the other sections on request.
+    assert at.radio(key="fit_view").value == "models" and len(charts(at)) == 1 and not at.table
+    assert [b.proto.label for b in at.get("download_button")] == ["Download fit_models_x_gpus (CSV)"]
     # No cell text by default (issue 26: colour and hover only, fewer SVG elements to lay out on each redraw)
     assert at.radio(key="fit_labels").value == "None"
     assert all("text" not in heatmap(f) for f in charts(at))
     at.radio(key="fit_labels").set_value("Fewest GPUs").run()
-    models_fig, techniques_fig = (heatmap(f) for f in charts(at))
+    models_fig, techniques_fig = both_heatmaps(at)
     gpus = load_gpus()
     assert len(models_fig["x"]) == len(gpus) and len(models_fig["y"]) == len(load_models())
     assert techniques_fig["y"] == [t.label for t in TECHNIQUES] + ["Inference · bf16 serving"]
@@ -82,21 +98,25 @@ def test_page_renders_both_heatmaps_the_seed_table_and_what_fits(fit_page):
     bare = heatmap(charts(at)[0])
     assert "texttemplate" not in bare and "text" not in bare and bare["z"] == models_fig["z"] and bare["customdata"]
     assert "fewest GPUs" in models_fig["customdata"][0][0]
+    show(at, "techniques")
+    assert [b.proto.label for b in at.get("download_button")] == ["Download fit_techniques_x_gpus (CSV)"]
+    show(at, "largest")
+    assert charts(at) == [] and not at.get("download_button")
+    assert any("Why the numbers differ from the seed's" in m.value for m in at.markdown)
     seed = seed_table(at)
     assert list(seed["GPUs (seed)"]) == ["RTX 3090", "RTX 4090", "A100-40GB", "A100-80GB", "H100", "2× A100-40GB",
                                          "4× A100-80GB", "8× H100"]
     assert list(seed["seed: efficient"]) == ["3B", "3B", "7B", "13B", "13B", "7-13B", "30-40B", "70B"]
-    assert metric(at, "Largest micro batch") and metric(at, "Longest sequence")
-    assert len(at.get("download_button")) == 2
+    assert metric(at, "Largest micro batch") and metric(at, "Longest sequence")  # what fits: under every section
     assert at.selectbox(key="catalog_repo").value == "meta-llama/Llama-3.1-8B"  # the picker is on this page too
 
 
 def test_changing_the_scenario_changes_cells(fit_page):
     at = fit_page
-    before_models, before_tech = (heatmap(f)["z"] for f in charts(at))
+    before_models, before_tech = (h["z"] for h in both_heatmaps(at))
     at.number_input(key="seq_len").set_value(8192).run()
     no_exception(at)
-    after_models, after_tech = (heatmap(f)["z"] for f in charts(at))
+    after_models, after_tech = (h["z"] for h in both_heatmaps(at))
     assert after_models != before_models and after_tech != before_tech
     # Longer sequences never need less memory; the headroom shrinks unless the optimizer step stays the peak.
     flat = [(b, a) for rb, ra in zip(before_models, after_models) for b, a in zip(rb, ra) if b is not None]
@@ -132,7 +152,7 @@ def test_what_fits_follows_the_chosen_gpu_and_strategy(fit_page):
 
 
 def test_seed_table_follows_its_own_scenario(fit_page):
-    at = fit_page
+    at = show(fit_page, "largest")
     lora = list(seed_table(at)["computed: lora"])
     at.selectbox(key="seed_efficient").set_value(Method.QLORA).run()
     no_exception(at)
@@ -160,5 +180,5 @@ def test_a_fit_with_less_than_the_safety_margin_shows_tight_may_not_fit(new_app,
     no_exception(at)
     assert any("tight: may not fit" in w.value for w in at.warning), [w.value for w in at.warning]
     at.radio(key="fit_labels").set_value("Fewest GPUs").run()
-    techniques = heatmap(charts(at)[1])
+    (techniques,) = (heatmap(f) for f in charts(show(at, "techniques")))
     assert any(cell.startswith("≈") for row in techniques["text"] for cell in row)

@@ -23,7 +23,8 @@ def mantissa(v: float) -> int:
 def figures(new_app) -> dict[str, dict]:
     at = new_app().switch_page("pages/time_cost.py").run()
     no_exception(at)
-    stack, shape, time, cost, count, plans = charts(at)
+    stack, shape, time, cost, count, plans = (  # one section at a time (ui.views): each section's charts
+        f for view in ("time", "shape", "dataset", "gpus", "plans") for f in charts(at.radio(key="tc_view").set_value(view).run()))
     return {"shape": shape, "time": time, "cost": cost, "count": count, "plans": plans}
 
 

@@ -164,7 +164,11 @@ def test_time_cost_page_offers_the_curves_as_csv(new_app):
     at.query_params["model"] = QWEN_05B
     at.switch_page("pages/time_cost.py").run()
     no_exception(at)
-    labels = [b.proto.label for b in at.get("download_button")]
+    labels = []
+    for view in ("dataset", "plans"):  # one section at a time (ui.views): the curves' and the plans' sections
+        at.radio(key="tc_view").set_value(view).run()
+        no_exception(at)
+        labels += [b.proto.label for b in at.get("download_button")]
     assert "Download the curves (CSV)" in labels and "Download the plans (CSV)" in labels
 
 

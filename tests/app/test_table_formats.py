@@ -39,6 +39,7 @@ def test_plans_compare_table_has_one_format_per_column_and_bytes_in_the_sidebar_
 
 def test_time_cost_tables_have_one_format_per_column_and_units_in_the_headers(new_app):
     at = new_app().switch_page("pages/time_cost.py").run()
+    at.radio(key="tc_view").set_value("plans").run()  # one section at a time (ui.views)
     no_exception(at)
     assert formats(table(at, "pareto")) == {
         "num_gpus": ("GPUs", "%,d"), "tokens_per_second": ("throughput (tokens/s)", "%,.0f"),
@@ -47,6 +48,7 @@ def test_time_cost_tables_have_one_format_per_column_and_units_in_the_headers(ne
         "hours": ("wall time (h)", "%,.3f"), "hours_low": ("wall time low (h)", "%,.3f"),
         "hours_high": ("wall time high (h)", "%,.3f"), "gpu_hours": ("GPU time (GPU-h)", "%,.3f"),
         "cost_usd_on_demand": ("cost on demand (USD)", "%,.2f"), "cost_usd_spot": ("cost spot (USD)", "%,.2f")}
+    at.radio(key="tc_view").set_value("measured").run()
     assert formats(table(at, "measured tokens/s")) == {
         "measured tokens/s": ("measured (tokens/s)", "%,.0f"), "predicted tokens/s": ("predicted (tokens/s)", "%,.0f"),
         "MFU (predicted)": ("MFU (predicted)", "%.3f"), "HFU (predicted)": ("HFU (predicted)", "%.3f")}

@@ -26,6 +26,18 @@ def page(new_app) -> AppTest:
     return at
 
 
+def show(at: AppTest, view: str) -> AppTest:
+    """Pick a section of the page (ui.views.TIME_COST_VIEWS): a rerun draws only the chosen one (issue 26)."""
+    return at.radio(key="tc_view").set_value(view).run()
+
+
+def every_chart(at: AppTest) -> list[dict]:
+    """Every section's charts, in the page's order of sections (each drawn alone); the page goes back to its default."""
+    figs = [f for view in ("time", "shape", "dataset", "gpus", "plans") for f in charts(show(at, view))]
+    show(at, "time")
+    return figs
+
+
 def number(text: str) -> float:
     return float(text.replace(",", "").replace("$", "").split()[0])
 
@@ -42,7 +54,9 @@ def test_page_renders_metrics_all_curves_and_the_comparison(page):
         assert metric(at, label)
     assert metric(at, "Tokens to process") == "15.36M"
     assert next(m.help for m in at.metric if m.label == "Tokens to process").startswith("15,360,000 tokens")  # the seed's 10,000 x 512 tokens x 3 epochs
-    figs = charts(at)
+    # One section at a time (issue 26): where the time goes by default, alone; the others on request
+    assert at.radio(key="tc_view").value == "time" and len(charts(at)) == 1 and not at.dataframe
+    figs = every_chart(at)
     assert len(figs) == 6  # where the time goes, tokens/s vs shape, time vs dataset, cost vs dataset, vs GPUs, plans
     stack_fig, shape_fig, time_fig, cost_fig, count_fig, plans_fig = figs
     assert {t["name"] for t in stack_fig["data"] if "name" in t} >= {"Matmuls (GEMMs)", "Optimizer step"}
@@ -61,10 +75,13 @@ def test_page_renders_metrics_all_curves_and_the_comparison(page):
     assert {"plans that fit", "Pareto front"} <= names
     notes = " ".join(a["text"] for a in plans_fig["layout"].get("annotations", []))
     assert "cheapest" in notes and "fastest" in notes
-    table = next(d.value for d in at.dataframe if "measured tokens/s" in d.value.columns)
+    table = next(d.value for d in show(at, "measured").dataframe if "measured tokens/s" in d.value.columns)
     assert len(table) == len(compare_measurements()) >= 15 and table["error"].notna().all()
+    for view in ("dataset", "gpus"):
+        assert [b.proto.label for b in show(at, view).get("download_button")] == ["Download the curves (CSV)"]
+    show(at, "plans")
     assert any(d.value is not None and "pareto" in d.value.columns for d in at.dataframe)
-    assert sorted(b.proto.label for b in at.get("download_button")) == ["Download the curves (CSV)", "Download the plans (CSV)"]
+    assert [b.proto.label for b in at.get("download_button")] == ["Download the plans (CSV)"]
     text = " ".join(m.value for m in at.markdown)
     assert "**Cheapest**" in text and "**Fastest**" in text and "**Pareto front**" in text
     assert at.selectbox(key="catalog_repo").value == "meta-llama/Llama-3.1-8B"
@@ -140,7 +157,7 @@ def test_truncated_examples_are_said_and_one_token_figure_is_used_everywhere(pag
     assert any("34.88M (87%) are never trained on" in shown(w.value) for w in at.warning), [w.value for w in at.warning]
     epochs = 3  # the page's default
     assert metric(at, "Tokens to process") == f"{5.12 * epochs:.2f}M"
-    time_fig, cost_fig = charts(at)[2:4]  # after "where the time goes" and the shape curves
+    time_fig, cost_fig = charts(show(at, "dataset"))
     for fig in (time_fig, cost_fig):
         assert fig["layout"]["shapes"][0]["x0"] == 5_120_000
     assert 5_120_000 in time_fig["data"][0]["x"]
@@ -153,10 +170,14 @@ def test_no_price_says_why_instead_of_empty_axes(page):
     at.selectbox(key="tc_price_source").set_value("Lambda on-demand").run()
     at.radio(key="tc_basis").set_value("spot").run()
     no_exception(at)
-    names = [c.proto.id for c in at.get("plotly_chart")]
+    names, infos = [], []
+    for view in ("dataset", "plans"):
+        show(at, view)
+        no_exception(at)
+        names += [c.proto.id for c in at.get("plotly_chart")]
+        infos += [shown(i.value) for i in at.info]
     assert any(n.endswith("tc_time_dataset_chart") for n in names)
     assert not any(n.endswith("tc_cost_dataset_chart") or n.endswith("tc_plans_chart") for n in names)
-    infos = [shown(i.value) for i in at.info]
     assert any(i.startswith("No cost curve to draw: 'Lambda on-demand' has no spot price for any plan that fits")
                for i in infos), infos
     assert any(i.startswith("No plan to place on the time-cost chart") for i in infos), infos
@@ -171,3 +192,26 @@ def test_offload_is_refused_in_words_not_timed_silently(page):
     no_exception(at)
     assert any(w.value.startswith("Time and cost do not model CPU offload") for w in at.warning), [w.value for w in at.warning]
     assert not any(m.label == "Wall time" for m in at.metric)
+
+
+def test_the_chosen_section_is_in_the_link_and_survives_a_page_switch(new_app):
+    # issue 26: the section a page draws is a URL parameter (ui.share.PARSERS), so a link opens what its sender saw,
+    # and it is kept, like the scenario, while the visitor looks at another page.
+    at = new_app()
+    at.query_params["tc_view"] = "plans"
+    at.switch_page(PAGE).run()
+    no_exception(at)
+    assert at.radio(key="tc_view").value == "plans"
+    assert [b.proto.label for b in at.get("download_button")] == ["Download the plans (CSV)"]
+    show(at, "gpus")
+    assert dict(at.query_params)["tc_view"] == "gpus"
+    at.switch_page("pages/memory.py").run()
+    at.switch_page(PAGE).run()
+    no_exception(at)
+    assert at.radio(key="tc_view").value == "gpus" and dict(at.query_params)["tc_view"] == "gpus"
+    bad = new_app()
+    bad.query_params["tc_view"] = "everything"
+    bad.switch_page(PAGE).run()
+    assert bad.radio(key="tc_view").value == "time"
+    assert any("tc_view='everything': must be one of time, shape, dataset, gpus, plans, measured" in shown(w.value)
+               for w in bad.warning), [w.value for w in bad.warning]

@@ -41,7 +41,7 @@ BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-r
 PAGES = {
     "Memory": ("memory", "GPU memory of a fine-tuning step", 1),  # the checklist waterfall waits in a closed expander
     "Model": ("model", "Model architecture", 1),
-    "GPU fit": ("fit", "Which GPU does it fit on?", 2),
+    "GPU fit": ("fit", "Which GPU does it fit on?", 1),  # one section at a time (ui.views): the models' heatmap
     "Time & cost": ("time_cost", "Training time and cost", 1),
     "Plans": ("plans", "Plans: save, compare, export", 0),
     "Scale out": ("scale_out", "Scale out: tensor, pipeline, context and expert parallelism", 1),
@@ -340,6 +340,12 @@ def test_every_page_in_a_real_browser(chromium, server, tmp_path):
                     assert list(rows[0])[:4] == ["row", "gpu", "usable_bytes", "peak_bytes_one_gpu"]
                     cell = next(r for r in rows if r["row"] == "Llama 3.1 8B" and r["gpu"] == "NVIDIA A100 80GB")
                     assert int(cell["peak_bytes_one_gpu"]) == expected_fit_peak()  # the browser's scenario: batch 8
+                    # The techniques' heatmap is the next section: picked, it is drawn and the link says so.
+                    page.locator('[data-testid="stMain"] label', has_text="Techniques × every GPU").first.click()
+                    expect(page.get_by_text("Download fit_techniques_x_gpus (CSV)")).to_be_visible()
+                    _wait_idle(page)
+                    expect(page.locator(".js-plotly-plot .main-svg").first).to_be_attached()
+                    assert "fit_view=techniques" in page.url, page.url
             assert page.locator('[data-testid="stException"]').count() == 0
 
             # A gated repo by id: the server reads it with its HF_TOKEN (the stub accepts nothing else).
