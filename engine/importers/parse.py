@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from engine.errors import TrainingConfigError
+from engine.model.config_fields import DuplicateKey, unique_keys
 from engine.secrets import redact_values
 
 MAX_IMPORT_BYTES = 1_048_576
@@ -66,6 +67,26 @@ def _check_yaml_size(text: str, name: str) -> None:
                                       "a training config has a few hundred")
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.safe_load``'s loader, refusing a mapping key written twice with different values: PyYAML keeps the last
+    one without a word (``micro_batch_size: 1`` then ``64`` is 58x the memory). A key that overrides one merged in
+    by ``<<: *anchor`` is YAML's own override, not a duplicate, and stays allowed."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                continue  # an unhashable or odd key: _check_keys refuses it by name
+            value = self.construct_object(value_node, deep=True)
+            if key in seen and seen[key] != value:
+                raise DuplicateKey(str(key), seen[key], value, reader="YAML")
+            seen[key] = value
+        return super().construct_mapping(node, deep=deep)
+
+
 def _check_json_depth(value: Any, name: str, depth: int = 0) -> None:
     if depth > MAX_DEPTH:
         raise TrainingConfigError(f"{name} nests more than {MAX_DEPTH} levels deep; a training config nests a few")
@@ -90,7 +111,9 @@ def parse_training_config(data: bytes, name: str = "config") -> dict[str, Any]:
         raise TrainingConfigError(f"{name} is not UTF-8 text; give a YAML or JSON training config") from None
     if text.lstrip().startswith(("{", "[")):
         try:
-            doc = json.loads(text, parse_int=lambda digits: _bounded_int(digits, name))
+            doc = json.loads(text, parse_int=lambda digits: _bounded_int(digits, name), object_pairs_hook=unique_keys)
+        except DuplicateKey as exc:
+            raise TrainingConfigError(f"{name} {exc}") from None
         except json.JSONDecodeError as exc:
             raise TrainingConfigError(f"{name} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
         except RecursionError:
@@ -99,7 +122,9 @@ def parse_training_config(data: bytes, name: str = "config") -> dict[str, Any]:
     else:
         try:
             _check_yaml_size(text, name)
-            doc = yaml.safe_load(text)
+            doc = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader: it builds no Python objects
+        except DuplicateKey as exc:
+            raise TrainingConfigError(f"{name} {exc}") from None
         except yaml.YAMLError as exc:
             raise TrainingConfigError(f"{name} is not valid YAML ({_where(exc)})") from None
         except ValueError:  # an integer past Python's 4,300-digit conversion limit
