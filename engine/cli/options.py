@@ -26,6 +26,7 @@ from engine.plan.strategy import DEFAULT_STRATEGY, training_strategy
 from engine.scenario.loss import LossImplementation, TransformersVersion
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.precision import PrecisionMode
+from engine.cli.arg_types import finite_float, positive_float, positive_int  # noqa: F401 - the verbs' types, re-exported
 from engine.cli.peft_options import add_peft_options, peft_fields
 from engine.scenario.training import DEFAULT_PRECISION, Attention, Framework, Method, QuantStorage, QuantType, Scenario
 
@@ -47,17 +48,6 @@ _LONG_QUOTED = re.compile(r"'([^'\s]{60,})'")
 def short_values(message: str) -> str:
     """``message`` with every quoted value over 60 characters cut: ``'99999999999999999999...' (5,000 characters)``."""
     return _LONG_QUOTED.sub(lambda m: f"'{m.group(1)[:20]}...' ({len(m.group(1)):,} characters)", message)
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
-    return value
 
 
 def add_model_options(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -84,8 +74,8 @@ def add_scenario_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in backward")
     p.add_argument("--attention", choices=[a.value for a in Attention], default=d.attention.value, help="attn_implementation (default: %(default)s)")
     p.add_argument("--lora-r", type=int, default=d.lora_r, metavar="N", help="LoRA rank (default: %(default)s)")
-    p.add_argument("--lora-alpha", type=float, default=d.lora_alpha, metavar="A", help="LoRA alpha (default: %(default)s; no effect on memory)")
-    p.add_argument("--lora-dropout", type=float, default=d.lora_dropout, metavar="P", help="LoRA dropout (default: %(default)s)")
+    p.add_argument("--lora-alpha", type=finite_float, default=d.lora_alpha, metavar="A", help="LoRA alpha (default: %(default)s; no effect on memory)")
+    p.add_argument("--lora-dropout", type=finite_float, default=d.lora_dropout, metavar="P", help="LoRA dropout (default: %(default)s)")
     p.add_argument("--lora-targets", default=None, metavar="NAMES",
                    help="comma-separated target modules, e.g. q_proj,v_proj, or all-linear (default: the attention projections)")
     p.add_argument("--quant-type", choices=[q.value for q in QuantType], default=d.quant_type.value, help="QLoRA base quantization: 4-bit nf4/fp4 or 8-bit int8 (LLM.int8) (default: %(default)s)")
@@ -166,14 +156,14 @@ def add_parallel_inference_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("many GPUs (with --gpu)")
     g.add_argument("--offload", choices=[o.value for o in Offload], default=None,
                    help="move optimizer states (and with zero3/fsdp_full_shard, weights) to CPU memory (default: none)")
-    g.add_argument("--gpus-per-node", type=int, default=None, metavar="N",
+    g.add_argument("--gpus-per-node", type=positive_int, default=None, metavar="N",
                    help="GPUs per node, for the CPU memory per node of offload (default: min(num GPUs, 8))")
     s = p.add_argument_group("serving (--method inference; --seq-len is the context per sequence; --tensor-parallel N "
                              "splits one replica over N GPUs, vLLM tensor_parallel_size / TGI --num-shard; --num-gpus "
                              "alone takes the fewest that fit)")
     s.add_argument("--concurrency", type=int, default=None, metavar="N", help="sequences served at once (default 1)")
     s.add_argument("--kv-cache-dtype", choices=[k.value for k in KvCacheDtype], default=None, help="KV cache element type (default bf16)")
-    s.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="X",
+    s.add_argument("--gpu-memory-utilization", type=finite_float, default=None, metavar="X",
                    help="with --gpu: vLLM's gpu_memory_utilization, the share of the GPU's memory for weights, activations "
                         "and KV cache (vLLM's default 0.9; default here: all of the usable memory, as TGI)")
     s.add_argument("--weight-precision", choices=[w.value for w in WeightPrecision], default=None,
@@ -200,12 +190,12 @@ def add_time_cost_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("time and cost (with --gpu and a dataset size)")
     g.add_argument("--dataset-tokens", type=int, default=None, metavar="N", help="tokens in one epoch of the dataset")
     g.add_argument("--examples", type=int, default=None, metavar="N", help="examples in the dataset (with --avg-tokens)")
-    g.add_argument("--avg-tokens", type=float, default=None, metavar="T", help="average tokens per example (with --examples)")
-    g.add_argument("--epochs", type=float, default=None, metavar="E", help="passes over the dataset (default 1)")
+    g.add_argument("--avg-tokens", type=finite_float, default=None, metavar="T", help="average tokens per example (with --examples)")
+    g.add_argument("--epochs", type=finite_float, default=None, metavar="E", help="passes over the dataset (default 1)")
     g.add_argument("--no-packing", action="store_true",
                    help="pad every example to --seq-len (with --examples): the padding is processed too")
     g.add_argument("--runs", type=int, default=None, metavar="N", help="experimental runs to pay for (default 1)")
-    g.add_argument("--measured-tokens-per-second", type=float, default=None, metavar="X",
+    g.add_argument("--measured-tokens-per-second", type=finite_float, default=None, metavar="X",
                    help="calibrate to your run: the tokens/s you measured for this configuration (all GPUs together); "
                         "the step-time model's prediction is scaled by measured / predicted")
     g.add_argument("--fused-kernels", action="store_true",

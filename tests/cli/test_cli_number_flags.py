@@ -1,0 +1,100 @@
+"""Every numeric flag of ``estimate`` / ``plan`` against nan, inf, zero, negatives and huge values, and options that
+a command never reads (issue 25: one line and exit 2, never a traceback, an ``Infinity`` in the JSON or a value
+ignored without a word).
+
+Found by running each flag of ``estimate --help`` with 0, -1, nan, inf, -inf, 1e30, 2.5, 1e-30, a 5,000-digit number
+and '' (the rows below are those that were a traceback, a non-JSON ``Infinity`` or silently unused before).
+``main`` runs in this process (argparse's exit is a SystemExit): the same code path as ``python -m engine``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from engine.cli import main
+
+LLAMA_1B = ("--model", "meta-llama/Llama-3.2-1B", "--offline")
+TIME = ("--gpu", "A100 80GB", "--dataset-tokens", "1000000")
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    try:
+        rc = main(list(argv))
+    except SystemExit as exc:  # argparse's errors
+        rc = exc.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def refused(capsys, *argv: str) -> str:
+    rc, out, err = run(capsys, *argv)
+    lines = err.strip().splitlines()
+    assert rc == 2 and out == "" and len(lines) == 1 and lines[0].startswith("error: "), (rc, out[:300], err[-600:])
+    return lines[0]
+
+
+@pytest.mark.parametrize("flag", ["--lora-alpha", "--lora-dropout", "--loraplus-lr-ratio", "--epochs",
+                                  "--measured-tokens-per-second", "--moe-capacity-factor", "--inter-node-gbits"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400"])
+def test_a_float_flag_refuses_nan_and_infinity(capsys, flag, value):
+    # Before: --inter-node-gbits nan was a pydantic traceback; --moe-capacity-factor inf printed "Infinity" (not
+    # JSON); nan passed every range check it met.
+    line = refused(capsys, "estimate", *LLAMA_1B, *TIME, f"{flag}={value}")
+    assert flag in line and "finite" in line, line
+
+
+def test_a_huge_float_is_cut_in_the_message(capsys):
+    line = refused(capsys, "estimate", *LLAMA_1B, "--lora-alpha", "9" * 5000)
+    assert "5,000 characters" in line and len(line) < 200
+
+
+@pytest.mark.parametrize("flag, value", [("--inter-node-gbits", "0"), ("--inter-node-gbits", "-1"),
+                                         ("--moe-capacity-factor", "0"), ("--gpus-per-node", "0"),
+                                         ("--gpus-per-node", "-1")])
+def test_zero_is_refused_not_read_as_the_default(capsys, flag, value):
+    # Before: `args.x or default` read --inter-node-gbits 0 and --gpus-per-node 0 as their defaults (200 Gb/s, 8).
+    line = refused(capsys, "estimate", *LLAMA_1B, *TIME, "--num-gpus", "16", f"{flag}={value}")
+    assert flag in line
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--method", "inference", "--micro-batch-size", "0"), "--micro-batch-size is a training option"),
+    (("--method", "inference", "--lora-r", "-1", "--optimizer", "sgd"), "--lora-r, --optimizer are training options"),
+    (("--method", "inference", "--gpu", "A100 80GB", "--gpus-per-node", "4"), "--gpus-per-node is a training option"),
+    (("--inter-node-gbits", "100", "--tensor-parallel", "2"), "--inter-node-gbits sets the step time's network: it needs --gpu"),
+    (("--recompute-layers", "4"), "--recompute-layers counts the layers of full recompute: it needs --recompute full"),
+    (("--moe-capacity-factor", "1.25"), "--moe-capacity-factor: this llama model has no experts"),
+])
+def test_an_option_the_command_would_not_read_is_refused(capsys, args, needle):
+    # Before: each was accepted and ignored (a serving estimate of micro batch 0, a network speed never used).
+    assert needle in refused(capsys, "estimate", *LLAMA_1B, *args)
+
+
+def test_the_options_still_work_where_they_apply(capsys):
+    rc, out, _ = run(capsys, "estimate", *LLAMA_1B, "--gpu", "A100 80GB", "--tensor-parallel", "2",
+                     "--inter-node-gbits", "100", "--recompute", "full", "--recompute-layers", "4")
+    assert rc == 0 and json.loads(out)["layout"]["recompute_layers"] == 4
+    rc, out, _ = run(capsys, "estimate", *LLAMA_1B, "--method", "inference", "--seq-len", "4096", "--concurrency", "2")
+    assert rc == 0 and json.loads(out)["scenario"]["seq_len"] == 4096
+
+
+def _finite(value) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_finite(v) for v in value)
+    return True
+
+
+@pytest.mark.parametrize("flag", ["--epochs", "--measured-tokens-per-second", "--inter-node-gbits"])
+def test_a_large_finite_value_gives_json_without_infinity(capsys, flag):
+    rc, out, err = run(capsys, "estimate", *LLAMA_1B, *TIME, "--num-gpus", "2", "--tensor-parallel", "2", flag, "1e30")
+    if rc == 0:
+        assert "Infinity" not in out and "NaN" not in out and _finite(json.loads(out)), out[:500]
+    else:
+        assert rc == 2 and len(err.strip().splitlines()) == 1, err[-500:]
