@@ -1,0 +1,64 @@
+"""Every link key of ui.share.PARSERS at once with one bad value (issue 25: a link never shows a different scenario
+than it says without a word): each key is named in the "ignored" warning, nothing raises; and a link that names two
+models, or a revision without a repo, says which it opened instead of dropping one silently.
+
+The sweep is a catalogue of what a careless or hostile link carries: empty values, nan, inf, 1e30, -1, a 5,000-digit
+number, Markdown and HTML. A value valid for some keys ("0", "1") is not in it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from apptest_support import no_exception, warnings_shown
+from ui.share import PARSERS
+
+TOKEN = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"
+
+
+@pytest.mark.parametrize("value", ["", "nan", "inf", "1e30", "-1", "9" * 5000, "[x](http://example.invalid/y)",
+                                   "<b>x</b>", "fp33"], ids=["empty", "nan", "inf", "1e30", "-1", "5000-digits",
+                                                             "markdown", "html", "fp33"])
+def test_every_key_with_a_bad_value_is_named_in_the_warning(new_app, value):
+    at = new_app()
+    for key in PARSERS:
+        at.query_params[key] = value
+    at.switch_page("pages/memory.py").run()
+    no_exception(at)
+    text = " ".join(warnings_shown(at))
+    assert [key for key in PARSERS if f"{key}=" not in text] == []
+    assert len(text) < 60_000  # a 5,000-digit value is quoted cut, not 60 times whole
+
+
+def test_a_link_naming_a_catalog_model_and_a_hub_repo_says_which_it_opened(new_app):
+    # Before: model= won and hub= was dropped without a word (the reader thought the Qwen repo was estimated).
+    at = new_app()
+    at.query_params["model"] = "meta-llama/Llama-3.2-1B"
+    at.query_params["hub"] = "Qwen/Qwen2.5-7B"
+    at.switch_page("pages/memory.py").run()
+    no_exception(at)
+    assert at.session_state["catalog_repo"] == "meta-llama/Llama-3.2-1B"
+    assert ("hub='Qwen/Qwen2.5-7B': the link also gives model='meta-llama/Llama-3.2-1B', which is the one opened"
+            in " ".join(warnings_shown(at)))
+
+
+@pytest.mark.parametrize("rev, quoted", [("v2.0", "rev='v2.0'"), (TOKEN, "rev=<redacted>")])
+def test_a_revision_without_a_hub_repo_is_said_ignored(new_app, rev, quoted):
+    at = new_app()
+    at.query_params["model"] = "meta-llama/Llama-3.2-1B"
+    at.query_params["rev"] = rev
+    at.switch_page("pages/memory.py").run()
+    no_exception(at)
+    text = " ".join(warnings_shown(at))
+    assert "a revision of a Hub repo, and the link gives no hub=" in text and TOKEN not in text
+    assert quoted.split("=")[0] in text
+
+
+def test_a_huge_hub_value_or_unknown_key_is_quoted_cut(new_app):
+    at = new_app()
+    at.query_params["hub"] = "a" * 5000
+    at.query_params["k" * 5000] = "1"
+    at.switch_page("pages/memory.py").run()
+    no_exception(at)
+    text = " ".join(warnings_shown(at))
+    assert "(5,000 characters)" in text and "a" * 100 not in text and "k" * 100 not in text
