@@ -26,11 +26,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from engine.model.build import architecture_or_approximation
 from engine.plan.cost import CHEAPEST_LISTED, Dataset, estimate_plan, resolve_price_source
 from engine.plan.csv_checks import header_problem, shown_cell
+from engine.plan.plan_names import name_problem, same_name
 from engine.secrets import looks_like_token
 from engine.plan.plan_gpu import find_plan_gpu, plan_gpu_note
 from engine.plan.verdict import Verdict
@@ -100,6 +101,15 @@ class Plan(Scenario):
             raise ValueError("must be one line (no line breaks)")
         if looks_like_token(value):  # a token pasted into a plan would be exported in every CSV of it
             raise ValueError("looks like a Hugging Face token, which a plan never holds; paste tokens into the token box")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _visible_name(cls, value: Any, info: ValidationInfo) -> Any:
+        # A name must not pass for another plan's in the shared library (engine.plan.plan_names). A row already
+        # stored is read back as it is (context {"stored": True}): a rule added later must not hide a saved plan.
+        if isinstance(value, str) and not (info.context or {}).get("stored") and (problem := name_problem(value)):
+            raise ValueError(problem)
         return value
 
     @model_validator(mode="after")
@@ -435,12 +445,13 @@ def plans_from_csv(
 
 
 def unique_plan_name(name: str, taken: Sequence[str]) -> str:
-    """``name``, or ``name (2)``, ``name (3)``, ... : the first not in ``taken`` (saving never replaces a plan by
-    accident)."""
-    if name not in taken:
+    """``name``, or ``name (2)``, ``name (3)``, ... : the first that is none of ``taken``, names compared as
+    :func:`engine.plan.plan_names.plan_name_key` compares them ("Plan A" is taken by "plan a"): saving never replaces
+    a plan by accident, nor makes a second one that reads the same."""
+    if same_name(name, taken) is None:
         return name
     k = 2
-    while f"{name} ({k})" in taken:
+    while same_name(f"{name} ({k})", taken) is not None:
         k += 1
     return f"{name} ({k})"
 

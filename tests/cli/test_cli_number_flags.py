@@ -98,3 +98,11 @@ def test_a_large_finite_value_gives_json_without_infinity(capsys, flag):
         assert "Infinity" not in out and "NaN" not in out and _finite(json.loads(out)), out[:500]
     else:
         assert rc == 2 and len(err.strip().splitlines()) == 1, err[-500:]
+
+
+@pytest.mark.parametrize("name, needle", [("", "--name: String should have at least 1 character"),
+                                          ("   ", "--name: must hold a visible character"),
+                                          ("a\u202eb", "--name: holds an invisible formatting character (U+202E")])
+def test_a_plan_name_that_cannot_name_a_plan_is_refused_by_its_flag(capsys, name, needle):
+    # Before: --name '' silently became the default name, and a right-to-left override was written into the CSV.
+    assert needle in refused(capsys, "plan", *LLAMA_1B, *TIME, "--name", name)
