@@ -15,6 +15,7 @@ not build Python objects). Limits keep a hostile upload cheap to refuse:
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +172,51 @@ def _check_keys(value: Any, name: str, where: str = "") -> None:
     elif isinstance(value, list):
         for child in value:
             _check_keys(child, name, where)
+
+
+_YAML11_ONLY = {
+    "tag:yaml.org,2002:int": (re.compile(r"[-+]?0[0-7_]+"), re.compile(r"[-+]?0b[01_]+"),
+                              re.compile(r"[-+]?[1-9][0-9_]*(:[0-5]?[0-9])+"), re.compile(r"[-+]?[0-9]*_[0-9_]*")),
+    "tag:yaml.org,2002:float": (re.compile(r"[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+\.[0-9_]*"),
+                                re.compile(r"[-+]?[0-9]*_[0-9_.]*")),
+    "tag:yaml.org,2002:bool": (re.compile(r"(?i)yes|no|on|off"),),
+}
+"""Plain scalars that YAML 1.1 (PyYAML, which axolotl, LLaMA-Factory and the Trainer's ``parse_yaml_file`` use) reads
+as a number or a bool in a way a reader does not expect and YAML 1.2 does not: ``010`` is octal 8, ``1:30`` is
+base 60 (90), ``1_000`` is 1000, ``off`` is false (YAML 1.1 spec, "int", "float" and "bool" types;
+PyYAML 6.0 ``resolver.py``)."""
+
+
+def yaml_1_1_notes(data: bytes) -> list[str]:
+    """What to tell the reader of a YAML file (already accepted by :func:`parse_training_config`) about its YAML 1.1
+    readings (:data:`_YAML11_ONLY`): ``micro_batch_size: 010 is read as 8 ...``. Empty for JSON."""
+    text = data.decode("utf-8-sig", errors="replace")
+    if text.lstrip().startswith(("{", "[")):
+        return []
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return []
+    notes: list[str] = []
+
+    def walk(node: yaml.Node, where: str, depth: int) -> None:
+        if depth > MAX_DEPTH or len(notes) >= 20:
+            return
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                walk(value, f"{where}.{key.value}" if where else str(key.value), depth + 1)
+        elif isinstance(node, yaml.SequenceNode):
+            for child in node.value:
+                walk(child, where, depth + 1)
+        elif isinstance(node, yaml.ScalarNode) and node.style is None:
+            patterns = _YAML11_ONLY.get(node.tag, ())
+            if any(p.fullmatch(node.value) for p in patterns):
+                read = yaml.safe_load(node.value)
+                notes.append(f"{where}: {node.value} is read as {read!r} (YAML 1.1, as PyYAML and so the tools "
+                             "that read this file read it); quote it or write it plainly if you meant otherwise")
+
+    walk(root, "", 0)
+    return notes
 
 
 def read_config_bytes(path: str | Path) -> tuple[bytes, str]:

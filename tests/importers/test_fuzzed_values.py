@@ -46,3 +46,21 @@ def test_the_real_values_still_read():
     assert sgd.fields["optimizer"].value == "sgd_momentum"
     ax = import_configs([("ax.yaml", b"base_model: a/b\nmicro_batch_size: 1\nnum_epochs: 3\n")])
     assert ax.dataset["epochs"] == 3
+
+
+def test_yaml_1_1_readings_are_said():
+    # PyYAML (YAML 1.1), which axolotl, LLaMA-Factory and HfArgumentParser.parse_yaml_file use, reads 010 as octal 8,
+    # 1:30 as base-60 90, 1_0 as 10 and off as false: the estimate uses what the tool reads, and says so.
+    r = import_configs([("ax.yaml", b"base_model: a/b\nmicro_batch_size: 010\nsequence_len: 1:30\n"
+                                    b"gradient_checkpointing: off\nlora_r: 1_0\nadapter: lora\nnum_epochs: 3\n")])
+    assert r.fields["micro_batch_size"] == 8 and r.fields["seq_len"] == 90 and r.fields["gradient_checkpointing"] is False
+    said = " ".join(r.notes)
+    for needle in ("micro_batch_size: 010 is read as 8", "sequence_len: 1:30 is read as 90",
+                   "gradient_checkpointing: off is read as False", "lora_r: 1_0 is read as 10"):
+        assert needle in said, said
+    assert "num_epochs" not in said  # plain 3 is 3 in every YAML
+
+
+def test_quoted_values_and_json_get_no_yaml_note():
+    r = import_configs([("ax.yaml", b"base_model: a/b\nmicro_batch_size: 8\nsequence_len: 1024\n")])
+    assert not any("YAML 1.1" in n for n in r.notes)
