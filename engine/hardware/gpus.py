@@ -69,6 +69,14 @@ _OPTIONAL_RATES = ("compute_capability", "sm_count", "matmul_bf16_tflops", "matm
                    "nvlink_gbps_per_direction", "pcie_gbps_per_direction")
 
 
+MAX_MEMORY_GIB = 4096.0
+"""Most memory one GPU may have (GiB): 14x the largest shipping today (288 GB: B300, MI355X). An edited table's
+``1e308`` would pass every check that compares it with a model, and is a typo."""
+MAX_USD_PER_GPU_HOUR = 1000.0
+"""Highest price of one GPU-hour accepted (USD): about 100x any listed (the bundled sources price an H200 or B200
+at a few dollars). ``1e308`` would make every cost of a plan overflow to infinity."""
+
+
 class Gpu(BaseModel):
     """One GPU (as one device) with its memory, throughput, links and sources. See the module docstring."""
 
@@ -78,7 +86,7 @@ class Gpu(BaseModel):
     vendor: Literal["NVIDIA", "AMD"]
     segment: Literal["consumer", "workstation", "datacenter", "cloud"]
     aliases: tuple[str, ...] = ()
-    memory_gib: float = Field(gt=0)
+    memory_gib: float = Field(gt=0, le=MAX_MEMORY_GIB)
     usable_mib: int = Field(gt=0)
     usable_source: str = Field(min_length=1)
     bf16_tflops: float | None = Field(default=None, gt=0)
@@ -156,8 +164,8 @@ class GpuPrice(BaseModel):
 
     gpu: str = Field(min_length=1)
     source_name: str = Field(min_length=1)
-    on_demand_usd_per_hour: float = Field(gt=0)
-    spot_usd_per_hour: float | None = Field(default=None, gt=0)
+    on_demand_usd_per_hour: float = Field(gt=0, le=MAX_USD_PER_GPU_HOUR)
+    spot_usd_per_hour: float | None = Field(default=None, gt=0, le=MAX_USD_PER_GPU_HOUR)
     date: dt.date
     url: str = Field(min_length=1)
     note: str = ""
