@@ -32,7 +32,7 @@ from engine.model.build import architecture_or_approximation
 from engine.plan.cost import CHEAPEST_LISTED, Dataset, estimate_plan, resolve_price_source
 from engine.plan.csv_checks import header_problem, shown_cell
 from engine.plan.plan_names import name_problem, same_name
-from engine.secrets import looks_like_token
+from engine.secrets import looks_like_token, redact_tokens
 from engine.plan.plan_gpu import find_plan_gpu, plan_gpu_note
 from engine.plan.verdict import Verdict
 from engine.csv_cells import neutralize, restore
@@ -293,6 +293,13 @@ class RowError(BaseModel):
 
     row: int
     reason: str
+
+    @field_validator("reason", mode="before")
+    @classmethod
+    def _no_token(cls, value: Any) -> Any:
+        # The reason quotes the cell ("name: looks like a Hugging Face token ... (got 'hf_...')"): shown on the Plans
+        # page and on the CLI's stderr, it must not show the token it refuses.
+        return redact_tokens(value)
 
 
 class PlanImport(BaseModel):

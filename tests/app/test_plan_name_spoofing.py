@@ -108,3 +108,33 @@ def _exported_csv(p: Plan) -> str:
     from engine.plan.plans import evaluate_plan
 
     return plans_to_csv([(p, evaluate_plan(p, config_from_catalog(QWEN_05B)[0]))]).decode("utf-8")
+
+
+TOKEN = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"
+
+
+def test_a_token_in_a_csv_cell_is_not_quoted_back_in_the_row_error():
+    # Before: "name: looks like a Hugging Face token ... (got 'my hf_AbCd... plan')": the Plans page showed the token.
+    text = _exported_csv(plan("Plan A"))
+    rows = list(csv.reader(io.StringIO(text)))
+    rows[1][rows[0].index("name")] = f"my {TOKEN} plan"
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    imported = plans_from_csv(out.getvalue().encode())
+    assert len(imported.errors) == 1 and "looks like a Hugging Face token" in imported.errors[0].reason
+    assert TOKEN not in imported.errors[0].reason and "hf_AbCd" not in imported.errors[0].reason
+
+
+def test_the_plans_page_does_not_show_the_token_of_a_refused_row(new_app):
+    from apptest_support import no_exception, rendered_text, shown
+
+    text = _exported_csv(plan("Plan A"))
+    rows = list(csv.reader(io.StringIO(text)))
+    rows[1][rows[0].index("model_revision")] = TOKEN
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    at = new_app().switch_page("pages/plans.py").run()
+    at.file_uploader(key="plans_import").set_value(("plans.csv", out.getvalue().encode(), "text/csv")).run()
+    no_exception(at)
+    assert any("looks like a Hugging Face token" in shown(e.value) for e in at.error)
+    assert "AbCdEfGhIj" not in rendered_text(at)  # (not "hf_AbCd": md_plain writes the underscore as "\\_")
