@@ -87,6 +87,10 @@ def run(args: argparse.Namespace) -> int:
                 if dataset is not None:
                     if args.offload not in (None, "none"):
                         raise ScenarioError("time and cost do not model offload (CPU optimizer steps); drop --offload or the dataset size")
+                    if args.gpus_per_node is not None:  # the step time's ring puts up to 8 GPUs on a node, whatever it says
+                        raise ScenarioError("--gpus-per-node sets the CPU memory per node of --offload; time and cost put up "
+                                            "to 8 GPUs on a node (NVLink or PCIe inside it, the network between): drop it, "
+                                            "or give a layout (--tensor-parallel 1 --num-nodes N) whose cluster it describes")
                     out.update(_time_cost_json(arch, scenario, dataset, args))
                 _warn_if_not_fitting(out, args)
             elif args.offload is not None or args.gpus_per_node is not None:

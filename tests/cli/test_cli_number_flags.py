@@ -106,3 +106,12 @@ def test_a_large_finite_value_gives_json_without_infinity(capsys, flag):
 def test_a_plan_name_that_cannot_name_a_plan_is_refused_by_its_flag(capsys, name, needle):
     # Before: --name '' silently became the default name, and a right-to-left override was written into the CSV.
     assert needle in refused(capsys, "plan", *LLAMA_1B, *TIME, "--name", name)
+
+
+def test_gpus_per_node_with_a_time_estimate_is_refused_not_ignored(capsys):
+    # Before: 2 GPUs on nodes of 1 gave the same tokens/s as on one node (NVLink), without a word; the step time's ring
+    # (engine.time.step) puts up to 8 GPUs on a node. A layout's cluster does read it (InfiniBand between 2 nodes).
+    args = ("--gpu", "A100 80GB", "--num-gpus", "2", "--dataset-tokens", "1000000", "--gpus-per-node", "1")
+    assert "--gpus-per-node sets the CPU memory per node of --offload" in refused(capsys, "estimate", *LLAMA_1B, *args)
+    rc, out, _ = run(capsys, "estimate", *LLAMA_1B, *args, "--tensor-parallel", "1")
+    assert rc == 0 and {c["link_name"] for c in json.loads(out)["collectives"]} == {"InfiniBand between 2 nodes"}
