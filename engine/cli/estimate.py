@@ -222,7 +222,7 @@ def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Any, args: 
 
     gpu = _gpu(args)
     _, strategy = strategies(args)
-    kwargs: dict[str, Any] = {"fused_kernels": args.fused_kernels, "price_source": args.price_source or CHEAPEST_LISTED}
+    kwargs: dict[str, Any] = {"fused_kernels": args.fused_kernels, "price_source": CHEAPEST_LISTED if args.price_source is None else args.price_source}
     plan = estimate_plan(arch, scenario, dataset, gpu, args.num_gpus or 1, strategy, **kwargs)
     calibration = None
     if args.measured_tokens_per_second is not None:

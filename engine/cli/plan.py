@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
                     strategy=strategies(args)[1], dataset_total_tokens=dataset.total_tokens,
                     dataset_examples=dataset.examples, dataset_avg_tokens=dataset.avg_tokens, epochs=dataset.epochs,
                     packing=dataset.packing, runs=dataset.runs, calibration=factor,
-                    fused_kernels=args.fused_kernels, price_source=args.price_source or CHEAPEST_LISTED,
+                    fused_kernels=args.fused_kernels, price_source=CHEAPEST_LISTED if args.price_source is None else args.price_source,
                 )
             except ValidationError as exc:  # the name is the one field typed as such: said as its flag
                 raise ScenarioError(flag_names(explain_validation(exc, all_errors=True), {"name"})) from None

@@ -180,7 +180,7 @@ def scaleout_json(arch: Architecture, scenario: Scenario, args: argparse.Namespa
             from engine.plan.layout_cost import layout_run
 
             out.update(_time_cost_json(layout_run(est, cluster, dataset, scenario.seq_len,
-                                                  args.price_source or CHEAPEST_LISTED), dataset, scenario))
+                                                  CHEAPEST_LISTED if args.price_source is None else args.price_source), dataset, scenario))
     if args.export:
         out["export"] = export_layout(args.export, arch, scenario, layout, fp8)
     return out

@@ -115,3 +115,16 @@ def test_gpus_per_node_with_a_time_estimate_is_refused_not_ignored(capsys):
     assert "--gpus-per-node sets the CPU memory per node of --offload" in refused(capsys, "estimate", *LLAMA_1B, *args)
     rc, out, _ = run(capsys, "estimate", *LLAMA_1B, *args, "--tensor-parallel", "1")
     assert rc == 0 and {c["link_name"] for c in json.loads(out)["collectives"]} == {"InfiniBand between 2 nodes"}
+
+
+def test_an_empty_price_source_is_refused_not_read_as_cheapest(capsys):
+    # Before: `args.price_source or CHEAPEST_LISTED` priced --price-source '' at the cheapest source without a word.
+    assert "unknown price source ''" in refused(capsys, "estimate", *LLAMA_1B, *TIME, "--price-source", "")
+
+
+@pytest.mark.parametrize("name, needle", [("", "--name: must hold a visible character"),
+                                          ("a\u202eb", "--name: holds an invisible formatting character"),
+                                          ("two\nlines", "--name: holds a control character")])
+def test_a_layout_plan_name_follows_the_plan_name_rules(capsys, name, needle):
+    # Before: the layout plan row took any name (a right-to-left override, a line break splitting the CSV row).
+    assert needle in refused(capsys, "plan", *LLAMA_1B, *TIME, "--tensor-parallel", "1", "--num-gpus", "2", "--name", name)
