@@ -138,3 +138,22 @@ def test_the_plans_page_does_not_show_the_token_of_a_refused_row(new_app):
     no_exception(at)
     assert any("looks like a Hugging Face token" in shown(e.value) for e in at.error)
     assert "AbCdEfGhIj" not in rendered_text(at)  # (not "hf_AbCd": md_plain writes the underscore as "\\_")
+
+
+def test_the_plans_page_refuses_a_lookalike_and_an_invisible_character_in_words(new_app):
+    from apptest_support import no_exception, shown, warnings_shown
+
+    at = new_app()
+    at.query_params["model"] = QWEN_05B
+    at.switch_page("pages/plans.py").run()
+    at.text_input(key="plan_name").input("Plan A").run()
+    at.button(key="plan_save").click().run()
+    at.text_input(key="plan_name").input("plan  a").run()
+    at.button(key="plan_save").click().run()
+    no_exception(at)
+    assert any("differs from 'plan  a' only in letter case, spacing or character forms" in w
+               for w in warnings_shown(at)), warnings_shown(at)
+    assert [p.name for p, _ in at.session_state["saved_plans"]] == ["Plan A"]
+    at.text_input(key="plan_name").input("Plan \u202eB").run()
+    no_exception(at)
+    assert any("U+202E RIGHT-TO-LEFT OVERRIDE" in shown(e.value) for e in at.error), [e.value for e in at.error]
