@@ -203,7 +203,12 @@ class Scenario(BaseModel):
         # Accept "q_proj,v_proj" as well as a list, as users type it on the command line.
         if isinstance(value, str):
             value = [t.strip() for t in value.split(",") if t.strip()]
-        return tuple(value) if value is not None else None
+        if value is None:
+            return None
+        try:  # a name given twice is one module, as PEFT reads it (a set of targets; one copy per module to save)
+            return tuple(dict.fromkeys(value))
+        except TypeError:  # an unhashable item: the field's own type error names it
+            return tuple(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> "Scenario":
