@@ -22,6 +22,19 @@ def positive_int(text: str) -> int:
     return value
 
 
+MAX_WORLD = 1 << 20
+"""Most GPUs of one command (a parallel layout's bound, ``engine.scaleout.layout.Layout.data_parallel``); the
+one-GPU-model strategies take at most :data:`engine.memory.parallel.MAX_GPUS` (said by ``estimate``)."""
+
+
+def gpu_count(text: str) -> int:
+    """argparse type: a GPU count, 1 to :data:`MAX_WORLD`."""
+    value = positive_int(text)
+    if value > MAX_WORLD:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_WORLD:,} (got {value:,})")
+    return value
+
+
 def finite_float(text: str) -> float:
     """argparse type: a finite number. ``float()`` reads ``nan``, ``inf`` and a 400-digit number (as inf): NaN passes
     every ``>`` / ``<`` check of a pydantic field and infinity reaches the JSON as ``Infinity`` (not JSON)."""

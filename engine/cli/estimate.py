@@ -18,7 +18,7 @@ from engine.cli.gpu_name import warn_gpu_name
 from engine.errors import EngineError, ScenarioError
 from engine.memory.components import PHASES
 from engine.memory.estimate import estimate_memory
-from engine.memory.parallel import Offload, deepspeed_estimate, device_memory_per_gpu, plan_parallel
+from engine.memory.parallel import MAX_GPUS, Offload, deepspeed_estimate, device_memory_per_gpu, plan_parallel
 from engine.memory.seed_rules import seed_quick_rule
 from engine.model.architecture import Architecture
 from engine.plan.verdict import SAFETY_MARGIN_FRACTION, Verdict
@@ -78,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
                                     "need --method inference")
             scenario = imported_scenario if imported is not None else scenario_from_args(args)
             dataset = dataset_from_args(args)
+            if (args.num_gpus or 1) > MAX_GPUS:  # said by the flag (the fit's own error names its field)
+                raise ScenarioError(f"--num-gpus: must be between 1 and {MAX_GPUS:,} for {args.strategy or 'a strategy'} "
+                                    f"(got {args.num_gpus:,}); a parallel layout (--tensor-parallel ...) takes more")
             out = _estimate_json(arch, origin, scenario, _gpu(args))
             if imported is not None:
                 out["import"] = imported

@@ -26,7 +26,7 @@ from engine.plan.strategy import DEFAULT_STRATEGY, training_strategy
 from engine.scenario.loss import LossImplementation, TransformersVersion
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.precision import PrecisionMode
-from engine.cli.arg_types import finite_float, positive_float, positive_int  # noqa: F401 - the verbs' types, re-exported
+from engine.cli.arg_types import finite_float, gpu_count, positive_float, positive_int  # noqa: F401 - the verbs' types, re-exported
 from engine.cli.peft_options import add_peft_options, peft_fields
 from engine.scenario.training import DEFAULT_PRECISION, Attention, Framework, Method, QuantStorage, QuantType, Scenario
 
@@ -142,7 +142,7 @@ def add_gpu_options(p: argparse.ArgumentParser) -> None:
                    help="check the fit on this GPU (e.g. 'A100 80GB', 'H100 SXM', 'RTX 4090'; a family name such as 'A100' "
                         "reads as the catalog's GPU for it, the A100 80GB, with a warning naming the others; one that is no "
                         "GPU's alias, such as 'A100 SXM', is refused with them); adds gpu, fits, headroom_bytes, min_gpus")
-    p.add_argument("--num-gpus", type=positive_int, default=None, metavar="N", help="GPUs of that kind (with --gpu; default 1)")
+    p.add_argument("--num-gpus", type=gpu_count, default=None, metavar="N", help="GPUs of that kind (with --gpu; default 1)")
     p.add_argument("--strategy", choices=[s.value for s in Strategy], default=None,
                    help="multi-GPU strategy (with --gpu): ddp = every GPU holds everything; zero1/zero2/zero3 = DeepSpeed ZeRO "
                         "stages; fsdp_full_shard = ZeRO-3, fsdp_shard_grad_op = ZeRO-2 (default: zero3, as the app; one GPU without "
@@ -231,8 +231,17 @@ def dataset_from_args(args: argparse.Namespace, step_time_options: bool = False)
 
     try:
         return Dataset(**fields)
-    except ValidationError as exc:
-        raise ScenarioError(explain_validation(exc, "dataset")) from None
+    except ValidationError as exc:  # said by the flag when the user typed it (epochs may come from --from-config)
+        message = explain_validation(exc, "dataset")
+        for field, dest in _DATASET_FLAGS.items():
+            if message.startswith(field + ":") and dest in getattr(args, "typed", ()):
+                message = "--" + dest.replace("_", "-") + message[len(field):]
+        raise ScenarioError(message) from None
+
+
+_DATASET_FLAGS = {"total_tokens": "dataset_tokens", "examples": "examples", "avg_tokens": "avg_tokens",
+                  "epochs": "epochs", "runs": "runs"}
+"""The Dataset's fields and the options that set them (the message names the option, as for the scenario)."""
 
 
 def load_model(args: argparse.Namespace) -> tuple[Architecture, dict[str, Any], dict[str, Any]]:

@@ -102,8 +102,8 @@ def run(args: argparse.Namespace) -> int:
                     packing=dataset.packing, runs=dataset.runs, calibration=factor,
                     fused_kernels=args.fused_kernels, price_source=CHEAPEST_LISTED if args.price_source is None else args.price_source,
                 )
-            except ValidationError as exc:  # the name is the one field typed as such: said as its flag
-                raise ScenarioError(flag_names(explain_validation(exc, all_errors=True), {"name"})) from None
+            except ValidationError as exc:  # the fields typed as such (--name, --num-gpus): said as their flags
+                raise ScenarioError(flag_names(explain_validation(exc, all_errors=True), {"name", "num_gpus"})) from None
             out = plans_to_csv([(plan, evaluate_plan(plan, config))])
             warn_gpu_name(args)  # the CSV has the catalog name; stderr says how --gpu was read
     except EngineError as exc:

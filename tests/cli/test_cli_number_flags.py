@@ -128,3 +128,22 @@ def test_an_empty_price_source_is_refused_not_read_as_cheapest(capsys):
 def test_a_layout_plan_name_follows_the_plan_name_rules(capsys, name, needle):
     # Before: the layout plan row took any name (a right-to-left override, a line break splitting the CSV row).
     assert needle in refused(capsys, "plan", *LLAMA_1B, *TIME, "--tensor-parallel", "1", "--num-gpus", "2", "--name", name)
+
+
+@pytest.mark.parametrize("verb, args, needle", [
+    ("estimate", ("--num-gpus", "1025"), "--num-gpus: must be between 1 and 1,024"),
+    ("plan", ("--num-gpus", "2000"), "--num-gpus: Input should be less than or equal to 1024"),
+    ("estimate", ("--num-gpus", "9" * 30), "argument --num-gpus: must be at most 1,048,576"),
+    ("estimate", ("--dataset-tokens", "0"), "--dataset-tokens: Input should be greater than or equal to 1"),
+    ("estimate", ("--dataset-tokens", "100", "--epochs", "1e15"), "--epochs: Input should be less than or equal to 10000"),
+    ("estimate", ("--dataset-tokens", "100", "--runs", "0"), "--runs: Input should be greater than or equal to 1"),
+])
+def test_an_out_of_range_count_is_said_by_its_flag(capsys, verb, args, needle):
+    # Before: "num_gpus: ...", "total_tokens: ...", "epochs: ...": the engine's field names, not the flags typed.
+    base = ("--gpu", "A100 80GB") + (() if "--dataset-tokens" in args else ("--dataset-tokens", "1000000"))
+    assert needle in refused(capsys, verb, *LLAMA_1B, *base, *args)
+
+
+def test_a_layout_still_takes_thousands_of_gpus(capsys):
+    rc, out, _ = run(capsys, "estimate", *LLAMA_1B, "--gpu", "A100 80GB", "--num-gpus", "2048", "--tensor-parallel", "8")
+    assert rc == 0 and json.loads(out)["layout"]["world_size"] == 2048
