@@ -318,7 +318,9 @@ def apply_pending_targets(arch, targets_key: str) -> None:
     if unknown:
         from ui.formats import md_plain
 
-        st.warning("LoRA targets in the link not in this model were ignored: " + md_plain(", ".join(unknown)))
+        shown = ", ".join(t if len(t) <= 60 else _quoted(t) for t in unknown[:10]) + (
+            f" and {len(unknown) - 10} more" if len(unknown) > 10 else "")
+        st.warning("LoRA targets in the link not in this model were ignored: " + md_plain(redact_tokens(shown)))
     good = [t for t in pending if t in names]
     if good:
         st.session_state[targets_key] = good

@@ -62,3 +62,14 @@ def test_a_huge_hub_value_or_unknown_key_is_quoted_cut(new_app):
     no_exception(at)
     text = " ".join(warnings_shown(at))
     assert "(5,000 characters)" in text and "a" * 100 not in text and "k" * 100 not in text
+
+
+def test_unknown_lora_targets_in_a_link_are_listed_cut(new_app):
+    at = new_app()
+    at.query_params["method"] = "lora"
+    at.query_params["lora_targets"] = ",".join([f"t{i}" for i in range(30)] + ["z" * 5000, TOKEN])
+    at.switch_page("pages/memory.py").run()
+    no_exception(at)
+    text = " ".join(warnings_shown(at))
+    assert "LoRA targets in the link not in this model were ignored: t0, t1" in text and "and 22 more" in text
+    assert "z" * 100 not in text and TOKEN not in text
