@@ -227,9 +227,11 @@ def prices_from_rows(
     """Validate price rows (columns of ``data/gpu_prices.csv``) against ``gpus``, GPU names resolved.
 
     Raises:
-        CatalogError: a bad row (missing date or source, non-positive price, unknown GPU), named by its number.
+        CatalogError: a bad row (missing date or source, non-positive price, unknown GPU, a second row of one GPU and
+            source), named by its number.
     """
     prices = []
+    seen: dict[tuple[str, str], int] = {}
     for line, row in rows:
         label = f"{source} row {line} ({row.get('gpu')!r}, {row.get('source_name')!r})"
         price = validated_row(GpuPrice, row, label)
@@ -237,6 +239,11 @@ def prices_from_rows(
             gpu = _resolve(price.gpu, gpus)
         except CatalogError as exc:
             raise CatalogError(f"{label}: {exc}") from None
+        # One price per GPU and source: a second row would be taken or not by the order of a search, without a word.
+        key = (gpu.name, price.source_name.strip().casefold())
+        if key in seen:
+            raise CatalogError(f"{label}: {source} row {seen[key]} already prices {gpu.name} for that source; keep one row")
+        seen[key] = line
         prices.append(price.model_copy(update={"gpu": gpu.name}))
     return tuple(prices)
 

@@ -44,3 +44,11 @@ def test_the_bounds_are_far_above_every_bundled_row():
     assert max(g.memory_gib for g in load_gpus()) * 10 < MAX_MEMORY_GIB
     top = max(float(r["on_demand_usd_per_hour"]) for r in _rows("gpu_prices.csv"))
     assert top * 50 < MAX_USD_PER_GPU_HOUR
+
+
+def test_a_second_price_of_one_gpu_and_source_is_refused():
+    # Before: both rows loaded; "cheapest" took the lower, a named source the first: an edit's effect hung on row order.
+    rows = _rows("gpu_prices.csv")
+    again = {**rows[0], "on_demand_usd_per_hour": "0.01", "source_name": rows[0]["source_name"].upper()}
+    with pytest.raises(CatalogError, match=f"edited price table row {len(rows) + 1}.*row 1 already prices"):
+        prices_from_rows(list(enumerate(rows + [again], start=1)), load_gpus(), "edited price table")
