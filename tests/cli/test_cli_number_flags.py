@@ -147,3 +147,13 @@ def test_an_out_of_range_count_is_said_by_its_flag(capsys, verb, args, needle):
 def test_a_layout_still_takes_thousands_of_gpus(capsys):
     rc, out, _ = run(capsys, "estimate", *LLAMA_1B, "--gpu", "A100 80GB", "--num-gpus", "2048", "--tensor-parallel", "8")
     assert rc == 0 and json.loads(out)["layout"]["world_size"] == 2048
+
+
+TOKEN = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"
+
+
+@pytest.mark.parametrize("flag", ["--lora-targets", "--modules-to-save"])
+def test_a_token_as_a_module_name_is_refused_not_exported(capsys, flag):
+    # Before: plan --lora-targets hf_... (method full: the targets unused) wrote the token into the CSV's lora_targets.
+    line = refused(capsys, "plan", *LLAMA_1B, *TIME, flag, f"q_proj,{TOKEN}")
+    assert "looks like a Hugging Face token" in line and "AbCdEfGh" not in line
