@@ -103,10 +103,11 @@ class Plan(Scenario):
             raise ValueError("looks like a Hugging Face token, which a plan never holds; paste tokens into the token box")
         return value
 
-    @field_validator("name")
+    @field_validator("name", "model_repo_id", "model_revision")
     @classmethod
     def _visible_name(cls, value: Any, info: ValidationInfo) -> Any:
-        # A name must not pass for another plan's in the shared library (engine.plan.plan_names). A row already
+        # A name must not pass for another plan's in the shared library (engine.plan.plan_names), nor its model (an
+        # uploaded config is named by its file: "upload:<file name>", which the browser sends as it likes). A row already
         # stored is read back as it is (context {"stored": True}): a rule added later must not hide a saved plan.
         if isinstance(value, str) and not (info.context or {}).get("stored") and (problem := name_problem(value)):
             raise ValueError(problem)

@@ -157,3 +157,21 @@ def test_the_plans_page_refuses_a_lookalike_and_an_invisible_character_in_words(
     at.text_input(key="plan_name").input("Plan \u202eB").run()
     no_exception(at)
     assert any("U+202E RIGHT-TO-LEFT OVERRIDE" in shown(e.value) for e in at.error), [e.value for e in at.error]
+
+
+def test_an_uploaded_file_name_with_an_invisible_character_cannot_name_a_plans_model():
+    # The Plans page names an uploaded config's plan "upload:<file name>", as the browser sent the name.
+    with pytest.raises(ValidationError, match="U\\+202E"):
+        Plan(name="p", model_repo_id="upload:evil\u202enosj.json", gpu="NVIDIA A100 80GB", dataset_total_tokens=10**6)
+    with pytest.raises(ValidationError, match="U\\+2028"):
+        Plan(name="p", model_repo_id="upload:a\u2028import os.json", gpu="NVIDIA A100 80GB", dataset_total_tokens=10**6)
+
+
+def test_the_code_snippet_quotes_the_model_as_a_python_string():
+    from engine.model.sources import config_from_catalog
+    from engine.plan.training_code import training_code
+
+    p = Plan(name="p", model_repo_id="upload:config (1).json", gpu="NVIDIA A100 80GB", dataset_total_tokens=10**6)
+    code = training_code(p, config_from_catalog(QWEN_05B)[0])
+    assert code.splitlines()[0].startswith("# Plan 'p': 'upload:config (1).json', full")
+    compile(code, "<plan>", "exec")
