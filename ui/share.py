@@ -231,6 +231,23 @@ def _method_inference(given: dict[str, tuple[str, str]], notes: list[str], bad: 
                  "(the training method stays as it was)")
 
 
+def _unused_by_the_link(given: dict[str, tuple[str, str]], notes: list[str]) -> None:
+    """Notes for link settings the scenario the link opens does not use, where the sidebar shows them greyed out:
+    ``fused_ce=true`` runs Liger's fused loss whatever ``loss_implementation`` says, and the transformers release only
+    decides the Hugging Face loss. Without the note, ``loss_implementation=megatron`` would read as the estimate's."""
+    state = st.session_state
+    fused = bool(state.get("fused_ce"))
+    loss = state.get("loss_implementation")
+    if fused and "loss_implementation" in given and loss not in (None, LossImplementation.HF):
+        notes.append(f"{given['loss_implementation'][0]}={_quoted(given['loss_implementation'][1])}: not used, "
+                     "fused_ce=true runs Liger's fused loss")
+    version = state.get("transformers_version")
+    if ("transformers_version" in given and version is not None and version != Scenario().transformers_version
+            and (fused or loss not in (None, LossImplementation.HF))):
+        notes.append(f"{given['transformers_version'][0]}={_quoted(given['transformers_version'][1])}: not used, the "
+                     "transformers release decides only the Hugging Face loss")
+
+
 def read_query_params() -> None:
     """Once per session: validated URL parameters into the widget state; bad ones ignored with a warning."""
     if st.session_state.get(_READ_FLAG):
@@ -293,6 +310,7 @@ def read_query_params() -> None:
             notes.append(f"{name}={_quoted(text)}: {value.note}")
             value = value.value
         st.session_state[key] = value
+    _unused_by_the_link(given, notes)
     if "precision" in st.session_state and "precision" in given:
         st.session_state["precision_chosen"] = True  # the link's precision, not the method's default
     if "lora_targets" in params:

@@ -73,3 +73,30 @@ def test_unknown_lora_targets_in_a_link_are_listed_cut(new_app):
     text = " ".join(warnings_shown(at))
     assert "LoRA targets in the link not in this model were ignored: t0, t1" in text and "and 22 more" in text
     assert "z" * 100 not in text and TOKEN not in text
+
+
+@pytest.mark.parametrize("params, note", [
+    ({"fused_ce": "true", "loss_implementation": "megatron"},
+     "loss_implementation='megatron': not used, fused_ce=true runs Liger's fused loss"),
+    ({"loss_implementation": "torchtitan", "transformers_version": "<=4.45"},
+     "transformers_version='<=4.45': not used, the transformers release decides only the Hugging Face loss"),
+])
+def test_a_link_setting_the_scenario_does_not_use_is_said(new_app, params, note):
+    # Before: the sidebar greyed the box out and the estimate ran Liger's loss, while the link read "megatron".
+    at = new_app()
+    for key, value in params.items():
+        at.query_params[key] = value
+    at.switch_page("pages/memory.py").run()
+    no_exception(at)
+    assert note in " ".join(warnings_shown(at))
+
+
+def test_a_link_the_app_writes_by_default_gets_no_such_note(new_app):
+    at = new_app().switch_page("pages/memory.py").run()
+    written = dict(at.query_params)
+    again = new_app()
+    for key, value in written.items():
+        again.query_params[key] = value if isinstance(value, str) else value[0]
+    again.switch_page("pages/memory.py").run()
+    no_exception(again)
+    assert not any("not used" in w or "ignored" in w for w in warnings_shown(again)), warnings_shown(again)
