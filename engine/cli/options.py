@@ -117,13 +117,43 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         del fields["quant_storage"]
     fields.update(peft_fields(args))
     try:
-        return Scenario.build(
+        scenario = Scenario.build(
             **fields,
             double_quant=not args.no_double_quant,
             prepare_kbit_training=not args.no_prepare_kbit,
         )
     except ScenarioError as exc:
         raise ScenarioError(flag_names(str(exc), fields)) from None
+    unread = unread_options(scenario, getattr(args, "typed", set()))
+    if unread:
+        raise ScenarioError(", ".join(unread) + f" {'does' if len(unread) == 1 else 'do'} not apply to "
+                            f"{_what(scenario, unread)}: drop {'it' if len(unread) == 1 else 'them'}, or choose the method or "
+                            "optimizer that reads them")
+    return scenario
+
+
+def unread_options(scenario: Scenario, typed: set[str]) -> list[str]:
+    """The typed options that ``scenario`` never reads (``--quant-type int8 --method lora``: a LoRA on a 16-bit base,
+    not the 8-bit base the flag asks for), as flags. Which method reads what comes from its record
+    (:class:`engine.scenario.methods.MethodRecord`: ``rank_key``, ``alpha_key``, ``dropout_key``, ``prompt``,
+    ``lora_pairs``); the quantized base's options are QLoRA's, GaLore's rank its optimizer's."""
+    record = scenario.method.record
+    peft = scenario.method is not Method.FULL
+    reads = {
+        "lora_r": record.rank_key is not None, "lora_alpha": record.alpha_key is not None,
+        "lora_dropout": record.dropout_key is not None, "lora_targets": peft and not record.prompt,
+        "use_rslora": record.lora_pairs, "loraplus_lr_ratio": record.lora_pairs, "num_virtual_tokens": record.prompt,
+        **{k: scenario.method is Method.QLORA for k in ("quant_type", "quant_storage", "no_double_quant", "no_prepare_kbit")},
+        "galore_rank": scenario.optimizer is Optimizer.GALORE_ADAMW,
+    }
+    return ["--" + k.replace("_", "-") for k, read in reads.items() if not read and k in typed]
+
+
+def _what(scenario: Scenario, unread: list[str]) -> str:
+    if unread == ["--galore-rank"]:
+        return f"--optimizer {scenario.optimizer.value}"
+    return f"--method {scenario.method.value}" + (f" with --optimizer {scenario.optimizer.value}"
+                                                  if "--galore-rank" in unread else "")
 
 
 def flag_names(message: str, fields: Any) -> str:

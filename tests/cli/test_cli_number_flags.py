@@ -157,3 +157,27 @@ def test_a_token_as_a_module_name_is_refused_not_exported(capsys, flag):
     # Before: plan --lora-targets hf_... (method full: the targets unused) wrote the token into the CSV's lora_targets.
     line = refused(capsys, "plan", *LLAMA_1B, *TIME, flag, f"q_proj,{TOKEN}")
     assert "looks like a Hugging Face token" in line and "AbCdEfGh" not in line
+
+
+@pytest.mark.parametrize("args, needle", [
+    # Before: each was accepted and unused: a LoRA on a 16-bit base for "--quant-type int8", a full fine-tuning for
+    # "--lora-r 8", 20 virtual tokens of nothing.
+    (("--method", "lora", "--quant-type", "int8"), "--quant-type does not apply to --method lora"),
+    (("--lora-r", "8", "--lora-targets", "q_proj"), "--lora-r, --lora-targets do not apply to --method full"),
+    (("--method", "ia3", "--lora-r", "8"), "--lora-r does not apply to --method ia3"),
+    (("--method", "prompt_tuning", "--lora-targets", "q_proj"), "--lora-targets does not apply to --method prompt_tuning"),
+    (("--method", "lora", "--num-virtual-tokens", "5"), "--num-virtual-tokens does not apply to --method lora"),
+    (("--method", "lora", "--galore-rank", "8"), "--galore-rank does not apply to --optimizer adamw_fused"),
+    (("--method", "lora", "--no-prepare-kbit"), "--no-prepare-kbit does not apply to --method lora"),
+])
+def test_an_option_the_method_never_reads_is_refused(capsys, args, needle):
+    assert needle in refused(capsys, "estimate", *LLAMA_1B, *args)
+
+
+@pytest.mark.parametrize("args", [("--method", "qlora", "--quant-type", "int8", "--no-prepare-kbit"),
+                                  ("--optimizer", "galore_adamw", "--galore-rank", "64"),
+                                  ("--method", "dora", "--lora-r", "8", "--use-rslora"),
+                                  ("--method", "prefix_tuning", "--num-virtual-tokens", "8")])
+def test_options_the_method_reads_are_taken(capsys, args):
+    rc, out, err = run(capsys, "estimate", *LLAMA_1B, *args)
+    assert rc == 0, err
