@@ -350,7 +350,11 @@ def unknown_gpu_message(name: str, gpus: tuple[Gpu, ...] | None = None) -> str:
     if close:
         return f"unknown GPU {shown}; closest: {', '.join(close)}"
     nearest = closest_gpus(name, gpus, n=NEAREST_SHOWN, similar=0.0)
-    return (f"unknown GPU {shown}: no catalog GPU has a similar name (nearest in spelling: {', '.join(nearest)}); "
+    if not name.strip():
+        return (f"no GPU named (got {shown}): give a GPU of the catalog, e.g. 'A100 80GB'; the {len(gpus)} GPUs are "
+                "listed on the GPUs & prices page and in data/gpus.csv")
+    spelling = f" (nearest in spelling: {', '.join(nearest)})" if nearest else ""
+    return (f"unknown GPU {shown}: no catalog GPU has a similar name{spelling}; "
             f"the {len(gpus)} GPUs of the catalog are listed on the GPUs & prices page and in data/gpus.csv")
 
 

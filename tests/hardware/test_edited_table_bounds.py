@@ -52,3 +52,13 @@ def test_a_second_price_of_one_gpu_and_source_is_refused():
     again = {**rows[0], "on_demand_usd_per_hour": "0.01", "source_name": rows[0]["source_name"].upper()}
     with pytest.raises(CatalogError, match=f"edited price table row {len(rows) + 1}.*row 1 already prices"):
         prices_from_rows(list(enumerate(rows + [again], start=1)), load_gpus(), "edited price table")
+
+
+def test_an_empty_gpu_name_says_so_and_no_empty_list_is_shown():
+    from engine.hardware.gpus import find_gpu
+
+    with pytest.raises(CatalogError, match="no GPU named"):
+        find_gpu("   ")
+    with pytest.raises(CatalogError) as info:
+        find_gpu("nvidia")
+    assert "nearest in spelling: )" not in str(info.value)
