@@ -412,8 +412,12 @@ def plans_from_csv(
     optional = [c for c in INPUT_COLUMNS if c not in header and c not in REQUIRED_COLUMNS and c not in DATASET_COLUMNS
                 and c != "dataset_avg_tokens"]
     warnings = tuple(f"column {c!r} is missing: every plan uses its default, {_default_text(c)}" for c in optional)
-    warnings += tuple(f"column {shown_cell(c)} is not a plans-CSV column: ignored" for c in header
-                      if c and c not in CSV_COLUMNS)
+    unknown = [shown_cell(c) for c in header if c and c not in CSV_COLUMNS]
+    if len(unknown) == 1:
+        warnings += (f"column {unknown[0]} is not a plans-CSV column: ignored",)
+    elif unknown:  # one warning, the first few named: a file of 5,000 extra columns is not 5,000 boxes
+        more = f" and {len(unknown) - MAX_NAMED:,} more" if len(unknown) > MAX_NAMED else ""
+        warnings += (f"{len(unknown):,} columns are not plans-CSV columns: ignored ({', '.join(unknown[:MAX_NAMED])}{more})",)
     loaded: list[tuple[Plan, PlanResult]] = []
     errors: list[RowError] = []
     stamp: tuple[str | None, str | None] = (None, None)
@@ -450,6 +454,10 @@ def plans_from_csv(
         loaded.append((plan, result))
     return PlanImport(plans=tuple(loaded), errors=tuple(errors), app_version=stamp[0], exported_at=stamp[1],
                       warnings=warnings)
+
+
+MAX_NAMED = 10
+"""Most unknown columns a file's warning names (the rest are counted)."""
 
 
 def unique_plan_name(name: str, taken: Sequence[str]) -> str:

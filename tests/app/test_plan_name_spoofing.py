@@ -175,3 +175,16 @@ def test_the_code_snippet_quotes_the_model_as_a_python_string():
     code = training_code(p, config_from_catalog(QWEN_05B)[0])
     assert code.splitlines()[0].startswith("# Plan 'p': 'upload:config (1).json', full")
     compile(code, "<plan>", "exec")
+
+
+def test_thousands_of_unknown_columns_are_one_warning():
+    # Before: 5,000 extra columns were 5,000 warnings (5,000 boxes on the Plans page, 5,000 lines of the CLI).
+    text = _exported_csv(plan("Plan A"))
+    header, row = text.strip().split("\n")
+    extra = [f"col{i}" for i in range(5000)]
+    data = f"{header},{','.join(extra)}\n{row},{','.join('1' for _ in extra)}\n".encode()
+    imported = plans_from_csv(data)
+    assert len(imported.plans) == 1
+    unknown = [w for w in imported.warnings if "not plans-CSV columns" in w]
+    assert unknown == ["5,000 columns are not plans-CSV columns: ignored ('col0', 'col1', 'col2', 'col3', 'col4', "
+                       "'col5', 'col6', 'col7', 'col8', 'col9' and 4,990 more)"]
