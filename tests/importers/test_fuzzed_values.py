@@ -64,3 +64,14 @@ def test_yaml_1_1_readings_are_said():
 def test_quoted_values_and_json_get_no_yaml_note():
     r = import_configs([("ax.yaml", b"base_model: a/b\nmicro_batch_size: 8\nsequence_len: 1024\n")])
     assert not any("YAML 1.1" in n for n in r.notes)
+
+
+def test_a_deepspeed_offload_given_as_a_value_is_said_not_silently_dropped():
+    # Before: "offload_param": "cpu" fell under zero_optimization.* (ignored): a ZeRO-3 estimate without offload and
+    # no word. DeepSpeed's own config (a pydantic model) refuses a string there.
+    r = import_configs([("ds.json", b'{"zero_optimization": {"stage": 3, "offload_param": "cpu", "offload_optimizer": "cpu"}}')])
+    assert "offload" not in r.parallel
+    assert set(r.unsupported) == {"zero_optimization.offload_param", "zero_optimization.offload_optimizer"}
+    ok = import_configs([("ds.json", b'{"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}, '
+                                     b'"offload_optimizer": {"device": "cpu"}}}')])
+    assert ok.parallel["offload"].value == "optimizer_and_params" and not ok.unsupported
