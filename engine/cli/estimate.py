@@ -90,10 +90,7 @@ def run(args: argparse.Namespace) -> int:
                 if dataset is not None:
                     if args.offload not in (None, "none"):
                         raise ScenarioError("time and cost do not model offload (CPU optimizer steps); drop --offload or the dataset size")
-                    if args.gpus_per_node is not None:  # the step time's ring puts up to 8 GPUs on a node, whatever it says
-                        raise ScenarioError("--gpus-per-node sets the CPU memory per node of --offload; time and cost put up "
-                                            "to 8 GPUs on a node (NVLink or PCIe inside it, the network between): drop it, "
-                                            "or give a layout (--tensor-parallel 1 --num-nodes N) whose cluster it describes")
+                    _check_nodes_of_the_time_model(args)
                     out.update(_time_cost_json(arch, scenario, dataset, args))
                 _warn_if_not_fitting(out, args)
             elif args.offload is not None or args.gpus_per_node is not None:
@@ -106,6 +103,19 @@ def run(args: argparse.Namespace) -> int:
     except EngineError as exc:
         return fail(exc)
     return emit_json(out)
+
+
+def _check_nodes_of_the_time_model(args: argparse.Namespace) -> None:
+    """The step time's data-parallel ring puts min(GPUs, 8) GPUs on a node (``engine.time.step``); GPUs per node that
+    say otherwise (2 GPUs on nodes of 1: a network ring, timed over NVLink) would give another run's time. Refused,
+    naming where the count came from (the flag or an imported file's num_machines)."""
+    n = args.num_gpus or 1
+    if args.gpus_per_node is None or min(args.gpus_per_node, n) == min(n, 8):
+        return
+    where = "--gpus-per-node" if "gpus_per_node" in getattr(args, "typed", ()) else "the imported files' GPUs per node"
+    raise ScenarioError(f"{where} ({args.gpus_per_node}) is not what time and cost model: they put up to 8 GPUs on a node "
+                        f"(NVLink or PCIe inside it, the network between), here {min(n, 8)}; drop the dataset size for "
+                        "the memory alone, or give a layout (--tensor-parallel 1 --num-nodes N) whose cluster models the nodes")
 
 
 def _estimate_json(arch: Architecture, origin: dict[str, Any], scenario: Scenario, gpu: Any = None) -> dict[str, Any]:

@@ -112,7 +112,7 @@ def test_gpus_per_node_with_a_time_estimate_is_refused_not_ignored(capsys):
     # Before: 2 GPUs on nodes of 1 gave the same tokens/s as on one node (NVLink), without a word; the step time's ring
     # (engine.time.step) puts up to 8 GPUs on a node. A layout's cluster does read it (InfiniBand between 2 nodes).
     args = ("--gpu", "A100 80GB", "--num-gpus", "2", "--dataset-tokens", "1000000", "--gpus-per-node", "1")
-    assert "--gpus-per-node sets the CPU memory per node of --offload" in refused(capsys, "estimate", *LLAMA_1B, *args)
+    assert "--gpus-per-node (1) is not what time and cost model" in refused(capsys, "estimate", *LLAMA_1B, *args)
     rc, out, _ = run(capsys, "estimate", *LLAMA_1B, *args, "--tensor-parallel", "1")
     assert rc == 0 and {c["link_name"] for c in json.loads(out)["collectives"]} == {"InfiniBand between 2 nodes"}
 
@@ -181,3 +181,16 @@ def test_an_option_the_method_never_reads_is_refused(capsys, args, needle):
 def test_options_the_method_reads_are_taken(capsys, args):
     rc, out, err = run(capsys, "estimate", *LLAMA_1B, *args)
     assert rc == 0, err
+
+
+def test_an_imported_node_size_is_checked_the_same_way(capsys, tmp_path):
+    # accelerate: 16 processes on 2 machines are nodes of 8, what the time model puts on a node; 4 on 4 are not.
+    eight = tmp_path / "acc8.yaml"
+    eight.write_text("distributed_type: MULTI_GPU\nnum_processes: 16\nnum_machines: 2\n")
+    rc, out, err = run(capsys, "estimate", *LLAMA_1B, "--from-config", str(eight), *TIME)
+    assert rc == 0 and json.loads(out)["hours"] > 0, err
+    one = tmp_path / "acc1.yaml"
+    one.write_text("distributed_type: MULTI_GPU\nnum_processes: 4\nnum_machines: 4\n")
+    assert "the imported files' GPUs per node (1)" in refused(capsys, "estimate", *LLAMA_1B, "--from-config", str(one), *TIME)
+    rc, _, err = run(capsys, "estimate", *LLAMA_1B, *TIME, "--num-gpus", "4", "--gpus-per-node", "8")
+    assert rc == 0, err  # 4 GPUs of a node of 8: one node, as the time model has it
