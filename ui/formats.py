@@ -8,6 +8,8 @@ from __future__ import annotations
 import html
 import re
 
+from engine.secrets import redact_tokens
+
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
@@ -73,8 +75,8 @@ def md_plain(text: object) -> str:
     """Any text the app did not write itself (an exception's message, an engine warning that quotes an input, a plan,
     file, model or GPU name) made safe for every Streamlit call that renders Markdown (``st.error/warning/info/
     success/markdown/caption/toast``, widget labels): shown as typed, never as a link, image, HTML, emphasis, maths,
-    colour or icon. Markdown and HTML characters are backslash-escaped (CommonMark: any ASCII punctuation may be), and
+    colour or icon, and with any token-looking word redacted (:func:`engine.secrets.redact_tokens`). Markdown and HTML characters are backslash-escaped (CommonMark: any ASCII punctuation may be), and
     auto-link and shortcode patterns get a zero-width space (:data:`ZERO_WIDTH_SPACE`). ``tests/app/
     test_escaping_layout.py`` fails when a page draws such text without it."""
-    escaped = str(text).translate(_MARKDOWN)
+    escaped = redact_tokens(str(text)).translate(_MARKDOWN)  # and never a token-looking word (engine.secrets)
     return _LINK_PARTS.sub(lambda m: (m.group(1) or m.group(2)) + ZERO_WIDTH_SPACE, escaped)

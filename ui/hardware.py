@@ -80,7 +80,8 @@ def hardware_sidebar(serving: bool = False) -> Hardware:
             n = int(checked_number(c1, "GPUs", "num_gpus", 1, step=1,
                                    help="Data-parallel GPUs; each runs the micro batch (activations are per GPU)."))
             per_node = int(checked_number(c2, "GPUs per node", "gpus_per_node", 8, step=1,
-                                          help="For the CPU memory per node when offloading."))
+                                          help="For the CPU memory per node when offloading. Time and cost put up to "
+                                               "8 GPUs on a node (NVLink or PCIe inside it); Scale out takes its own."))
             strategy = st.selectbox("Strategy", list(Strategy), format_func=STRATEGY_LABELS.get, key="strategy",
                                     help="Which model states are divided over the GPUs (ZeRO stages; FSDP sharding). "
                                          "With one GPU and no offload a run trains plainly; the strategy still decides "

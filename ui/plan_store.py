@@ -33,6 +33,7 @@ import sqlalchemy as sa
 import streamlit as st
 from sqlalchemy.engine import Connection, Engine
 
+from engine.plan.plan_names import same_name
 from engine.plan.plans import Plan, unique_plan_name
 
 URL_ENV = "FINETUNE_FIT_PLANS_URL"
@@ -183,7 +184,7 @@ class PlanStore:
         out = []
         for row in rows:
             try:
-                plan = Plan.model_validate({**json.loads(row["record"]), "name": row["name"]})
+                plan = Plan.model_validate({**json.loads(row["record"]), "name": row["name"]}, context={"stored": True})
             except ValueError:
                 continue
             out.append(StoredPlan(id=int(row["id"]), plan=plan, author=row["author"], created_at=row["created_at"],
@@ -202,6 +203,7 @@ class PlanStore:
         Raises:
             PlanExists: that name is taken (also when another replica saved it a moment ago).
         """
+        self._refuse_lookalike(plan.name)
         now = _now()
         values = {"name": plan.name, "author": author[:200] or ANONYMOUS, "created_at": now, "updated_at": now,
                   "version": 1, "record": plan.model_dump_json(), "config": json.dumps(config) if config else None}
@@ -222,6 +224,18 @@ class PlanStore:
             except PlanExists:
                 plan = plan.model_copy(update={"name": unique_plan_name(plan.name, [p.plan.name for p in self.plans()])})
         raise PlanExists(f"could not find a free name for '{plan.name}'")
+
+    def _refuse_lookalike(self, name: str, renaming: str | None = None) -> None:
+        """PlanExists when another saved plan has ``name`` up to letter case, spacing or compatibility forms
+        (:func:`engine.plan.plan_names.plan_name_key`): "plan a" beside "Plan A" would pass for it in the shared
+        library. The same name exactly is left to the database's unique index (its message, and replicas' races).
+        (Checked before the write, not by an index: two replicas saving look-alikes in the same instant can both
+        pass; the exact-name index still holds.)"""
+        others = [p.plan.name for p in self.plans() if p.plan.name not in (name, renaming)]
+        clash = same_name(name, others)
+        if clash is not None:
+            raise PlanExists(f"a plan named '{clash}' is already saved, which differs from '{name}' only in letter "
+                             "case, spacing or character forms: choose a name that reads differently")
 
     def _update(self, name: str, seen_version: int, values: dict[str, Any]) -> None:
         query = (sa.update(_PLANS).where(_PLANS.c.name == name, _PLANS.c.version == seen_version)
@@ -262,6 +276,7 @@ class PlanStore:
         if stored is None:
             raise PlanChanged(self._changed_reason(name))
         renamed = Plan.model_validate({**stored.plan.model_dump(), "name": new_name})  # the name's own rules
+        self._refuse_lookalike(renamed.name, renaming=name)
         self._update(name, seen_version, {"name": renamed.name, "record": renamed.model_dump_json()})
 
     def delete(self, name: str, seen_version: int) -> None:

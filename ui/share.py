@@ -204,6 +204,12 @@ LEGACY = {"mem_num_gpus": "num_gpus", "mem_gpus_per_node": "gpus_per_node", "mem
 """Keys of links made before the pages shared one hardware setting, read as the key they became."""
 
 
+def _quoted(text: str, limit: int = 60) -> str:
+    """``repr(text)`` for a warning, cut past ``limit`` characters with the length said (a 5,000-digit value in every
+    key of a link is not quoted whole sixty times)."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text):,} characters)"
+
+
 def _encode(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -220,12 +226,29 @@ def _method_inference(given: dict[str, tuple[str, str]], notes: list[str], bad: 
         return
     del given["method"]
     if "mem_workload" in given and given["mem_workload"][1].strip().lower() != INFERENCE.lower():
-        bad.append(f"method={text!r}: inference is the Memory page's workload, and the link also gives "
-                   f"mem_workload={given['mem_workload'][1]!r}")
+        bad.append(f"method={_quoted(text)}: inference is the Memory page's workload, and the link also gives "
+                   f"mem_workload={_quoted(given['mem_workload'][1])}")
         return
     given["mem_workload"] = (name, INFERENCE)
-    notes.append(f"method={text!r} read as mem_workload={INFERENCE!r}: inference is the Memory page's workload "
+    notes.append(f"method={_quoted(text)} read as mem_workload={INFERENCE!r}: inference is the Memory page's workload "
                  "(the training method stays as it was)")
+
+
+def _unused_by_the_link(given: dict[str, tuple[str, str]], notes: list[str]) -> None:
+    """Notes for link settings the scenario the link opens does not use, where the sidebar shows them greyed out:
+    ``fused_ce=true`` runs Liger's fused loss whatever ``loss_implementation`` says, and the transformers release only
+    decides the Hugging Face loss. Without the note, ``loss_implementation=megatron`` would read as the estimate's."""
+    state = st.session_state
+    fused = bool(state.get("fused_ce"))
+    loss = state.get("loss_implementation")
+    if fused and "loss_implementation" in given and loss not in (None, LossImplementation.HF):
+        notes.append(f"{given['loss_implementation'][0]}={_quoted(given['loss_implementation'][1])}: not used, "
+                     "fused_ce=true runs Liger's fused loss")
+    version = state.get("transformers_version")
+    if ("transformers_version" in given and version is not None and version != Scenario().transformers_version
+            and (fused or loss not in (None, LossImplementation.HF))):
+        notes.append(f"{given['transformers_version'][0]}={_quoted(given['transformers_version'][1])}: not used, the "
+                     "transformers release decides only the Hugging Face loss")
 
 
 def read_query_params() -> None:
@@ -246,6 +269,14 @@ def read_query_params() -> None:
                        "link gives each setting once")
         else:
             params[key] = st.query_params[key]
+    if "model" in params and "hub" in params:  # two models: the catalog's is opened, and the link's reader is told
+        hub_text = params["hub"]
+        bad.append(f"hub={REDACTED if looks_like_token(hub_text) else _quoted(hub_text)}: the link also gives "
+                   f"model={_quoted(params['model'])}, which is the one opened (a link names one model)")
+    if "rev" in params and "hub" not in params:
+        rev_text = params["rev"]
+        bad.append(f"rev={REDACTED if looks_like_token(rev_text) else _quoted(rev_text)}: a revision of a Hub "
+                   "repo, and the link gives no hub=")
     if "model" in params:
         from engine.model.sources import catalog_choices
 
@@ -254,7 +285,7 @@ def read_query_params() -> None:
             st.session_state["model_source"] = "Catalog"
             st.session_state["catalog_repo"] = repo
         else:
-            bad.append(f"model={repo!r}: not in the bundled catalog")
+            bad.append(f"model={_quoted(repo)}: not in the bundled catalog")
     elif "hub" in params:
         repo = params["hub"].strip()
         rev = params.get("rev", "")
@@ -265,7 +296,7 @@ def read_query_params() -> None:
             if looks_like_token(rev):
                 bad.append(f"rev={REDACTED}: not a revision")
         else:
-            bad.append(f"hub={REDACTED if looks_like_token(repo) else repr(repo)}: not a repo id")
+            bad.append(f"hub={REDACTED if looks_like_token(repo) else _quoted(repo)}: not a repo id")
     given = {LEGACY.get(k, k): (k, params[k]) for k in params if k in LEGACY}
     given |= {k: (k, params[k]) for k in params if k in PARSERS}
     _method_inference(given, notes, bad)
@@ -276,18 +307,19 @@ def read_query_params() -> None:
         try:
             value = parse(text)
         except ValueError as exc:
-            bad.append(f"{name}={text!r}: {exc}")
+            bad.append(f"{name}={_quoted(text)}: {exc}")
             continue
         if isinstance(value, _Noted):
-            notes.append(f"{name}={text!r}: {value.note}")
+            notes.append(f"{name}={_quoted(text)}: {value.note}")
             value = value.value
         st.session_state[key] = value
+    _unused_by_the_link(given, notes)
     if "precision" in st.session_state and "precision" in given:
         st.session_state["precision_chosen"] = True  # the link's precision, not the method's default
     if "lora_targets" in params:
         st.session_state[_PENDING_TARGETS] = [t for t in params["lora_targets"].split(",") if t]
     known = {*PARSERS, *LEGACY, "model", "hub", "rev", "lora_targets"}
-    bad += [f"{key}: not a setting of this app" for key in params if key not in known]
+    bad += [f"{key if len(key) <= 60 else _quoted(key)}: not a setting of this app" for key in params if key not in known]
     from ui.formats import md_plain
 
     # The link's text is anyone's: shown as typed, never as Markdown (a key "[x](https://...)" would be a live link)
@@ -307,7 +339,9 @@ def apply_pending_targets(arch, targets_key: str) -> None:
     if unknown:
         from ui.formats import md_plain
 
-        st.warning("LoRA targets in the link not in this model were ignored: " + md_plain(", ".join(unknown)))
+        shown = ", ".join(t if len(t) <= 60 else _quoted(t) for t in unknown[:10]) + (
+            f" and {len(unknown) - 10} more" if len(unknown) > 10 else "")
+        st.warning("LoRA targets in the link not in this model were ignored: " + md_plain(redact_tokens(shown)))
     good = [t for t in pending if t in names]
     if good:
         st.session_state[targets_key] = good

@@ -18,7 +18,7 @@ from engine.cli.gpu_name import warn_gpu_name
 from engine.errors import EngineError, ScenarioError
 from engine.memory.components import PHASES
 from engine.memory.estimate import estimate_memory
-from engine.memory.parallel import Offload, deepspeed_estimate, device_memory_per_gpu, plan_parallel
+from engine.memory.parallel import MAX_GPUS, Offload, deepspeed_estimate, device_memory_per_gpu, plan_parallel
 from engine.memory.seed_rules import seed_quick_rule
 from engine.model.architecture import Architecture
 from engine.plan.verdict import SAFETY_MARGIN_FRACTION, Verdict
@@ -78,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
                                     "need --method inference")
             scenario = imported_scenario if imported is not None else scenario_from_args(args)
             dataset = dataset_from_args(args)
+            if (args.num_gpus or 1) > MAX_GPUS:  # said by the flag (the fit's own error names its field)
+                raise ScenarioError(f"--num-gpus: must be between 1 and {MAX_GPUS:,} for {args.strategy or 'a strategy'} "
+                                    f"(got {args.num_gpus:,}); a parallel layout (--tensor-parallel ...) takes more")
             out = _estimate_json(arch, origin, scenario, _gpu(args))
             if imported is not None:
                 out["import"] = imported
@@ -87,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
                 if dataset is not None:
                     if args.offload not in (None, "none"):
                         raise ScenarioError("time and cost do not model offload (CPU optimizer steps); drop --offload or the dataset size")
+                    _check_nodes_of_the_time_model(args)
                     out.update(_time_cost_json(arch, scenario, dataset, args))
                 _warn_if_not_fitting(out, args)
             elif args.offload is not None or args.gpus_per_node is not None:
@@ -99,6 +103,19 @@ def run(args: argparse.Namespace) -> int:
     except EngineError as exc:
         return fail(exc)
     return emit_json(out)
+
+
+def _check_nodes_of_the_time_model(args: argparse.Namespace) -> None:
+    """The step time's data-parallel ring puts min(GPUs, 8) GPUs on a node (``engine.time.step``); GPUs per node that
+    say otherwise (2 GPUs on nodes of 1: a network ring, timed over NVLink) would give another run's time. Refused,
+    naming where the count came from (the flag or an imported file's num_machines)."""
+    n = args.num_gpus or 1
+    if args.gpus_per_node is None or min(args.gpus_per_node, n) == min(n, 8):
+        return
+    where = "--gpus-per-node" if "gpus_per_node" in getattr(args, "typed", ()) else "the imported files' GPUs per node"
+    raise ScenarioError(f"{where} ({args.gpus_per_node}) is not what time and cost model: they put up to 8 GPUs on a node "
+                        f"(NVLink or PCIe inside it, the network between), here {min(n, 8)}; drop the dataset size for "
+                        "the memory alone, or give a layout (--tensor-parallel 1 --num-nodes N) whose cluster models the nodes")
 
 
 def _estimate_json(arch: Architecture, origin: dict[str, Any], scenario: Scenario, gpu: Any = None) -> dict[str, Any]:
@@ -219,7 +236,7 @@ def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Any, args: 
     gpu = _gpu(args)
     _, strategy = strategies(args)
     kwargs: dict[str, Any] = {"fused_kernels": args.fused_kernels or args.cuda_graphs, "cuda_graphs": args.cuda_graphs,
-                              "price_source": args.price_source or CHEAPEST_LISTED}
+                              "price_source": CHEAPEST_LISTED if args.price_source is None else args.price_source}
     plan = estimate_plan(arch, scenario, dataset, gpu, args.num_gpus or 1, strategy, **kwargs)
     calibration = None
     if args.measured_tokens_per_second is not None:

@@ -26,6 +26,7 @@ from engine.plan.strategy import DEFAULT_STRATEGY, training_strategy
 from engine.scenario.loss import LossImplementation, TransformersVersion
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.precision import PrecisionMode
+from engine.cli.arg_types import finite_float, gpu_count, positive_float, positive_int  # noqa: F401 - the verbs' types, re-exported
 from engine.cli.peft_options import add_peft_options, peft_fields
 from engine.scenario.training import DEFAULT_PRECISION, Attention, Framework, Method, QuantStorage, QuantType, Scenario
 
@@ -47,17 +48,6 @@ _LONG_QUOTED = re.compile(r"'([^'\s]{60,})'")
 def short_values(message: str) -> str:
     """``message`` with every quoted value over 60 characters cut: ``'99999999999999999999...' (5,000 characters)``."""
     return _LONG_QUOTED.sub(lambda m: f"'{m.group(1)[:20]}...' ({len(m.group(1)):,} characters)", message)
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
-    return value
 
 
 def add_model_options(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -84,8 +74,8 @@ def add_scenario_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in backward")
     p.add_argument("--attention", choices=[a.value for a in Attention], default=d.attention.value, help="attn_implementation (default: %(default)s)")
     p.add_argument("--lora-r", type=int, default=d.lora_r, metavar="N", help="LoRA rank (default: %(default)s)")
-    p.add_argument("--lora-alpha", type=float, default=d.lora_alpha, metavar="A", help="LoRA alpha (default: %(default)s; no effect on memory)")
-    p.add_argument("--lora-dropout", type=float, default=d.lora_dropout, metavar="P", help="LoRA dropout (default: %(default)s)")
+    p.add_argument("--lora-alpha", type=finite_float, default=d.lora_alpha, metavar="A", help="LoRA alpha (default: %(default)s; no effect on memory)")
+    p.add_argument("--lora-dropout", type=finite_float, default=d.lora_dropout, metavar="P", help="LoRA dropout (default: %(default)s)")
     p.add_argument("--lora-targets", default=None, metavar="NAMES",
                    help="comma-separated target modules, e.g. q_proj,v_proj, or all-linear (default: the attention projections)")
     p.add_argument("--quant-type", choices=[q.value for q in QuantType], default=d.quant_type.value, help="QLoRA base quantization: 4-bit nf4/fp4 or 8-bit int8 (LLM.int8) (default: %(default)s)")
@@ -127,13 +117,43 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         del fields["quant_storage"]
     fields.update(peft_fields(args))
     try:
-        return Scenario.build(
+        scenario = Scenario.build(
             **fields,
             double_quant=not args.no_double_quant,
             prepare_kbit_training=not args.no_prepare_kbit,
         )
     except ScenarioError as exc:
         raise ScenarioError(flag_names(str(exc), fields)) from None
+    unread = unread_options(scenario, getattr(args, "typed", set()))
+    if unread:
+        raise ScenarioError(", ".join(unread) + f" {'does' if len(unread) == 1 else 'do'} not apply to "
+                            f"{_what(scenario, unread)}: drop {'it' if len(unread) == 1 else 'them'}, or choose the method or "
+                            "optimizer that reads them")
+    return scenario
+
+
+def unread_options(scenario: Scenario, typed: set[str]) -> list[str]:
+    """The typed options that ``scenario`` never reads (``--quant-type int8 --method lora``: a LoRA on a 16-bit base,
+    not the 8-bit base the flag asks for), as flags. Which method reads what comes from its record
+    (:class:`engine.scenario.methods.MethodRecord`: ``rank_key``, ``alpha_key``, ``dropout_key``, ``prompt``,
+    ``lora_pairs``); the quantized base's options are QLoRA's, GaLore's rank its optimizer's."""
+    record = scenario.method.record
+    peft = scenario.method is not Method.FULL
+    reads = {
+        "lora_r": record.rank_key is not None, "lora_alpha": record.alpha_key is not None,
+        "lora_dropout": record.dropout_key is not None, "lora_targets": peft and not record.prompt,
+        "use_rslora": record.lora_pairs, "loraplus_lr_ratio": record.lora_pairs, "num_virtual_tokens": record.prompt,
+        **{k: scenario.method is Method.QLORA for k in ("quant_type", "quant_storage", "no_double_quant", "no_prepare_kbit")},
+        "galore_rank": scenario.optimizer is Optimizer.GALORE_ADAMW,
+    }
+    return ["--" + k.replace("_", "-") for k, read in reads.items() if not read and k in typed]
+
+
+def _what(scenario: Scenario, unread: list[str]) -> str:
+    if unread == ["--galore-rank"]:
+        return f"--optimizer {scenario.optimizer.value}"
+    return f"--method {scenario.method.value}" + (f" with --optimizer {scenario.optimizer.value}"
+                                                  if "--galore-rank" in unread else "")
 
 
 def flag_names(message: str, fields: Any) -> str:
@@ -152,7 +172,7 @@ def add_gpu_options(p: argparse.ArgumentParser) -> None:
                    help="check the fit on this GPU (e.g. 'A100 80GB', 'H100 SXM', 'RTX 4090'; a family name such as 'A100' "
                         "reads as the catalog's GPU for it, the A100 80GB, with a warning naming the others; one that is no "
                         "GPU's alias, such as 'A100 SXM', is refused with them); adds gpu, fits, headroom_bytes, min_gpus")
-    p.add_argument("--num-gpus", type=positive_int, default=None, metavar="N", help="GPUs of that kind (with --gpu; default 1)")
+    p.add_argument("--num-gpus", type=gpu_count, default=None, metavar="N", help="GPUs of that kind (with --gpu; default 1)")
     p.add_argument("--strategy", choices=[s.value for s in Strategy], default=None,
                    help="multi-GPU strategy (with --gpu): ddp = every GPU holds everything; zero1/zero2/zero3 = DeepSpeed ZeRO "
                         "stages; fsdp_full_shard = ZeRO-3, fsdp_shard_grad_op = ZeRO-2 (default: zero3, as the app; one GPU without "
@@ -166,14 +186,14 @@ def add_parallel_inference_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("many GPUs (with --gpu)")
     g.add_argument("--offload", choices=[o.value for o in Offload], default=None,
                    help="move optimizer states (and with zero3/fsdp_full_shard, weights) to CPU memory (default: none)")
-    g.add_argument("--gpus-per-node", type=int, default=None, metavar="N",
+    g.add_argument("--gpus-per-node", type=positive_int, default=None, metavar="N",
                    help="GPUs per node, for the CPU memory per node of offload (default: min(num GPUs, 8))")
     s = p.add_argument_group("serving (--method inference; --seq-len is the context per sequence; --tensor-parallel N "
                              "splits one replica over N GPUs, vLLM tensor_parallel_size / TGI --num-shard; --num-gpus "
                              "alone takes the fewest that fit)")
     s.add_argument("--concurrency", type=int, default=None, metavar="N", help="sequences served at once (default 1)")
     s.add_argument("--kv-cache-dtype", choices=[k.value for k in KvCacheDtype], default=None, help="KV cache element type (default bf16)")
-    s.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="X",
+    s.add_argument("--gpu-memory-utilization", type=finite_float, default=None, metavar="X",
                    help="with --gpu: vLLM's gpu_memory_utilization, the share of the GPU's memory for weights, activations "
                         "and KV cache (vLLM's default 0.9; default here: all of the usable memory, as TGI)")
     s.add_argument("--weight-precision", choices=[w.value for w in WeightPrecision], default=None,
@@ -200,12 +220,12 @@ def add_time_cost_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("time and cost (with --gpu and a dataset size)")
     g.add_argument("--dataset-tokens", type=int, default=None, metavar="N", help="tokens in one epoch of the dataset")
     g.add_argument("--examples", type=int, default=None, metavar="N", help="examples in the dataset (with --avg-tokens)")
-    g.add_argument("--avg-tokens", type=float, default=None, metavar="T", help="average tokens per example (with --examples)")
-    g.add_argument("--epochs", type=float, default=None, metavar="E", help="passes over the dataset (default 1)")
+    g.add_argument("--avg-tokens", type=finite_float, default=None, metavar="T", help="average tokens per example (with --examples)")
+    g.add_argument("--epochs", type=finite_float, default=None, metavar="E", help="passes over the dataset (default 1)")
     g.add_argument("--no-packing", action="store_true",
                    help="pad every example to --seq-len (with --examples): the padding is processed too")
     g.add_argument("--runs", type=int, default=None, metavar="N", help="experimental runs to pay for (default 1)")
-    g.add_argument("--measured-tokens-per-second", type=float, default=None, metavar="X",
+    g.add_argument("--measured-tokens-per-second", type=finite_float, default=None, metavar="X",
                    help="calibrate to your run: the tokens/s you measured for this configuration (all GPUs together); "
                         "the step-time model's prediction is scaled by measured / predicted")
     g.add_argument("--fused-kernels", action="store_true",
@@ -247,8 +267,17 @@ def dataset_from_args(args: argparse.Namespace, step_time_options: bool = False)
 
     try:
         return Dataset(**fields)
-    except ValidationError as exc:
-        raise ScenarioError(explain_validation(exc, "dataset")) from None
+    except ValidationError as exc:  # said by the flag when the user typed it (epochs may come from --from-config)
+        message = explain_validation(exc, "dataset")
+        for field, dest in _DATASET_FLAGS.items():
+            if message.startswith(field + ":") and dest in getattr(args, "typed", ()):
+                message = "--" + dest.replace("_", "-") + message[len(field):]
+        raise ScenarioError(message) from None
+
+
+_DATASET_FLAGS = {"total_tokens": "dataset_tokens", "examples": "examples", "avg_tokens": "avg_tokens",
+                  "epochs": "epochs", "runs": "runs"}
+"""The Dataset's fields and the options that set them (the message names the option, as for the scenario)."""
 
 
 def load_model(args: argparse.Namespace) -> tuple[Architecture, dict[str, Any], dict[str, Any]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from engine.cli.arg_types import finite_float
 from engine.scenario.training import Scenario
 
 PEFT_FIELDS = ("num_virtual_tokens", "modules_to_save", "use_rslora", "loraplus_lr_ratio", "galore_rank",
@@ -21,7 +22,7 @@ def add_peft_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--modules-to-save", default=None, metavar="NAMES",
                    help="comma-separated modules trained in full beside the adapters: embed_tokens, lm_head (new tokens)")
     g.add_argument("--use-rslora", action="store_true", help="rsLoRA scaling alpha/sqrt(r) (no effect on memory or time)")
-    g.add_argument("--loraplus-lr-ratio", type=float, default=None, metavar="X",
+    g.add_argument("--loraplus-lr-ratio", type=finite_float, default=None, metavar="X",
                    help="LoRA+: lora_B's learning rate / lora_A's (no effect on memory or time)")
     g.add_argument("--galore-rank", type=int, default=d.galore_rank, metavar="N",
                    help="--optimizer galore_adamw: projection rank (default: %(default)s)")

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from engine.cli.options import (
     add_gpu_options, add_model_options, add_scenario_options, add_time_cost_options, dataset_from_args, emit_bytes,
-    fail, load_model, scenario_from_args, strategies,
+    fail, flag_names, load_model, scenario_from_args, strategies,
 )
 import engine.cli.scaleout as scaleout
 from engine.cli.gpu_name import warn_gpu_name
@@ -96,15 +96,16 @@ def run(args: argparse.Namespace) -> int:
                 factor = calibrate(args.measured_tokens_per_second, raw).factor
             try:
                 plan = Plan(
-                    name=args.name or f"{repo.split('/')[-1]} {scenario.method.value}", model_repo_id=repo,
+                    name=f"{repo.split('/')[-1]} {scenario.method.value}" if args.name is None else args.name,
+                    model_repo_id=repo,
                     model_revision=args.revision, **scenario.model_dump(), gpu=gpu.name, num_gpus=args.num_gpus or 1,
                     strategy=strategies(args)[1], dataset_total_tokens=dataset.total_tokens,
                     dataset_examples=dataset.examples, dataset_avg_tokens=dataset.avg_tokens, epochs=dataset.epochs,
                     packing=dataset.packing, runs=dataset.runs, calibration=factor,
-                    fused_kernels=args.fused_kernels, price_source=args.price_source or CHEAPEST_LISTED,
+                    fused_kernels=args.fused_kernels, price_source=CHEAPEST_LISTED if args.price_source is None else args.price_source,
                 )
-            except ValidationError as exc:
-                raise ScenarioError(explain_validation(exc, all_errors=True)) from None
+            except ValidationError as exc:  # the fields typed as such (--name, --num-gpus): said as their flags
+                raise ScenarioError(flag_names(explain_validation(exc, all_errors=True), {"name", "num_gpus"})) from None
             out = plans_to_csv([(plan, evaluate_plan(plan, config))])
             warn_gpu_name(args)  # the CSV has the catalog name; stderr says how --gpu was read
     except EngineError as exc:

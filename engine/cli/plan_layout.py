@@ -12,7 +12,10 @@ import engine.cli.scaleout as scaleout
 from engine.model.architecture import Architecture
 from engine.plan.cost import CHEAPEST_LISTED, Dataset
 from engine.plan.layout_cost import layout_plans_csv, layout_run
+from engine.errors import ScenarioError
+from engine.plan.plan_names import name_problem
 from engine.plan.plans import app_version, export_time
+from engine.secrets import looks_like_token
 from engine.scaleout.estimate import estimate_layout
 from engine.scaleout.fp8 import Fp8Recipe
 from engine.scenario.training import Scenario
@@ -26,15 +29,19 @@ def layout_plan_csv(arch: Architecture, scenario: Scenario, dataset: Dataset, ar
         ScenarioError: as ``estimate`` with the same layout options (a layout the model cannot take, master weights
             with fp32 or a PEFT method, nodes the GPUs do not fill).
     """
+    if args.name is not None:  # the one-GPU plan's name rules (engine.plan.plans.Plan), this row not being a Plan
+        problem = name_problem(args.name) or ("looks like a Hugging Face token" if looks_like_token(args.name) else None)
+        if problem:
+            raise ScenarioError(f"--name: {problem}")
     scenario, note = scaleout.layout_scenario(scenario, args)
     layout, per_node = scaleout.layout_from_args(args, scenario)
     cluster = scaleout.cluster_from_args(args, layout, per_node)
     est = estimate_layout(arch, scenario, layout, cluster, fp8, master_weights=args.master_weights,
                           fused_kernels=args.fused_kernels, tp_comm_overlap=args.tp_comm_overlap)
-    run = layout_run(est, cluster, dataset, scenario.seq_len, args.price_source or CHEAPEST_LISTED)
+    run = layout_run(est, cluster, dataset, scenario.seq_len, CHEAPEST_LISTED if args.price_source is None else args.price_source)
     worst = est.memory.max_stage
     row: dict[str, Any] = {
-        "name": args.name or f"{repo.split('/')[-1]} {layout.label()}", "model_repo_id": repo,
+        "name": f"{repo.split('/')[-1]} {layout.label()}" if args.name is None else args.name, "model_repo_id": repo,
         **{k: v.value if hasattr(v, "value") else v for k, v in scenario.model_dump().items()
            if not isinstance(v, (list, tuple, dict))},
         **{f"layout_{k}": v.value if hasattr(v, "value") else v for k, v in layout.model_dump().items()

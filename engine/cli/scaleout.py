@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from engine.cli.options import positive_int
+from engine.cli.options import positive_float, positive_int
 from engine.errors import ScenarioError
 from engine.memory.parallel import Strategy
 from engine.model.architecture import Architecture
@@ -67,8 +67,8 @@ def add_scaleout_options(p: argparse.ArgumentParser) -> None:
                    help="nodes of --gpus-per-node GPUs (default 8); DP = GPUs / (TP x PP x CP)")
     g.add_argument("--global-batch-size", type=positive_int, default=None, metavar="N",
                    help="sequences per step over all DP ranks (default micro batch x DP x accumulation steps)")
-    g.add_argument("--moe-capacity-factor", type=float, default=None, metavar="X", help="MoE capacity factor (default dropless)")
-    g.add_argument("--inter-node-gbits", type=float, default=None, metavar="G",
+    g.add_argument("--moe-capacity-factor", type=positive_float, default=None, metavar="X", help="MoE capacity factor (default dropless)")
+    g.add_argument("--inter-node-gbits", type=positive_float, default=None, metavar="G",
                    help="network per GPU between nodes, Gb/s (default: engine.scaleout.step_time.DEFAULT_INTER_NODE_GBITS)")
     g.add_argument("--fp8-recipe", choices=[r.value for r in Fp8Recipe], default=None,
                    help="with --precision fp8: te (TransformerEngine) or torchao (float8) (default te)")
@@ -115,6 +115,8 @@ def layout_scenario(scenario: Scenario, args: argparse.Namespace) -> tuple[Scena
 
 def layout_from_args(args: argparse.Namespace, scenario: Scenario) -> tuple[Layout, int]:
     """The layout and its GPU count from the options."""
+    if args.recompute_layers is not None and args.recompute != "full":
+        raise ScenarioError("--recompute-layers counts the layers of full recompute: it needs --recompute full")
     tp, pp, cp = args.tensor_parallel or 1, args.pipeline_parallel or 1, args.context_parallel or 1
     per_node = getattr(args, "gpus_per_node", None) or 8  # the plan verb has no --gpus-per-node: nodes of 8
     if args.num_nodes is not None and args.num_gpus is not None and args.num_gpus != args.num_nodes * per_node:
@@ -152,7 +154,7 @@ def cluster_from_args(args: argparse.Namespace, layout: Layout, per_node: int) -
         raise ScenarioError(f"{layout.world_size} GPUs do not fill nodes of {per_node}")
     return Cluster(gpu=find_gpu(args.gpu), nodes=max(1, layout.world_size // per_node),
                    gpus_per_node=min(per_node, layout.world_size),
-                   inter_node_gbits=args.inter_node_gbits or DEFAULT_INTER_NODE_GBITS)
+                   inter_node_gbits=DEFAULT_INTER_NODE_GBITS if args.inter_node_gbits is None else args.inter_node_gbits)
 
 
 def scaleout_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace, fp8: Fp8Recipe | None,
@@ -161,6 +163,10 @@ def scaleout_json(arch: Architecture, scenario: Scenario, args: argparse.Namespa
     from engine.scaleout.estimate import estimate_layout  # the layout model: only for a layout
 
     layout, per_node = layout_from_args(args, scenario)
+    if args.moe_capacity_factor is not None and not arch.num_experts:
+        raise ScenarioError(f"--moe-capacity-factor: this {arch.model_type} model has no experts to route to")
+    if args.gpu is None and args.inter_node_gbits is not None:  # the network only enters the step time, on a GPU
+        raise ScenarioError("--inter-node-gbits sets the step time's network: it needs --gpu")
     cluster = None if args.gpu is None else cluster_from_args(args, layout, per_node)
     est = estimate_layout(arch, scenario, layout, cluster, fp8, master_weights=args.master_weights,
                           fused_kernels=args.fused_kernels, tp_comm_overlap=args.tp_comm_overlap)
@@ -174,7 +180,7 @@ def scaleout_json(arch: Architecture, scenario: Scenario, args: argparse.Namespa
             from engine.plan.layout_cost import layout_run
 
             out.update(_time_cost_json(layout_run(est, cluster, dataset, scenario.seq_len,
-                                                  args.price_source or CHEAPEST_LISTED), dataset, scenario))
+                                                  CHEAPEST_LISTED if args.price_source is None else args.price_source), dataset, scenario))
     if args.export:
         out["export"] = export_layout(args.export, arch, scenario, layout, fp8)
     return out

@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from engine.cli.options import INFERENCE
+from engine.cli.options import INFERENCE, SCENARIO_FIELDS
+from engine.cli.peft_options import PEFT_FIELDS
 from engine.errors import ScenarioError
 from engine.hardware.gpus import find_gpu
 from engine.memory.inference import InferenceScenario, estimate_inference, kv_cache_bytes_per_token, sliding_window_layers
@@ -18,6 +19,11 @@ from engine.plan.serving import serving_plan
 _TRAINING_LAYOUT = ("pipeline_parallel", "context_parallel", "expert_parallel", "virtual_pipeline", "num_nodes",
                     "recompute", "recompute_layers", "global_batch_size", "pipeline_schedule", "fp8_recipe", "export",
                     "moe_capacity_factor", "inter_node_gbits")
+_TRAINING_ONLY = tuple(f for f in (*SCENARIO_FIELDS, *PEFT_FIELDS, "no_double_quant", "no_prepare_kbit", "gpus_per_node")
+                       if f not in ("method", "seq_len"))
+"""Options typed for a training step that a serving estimate never reads (``--micro-batch-size``, ``--lora-r``,
+``--optimizer``, ...): refused by name, so ``--method inference --micro-batch-size 0`` is not an answer that
+silently ignored it. ``--seq-len`` is the serving context."""
 
 
 def inference_scenario(args: argparse.Namespace) -> InferenceScenario:
@@ -25,6 +31,12 @@ def inference_scenario(args: argparse.Namespace) -> InferenceScenario:
     if args.strategy not in (None, "ddp") or args.offload not in (None, "none"):
         raise ScenarioError("--method inference serves replicas (with --tensor-parallel, split over GPUs as vLLM / TGI "
                             "do): --strategy and --offload do not apply")
+    unread = sorted(set(_TRAINING_ONLY) & getattr(args, "typed", set()))
+    if unread:
+        raise ScenarioError("--method inference estimates serving: " + ", ".join("--" + k.replace("_", "-") for k in unread)
+                            + (" is a training option" if len(unread) == 1 else " are training options")
+                            + " (the serving options: --concurrency, --kv-cache-dtype, --weight-precision, "
+                            "--tensor-parallel, --gpu-memory-utilization)")
     given = [k for k in _TRAINING_LAYOUT if getattr(args, k, None) is not None]
     given += [k for k in ("master_weights", "sequence_parallel", "tp_comm_overlap") if getattr(args, k, False)]
     if given:

@@ -74,6 +74,14 @@ _OPTIONAL_RATES = ("compute_capability", "sm_count", "matmul_bf16_tflops", "matm
                    "nvlink_gbps_per_direction", "pcie_gbps_per_direction")
 
 
+MAX_MEMORY_GIB = 4096.0
+"""Most memory one GPU may have (GiB): 14x the largest shipping today (288 GB: B300, MI355X). An edited table's
+``1e308`` would pass every check that compares it with a model, and is a typo."""
+MAX_USD_PER_GPU_HOUR = 1000.0
+"""Highest price of one GPU-hour accepted (USD): about 100x any listed (the bundled sources price an H200 or B200
+at a few dollars). ``1e308`` would make every cost of a plan overflow to infinity."""
+
+
 class Gpu(BaseModel):
     """One GPU (as one device) with its memory, throughput, links and sources. See the module docstring."""
 
@@ -83,7 +91,7 @@ class Gpu(BaseModel):
     vendor: Literal["NVIDIA", "AMD"]
     segment: Literal["consumer", "workstation", "datacenter", "cloud"]
     aliases: tuple[str, ...] = ()
-    memory_gib: float = Field(gt=0)
+    memory_gib: float = Field(gt=0, le=MAX_MEMORY_GIB)
     usable_mib: int = Field(gt=0)
     usable_source: str = Field(min_length=1)
     bf16_tflops: float | None = Field(default=None, gt=0)
@@ -165,8 +173,8 @@ class GpuPrice(BaseModel):
 
     gpu: str = Field(min_length=1)
     source_name: str = Field(min_length=1)
-    on_demand_usd_per_hour: float = Field(gt=0)
-    spot_usd_per_hour: float | None = Field(default=None, gt=0)
+    on_demand_usd_per_hour: float = Field(gt=0, le=MAX_USD_PER_GPU_HOUR)
+    spot_usd_per_hour: float | None = Field(default=None, gt=0, le=MAX_USD_PER_GPU_HOUR)
     date: dt.date
     url: str = Field(min_length=1)
     note: str = ""
@@ -228,9 +236,11 @@ def prices_from_rows(
     """Validate price rows (columns of ``data/gpu_prices.csv``) against ``gpus``, GPU names resolved.
 
     Raises:
-        CatalogError: a bad row (missing date or source, non-positive price, unknown GPU), named by its number.
+        CatalogError: a bad row (missing date or source, non-positive price, unknown GPU, a second row of one GPU and
+            source), named by its number.
     """
     prices = []
+    seen: dict[tuple[str, str], int] = {}
     for line, row in rows:
         label = f"{source} row {line} ({row.get('gpu')!r}, {row.get('source_name')!r})"
         price = validated_row(GpuPrice, row, label)
@@ -238,6 +248,11 @@ def prices_from_rows(
             gpu = _resolve(price.gpu, gpus)
         except CatalogError as exc:
             raise CatalogError(f"{label}: {exc}") from None
+        # One price per GPU and source: a second row would be taken or not by the order of a search, without a word.
+        key = (gpu.name, price.source_name.strip().casefold())
+        if key in seen:
+            raise CatalogError(f"{label}: {source} row {seen[key]} already prices {gpu.name} for that source; keep one row")
+        seen[key] = line
         prices.append(price.model_copy(update={"gpu": gpu.name}))
     return tuple(prices)
 
@@ -344,7 +359,11 @@ def unknown_gpu_message(name: str, gpus: tuple[Gpu, ...] | None = None) -> str:
     if close:
         return f"unknown GPU {shown}; closest: {', '.join(close)}"
     nearest = closest_gpus(name, gpus, n=NEAREST_SHOWN, similar=0.0)
-    return (f"unknown GPU {shown}: no catalog GPU has a similar name (nearest in spelling: {', '.join(nearest)}); "
+    if not name.strip():
+        return (f"no GPU named (got {shown}): give a GPU of the catalog, e.g. 'A100 80GB'; the {len(gpus)} GPUs are "
+                "listed on the GPUs & prices page and in data/gpus.csv")
+    spelling = f" (nearest in spelling: {', '.join(nearest)})" if nearest else ""
+    return (f"unknown GPU {shown}: no catalog GPU has a similar name{spelling}; "
             f"the {len(gpus)} GPUs of the catalog are listed on the GPUs & prices page and in data/gpus.csv")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.errors import TrainingConfigError
 from engine.importers.table import IGNORE, only_if_true, Handling, Map, Reading, Unmodelled, Unsupported, check, collect
 from engine.importers.values import boolean, choice, integer, sharding, zero_stage
 from engine.memory.parallel import Offload, Strategy
@@ -89,7 +90,12 @@ def read(doc: dict[str, Any]) -> Reading:
     if processes is not None and processes >= 1:
         s["num_gpus"] = processes
         if machines:
-            s["gpus_per_node"] = max(1, processes // machines)
+            # accelerate launches num_processes // num_machines per machine; a count that does not divide is no run
+            # (8 over 3 machines was read as 2 per node, 8 over 16 as 1 per node: 16 GPUs, not 8)
+            if processes % machines:
+                raise TrainingConfigError(f"num_processes ({processes}) is not a multiple of num_machines ({machines}): "
+                                          "each machine runs num_processes / num_machines processes")
+            s["gpus_per_node"] = processes // machines
     if kind == "ddp" or (kind == "no" and processes in (None, 1)):
         s["strategy"] = Strategy.DDP
     version, reshard = s.pop("acc_fsdp_version", 1), s.pop("acc_reshard", None)

@@ -23,7 +23,7 @@ import engine.importers.llamafactory as llamafactory
 import engine.importers.peft as peft
 import engine.importers.torchtune as torchtune
 import engine.importers.trainer as trainer
-from engine.importers.parse import parse_training_config
+from engine.importers.parse import parse_training_config, yaml_1_1_notes
 from engine.importers.table import Reading
 from engine.memory.parallel import Offload, Strategy
 from engine.scenario.precision import PrecisionMode
@@ -117,6 +117,7 @@ def import_configs(items: Sequence[tuple[str, bytes]]) -> ImportResult:
     readings = []
     for name, data in items:
         fmt, reading = read_one(parse_training_config(data, name), name)
+        reading.notes += yaml_1_1_notes(data)  # 010 read as 8, off as false: said, as the tools read them
         readings.append((name, fmt, reading))
     return combine(readings)
 

@@ -64,6 +64,10 @@ KEYS: dict[str, Handling] = {
     "zero_optimization.offload_optimizer.ratio": Unsupported("offloads only this fraction of the optimizer (partial "
                                                              "ZeRO-Offload); the estimate offloads all of it"),
     "zero_optimization.offload_optimizer.*": IGNORE, "zero_optimization.offload_param.*": IGNORE,
+    # a value where DeepSpeed wants a mapping ("offload_param": "cpu"): zero_optimization.* would ignore it silently
+    **{f"zero_optimization.{k}": Unsupported(f"a value, not a mapping such as {{\"device\": \"cpu\"}}: DeepSpeed's "
+                                             f"config refuses it, and no {k.split('_')[1]} offload is estimated")
+       for k in ("offload_optimizer", "offload_param")},
     "zero_optimization.cpu_offload": Unsupported("old spelling of optimizer offload (DeepSpeed < 0.3): use "
                                                  "offload_optimizer.device: cpu"),
     "zero_optimization.reduce_bucket_size": Unsupported(

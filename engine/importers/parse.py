@@ -15,12 +15,14 @@ not build Python objects). Limits keep a hostile upload cheap to refuse:
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from engine.errors import TrainingConfigError
+from engine.model.config_fields import DuplicateKey, unique_keys
 from engine.secrets import redact_values
 
 MAX_IMPORT_BYTES = 1_048_576
@@ -66,6 +68,26 @@ def _check_yaml_size(text: str, name: str) -> None:
                                       "a training config has a few hundred")
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.safe_load``'s loader, refusing a mapping key written twice with different values: PyYAML keeps the last
+    one without a word (``micro_batch_size: 1`` then ``64`` is 58x the memory). A key that overrides one merged in
+    by ``<<: *anchor`` is YAML's own override, not a duplicate, and stays allowed."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                continue  # an unhashable or odd key: _check_keys refuses it by name
+            value = self.construct_object(value_node, deep=True)
+            if key in seen and seen[key] != value:
+                raise DuplicateKey(str(key), seen[key], value, reader="YAML")
+            seen[key] = value
+        return super().construct_mapping(node, deep=deep)
+
+
 def _check_json_depth(value: Any, name: str, depth: int = 0) -> None:
     if depth > MAX_DEPTH:
         raise TrainingConfigError(f"{name} nests more than {MAX_DEPTH} levels deep; a training config nests a few")
@@ -90,7 +112,9 @@ def parse_training_config(data: bytes, name: str = "config") -> dict[str, Any]:
         raise TrainingConfigError(f"{name} is not UTF-8 text; give a YAML or JSON training config") from None
     if text.lstrip().startswith(("{", "[")):
         try:
-            doc = json.loads(text, parse_int=lambda digits: _bounded_int(digits, name))
+            doc = json.loads(text, parse_int=lambda digits: _bounded_int(digits, name), object_pairs_hook=unique_keys)
+        except DuplicateKey as exc:
+            raise TrainingConfigError(f"{name} {exc}") from None
         except json.JSONDecodeError as exc:
             raise TrainingConfigError(f"{name} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
         except RecursionError:
@@ -99,7 +123,9 @@ def parse_training_config(data: bytes, name: str = "config") -> dict[str, Any]:
     else:
         try:
             _check_yaml_size(text, name)
-            doc = yaml.safe_load(text)
+            doc = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader: it builds no Python objects
+        except DuplicateKey as exc:
+            raise TrainingConfigError(f"{name} {exc}") from None
         except yaml.YAMLError as exc:
             raise TrainingConfigError(f"{name} is not valid YAML ({_where(exc)})") from None
         except ValueError:  # an integer past Python's 4,300-digit conversion limit
@@ -146,6 +172,51 @@ def _check_keys(value: Any, name: str, where: str = "") -> None:
     elif isinstance(value, list):
         for child in value:
             _check_keys(child, name, where)
+
+
+_YAML11_ONLY = {
+    "tag:yaml.org,2002:int": (re.compile(r"[-+]?0[0-7_]+"), re.compile(r"[-+]?0b[01_]+"),
+                              re.compile(r"[-+]?[1-9][0-9_]*(:[0-5]?[0-9])+"), re.compile(r"[-+]?[0-9]*_[0-9_]*")),
+    "tag:yaml.org,2002:float": (re.compile(r"[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+\.[0-9_]*"),
+                                re.compile(r"[-+]?[0-9]*_[0-9_.]*")),
+    "tag:yaml.org,2002:bool": (re.compile(r"(?i)yes|no|on|off"),),
+}
+"""Plain scalars that YAML 1.1 (PyYAML, which axolotl, LLaMA-Factory and the Trainer's ``parse_yaml_file`` use) reads
+as a number or a bool in a way a reader does not expect and YAML 1.2 does not: ``010`` is octal 8, ``1:30`` is
+base 60 (90), ``1_000`` is 1000, ``off`` is false (YAML 1.1 spec, "int", "float" and "bool" types;
+PyYAML 6.0 ``resolver.py``)."""
+
+
+def yaml_1_1_notes(data: bytes) -> list[str]:
+    """What to tell the reader of a YAML file (already accepted by :func:`parse_training_config`) about its YAML 1.1
+    readings (:data:`_YAML11_ONLY`): ``micro_batch_size: 010 is read as 8 ...``. Empty for JSON."""
+    text = data.decode("utf-8-sig", errors="replace")
+    if text.lstrip().startswith(("{", "[")):
+        return []
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return []
+    notes: list[str] = []
+
+    def walk(node: yaml.Node, where: str, depth: int) -> None:
+        if depth > MAX_DEPTH or len(notes) >= 20:
+            return
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                walk(value, f"{where}.{key.value}" if where else str(key.value), depth + 1)
+        elif isinstance(node, yaml.SequenceNode):
+            for child in node.value:
+                walk(child, where, depth + 1)
+        elif isinstance(node, yaml.ScalarNode) and node.style is None:
+            patterns = _YAML11_ONLY.get(node.tag, ())
+            if any(p.fullmatch(node.value) for p in patterns):
+                read = yaml.safe_load(node.value)
+                notes.append(f"{where}: {node.value} is read as {read!r} (YAML 1.1, as PyYAML and so the tools "
+                             "that read this file read it); quote it or write it plainly if you meant otherwise")
+
+    walk(root, "", 0)
+    return notes
 
 
 def read_config_bytes(path: str | Path) -> tuple[bytes, str]:

@@ -232,5 +232,7 @@ def collect(doc: dict[str, Any], table: dict[str, Handling], fmt: str, version: 
 
 def check(condition: bool, key: str, what: str, value: Any) -> None:
     """Raise the one-line type error of a key: ``key: must be WHAT (got VALUE)``."""
-    if not condition:
-        raise TrainingConfigError(f"{key}: must be {what} (got {value!r})")
+    if not condition:  # the value cut to a line: a 100,000-character string is not quoted whole
+        text = repr(value)
+        shown = text if len(text) <= 60 else f"{text[:60]}... ({len(text):,} characters)"
+        raise TrainingConfigError(f"{key}: must be {what} (got {shown})")

@@ -8,6 +8,7 @@ A converter takes ``(value, key)`` and returns the setting's value, an :class:`~
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 from engine.importers.table import SKIP, Several, Unmodelled, check
@@ -20,21 +21,29 @@ from engine.time.adapters import GALORE_UPDATE_PROJ_GAP  # the SVD period the ti
 Converter = Callable[[Any, str], Any]
 
 
+MAX_VALUE = 10**15
+"""Largest integer or number a converter takes: above every real setting (a dataset's tokens are at most ~10^13, a
+GPU count ~10^5); ``num_processes: 1e30`` or ``num_train_epochs: 4.6e18`` is a typo, not a run to price."""
+
+
 def integer(lo: int = 1) -> Converter:
-    """An integer >= ``lo`` (a bool is not an integer; 4.0 is 4)."""
+    """An integer >= ``lo`` (a bool is not an integer; 4.0 is 4), at most :data:`MAX_VALUE`."""
     def convert(value: Any, key: str) -> int:
         ok = isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and value.is_integer()
         check(ok and value >= lo, key, f"an integer >= {lo}", value)
+        check(value <= MAX_VALUE, key, f"at most {MAX_VALUE:,} (no real setting is larger)", value)
         return int(value)
     return convert
 
 
 def number(lo: float = 0.0, *, below: float | None = None) -> Converter:
-    """A number >= ``lo`` (and < ``below``)."""
+    """A finite number >= ``lo`` (and < ``below``), at most :data:`MAX_VALUE`: YAML's ``.inf`` and ``.nan`` (and
+    JSON's ``Infinity`` / ``NaN``, which Python's json reads) are refused."""
     def convert(value: Any, key: str) -> float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         check(ok and value >= lo and (below is None or value < below), key,
               f"a number >= {lo}" + (f" and below {below}" if below is not None else ""), value)
+        check(math.isfinite(value) and value <= MAX_VALUE, key, f"a finite number, at most {MAX_VALUE:,}", value)
         return float(value)
     return convert
 
@@ -142,7 +151,15 @@ def hf_optimizer(value: Any, key: str) -> Any:
 def sgd_momentum(optimizer: Any, args: dict[str, str] | None) -> bool:
     """Whether ``optim: sgd`` with these ``optim_args`` is SGD with momentum (a ``momentum`` above 0): the optimizer
     whose record writes ``trainer_optim="sgd"`` with ``trainer_optim_args="momentum=0.9"``."""
-    return args is not None and optimizer is Optimizer.SGD and float(args.get("momentum", 0) or 0) > 0
+    if args is None or optimizer is not Optimizer.SGD:
+        return False
+    text = args.get("momentum", "0") or "0"
+    try:
+        momentum = float(text)
+    except ValueError:
+        momentum = math.nan
+    check(math.isfinite(momentum) and momentum >= 0, "optim_args", "momentum=<a number >= 0>", f"momentum={text}")
+    return momentum > 0
 
 
 def optim_args(value: Any, key: str) -> dict[str, str]:

@@ -225,6 +225,15 @@ class Architecture(BaseModel):
     approximate_from: str | None = None
     stored_quantization: StoredQuantization | None = None
 
+    @model_validator(mode="after")
+    def _routed_experts_exist(self) -> "Architecture":
+        # A router cannot pick more experts per token than there are (MixtralSparseMoeBlock's torch.topk would fail);
+        # accepting it would give more active than total expert parameters per token.
+        if self.num_experts and self.experts_per_token > self.num_experts:
+            raise ValueError(f"{self.experts_per_token} experts per token (num_experts_per_tok) but only "
+                             f"{self.num_experts} experts")
+        return self
+
     @property
     def q_out(self) -> int:
         """Width of the query projection: heads x head_dim."""

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.errors import ConfigError, UnsupportedModelError
+from pydantic import ValidationError
+
+from engine.errors import ConfigError, UnsupportedModelError, explain_validation
 from engine.model.architecture import Architecture
 from engine.model.families import BUILDERS
 from engine.model.quantization import stored_quantization
@@ -26,7 +28,8 @@ def architecture_from_config(config: dict[str, Any]) -> Architecture:
         config: the parsed JSON object. Unknown keys are ignored.
 
     Raises:
-        ConfigError: not a dict, or a needed size is missing, non-integer, zero or negative.
+        ConfigError: not a dict, or a needed size is missing, non-integer, zero or negative, or another value of the
+            wrong type (named by its field).
         UnsupportedModelError: ``model_type`` is absent or not in :data:`SUPPORTED_MODEL_TYPES`.
     """
     if not isinstance(config, dict):
@@ -41,7 +44,10 @@ def architecture_from_config(config: dict[str, Any]) -> Architecture:
         raise UnsupportedModelError(
             f"model_type '{model_type}' is not supported yet; supported types: " + ", ".join(SUPPORTED_MODEL_TYPES)
         )
-    return _with_quantization(builder(config, model_type), config)
+    try:
+        return _with_quantization(builder(config, model_type), config)
+    except ValidationError as exc:  # a value no builder reader checks (checked readers raise ConfigError themselves)
+        raise ConfigError(f"config.json: {explain_validation(exc)}") from None
 
 
 def _with_quantization(arch: Architecture, config: dict[str, Any]) -> Architecture:

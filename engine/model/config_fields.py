@@ -40,16 +40,48 @@ def _constant(name: str) -> Any:
     raise ConfigError(f"holds {name}, which is not a number (JSON has no NaN or Infinity)")
 
 
-def load_config_json(data: str | bytes, name: str = "config.json") -> Any:
-    """``json.loads`` with every number range-checked: integers of at most :data:`MAX_INT_DIGITS` digits, finite
-    floats, no ``NaN`` / ``Infinity`` (which Python's json accepts and JSON does not).
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' object hook: the object as a dict, refusing a key given twice with different values. json
+    (and so transformers' ``PretrainedConfig``) silently keeps the last one: ``"num_hidden_layers": 16`` then ``160``
+    is a model ten times the size without a word. The same value twice is harmless and kept.
 
     Raises:
-        ConfigError: such a number, named with ``name`` (one line).
+        ValueError: a key twice with different values (the callers word it with the file's name).
+    """
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out and out[key] != value:
+            raise DuplicateKey(key, out[key], value)
+        out[key] = value
+    return out
+
+
+class DuplicateKey(ValueError):
+    """A JSON object's key given twice with different values (:func:`unique_keys`)."""
+
+    def __init__(self, key: str, first: Any, last: Any, reader: str = "JSON") -> None:
+        super().__init__(f"has the key {key[:60]!r} twice, with different values ({_short(first)} and {_short(last)}); "
+                         f"a {reader} reader would keep the last one without a word: keep one")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def load_config_json(data: str | bytes, name: str = "config.json") -> Any:
+    """``json.loads`` with every number range-checked: integers of at most :data:`MAX_INT_DIGITS` digits, finite
+    floats, no ``NaN`` / ``Infinity`` (which Python's json accepts and JSON does not); a key given twice with different
+    values is refused (:func:`unique_keys`), not read as its last value.
+
+    Raises:
+        ConfigError: such a number or key, named with ``name`` (one line).
         json.JSONDecodeError, UnicodeDecodeError, RecursionError: as ``json.loads`` (the callers word them).
     """
     try:
-        return json.loads(data, parse_int=_int, parse_float=_float, parse_constant=_constant)
+        return json.loads(data, parse_int=_int, parse_float=_float, parse_constant=_constant, object_pairs_hook=unique_keys)
+    except DuplicateKey as exc:
+        raise ConfigError(f"{name} {exc}") from None
     except ConfigError as exc:
         raise ConfigError(f"{name} {exc}: check the file") from None
 
@@ -78,7 +110,7 @@ def read_size(config: dict[str, Any], *keys: str, default: int | None = None) ->
     """A strictly positive integer size from the config, at most :data:`MAX_SIZE`."""
     value = read_value(config, *keys, default=default)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"config.json field '{keys[0]}' must be a positive integer, got {value!r}")
+        raise ConfigError(f"config.json field '{keys[0]}' must be a positive integer, got {_value_shown(value)}")
     if value > MAX_SIZE:
         raise ConfigError(f"config.json field '{keys[0]}' is {_shown(value)}, implausibly large (at most {MAX_SIZE:,})")
     return value
@@ -106,8 +138,28 @@ def read_probability(config: dict[str, Any], key: str, default: float = 0.0) -> 
 
 
 def read_flag(config: dict[str, Any], key: str, default: bool) -> bool:
-    """A boolean switch; absent or null means the config class's ``default``."""
+    """A boolean switch; absent or null means the config class's ``default``.
+
+    Raises:
+        ConfigError: a value that is not true or false: ``"false"`` (a string, which ``bool()`` would read as true),
+            ``0`` / ``1``, a list. Such a config is a hand edit gone wrong, and guessing either way moves the count.
+    """
     value = config.get(key)
-    return default if value is None else bool(value)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ConfigError(f"config.json field '{key}' must be true or false, got {_value_shown(value)}")
+    return value
+
+
+def read_optional_size(config: dict[str, Any], key: str) -> int | None:
+    """An optional positive integer size (``max_position_embeddings``, ``sliding_window``): None when absent or null,
+    else as :func:`read_size` (a string, a fraction, a bool, zero or a huge value refused naming the key)."""
+    return None if config.get(key) is None else read_size(config, key)
+
+
+def _value_shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 

@@ -26,12 +26,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from engine.model.build import architecture_or_approximation
 from engine.plan.cost import CHEAPEST_LISTED, Dataset, estimate_plan, resolve_price_source
 from engine.plan.csv_checks import header_problem, shown_cell
-from engine.secrets import looks_like_token
+from engine.plan.plan_names import name_problem, same_name
+from engine.secrets import looks_like_token, redact_tokens
 from engine.plan.plan_gpu import find_plan_gpu, plan_gpu_note
 from engine.plan.verdict import Verdict
 from engine.csv_cells import neutralize, restore
@@ -100,6 +101,16 @@ class Plan(Scenario):
             raise ValueError("must be one line (no line breaks)")
         if looks_like_token(value):  # a token pasted into a plan would be exported in every CSV of it
             raise ValueError("looks like a Hugging Face token, which a plan never holds; paste tokens into the token box")
+        return value
+
+    @field_validator("name", "model_repo_id", "model_revision")
+    @classmethod
+    def _visible_name(cls, value: Any, info: ValidationInfo) -> Any:
+        # A name must not pass for another plan's in the shared library (engine.plan.plan_names), nor its model (an
+        # uploaded config is named by its file: "upload:<file name>", which the browser sends as it likes). A row already
+        # stored is read back as it is (context {"stored": True}): a rule added later must not hide a saved plan.
+        if isinstance(value, str) and not (info.context or {}).get("stored") and (problem := name_problem(value)):
+            raise ValueError(problem)
         return value
 
     @model_validator(mode="after")
@@ -284,6 +295,13 @@ class RowError(BaseModel):
     row: int
     reason: str
 
+    @field_validator("reason", mode="before")
+    @classmethod
+    def _no_token(cls, value: Any) -> Any:
+        # The reason quotes the cell ("name: looks like a Hugging Face token ... (got 'hf_...')"): shown on the Plans
+        # page and on the CLI's stderr, it must not show the token it refuses.
+        return redact_tokens(value)
+
 
 class PlanImport(BaseModel):
     """What :func:`plans_from_csv` read: the plans that loaded (recomputed), the rows that did not, the file's
@@ -394,8 +412,12 @@ def plans_from_csv(
     optional = [c for c in INPUT_COLUMNS if c not in header and c not in REQUIRED_COLUMNS and c not in DATASET_COLUMNS
                 and c != "dataset_avg_tokens"]
     warnings = tuple(f"column {c!r} is missing: every plan uses its default, {_default_text(c)}" for c in optional)
-    warnings += tuple(f"column {shown_cell(c)} is not a plans-CSV column: ignored" for c in header
-                      if c and c not in CSV_COLUMNS)
+    unknown = [shown_cell(c) for c in header if c and c not in CSV_COLUMNS]
+    if len(unknown) == 1:
+        warnings += (f"column {unknown[0]} is not a plans-CSV column: ignored",)
+    elif unknown:  # one warning, the first few named: a file of 5,000 extra columns is not 5,000 boxes
+        more = f" and {len(unknown) - MAX_NAMED:,} more" if len(unknown) > MAX_NAMED else ""
+        warnings += (f"{len(unknown):,} columns are not plans-CSV columns: ignored ({', '.join(unknown[:MAX_NAMED])}{more})",)
     loaded: list[tuple[Plan, PlanResult]] = []
     errors: list[RowError] = []
     stamp: tuple[str | None, str | None] = (None, None)
@@ -434,13 +456,18 @@ def plans_from_csv(
                       warnings=warnings)
 
 
+MAX_NAMED = 10
+"""Most unknown columns a file's warning names (the rest are counted)."""
+
+
 def unique_plan_name(name: str, taken: Sequence[str]) -> str:
-    """``name``, or ``name (2)``, ``name (3)``, ... : the first not in ``taken`` (saving never replaces a plan by
-    accident)."""
-    if name not in taken:
+    """``name``, or ``name (2)``, ``name (3)``, ... : the first that is none of ``taken``, names compared as
+    :func:`engine.plan.plan_names.plan_name_key` compares them ("Plan A" is taken by "plan a"): saving never replaces
+    a plan by accident, nor makes a second one that reads the same."""
+    if same_name(name, taken) is None:
         return name
     k = 2
-    while f"{name} ({k})" in taken:
+    while same_name(f"{name} ({k})", taken) is not None:
         k += 1
     return f"{name} ({k})"
 

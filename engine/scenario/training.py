@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from engine.errors import ScenarioError, explain_validation
+from engine.secrets import looks_like_token
 from engine.scenario.methods import Method
 from engine.scenario.loss import LossImplementation, TransformersVersion
 from engine.scenario.optimizer import Optimizer
@@ -208,7 +209,15 @@ class Scenario(BaseModel):
         # Accept "q_proj,v_proj" as well as a list, as users type it on the command line.
         if isinstance(value, str):
             value = [t.strip() for t in value.split(",") if t.strip()]
-        return tuple(value) if value is not None else None
+        if value is None:
+            return None
+        if isinstance(value, (list, tuple)) and any(looks_like_token(t) for t in value):
+            # a token pasted as a module name would be written into every plan CSV and export of the scenario
+            raise ValueError("a module name looks like a Hugging Face token; paste tokens into the token box only")
+        try:  # a name given twice is one module, as PEFT reads it (a set of targets; one copy per module to save)
+            return tuple(dict.fromkeys(value))
+        except TypeError:  # an unhashable item: the field's own type error names it
+            return tuple(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> "Scenario":

@@ -148,3 +148,29 @@ def test_the_files_known_model_is_read_from_the_hub(hub_stub):
     config, origin = load_imported_model(result)
     assert origin.kind == "hub" and origin.repo_id == "meta-llama/Llama-3.1-8B-Instruct"
     assert config["hidden_size"] == 4096
+
+
+# --- a key given twice (issue 25 acceptance: no silent last-wins) ------------------------------------------------------
+# json.loads and PyYAML's safe_load both keep the last of two equal keys without a word: micro batch 1 then 64 would be
+# read as 64 (58x the memory of the first). A duplicate with a different value is refused naming the key; the same
+# value twice is harmless; a key overriding one merged in by YAML's ``<<: *anchor`` is YAML's own override.
+
+@pytest.mark.parametrize("name, data", [
+    ("ax.yaml", b"base_model: a/b\nmicro_batch_size: 1\nmicro_batch_size: 64\n"),
+    ("args.json", b'{"per_device_train_batch_size": 1, "per_device_train_batch_size": 64}'),
+    ("ds.json", b'{"zero_optimization": {"stage": 2, "stage": 3}}'),
+    ("nested.yaml", b"distributed_type: FSDP\nfsdp_config:\n  fsdp_offload_params: false\n  fsdp_offload_params: true\n"),
+])
+def test_a_key_twice_with_different_values_is_refused(name, data):
+    with pytest.raises(TrainingConfigError) as info:
+        import_configs([(name, data)])
+    message = str(info.value)
+    assert "twice" in message and name in message and "\n" not in message, message
+
+
+def test_the_same_value_twice_and_a_merge_override_are_read():
+    same = import_configs([("ax.yaml", b"base_model: a/b\nmicro_batch_size: 2\nmicro_batch_size: 2\n")])
+    assert same.fields["micro_batch_size"] == 2
+    merged = import_configs([("ax.yaml", b"defaults: &d\n  lora_r: 8\nbase_model: a/b\nmicro_batch_size: 4\n"
+                                         b"extra:\n  <<: *d\n  lora_r: 16\n")])
+    assert merged.fields["micro_batch_size"] == 4

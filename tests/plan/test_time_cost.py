@@ -303,7 +303,7 @@ def test_cli_multi_gpu_calibration_and_missing_price():
         (["--gpu", "H100 SXM", "--dataset-tokens", "10", "--examples", "3", "--avg-tokens", "5"], "not both"),
         (["--gpu", "H100 SXM", "--dataset-tokens", "1000", "--measured-tokens-per-second", "0"], "must be positive"),
         (["--gpu", "H100 SXM", "--dataset-tokens", "1000", "--measured-tokens-per-second", "99"], "check that the measured run"),
-        (["--gpu", "H100 SXM", "--dataset-tokens", "0"], "total_tokens"),
+        (["--gpu", "H100 SXM", "--dataset-tokens", "0"], "--dataset-tokens: Input should be greater than or equal to 1"),
         (["--gpu", "H100 SXM", "--dataset-tokens", "1000", "--price-source", "nowhere"], "unknown price source"),
     ],
 )

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from engine.model.architecture import Architecture, LinearLayer, Role, TensorGroup
-from engine.model.config_fields import read_layers, read_probability, read_size
+from engine.model.config_fields import read_flag, read_layers, read_optional_size, read_probability, read_size
 from engine.errors import ConfigError
 
 NormParams = Literal["weight", "weight_bias", "none"]
@@ -105,9 +105,8 @@ def activation(config: dict[str, Any], *keys: str, default: str) -> str:
 
 
 def tied(config: dict[str, Any], default: bool) -> bool:
-    """``tie_word_embeddings``, or the config class's default when absent."""
-    value = config.get("tie_word_embeddings")
-    return default if value is None else bool(value)
+    """``tie_word_embeddings``, or the config class's default when absent (ConfigError when not true or false)."""
+    return read_flag(config, "tie_word_embeddings", default)
 
 
 def dropout(config: dict[str, Any], *keys: str, default: float = 0.0) -> float:
@@ -137,8 +136,10 @@ def make(
     Every builder states the structure facts (``fused_qkv``, ``fused_gate_up``, ``sliding_window_layers``; see
     :class:`~engine.model.architecture.Architecture`); the norm readers follow from them (:func:`norm_readers`)
     unless the builder gives ``attention_norm_readers`` / ``mlp_norm_readers`` itself."""
-    fields.setdefault("max_position_embeddings", config.get("max_position_embeddings"))
-    fields.setdefault("sliding_window", config.get("sliding_window"))
+    if "max_position_embeddings" not in fields:
+        fields["max_position_embeddings"] = read_optional_size(config, "max_position_embeddings")
+    if "sliding_window" not in fields:
+        fields["sliding_window"] = read_optional_size(config, "sliding_window")
     attention_readers, mlp_readers = norm_readers(fields["mlp"], fused_qkv, fused_gate_up, fields.get("num_experts", 0))
     fields.setdefault("attention_norm_readers", attention_readers)
     fields.setdefault("mlp_norm_readers", mlp_readers)

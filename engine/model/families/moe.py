@@ -16,7 +16,7 @@ import dataclasses
 from typing import Any
 
 from engine.model.architecture import Architecture, LinearLayer, TensorGroup
-from engine.model.config_fields import read_flag, read_value, read_size
+from engine.model.config_fields import MAX_SIZE, read_flag, read_value, read_size
 from engine.errors import ConfigError
 from engine.model.families.common import Dims, dims, embeddings_and_head, linear, linear_tensors, make, norm, tensor, tied
 from engine.model.families.llama import Family, attention_linears, block_norms, common_fields, gated_mlp
@@ -116,10 +116,13 @@ def _qwen_moe(config: dict[str, Any], model_type: str) -> Architecture:
 
 
 def _count(config: dict[str, Any], key: str, default: int) -> int:
-    """A non-negative integer (0 allowed: no dense layers, no shared experts)."""
+    """A non-negative integer (0 allowed: no dense layers, no shared experts), at most :data:`MAX_SIZE` (a 19-digit
+    ``n_shared_experts`` is a typo, not a model of 10^27 parameters)."""
     value = read_value(config, key, default=default, required=False)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigError(f"config.json field '{key}' must be a non-negative integer, got {value!r}")
+    if value > MAX_SIZE:
+        raise ConfigError(f"config.json field '{key}' is {value:,}, implausibly large (at most {MAX_SIZE:,})")
     return value
 
 
