@@ -10,6 +10,7 @@ import streamlit as st
 from engine.validation.throughput import compare_measurements, error_summary
 from engine.plan.cost import PLAN_GPU_COUNTS, PlanSearch, calibration_for, dataset_sweep, estimate_plan, run_cost, search_plans
 from engine.errors import EngineError
+from engine.time.collectives import node_mismatch
 from engine.plan.fit import check_fit
 from engine.memory.estimate import estimate_memory
 from engine.memory.parallel import STRATEGY_LABELS
@@ -54,6 +55,10 @@ if tc is None:
     st.stop()
 
 arch, gpu, strategy, basis, unit = model.arch, tc.gpu, tc.strategy, tc.basis, hw.unit
+nodes_note = node_mismatch(tc.num_gpus, hw.gpus_per_node)
+if nodes_note:
+    st.warning(f"The times below are not for your nodes: {md_plain(nodes_note)}. The sidebar's GPUs per node sets the "
+               "CPU memory per node here; the Scale out page's cluster times nodes of any size.")
 try:
     est = estimate_memory(arch, scenario, gpu)
     fewest = check_fit(arch, scenario, gpu, strategy, 1, estimate=est).min_gpus

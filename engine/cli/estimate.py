@@ -109,13 +109,14 @@ def _check_nodes_of_the_time_model(args: argparse.Namespace) -> None:
     """The step time's data-parallel ring puts min(GPUs, 8) GPUs on a node (``engine.time.step``); GPUs per node that
     say otherwise (2 GPUs on nodes of 1: a network ring, timed over NVLink) would give another run's time. Refused,
     naming where the count came from (the flag or an imported file's num_machines)."""
-    n = args.num_gpus or 1
-    if args.gpus_per_node is None or min(args.gpus_per_node, n) == min(n, 8):
+    from engine.time.collectives import node_mismatch
+
+    why = node_mismatch(args.num_gpus or 1, args.gpus_per_node)
+    if why is None:
         return
     where = "--gpus-per-node" if "gpus_per_node" in getattr(args, "typed", ()) else "the imported files' GPUs per node"
-    raise ScenarioError(f"{where} ({args.gpus_per_node}) is not what time and cost model: they put up to 8 GPUs on a node "
-                        f"(NVLink or PCIe inside it, the network between), here {min(n, 8)}; drop the dataset size for "
-                        "the memory alone, or give a layout (--tensor-parallel 1 --num-nodes N) whose cluster models the nodes")
+    raise ScenarioError(f"{where} ({args.gpus_per_node}): {why}; drop the dataset size for the memory alone, or give a "
+                        "layout (--tensor-parallel 1 --num-nodes N) whose cluster models the nodes")
 
 
 def _estimate_json(arch: Architecture, origin: dict[str, Any], scenario: Scenario, gpu: Any = None) -> dict[str, Any]:

@@ -98,6 +98,19 @@ XGMI = "Infinity Fabric"
 """AMD's name in the catalog's ``interconnect`` for the GPU-to-GPU links; ROCm and RCCL call the link xGMI."""
 
 
+def node_mismatch(num_gpus: int, gpus_per_node: int | None) -> str | None:
+    """Why the one-node step time does not time the nodes a run states, in words, or None when it does.
+
+    The data-parallel ring of :mod:`engine.time.step` puts ``min(num_gpus, GPUS_PER_NODE)`` GPUs on a node (NVLink or
+    PCIe inside it, the network between); ``gpus_per_node`` (the sidebar's or the CLI's) that says otherwise would
+    get another cluster's time (2 GPUs on nodes of 1 is a network ring, not NVLink). None when it agrees or is not
+    given. The Scale out page's and a layout's cluster model nodes of any size."""
+    if gpus_per_node is None or min(gpus_per_node, num_gpus) == min(num_gpus, GPUS_PER_NODE):
+        return None
+    return (f"time and cost put up to {GPUS_PER_NODE} GPUs on a node (NVLink or PCIe inside it, the network between), "
+            f"here {min(num_gpus, GPUS_PER_NODE)}, not the {gpus_per_node} per node given")
+
+
 def gpu_link_name(gpu: Gpu) -> str:
     """The GPU-to-GPU link's name as the catalog's ``interconnect`` gives it: "NVLink" for NVIDIA's (bridge, SXM,
     NVSwitch), "Infinity Fabric (xGMI)" for AMD Instinct's; the link's first words otherwise."""

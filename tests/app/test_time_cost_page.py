@@ -215,3 +215,19 @@ def test_the_chosen_section_is_in_the_link_and_survives_a_page_switch(new_app):
     assert bad.radio(key="tc_view").value == "time"
     assert any("tc_view='everything': must be one of time, shape, dataset, gpus, plans, measured" in shown(w.value)
                for w in bad.warning), [w.value for w in bad.warning]
+
+
+def test_nodes_the_time_model_does_not_time_are_said(new_app):
+    """The step time's ring puts min(GPUs, 8) GPUs on a node (engine.time.step -> collectives.data_parallel_link):
+    16 GPUs at 4 per node are timed as two nodes of 8, so the page says its times are not for the sidebar's nodes
+    (it was silent: found by issue 25's bad-input sweep). 8 per node, the default, agrees and gets no warning."""
+    at = new_app()
+    at.query_params.update({"num_gpus": "16", "gpus_per_node": "4"})
+    at.switch_page(PAGE).run()
+    no_exception(at)
+    said = [shown(w.value) for w in at.warning]
+    assert any(w.startswith("The times below are not for your nodes: time and cost put up to 8 GPUs on a node "
+                            "(NVLink or PCIe inside it, the network between), here 8, not the 4 per node given.")
+               for w in said), said
+    at.number_input(key="gpus_per_node").set_value(8.0).run()
+    assert not any(shown(w.value).startswith("The times below are not for your nodes") for w in at.warning)

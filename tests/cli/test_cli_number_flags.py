@@ -112,7 +112,7 @@ def test_gpus_per_node_with_a_time_estimate_is_refused_not_ignored(capsys):
     # Before: 2 GPUs on nodes of 1 gave the same tokens/s as on one node (NVLink), without a word; the step time's ring
     # (engine.time.step) puts up to 8 GPUs on a node. A layout's cluster does read it (InfiniBand between 2 nodes).
     args = ("--gpu", "A100 80GB", "--num-gpus", "2", "--dataset-tokens", "1000000", "--gpus-per-node", "1")
-    assert "--gpus-per-node (1) is not what time and cost model" in refused(capsys, "estimate", *LLAMA_1B, *args)
+    assert "--gpus-per-node (1): time and cost put up to 8 GPUs on a node" in refused(capsys, "estimate", *LLAMA_1B, *args)
     rc, out, _ = run(capsys, "estimate", *LLAMA_1B, *args, "--tensor-parallel", "1")
     assert rc == 0 and {c["link_name"] for c in json.loads(out)["collectives"]} == {"InfiniBand between 2 nodes"}
 

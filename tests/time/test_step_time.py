@@ -336,3 +336,14 @@ def test_bitsandbytes_optimizer_waits_for_the_gpu_after_every_tensor():
         assert optimizer_step_seconds(bnb, 448, gpu_s) == pytest.approx(gpu_s + 448 * PYTHON_SECONDS_PER_TENSOR)
     assert optimizer_step_seconds(Optimizer.ADAFACTOR, 448, gpu_s) == pytest.approx(448 * PYTHON_SECONDS_PER_TENSOR)
     assert optimizer_step_seconds(Optimizer.ADAMW_FUSED, 448, gpu_s) == pytest.approx(gpu_s)
+
+
+def test_node_mismatch_names_the_nodes_the_step_time_uses():
+    # engine.time.step's ring: min(n, GPUS_PER_NODE = 8) GPUs per node (collectives.data_parallel_link's default)
+    from engine.time.collectives import node_mismatch
+
+    assert node_mismatch(16, None) is None and node_mismatch(16, 8) is None and node_mismatch(4, 4) is None
+    assert node_mismatch(4, 16) is None  # 4 GPUs on one node of 16 slots: one node of 4 either way
+    assert node_mismatch(2, 1) == ("time and cost put up to 8 GPUs on a node (NVLink or PCIe inside it, the network "
+                                   "between), here 2, not the 1 per node given")
+    assert "here 8, not the 4 per node" in node_mismatch(16, 4)
