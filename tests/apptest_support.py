@@ -50,6 +50,16 @@ def rendered_text(at: AppTest) -> str:
     return "\n".join(parts)
 
 
+def open_link(at: AppTest, page: str, params: dict[str, str]) -> AppTest:
+    """``at`` opened on ``page`` with ``params`` as the link's query (a fresh session reading a shared link), run once,
+    without an exception box."""
+    for key, value in params.items():
+        at.query_params[key] = value
+    at.switch_page(page).run()
+    no_exception(at)
+    return at
+
+
 def hub(at: AppTest, repo_id: str, token: str | None = None) -> AppTest:
     if at.radio(key="model_source").value != "Hub repo id":
         at.radio(key="model_source").set_value("Hub repo id").run()

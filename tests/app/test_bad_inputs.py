@@ -47,7 +47,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from apptest_support import hub, no_exception, shown, warnings_shown
+from apptest_support import hub, no_exception, open_link, shown, warnings_shown
 from engine.model.build import architecture_from_config
 from engine.errors import (
     CatalogError,
@@ -375,11 +375,7 @@ def test_app_unsupported_model_type_with_sizes_is_estimated_with_a_warning(new_a
     ids=["batch_zero", "seq_len_ten_million", "ten_thousand_gpus", "negative_rank_and_epochs"],
 )
 def test_app_absurd_numbers_in_a_link_are_ignored_with_a_warning(new_app, params, needles):
-    at = new_app()
-    for k, v in params.items():
-        at.query_params[k] = v
-    at.switch_page("pages/time_cost.py").run()
-    no_exception(at)
+    at = open_link(new_app(), "pages/time_cost.py", params)
     text = " ".join(warnings(at))
     assert "Some settings in the link were ignored" in text
     for needle in needles:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from apptest_support import no_exception, warnings_shown
+from apptest_support import no_exception, open_link, warnings_shown
 from ui.share import PARSERS
 
 TOKEN = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"
@@ -83,11 +83,7 @@ def test_unknown_lora_targets_in_a_link_are_listed_cut(new_app):
 ])
 def test_a_link_setting_the_scenario_does_not_use_is_said(new_app, params, note):
     # Before: the sidebar greyed the box out and the estimate ran Liger's loss, while the link read "megatron".
-    at = new_app()
-    for key, value in params.items():
-        at.query_params[key] = value
-    at.switch_page("pages/memory.py").run()
-    no_exception(at)
+    at = open_link(new_app(), "pages/memory.py", params)
     assert note in " ".join(warnings_shown(at))
 
 
