@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import threading
-import uuid
 
 import pytest
 import sqlalchemy as sa
@@ -199,24 +198,19 @@ def test_an_unreachable_database_is_said_without_its_password(new_app, monkeypat
 
 @pytest.mark.parametrize("new_app", ["served"], indirect=True)  # the page, not the routing: one mode is enough
 def test_a_database_that_goes_away_is_said_not_raised(new_app, monkeypatch):
-    from databases import postgres_admin_url
+    from databases import fresh_postgres_database, postgres_admin_url
 
-    admin = sa.make_url(postgres_admin_url())
-    name = f"fit_gone_{uuid.uuid4().hex[:8]}"
-    server = sa.create_engine(admin, isolation_level="AUTOCOMMIT")
-    with server.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    try:
-        at = _apptest(new_app, admin.set(database=name).render_as_string(hide_password=False), monkeypatch)
+    with fresh_postgres_database() as url:
+        at = _apptest(new_app, url, monkeypatch)
         assert not at.error
-        with server.connect() as conn:  # the database is dropped under the running app
-            conn.execute(sa.text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+        server = sa.create_engine(postgres_admin_url(), isolation_level="AUTOCOMMIT")
+        try:
+            with server.connect() as conn:  # the database is dropped under the running app
+                conn.execute(sa.text(f'DROP DATABASE "{sa.make_url(url).database}" WITH (FORCE)'))
+        finally:
+            server.dispose()
         at.run()
         no_exception(at)
         reason = ("the plans database cannot be reached (OperationalError); check [connections.plans] in secrets.toml "
                   "or FINETUNE_FIT_PLANS_URL")
         assert [e.value for e in at.error] == [f"The saved plans are not available: {md_plain(reason)}."]
-    finally:
-        with server.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        server.dispose()
