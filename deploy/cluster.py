@@ -46,6 +46,18 @@ def healthy(url: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
+def stop_process(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
+    """Stop ``proc`` as a supervisor does: SIGTERM, then SIGKILL if it has not exited within ``timeout_s``."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def nginx_binary() -> str | None:
     return shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if Path(p).is_file()), None)
 
@@ -162,14 +174,7 @@ class Cluster:
                 self.nginx.kill()
                 self.nginx.wait()
         for i in list(self.procs):
-            proc = self.procs.pop(i)
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_process(self.procs.pop(i))
         if self._pg_dir is not None:
             subprocess.run([str(DEPLOY / "postgres.sh"), "stop", str(self._pg_dir)], check=False, capture_output=True)
             self._pg_dir = None

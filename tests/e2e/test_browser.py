@@ -33,6 +33,9 @@ from engine.model.sources import config_from_catalog
 from hubstub import HubStub, StubRepo
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "deploy"))
+
+from cluster import stop_process  # noqa: E402 - deploy/'s supervisor stops a server the same way
 TOKEN = "hf_E2EFakeToken_MustNeverAppear_51x"
 GATED = "acme/gated-qwen"  # served by the stub with Qwen2.5 0.5B's bundled config: 494,032,768 parameters
 BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -108,12 +111,7 @@ def _start(logs: Path, env: dict, port: int | None = None) -> tuple[subprocess.P
 
 
 def _stop(proc: subprocess.Popen, files: list) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_process(proc)
     for f in files:
         f.close()
 
