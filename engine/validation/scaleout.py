@@ -165,6 +165,18 @@ def torchtitan_stage_layers(num_layers: int, pp: int, stages_per_rank: int = 1) 
     return tuple(sum(sizes[r + k * pp] for k in range(stages_per_rank)) for r in range(pp))
 
 
+def embedding_chunk_layers(num_layers: int, pp: int) -> tuple[int, ...] | None:
+    """Layers per pipeline rank when the embedding and the output layer (with the loss) each fill one pipeline chunk
+    as a layer would: (layers + 2) / PP slots per rank, the first and last rank one layer fewer (Llama 3, Grattafiori
+    et al. 2024 sec. 3.3.2: "we reduce one Transformer layer each from the first and the last stages ... the first
+    model chunk on the first stage has only the embedding"; Megatron-LM --account-for-embedding-in-pipeline-split,
+    --account-for-loss-in-pipeline-split). None when the slots do not split evenly."""
+    slots, rest = divmod(num_layers + 2, pp)
+    if rest or pp < 2 or slots < 2:
+        return None
+    return (slots - 1,) + (slots,) * (pp - 2) + (slots - 1,)
+
+
 def _local_batch(row: dict, dp: int) -> int | None:
     m = re.search(r"local batch size (\d+)", row["notes"])
     if m:
@@ -240,6 +252,8 @@ def compare_row(row: dict) -> list[RunComparison] | str:
     gbs = max(gbs - gbs % (mb * dp), mb * dp)
     vp = re.search(r"VP=(\d+)", row["notes"])
     v = int(vp.group(1)) if vp and pp > 1 else 1
+    if v > 1 and split is None and "embedding and output each one pipeline chunk" in row["notes"]:
+        split = embedding_chunk_layers(arch.num_layers, pp)
     zero_text = row["zero_or_fsdp"].lower()
     zero = (2 if "shard_grad_op" in zero_text or "zero-2" in zero_text else 3 if "fsdp" in zero_text
             else 0 if "zero-0" in zero_text or "none" == zero_text else 1)
@@ -251,7 +265,8 @@ def compare_row(row: dict) -> list[RunComparison] | str:
                               layers_per_stage=split,
                               recompute_layers=(torchtitan_layer_sac_layers(arch.num_layers, 2)
                                                 if "every second layer" in row["recompute"] else None),
-                              virtual_pipeline=v if v > 1 and (arch.num_layers % (pp * v) == 0) and (gbs // (mb * dp)) % pp == 0 else 1,
+                              virtual_pipeline=v if v > 1 and (split is not None or arch.num_layers % (pp * v) == 0)
+                              and (gbs // (mb * dp)) % pp == 0 else 1,
                               zero=zero, micro_batch_size=mb, global_batch_size=gbs)
         sc, master = run_scenario(row, seq, mb, precision)
         inter = 200.0 if "A100" in row["gpu"] else 400.0
