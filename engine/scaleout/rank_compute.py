@@ -189,7 +189,7 @@ def _work(arch: Architecture, sc: Scenario, layout: Layout, gpu: Gpu, rates: Gpu
     ad_rec = ad / 3 if (full or op_sac) else 0.0
 
     # Attention: heads / TP, queries / CP against the whole key length.
-    a_f, a_b, _ = attention_seconds(arch, kernel, t, sc.seq_len, c, rates)
+    a_f, a_b, _ = attention_seconds(arch, kernel, t, sc.seq_len, c, rates, fused_softmax=fused)
     a_f, a_b = a_f / (L * tp), a_b / (L * tp)
     a_r = a_f if (full or rec is Recompute.SELECTIVE or (op_sac and kernel not in FUSED_KERNELS)) else 0.0
 

@@ -88,6 +88,23 @@ def score_bytes(c: int, attention_dropout: bool) -> tuple[float, float]:
     return fwd, 2.0 * fwd
 
 
+def fused_softmax_score_bytes(c: int, attention_dropout: bool) -> tuple[float, float]:
+    """Bytes per score element of Megatron-LM's unfused attention core with its fused softmax (the path before
+    FlashAttention: ``CoreAttention`` = ``baddbmm`` -> ``FusedScaleMaskSoftmax`` (one kernel: scale, causal mask,
+    softmax) -> dropout -> ``bmm``, NVIDIA/Megatron-LM ``megatron/model/transformer.py`` and
+    ``megatron/model/fused_softmax.py``, 2021-2022): (forward, backward).
+
+    Forward: ``QK^T`` writes the scores (c), the fused softmax reads them and writes the probabilities (2c), dropout
+    reads and writes them with a 1-byte mask (2c + 1), ``PV`` reads c: ``6c + 1`` (``4c`` without dropout).
+    Backward: ``dP = dO V^T`` writes c, ``dV = P^T dO`` reads the dropped probabilities (c), dropout's backward reads
+    dP and the mask and writes (2c + 1), the softmax backward reads the probabilities and the gradient and writes dS
+    (3c), ``dQ`` and ``dK`` read dS (2c): ``9c + 1`` (``7c`` without dropout).
+    """
+    if attention_dropout:
+        return 6.0 * c + 1.0, 9.0 * c + 1.0
+    return 4.0 * c, 7.0 * c
+
+
 def attention_work(arch: Architecture, tokens: float, seq_len: int) -> float:
     """Forward FLOPs of attention's two matmuls over ``tokens`` tokens in sequences of ``seq_len`` (full square)."""
     window = min(seq_len, arch.sliding_window) if arch.sliding_window else seq_len
@@ -95,10 +112,11 @@ def attention_work(arch: Architecture, tokens: float, seq_len: int) -> float:
 
 
 def attention_seconds(arch: Architecture, kernel: str, tokens: float, seq_len: int, c: int,
-                      rates: GpuRates) -> tuple[float, float, float]:
+                      rates: GpuRates, fused_softmax: bool = False) -> tuple[float, float, float]:
     """Seconds of attention in one micro batch: (forward, backward, forward FLOPs of the full square).
 
-    ``tokens`` = micro batch x ``seq_len``; ``c`` bytes per element of the compute dtype.
+    ``tokens`` = micro batch x ``seq_len``; ``c`` bytes per element of the compute dtype; ``fused_softmax``: an
+    unfused kernel's softmax is Megatron-LM's fused one (:func:`fused_softmax_score_bytes`), not transformers' ops.
     """
     full = attention_work(arch, tokens, seq_len)
     causal = arch.kind != "encoder"
@@ -107,7 +125,7 @@ def attention_seconds(arch: Architecture, kernel: str, tokens: float, seq_len: i
         window = min(seq_len, arch.sliding_window) if arch.sliding_window else seq_len
         fwd_rate, bwd_rate = flash_rates(rates, window, kernel)
         return work / fwd_rate, 2.5 * work / bwd_rate, full
-    fwd_b, bwd_b = score_bytes(c, arch.attention_dropout > 0)
+    fwd_b, bwd_b = (fused_softmax_score_bytes if fused_softmax else score_bytes)(c, arch.attention_dropout > 0)
     window = min(seq_len, arch.sliding_window) if arch.sliding_window else seq_len
     scores = arch.num_layers * arch.num_attention_heads * tokens * window
     fwd = full / rates.matmul_flops + scores * fwd_b / rates.hbm_bytes_per_s

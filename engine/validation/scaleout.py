@@ -27,7 +27,7 @@ from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.layout import Layout, Recompute
 from engine.scaleout.recompute import torchtitan_layer_sac_layers
 from engine.scaleout.step_time import Cluster
-from engine.scenario.training import Method, Scenario
+from engine.scenario.training import Attention, Method, Scenario
 from engine.time.rates import power_limited
 from engine.time.throughput import flops_per_token
 from engine.validation.run_configs import run_architecture
@@ -94,8 +94,9 @@ def _int(text: str, default: int = 1) -> int:
     return int(v) if v else default
 
 
-def gpt_style(model: str, vocab: int, seq: int) -> Architecture | None:
-    """A GPT-style architecture from a row's ``(a=.., h=.., L=..)``: LayerNorm, GeLU MLP of 4h, untied head."""
+def gpt_style(model: str, vocab: int, seq: int, dropout: float = 0.0) -> Architecture | None:
+    """A GPT-style architecture from a row's ``(a=.., h=.., L=..)``: LayerNorm, GeLU MLP of 4h, untied head;
+    ``dropout`` on the attention probabilities and the residual branches."""
     m = re.search(r"a=(\d+), h=(\d+), L=(\d+)", model) or re.search(r"h=(\d+), L=(\d+)", model)
     if not m:
         return None
@@ -106,7 +107,17 @@ def gpt_style(model: str, vocab: int, seq: int) -> Architecture | None:
         a = h // 128
     return architecture_from_config({"model_type": "gpt2", "n_embd": h, "n_layer": L, "n_head": a, "vocab_size": vocab,
                                      "n_positions": seq, "tie_word_embeddings": False, "activation_function": "gelu",
-                                     "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0})
+                                     "resid_pdrop": dropout, "embd_pdrop": dropout, "attn_pdrop": dropout})
+
+
+UNFUSED_ATTENTION = "unfused attention"
+"""What a row's notes say when its run predates FlashAttention in its framework: Megatron-LM before
+``--use-flash-attn`` (2023) ran attention as ``baddbmm`` + its fused softmax + dropout + ``bmm`` over the full s x s
+scores (:func:`engine.time.attention.fused_softmax_score_bytes`), with Megatron-LM's default dropout."""
+
+MEGATRON_DROPOUT = 0.1
+"""Megatron-LM's default ``--attention-dropout`` and ``--hidden-dropout`` (``megatron/arguments.py``), the values of
+runs that do not state theirs."""
 
 
 def _arch(row: dict, seq: int) -> tuple[Architecture | None, str]:
@@ -122,8 +133,11 @@ def _arch(row: dict, seq: int) -> tuple[Architecture | None, str]:
     vocab = int(m.group(1)) if m else 51200
     if row["model"].startswith("GPT3-175B"):
         return gpt_style("a=96, h=12288, L=96", 51200, seq), "GPT-3 175B sizes, vocab 51200"
-    arch = gpt_style(row["model"], vocab, seq) if "GPT" in row["model"] else None
-    return arch, f"GPT-style config from the row's sizes, vocab {vocab}"
+    unfused = UNFUSED_ATTENTION in row["notes"]
+    arch = gpt_style(row["model"], vocab, seq, MEGATRON_DROPOUT if unfused else 0.0) if "GPT" in row["model"] else None
+    return arch, f"GPT-style config from the row's sizes, vocab {vocab}" + (
+        f"; attention unfused (full s x s scores, Megatron's fused softmax), dropout {MEGATRON_DROPOUT:g} (Megatron-LM "
+        "default)" if unfused else "")
 
 
 def _is_torchtitan(row: dict) -> bool:
@@ -213,7 +227,8 @@ def run_scenario(row: dict, seq: int, micro_batch: int, precision: str) -> tuple
     (``torch_dtype: bf16``, as NeMo Automodel's LoRA benchmark configs load it), no master copy."""
     m = re.search(r"LoRA r=(\d+)", row["notes"])
     if not m:
-        return Scenario(seq_len=seq, micro_batch_size=micro_batch, precision=precision), True
+        attention = Attention.EAGER if UNFUSED_ATTENTION in row["notes"] else Attention.SDPA
+        return Scenario(seq_len=seq, micro_batch_size=micro_batch, precision=precision, attention=attention), True
     return Scenario.build(method=Method.LORA, lora_r=int(m.group(1)), lora_targets=LORA_TARGETS, precision="bf16",
                           seq_len=seq, micro_batch_size=micro_batch, framework="torchtune"), False
 
