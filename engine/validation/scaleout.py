@@ -267,6 +267,8 @@ def compare_row(row: dict) -> list[RunComparison] | str:
     gbs = max(gbs - gbs % (mb * dp), mb * dp)
     vp = re.search(r"VP=(\d+)", row["notes"])
     v = int(vp.group(1)) if vp and pp > 1 else 1
+    if split is not None and "interleaved" in row["notes"].lower():
+        v = 2  # torchtitan's Interleaved1F1B: two stages per rank (generate_split_points above), bubble (PP-1)/(2m)
     if v > 1 and split is None and "embedding and output each one pipeline chunk" in row["notes"]:
         split = embedding_chunk_layers(arch.num_layers, pp)
     zero_text = row["zero_or_fsdp"].lower()
@@ -295,7 +297,7 @@ def compare_row(row: dict) -> list[RunComparison] | str:
         f"recompute {layout.recompute.value}" + (" (not stated)" if not row["recompute"] else ""),
         (f"torchtitan PP: local batch {local} = {layout.micro_batches} micro batches (PP degree) of {mb}, layers per "
          f"rank {list(split)}" + (" (Interleaved1F1B modelled as 1F1B on the same per-rank layers)"
-                                  if "interleaved" in row["notes"].lower() else "")) if split else "",
+                                  if "interleaved" in row["notes"].lower() and layout.virtual_pipeline == 1 else "")) if split else "",
         f"ZeRO {zero}" + (" (not stated)" if not row["zero_or_fsdp"] else ""),
         f"{inter:g} Gb/s per GPU between nodes",
         "16-bit model with fp32 master weights" if master else f"LoRA rank {sc.lora_r} on every linear, pure bf16",
