@@ -123,21 +123,31 @@ def data_parallel_key(layout: Layout, stage: int) -> tuple:
 
 def step_collectives(arch: Architecture, layout: Layout, split: ParameterSplit, seq_len: int, compute_bytes: int,
                      gpus_per_node: int, stage: int = 0, fp8_all_gather: bool = False,
-                     trainable_fraction: float = 1.0) -> list[Collective]:
+                     trainable_fraction: float = 1.0, dtensor_tp: bool = False) -> list[Collective]:
     """Every collective one rank of pipeline stage ``stage`` runs in one step (see the module docstring): the
     tensor, context, expert and pipeline parallel ones, then the data parallel ones.
 
     ``fp8_all_gather``: FSDP2 float8 all-gather (torchao tensorwise) moves 1-byte weights instead of 2.
     ``trainable_fraction``: the share of the parameters that has gradients (1 for full training; LoRA's adapters
-    / all parameters): only those are reduced (DDP and FSDP reduce the gradients of ``requires_grad`` parameters)."""
-    return (model_parallel_collectives(arch, layout, split, seq_len, compute_bytes, gpus_per_node, stage)
+    / all parameters): only those are reduced (DDP and FSDP reduce the gradients of ``requires_grad`` parameters).
+    ``dtensor_tp``: PyTorch DTensor tensor parallelism (torchtitan), see :func:`model_parallel_collectives`."""
+    return (model_parallel_collectives(arch, layout, split, seq_len, compute_bytes, gpus_per_node, stage,
+                                       dtensor_tp=dtensor_tp, fp8_tp_all_gather=dtensor_tp and fp8_all_gather)
             + data_parallel_collectives(arch, layout, split, compute_bytes, gpus_per_node, stage, fp8_all_gather,
                                         trainable_fraction))
 
 
 def model_parallel_collectives(arch: Architecture, layout: Layout, split: ParameterSplit, seq_len: int,
-                               compute_bytes: int, gpus_per_node: int, stage: int = 0) -> list[Collective]:
-    """The TP, CP, EP and PP collectives of :func:`step_collectives`."""
+                               compute_bytes: int, gpus_per_node: int, stage: int = 0, dtensor_tp: bool = False,
+                               fp8_tp_all_gather: bool = False) -> list[Collective]:
+    """The TP, CP, EP and PP collectives of :func:`step_collectives`.
+
+    ``dtensor_tp``: sequence-parallel TP as PyTorch DTensor runs it (torchtitan's ``ColwiseParallel`` /
+    ``RowwiseParallel`` plan): autograd keeps the all-gathered input of each column-parallel matmul for its weight
+    gradient, so backward does not gather it again (Megatron saves the local shard and re-gathers,
+    ``LinearWithGradAccumulationAndAsyncCommunication``). ``fp8_tp_all_gather``: torchao float8's TP plan
+    (``Float8ColwiseParallel`` / ``PrepareFloat8ModuleInput``, tensorwise scaling) casts the column-parallel inputs to
+    FP8 before the forward all-gather: 1 byte per element instead of 2 (forward and recompute; backward's stay 16-bit)."""
     t, p, c, d = layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel, layout.data_parallel
     e, et = layout.expert_parallel, layout.expert_tensor_parallel
     m, b, h, B = layout.micro_batches, layout.micro_batch_size, arch.hidden_size, compute_bytes
@@ -150,7 +160,14 @@ def model_parallel_collectives(arch: Architecture, layout: Layout, split: Parame
     tp_link, tp_rpn = group_link(1, t, gpus_per_node), ranks_per_node(1, t, gpus_per_node)
     if t > 1:
         fwd = 2 * n_layers * m * (2 if full else 1)
-        if layout.sequence_parallel:
+        if layout.sequence_parallel and dtensor_tp:
+            fwd_act = act / B if fp8_tp_all_gather else act
+            out.append(Collective("tp", "sequence-parallel input all-gathers (fwd" + (", FP8)" if fp8_tp_all_gather else ")"),
+                                  "all_gather", fwd_act, fwd, t, tp_link, False,
+                                  "torch.distributed.tensor.parallel ColwiseParallel; torchao Float8ColwiseParallel", tp_rpn))
+            out.append(Collective("tp", "sequence-parallel output-gradient all-gathers (bwd)", "all_gather", act,
+                                  2 * n_layers * m, t, tp_link, False, "torch.distributed.tensor.parallel RowwiseParallel", tp_rpn))
+        elif layout.sequence_parallel:
             out.append(Collective("tp", "sequence-parallel all-gathers (fwd, bwd, wgrad re-gather)", "all_gather", act,
                                   fwd + 4 * n_layers * m, t, tp_link, False, "Megatron tensor_parallel/mappings.py, layers.py", tp_rpn))
             out.append(Collective("tp", "sequence-parallel reduce-scatters (fwd, bwd)", "reduce_scatter", act,

@@ -40,11 +40,15 @@ def megatron_for(arch: Architecture, scenario: Scenario, layout: Layout) -> Mega
 
 def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, cluster: Cluster | None = None,
                     fp8: Fp8Recipe | None = None, ctx: Context | None = None, master_weights: bool = False,
-                    fused_kernels: bool = False, tp_comm_overlap: bool = False) -> LayoutEstimate:
+                    fused_kernels: bool = False, tp_comm_overlap: bool = False, dtensor_tp: bool = False,
+                    fp8_all_gather: bool | None = None) -> LayoutEstimate:
     """Memory, Megatron's formula, collectives and (with ``cluster``) step time of ``layout``. ``master_weights``: the
     16-bit model with fp32 master weights of Megatron-LM / torchtitan (:class:`engine.scaleout.memory.Context`);
     ``fused_kernels`` (torch.compile, Megatron-LM's fused kernels) and ``tp_comm_overlap`` (Megatron-LM
-    ``--tp-comm-overlap``, torchtitan AsyncTP): see :func:`engine.scaleout.step_time.step_time`.
+    ``--tp-comm-overlap``, torchtitan AsyncTP): see :func:`engine.scaleout.step_time.step_time`; ``dtensor_tp``: TP
+    as PyTorch DTensor (torchtitan) runs it (:func:`engine.scaleout.comm_volumes.model_parallel_collectives`);
+    ``fp8_all_gather``: FSDP2 / TP all-gathers in FP8 (default: with torchao's tensorwise float8; its rowwise recipe
+    gathers in bf16, torchtitan's float8 converter enables the FP8 all-gather for tensorwise scaling only).
 
     Raises:
         ScenarioError: the layout does not fit the model (see :func:`engine.scaleout.memory.check_layout`), FP8
@@ -59,7 +63,8 @@ def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, clus
     per_node = cluster.gpus_per_node if cluster else layout.world_size
     trainable = 1.0 if scenario.method is Method.FULL else min(1.0, ctx.estimate.trainable_parameters / ctx.split.total)
     cols = step_collectives(arch, layout, ctx.split, scenario.seq_len, ctx.spec.compute_bytes, per_node, stage,
-                            fp8_all_gather=fp8 is Fp8Recipe.TORCHAO, trainable_fraction=trainable)
+                            fp8_all_gather=fp8 is Fp8Recipe.TORCHAO if fp8_all_gather is None else fp8_all_gather,
+                            trainable_fraction=trainable, dtensor_tp=dtensor_tp)
     time = None
     if cluster is not None:
         time = step_time(arch, layout, cluster, cols, ctx, mem.max_stage.parameters, fp8, fused_kernels=fused_kernels,

@@ -290,7 +290,8 @@ def compare_row(row: dict) -> list[RunComparison] | str:
         cluster = Cluster(gpu=gpu, nodes=max(1, world // 8), gpus_per_node=min(8, world), inter_node_gbits=inter)
         fused, tp_overlap = run_settings(row)
         est = estimate_layout(arch, sc, layout, cluster, _fp8(row), master_weights=master, fused_kernels=fused,
-                              tp_comm_overlap=tp_overlap)
+                              tp_comm_overlap=tp_overlap, dtensor_tp=torchtitan,
+                              fp8_all_gather=False if "rowwise" in row["precision"].lower() else None)
     except EngineError as exc:
         return f"not expressible: {exc}"
     assumed += "; " + "; ".join(x for x in (
