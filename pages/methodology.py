@@ -11,7 +11,7 @@ from engine.memory.estimate import NOT_MODELLED
 from engine.memory.weights import quantized_bytes_per_param
 from engine.scenario.precision import DTYPE_BYTES
 from engine.memory.seed_rules import seed_quick_rule
-from engine.time.attention import score_bytes
+from engine.time.attention import fused_softmax_score_bytes, score_bytes
 from engine.time.attention import AMPERE_FLASH_FRACTION, FA2_H100_BACKWARD_TFLOPS, FA2_H100_FORWARD_TFLOPS
 from engine.time.band import load_bands
 from engine.time.collectives import CALL_LATENCY_S, HOP_LATENCY_S, NVLINK_BUS_EFFICIENCY, OVERLAP, PCIE_BUS_EFFICIENCY
@@ -183,7 +183,9 @@ the memory estimate uses, every term with a shape and a source:
   TFLOP/s from 512 to 16k tokens) x {FITTED.attention_efficiency:g} (fitted: what a training step reaches of them), on
   Ampere/Ada {AMPERE_FLASH_FRACTION:g} of the dense peak (FA2 paper) with the same rise with the sequence; backward does
   2.5x forward's work; memory-efficient at half of flash; eager and math compute the full square and write and read the s x s scores ({score_bytes(2, False)[0]:g} B
-  forward, {score_bytes(2, False)[1]:g} B backward per score in bf16).
+  forward, {score_bytes(2, False)[1]:g} B backward per score in bf16); Megatron-LM before FlashAttention (its 2021-2022
+  rows) runs the same square through its fused scale-mask-softmax and dropout ({fused_softmax_score_bytes(2, True)[0]:g} B
+  forward, {fused_softmax_score_bytes(2, True)[1]:g} B backward per score with dropout 0.1).
 - **Memory-bound work** (`memory_bound.py`): norms, residual adds, RoPE, activations, dropout, autocast's weight casts,
   the loss over the vocabulary (fp32 upcast), the embedding gradient; bytes per op as transformers' eager code moves
   them, fewer with fused kernels (torch.compile, Unsloth, Liger); backward {BACKWARD_FACTOR:g}x forward. Time =
@@ -539,22 +541,27 @@ def _scaleout() -> None:
         "`reserved_bytes.all.peak` in GiB; torchao's table, made with torchtitan, prints the same figure as \"GB\")."
         "\n\n**Still off, and why.** torchtitan at e7c0cae compiles the loss (`build_cross_entropy_loss`), which avoids "
         "the fp32 logits copies we count: the two H200 rows are 40% over. The 405B rows remain 11-24% under and the measured 1F1B / "
-        "Interleaved 1F1B difference (82.5 vs 72.7 GiB) is not reproduced (Interleaved 1F1B is modelled as 1F1B on the "
-        "same per-rank layers); candidates, not verified: the pipeline's per-micro-batch receive buffers, async-TP "
+        "Interleaved 1F1B difference (82.5 vs 72.7 GiB) is not reproduced (Interleaved 1F1B runs two stages per rank, "
+        "bubble (PP-1)/(2m)); candidates, not verified: the pipeline's per-micro-batch receive buffers, async-TP "
         "workspaces, CP ring buffers. The 70B TP rows are 18-23% under; a candidate, not verified: torchtitan's "
         "loss-parallel cross-entropy over the vocabulary shards keeps more fp32 temporaries than the fused kernel we model. Time: Megatron-LM, "
         "NeMo and nanotron rows run with fused kernels (nanotron's Llama: Triton RMSNorm, flash-attn's rotary kernel, "
         "fused QKV and gate/up projections; with it its one-node rows are within 0-11%), torchtitan rows with fused kernels where they say torch.compile, and TP "
-        "communication under the GEMMs where the row states `--tp-comm-overlap` or AsyncTP. The torchtitan rows ran on 500 W Grand Teton H100s: "
+        "communication under the GEMMs where the row states `--tp-comm-overlap` or AsyncTP, or its recipe sets it (NeMo's "
+        "performance recipes: MegatronCommOverlapCallback tp_comm_overlap=True; NeMo's performance configs recompute "
+        "nothing, recompute_layers 0). torchtitan's TP is DTensor's: backward does not re-gather the column-parallel "
+        "inputs, and float8 tensorwise gathers them in FP8. The torchtitan rows ran on 500 W Grand Teton H100s: "
         "their compute is scaled by (500 / 700) ^ the fitted power exponent (engine.time.rates.power_limited); the "
-        "compile and FP8 gains are reproduced; FP8 rowwise is not told apart from tensorwise (its rows fast). NeMo's "
-        "Transformer Engine runs cuDNN's fused attention, faster than the FlashAttention-2 rates timed for every stack "
-        "(its rows 3-24% slow). nanotron's 64-node cells of small models (MFU 5-19%) are 1.7-3.5x slower than the model "
-        "(and its 80B cell on 4 nodes 2.9x): communication at that scale on its cluster is not explained by the ring "
-        "model. The Llama 3 "
-        "405B rows are 25-40% slow (Meta's kernels and overlap are not stated, so not modelled) and NeMo's GPT-3 175B "
-        "FP8 rows about 20% slow (tp_comm_overlap not stated). The smallest Megatron-LM models (1.7B-7.1B) are 20-53% "
-        "fast (their GEMMs timed at the achievable rate; the 2021 A100 kernels were slower). Megatron's "
+        "compile and FP8 gains are reproduced; FP8 rowwise differs from tensorwise only in its bf16 all-gathers (its "
+        "rows fast: its casts per GEMM axis and torchao's rescaled slow-accumulation backward GEMMs are not modelled). "
+        "nanotron's 64-node cells of small models (MFU 5-19%) are 1.7-3.5x slower than the model (and its 80B cell on 4 "
+        "nodes 2.9x): the time they lack is about 270-360 ms per step at 64 nodes whatever the model size and the bytes "
+        "moved, which no bandwidth of its AWS EFA cluster explains (nccl-tests on 32 p5 nodes: 66 GB/s all-reduce busbw at "
+        "32 MB, 321 GB/s at 8 GB). The Llama 3 405B rows run the paper's interleaved schedule with V = 8 (sec. 3.3.2: a "
+        "chunk is one layer, the first holding only the embedding, the last only the output), bubble (PP-1)/(V*M): "
+        "within 2% at 8K, 16% slow at 128K (CP 16; its recompute is not stated). Megatron-LM's 2021 A100 table and "
+        "Korthikanti et al. ran before FlashAttention: their attention is the full s x s square through Megatron's fused "
+        "softmax (with it the 1.7B-7.5B rows are within 5%, were 14-51% fast). Megatron's "
         "2021 A100 TFLOP/s count the recompute forward (Narayanan et al. eq. 3) and are compared with our executed FLOP/s.")
     st.dataframe(pd.DataFrame([r.record() for r in val.rows]), hide_index=True, width="stretch", key="scaleout_runs")
     with st.expander(f"Rows we cannot express ({len(val.not_expressible)})"):

@@ -66,11 +66,16 @@ def test_nemo_throughput(val):
     # Engine runs cuDNN's fused attention, which the same paper measures ~1.6x faster than FA2 at 2k-16k: not modelled
     # per stack yet, so these rows come out 12-15 % slow at the fitted attention share 0.7 (8-10 % at 0.8; within 5 %
     # when every kernel ran at 35 % of peak).
-    assert all(-16 < rows[k].error_pct < 0 for k in ("nemo_24.12_LLAMA3-8B_8", "nemo_24.12_LLAMA2-7B_8"))
+    # Issue 23: the rows run as NeMo's scripts/performance run them: no recompute (recommended_model_configs
+    # recompute_layers 0), which moved these from 12-15 % under to within 8 %.
+    assert all(-8 < rows[k].error_pct < 0 for k in ("nemo_24.12_LLAMA3-8B_8", "nemo_24.12_LLAMA2-7B_8"))
     assert abs(rows["nemo_25.02_Mixtral-8x7B_64"].error_pct) < 5
-    # GPT-3 175B in FP8 (TP 4, PP 8, v 6): under by about a fifth (TP communication on the critical path: NeMo's
-    # tp_comm_overlap is not stated in the row, so not modelled)
-    assert -25 < rows["nemo_25.02_GPT3-175B_512"].error_pct < -15
+    # GPT-3 175B in FP8 (TP 4, PP 8, v 6) and the other dense TP > 1 rows: NeMo's performance recipes overlap the TP
+    # communication (MegatronCommOverlapCallback tp_comm_overlap=True, userbuffers): within 10 % (was under by a fifth
+    # with TP on the critical path and selective recompute).
+    dense_tp = ("nemo_25.02_GPT3-175B_512", "nemo_24.12_GPT3-175B_512", "nemo_24.12_LLAMA3-70B_64",
+                "nemo_24.12_LLAMA2-70B_64", "nemo_24.12_Nemotron-340B_128")
+    assert all(-10 < rows[k].error_pct < 0 for k in dense_tp)
 
 
 def test_torchtitan_op_sac_memory_rows(val):
