@@ -244,18 +244,20 @@ def layout_problems(arch: Architecture, layout: Layout, seq_len: int) -> list[st
     if arch.num_key_value_heads % t:
         out.append(f"TP {t} does not divide the {arch.num_key_value_heads} key/value heads (Megatron: num_query_groups % TP)")
     layers = layout.stage_layers(arch.num_layers)
+    ends = layout.layers_per_stage is not None  # a given split's end stages may hold an embedding / output chunk
     if len(layers) != p:
         out.append(f"layers_per_stage has {len(layers)} entries for {p} pipeline stages")
     elif sum(layers) != arch.num_layers:
         out.append(f"layers_per_stage sums to {sum(layers)}, the model has {arch.num_layers} layers")
-    elif min(layers) < v - 1 or min(layers[1:-1] or (v,)) < v:  # the end stages may give a chunk to embedding / output
+    elif min(layers) < v - ends or min(layers[1:-1] or (v,)) < v:
         out.append(f"PP {p} x virtual {v} needs at least {v} layers per stage ({arch.num_layers} layers)")
-    if v > 1 and any(n % v and not (r in (0, p - 1) and (n + 1) % v == 0) for r, n in enumerate(layers)):
-        # The first (last) stage may give one of its v chunks to the embedding (the output layer and loss) alone:
-        # Megatron-LM --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split; Llama 3
+    if v > 1 and any(n % v and not (ends and r in (0, p - 1) and (n + 1) % v == 0) for r, n in enumerate(layers)):
+        # A given split's first (last) stage may give one of its v chunks to the embedding (the output layer and loss)
+        # alone: Megatron-LM --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split; Llama 3
         # (Grattafiori et al. 2024 sec. 3.3.2: "the first model chunk on the first stage has only the embedding").
-        out.append(f"virtual pipeline {v} must divide every stage's layers ({list(layers)}; the first and last stage "
-                   f"may hold one layer fewer, their embedding / output chunk)")
+        # An even split (none given) keeps Megatron's default rule: v divides every stage's layers.
+        out.append(f"virtual pipeline {v} must divide every stage's layers ({list(layers)}"
+                   + ("; a given split's first and last stage may hold one layer fewer)" if ends else ")"))
     if layout.schedule is Schedule.INTERLEAVED and layout.micro_batches % p:
         out.append(f"the interleaved schedule needs micro batches ({layout.micro_batches}) to be a multiple of PP {p}")
     c = layout.context_parallel
