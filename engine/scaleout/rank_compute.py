@@ -239,7 +239,8 @@ def stage_compute(arch: Architecture, sc: Scenario, layout: Layout, gpu: Gpu, st
                   kernel: str, fused: bool = False) -> StageCompute:
     """One micro batch of pipeline stage ``stage`` on one of its ranks (see the module docstring). ``sc`` is the
     scenario the rank computes in (:func:`engine.scaleout.memory.effective_scenario`; the 16-bit one with master
-    weights), ``kernel`` its attention kernel, ``fused`` torch.compile / Megatron's fused kernels.
+    weights), ``kernel`` its attention kernel, ``fused`` torch.compile / Megatron's fused kernels (with an unfused
+    attention kernel, Megatron's fused softmax: :func:`engine.time.attention.fused_softmax_score_bytes`).
 
     Raises:
         ValueError: the catalog has no peak for the compute dtype on ``gpu``.
