@@ -20,13 +20,13 @@ from engine.model.build import architecture_from_config
 from engine.model.catalog import catalog_model
 from engine.scenario.peft import LORA_FAMILY, targeted
 from engine.scenario.precision import precision_spec
-from engine.scenario.training import Method, Scenario
+from engine.scenario.training import Framework, Method, Scenario
 from engine.time import step
 from engine.time.adapters import adapter_flops_per_token, offload_transfer_bytes
 from engine.time.attention import attention_work
 from engine.time.gemm import GemmTable, gemm_shapes, gemm_work, step_gemms
 from engine.time.memory_bound import cast_bytes_per_use, dequant_bytes_per_use, layer_forward_bytes, loss_bytes
-from engine.time.overhead import BACKWARD_HOST_FACTOR, layer_kernels
+from engine.time.overhead import BACKWARD_HOST_FACTOR, COMPILED_BACKWARD_HOST_FACTOR, layer_kernels
 from engine.time.rates import gpu_rates
 
 MODELS = ["openai-community/gpt2", "meta-llama/Llama-3.1-8B", "deepseek-ai/DeepSeek-V2-Lite",
@@ -86,6 +86,8 @@ def reference_work(arch, sc, kernel, fused):
             adapter -= n * share * 6.0 * sc.lora_r * (lin.in_features + lin.out_features) * tokens
     tensors = (sum(gr.count for gr in arch.tensors) if sc.method is Method.FULL
                else 2 * sum(lin.count * lin.blocks(arch.num_layers) for lin in targets))
+    # torch.compile's backward (fused off the HF stack) is one compiled graph: no autograd engine per op
+    bwd_factor = COMPILED_BACKWARD_HOST_FACTOR if fused and sc.framework is not Framework.HF else BACKWARD_HOST_FACTOR
     return step._Work(
         gemms=ReferenceGemms(works, gemm_flops, block_flops), model_flops=model_flops,
         executed_flops=model_flops + recompute_flops + (full if sc.gradient_checkpointing else 0.0),
@@ -98,7 +100,7 @@ def reference_work(arch, sc, kernel, fused):
                           if sc.method is Method.FULL else 0.0),
         dequant_bytes=dequant_bytes_per_use(sc, c) * linear_params,
         kernels_fwd=k_fwd,
-        kernels_bwd=BACKWARD_HOST_FACTOR * k_fwd + (layers * k_layer if sc.gradient_checkpointing else 0.0),
+        kernels_bwd=bwd_factor * k_fwd + (layers * k_layer if sc.gradient_checkpointing else 0.0),
         tensors=tensors, adapter_flops=max(0.0, adapter), offload_bytes=offload_transfer_bytes(arch, sc, resid),
     )
 
