@@ -217,7 +217,7 @@ def step_time(
         sc = sc.model_copy(update={"seq_len": effective_seq_len(sc)})
     w = _work(arch, sc, kernel, fused_kernels)
     bw, mm = rates.hbm_bytes_per_s, rates.matmul_flops
-    g_block, g_head, g_bwd = w.gemms.seconds(mm, bw)
+    g_block, g_head, g_bwd = w.gemms.seconds(mm, bw, rates.sm_count)
     g_fwd = g_block + g_head
     spec = precision_spec(sc.precision)
     a_fwd, a_bwd, _ = attention_seconds(arch, kernel, float(sc.tokens_per_micro_batch), sc.seq_len,
