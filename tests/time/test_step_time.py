@@ -202,10 +202,10 @@ KNOWN_MISSES = {
 """Sources whose rows may miss by more than 40% in sample; benchmarks/validate_time.py reports them cross-validated."""
 
 KNOWN_MISS_ROWS = {
-    # torchtune README @ 30b8519e8, RTX A6000: expressed with the recipe configs' defaults (issue 23: an unstated
-    # setting is the framework's default), they run 2.4x (LoRA) and 1.8x (full) faster than the model; the README's own peaks say the
-    # runs differed from the defaults (LoRA 30.3 GiB on the A6000 against 16.2 GiB on the 4090 with the same config,
-    # as with checkpointing off). Kept compared: a disagreeing row is evidence (see their notes).
+    # torchtune README @ 30b8519e8, RTX A6000: expressed with checkpointing off, as the README's own peaks say they ran
+    # (LoRA 30.3 GiB on the A6000 against 16.2 GiB on the 4090 with the same config; full 37.4 against 18.9), they
+    # still run 1.7x (LoRA) and 1.4x (full) faster than the model: the LoRA figure needs 91% of the card's dense
+    # BF16 peak in matmuls alone. Kept compared: a disagreeing row is evidence (see their notes).
     "torchtune-8b-lora-a6000", "torchtune-8b-full-a6000",
     "torchtune-l2-7b-lora-2x4090",  # low confidence: total or per GPU is inferred (see its notes)
 }
