@@ -199,12 +199,13 @@ class GemmWork:
     """The GEMMs of one micro batch shape: their exact FLOPs (all, and the blocks' forward, what checkpointing
     recomputes), and :meth:`seconds`, each part's roofline time on a GPU (remembered per rate and bandwidth)."""
 
-    __slots__ = ("flops", "block_flops", "_table", "_tokens", "_pads", "_seconds")
+    __slots__ = ("flops", "block_flops", "_table", "_tokens", "_pads", "_mins", "_least_tiles", "_seconds")
 
     def __init__(self, table: "GemmTable", tokens: tuple[float, ...], pads: tuple[float, ...], flops: float,
-                 block_flops: float) -> None:
+                 block_flops: float, mins: tuple[float, ...] = (), least_tiles: float = math.inf) -> None:
         self.flops, self.block_flops = flops, block_flops
-        self._table, self._tokens, self._pads = table, tokens, pads
+        self._table, self._tokens, self._pads, self._mins = table, tokens, pads, mins
+        self._least_tiles = least_tiles  # the fewest output tiles of any GEMM here: no occupancy bound at <= SMs
         self._seconds: dict[tuple[float, float, int], tuple[float, float, float]] = {}
 
     def seconds(self, rate_flops: float, bandwidth_bytes_per_s: float, sms: int = 0) -> tuple[float, float, float]:
@@ -214,8 +215,9 @@ class GemmWork:
         key = (rate_flops, bandwidth_bytes_per_s, sms)
         hit = self._seconds.get(key)
         if hit is None:
+            bound = sms if sms > self._least_tiles else 0  # some GEMM has fewer tiles than SMs
             hit = self._seconds[key] = self._table.seconds(self._tokens, self._pads, rate_flops, bandwidth_bytes_per_s,
-                                                           sms)
+                                                           bound, self._mins)
         return hit
 
 
@@ -260,10 +262,16 @@ class GemmTable:
             pad_at.append(2 * first + routed)
             tokens_at.append(routed)
         self._a, self._s, self._c, self._o, self._ow = tuple(a), tuple(s), tuple(c), tuple(o), tuple(ow)
+        # output tiles of the narrowest GEMMs: per token tile for the (tokens, n, k) ones, fixed for weight gradients
+        narrow = [_pad(d1, TILE_MN) // TILE_MN for (_, _, first, (d1, _)) in merged if first]
+        wgrad = [(_pad(d1, TILE_MN) // TILE_MN) * (_pad(d2, TILE_MN) // TILE_MN)
+                 for (_, _, first, (d1, d2)) in merged if not first]
+        self._least_n_tiles = min(narrow, default=math.inf)
+        self._least_wgrad_tiles = min(wgrad, default=math.inf)
         self._pad_of, self._tokens_of = _picker(pad_at), _picker(tokens_at)
         self._ends = (counts[0], counts[0] + counts[1])
         self._flops = flops
-        self._scaled: dict[tuple[float, float], tuple[tuple[float, ...], ...]] = {}
+        self._scaled: dict[tuple[float, float, int], tuple[tuple[float, ...], ...]] = {}
 
     def work(self, tokens: tuple[float, float]) -> GemmWork:
         """The :class:`GemmWork` for ``tokens`` = (tokens of the micro batch, tokens per routed expert)."""
@@ -271,25 +279,28 @@ class GemmTable:
         (b0, b1), (r0, r1) = self._flops
         block = t0 * b0 + t1 * b1
         pads = self._pad_of((_pad(t0, TILE_K), _pad(t1, TILE_K), _pad(t0, TILE_MN), _pad(t1, TILE_MN)))
-        return GemmWork(self, self._tokens_of(tokens), pads, block + (t0 * r0 + t1 * r1), block)
+        mins = self._tokens_of((min(t0, TILE_MN), min(t1, TILE_MN)))  # the tokens one tile covers (occupancy)
+        least = min(self._least_n_tiles * (_pad(min(t0, t1), TILE_MN) // TILE_MN), self._least_wgrad_tiles)
+        return GemmWork(self, self._tokens_of(tokens), pads, block + (t0 * r0 + t1 * r1), block, mins, least)
 
     def seconds(self, tokens: tuple[float, ...], pads: tuple[float, ...], rate_flops: float,
-                bandwidth_bytes_per_s: float, sms: int = 0) -> tuple[float, float, float]:
-        """(blocks' forward, LM head's forward, backward) seconds of the GEMMs; ``tokens`` and ``pads`` per column;
-        ``sms``: the SM count of the occupancy bound (0: none)."""
-        key = (rate_flops, bandwidth_bytes_per_s)
+                bandwidth_bytes_per_s: float, sms: int = 0, mins: tuple[float, ...] = ()) -> tuple[float, float, float]:
+        """(blocks' forward, LM head's forward, backward) seconds of the GEMMs; ``tokens``, ``pads`` and ``mins`` (the
+        tokens capped at one tile) per column; ``sms``: the SM count of the occupancy bound (0: none)."""
+        key = (rate_flops, bandwidth_bytes_per_s, sms)
         scaled = self._scaled.get(key)
         if scaled is None:
             if len(self._scaled) >= 64:
                 self._scaled.clear()
+            f = sms / rate_flops
             scaled = self._scaled[key] = (tuple(map(truediv, self._a, repeat(rate_flops))),
                                           tuple(map(truediv, self._s, repeat(bandwidth_bytes_per_s))),
-                                          tuple(map(truediv, self._c, repeat(bandwidth_bytes_per_s))))
-        a, s, c = scaled
-        per = list(map(max, map(mul, a, pads), map(add, map(mul, s, tokens), c)))
+                                          tuple(map(truediv, self._c, repeat(bandwidth_bytes_per_s))),
+                                          tuple(map(mul, self._o, repeat(f))), tuple(map(mul, self._ow, repeat(f))))
+        a, s, c, o, ow = scaled
+        per = map(max, map(mul, a, pads), map(add, map(mul, s, tokens), c))
         if sms:  # occupancy_flops: m is the tokens (capped at a tile) or, for a weight gradient, k (its TILE_K pad)
-            f = sms / rate_flops
-            per = list(map(max, per, (f * (oc * min(t, TILE_MN) + ow * p)
-                                      for oc, ow, t, p in zip(self._o, self._ow, tokens, pads))))
+            per = map(max, per, map(add, map(mul, o, mins), map(mul, ow, pads)))
+        per = list(per)
         nb, nh = self._ends
         return sum(per[:nb]), sum(per[nb:nh]), sum(per[nh:])
