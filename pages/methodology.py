@@ -17,7 +17,7 @@ from engine.time.band import load_bands
 from engine.time.collectives import CALL_LATENCY_S, HOP_LATENCY_S, NVLINK_BUS_EFFICIENCY, OVERLAP, PCIE_BUS_EFFICIENCY
 from engine.time.constants import FITTED
 from engine.time.memory_bound import BACKWARD_FACTOR, MULTI_PASS_OPTIMIZER_PASSES
-from engine.time.overhead import BACKWARD_HOST_FACTOR, SECONDS_PER_KERNEL, STEP_SECONDS
+from engine.time.overhead import BACKWARD_HOST_FACTOR, COMPILED_BACKWARD_HOST_FACTOR, SECONDS_PER_KERNEL, STEP_SECONDS
 from engine.time.rates import HBM_FRACTION, MATMUL_FRACTION_OF_PEAK
 from engine.validation.time_report import accuracy_table, load_crossval
 from engine.time.seed import SEED_THROUGHPUT
@@ -170,7 +170,9 @@ the memory estimate uses, every term with a shape and a source:
 - **Matmuls** (`gemm.py`): every linear of every block (`layer_linears`; routed experts at tokens x top-k / experts),
   the LM head and the LoRA A/B adapters, forward, input gradient and weight gradient (none for frozen weights), the
   blocks' forward again under checkpointing. Each GEMM takes max(FLOPs / (matmul rate x tile efficiency), bytes / HBM
-  bandwidth). The matmul rate is {FITTED.gemm_efficiency:g} (fitted) x the GPU's achievable rate: Stas Bekman's measured
+  bandwidth), and a GEMM with fewer 128 x 128 output tiles than the GPU has SMs runs on that many SMs only, each
+  walking the whole inner dimension (wave quantization, NVIDIA's matrix multiplication guide): LoRA rank 128's X A and
+  dY B^T at 512 tokens are 4 tiles, 4 of an A100's 108 SMs. The matmul rate is {FITTED.gemm_efficiency:g} (fitted) x the GPU's achievable rate: Stas Bekman's measured
   maximum achievable matmul FLOPS (MAMF) for A100, H100, H200, GH200, B200, MI250X, MI300X, MI325X, a measured torch.mm
   maximum for the RTX 4090 (166.6 TFLOP/s bf16, a little above its datasheet's 165.2: GPU Boost), otherwise
   {MATMUL_FRACTION_OF_PEAK["NVIDIA"]:g} (NVIDIA) / {MATMUL_FRACTION_OF_PEAK["AMD"]:g} (AMD) x the dense datasheet peak
@@ -198,8 +200,9 @@ the memory estimate uses, every term with a shape and a source:
   tensor (`torch.cuda.synchronize()` in `Optimizer8bit.step`, 0.41-0.43), so their per-tensor Python loop adds to the
   kernels' time instead of hiding under it.
 - **Overhead** (`overhead.py`): each pass takes max(GPU time, kernels x {SECONDS_PER_KERNEL * 1e6:g} us), backward's host
-  time {BACKWARD_HOST_FACTOR:g}x forward's (both from HF Llama-3.2-1B in a plain loop on a B200), plus {STEP_SECONDS * 1e3:g} ms
-  per step. On the Hugging Face stack (Trainer + PEFT wrappers, accelerate's hooks and autocast, bitsandbytes' Python
+  time {BACKWARD_HOST_FACTOR:g}x forward's (both from HF Llama-3.2-1B in a plain loop on a B200; under torch.compile
+  {COMPILED_BACKWARD_HOST_FACTOR:g}x, the same table's compiled cells: the backward is one compiled graph, no autograd
+  engine per op), plus {STEP_SECONDS * 1e3:g} ms per step. On the Hugging Face stack (Trainer + PEFT wrappers, accelerate's hooks and autocast, bitsandbytes' Python
   autograd functions) each kernel costs {FITTED.eager_host_factor:g}x that host time (fitted), so short steps (micro
   batch x sequence of a few thousand tokens or less) are launch-bound and cost more per token than long ones. There the
   LoRA adapters are fp32 beside 16-bit compute, and each adapted module launches its casts too (PEFT's input cast and

@@ -57,7 +57,7 @@ class TimeConstants:
 
 FITTED = TimeConstants()
 """The values the product uses: the in-sample best over every compared row (benchmarks/validate_time.py prints the
-fit and its leave-one-source-out cross-validation; the Methodology page shows both). Fitted on the 132 compared rows
+fit and its leave-one-source-out cross-validation; the Methodology page shows both). Fitted on the 158 compared rows
 of data/throughput_measurements.csv and data/large_runs.csv; what pins each one down: ``gemm_efficiency`` the packed
 one-node rows (torchtune, ml-engineering, NeMo AutoModel, Megatron-LM, Korthikanti; torchtune's RTX 4090 rows since the card
 runs at its measured matmul rate, not 0.80 x its datasheet); ``eager_host_factor`` the

@@ -10,6 +10,14 @@ operands and the result once. Tile efficiency: cuBLAS computes whole output tile
 multiple of the tile wastes the remainder (NVIDIA "Matrix Multiplication Background User's Guide", "Tile
 quantization"): ``d / (ceil(d / tile) x tile)`` per dimension, :data:`TILE_MN` for m and n, :data:`TILE_K` for k.
 LoRA's rank-r GEMMs are skinny (``n`` or ``k`` = r) and come out bandwidth-bound, as they are.
+
+Occupancy (wave quantization, the same guide's "Wave quantization"): each output tile is one thread block on one SM,
+so a GEMM with fewer tiles than the GPU has SMs runs on that many SMs only, each walking the whole ``k``: it takes at
+least one tile's FLOPs, ``2 x min(m, TILE_MN) x min(n, TILE_MN) x k`` (a dimension narrower than the tile is covered
+by one tile that wide), at one SM's share of the rate, whatever its total FLOPs (:func:`occupancy_flops`, times the SM
+count). That is LoRA's ``X A`` and ``dY B^T`` at a large rank: a (512 tokens, r = 128, k = 4096) GEMM is 4 tiles, so
+4 of an A100's 108 SMs work for 2 x 128^2 x 4096 FLOPs each. A wave that is only partly full above the first is not
+counted (cuBLAS picks among tile shapes to even those out).
 """
 
 from __future__ import annotations
@@ -61,6 +69,13 @@ def gemm_seconds(g: Gemm, rate_flops: float, bandwidth_bytes_per_s: float) -> fl
     compute = g.flops / (rate_flops * tile_efficiency(g.m, g.n, g.k))
     traffic = (g.m * g.k + g.k * g.n + g.m * g.n) * g.elem_bytes * g.copies / bandwidth_bytes_per_s
     return max(compute, traffic)
+
+
+def occupancy_flops(g: Gemm) -> float:
+    """FLOPs one SM computes for one output tile of ``g``, all copies: ``2 x min(m, TILE_MN) x min(n, TILE_MN) x k``
+    (k padded to :data:`TILE_K`). Times the SM count, over the rate, it is the least time a GEMM with fewer tiles than
+    SMs takes (the module docstring's occupancy)."""
+    return 2.0 * min(g.m, TILE_MN) * min(g.n, TILE_MN) * (-(-g.k // TILE_K) * TILE_K) * g.copies
 
 
 def gemm_work(g: Gemm) -> tuple[float, float]:
@@ -184,21 +199,25 @@ class GemmWork:
     """The GEMMs of one micro batch shape: their exact FLOPs (all, and the blocks' forward, what checkpointing
     recomputes), and :meth:`seconds`, each part's roofline time on a GPU (remembered per rate and bandwidth)."""
 
-    __slots__ = ("flops", "block_flops", "_table", "_tokens", "_pads", "_seconds")
+    __slots__ = ("flops", "block_flops", "_table", "_tokens", "_pads", "_mins", "_least_tiles", "_seconds")
 
     def __init__(self, table: "GemmTable", tokens: tuple[float, ...], pads: tuple[float, ...], flops: float,
-                 block_flops: float) -> None:
+                 block_flops: float, mins: tuple[float, ...] = (), least_tiles: float = math.inf) -> None:
         self.flops, self.block_flops = flops, block_flops
-        self._table, self._tokens, self._pads = table, tokens, pads
-        self._seconds: dict[tuple[float, float], tuple[float, float, float]] = {}
+        self._table, self._tokens, self._pads, self._mins = table, tokens, pads, mins
+        self._least_tiles = least_tiles  # the fewest output tiles of any GEMM here: no occupancy bound at <= SMs
+        self._seconds: dict[tuple[float, float, int], tuple[float, float, float]] = {}
 
-    def seconds(self, rate_flops: float, bandwidth_bytes_per_s: float) -> tuple[float, float, float]:
+    def seconds(self, rate_flops: float, bandwidth_bytes_per_s: float, sms: int = 0) -> tuple[float, float, float]:
         """Seconds of the blocks' forward, the LM head's forward and the backward GEMMs: the sum over each part's
-        GEMMs of max(padded FLOPs / rate, bytes / bandwidth)."""
-        key = (rate_flops, bandwidth_bytes_per_s)
+        GEMMs of max(padded FLOPs / rate, bytes / bandwidth, ``sms`` x :func:`occupancy_flops` / rate); ``sms``: the
+        GPU's SM count (0: no occupancy bound)."""
+        key = (rate_flops, bandwidth_bytes_per_s, sms)
         hit = self._seconds.get(key)
         if hit is None:
-            hit = self._seconds[key] = self._table.seconds(self._tokens, self._pads, rate_flops, bandwidth_bytes_per_s)
+            bound = sms if sms > self._least_tiles else 0  # some GEMM has fewer tiles than SMs
+            hit = self._seconds[key] = self._table.seconds(self._tokens, self._pads, rate_flops, bandwidth_bytes_per_s,
+                                                           bound, self._mins)
         return hit
 
 
@@ -224,25 +243,35 @@ class GemmTable:
             first = g.m == TOKENS
             key = (part, int(g.routed), first, (g.n, g.k) if first else (g.m, g.n))
             merged[key] = merged.get(key, 0.0) + g.copies
-        a, s, c, pad_at, tokens_at = [], [], [], [], []
+        a, s, c, o, ow, pad_at, tokens_at = [], [], [], [], [], [], []
         counts = [0, 0, 0]
         flops = [[0.0, 0.0], [0.0, 0.0]]  # exact FLOPs per token: [blocks' forward, the rest][routed]
         for (part, routed, first, (d1, d2)), copies in sorted(merged.items(), key=lambda kv: kv[0][0]):
             counts[part] += 1
             if first:  # (tokens, n, k): the tokens pad to TILE_MN, n to TILE_MN, k to TILE_K
                 a.append(2.0 * _pad(d1, TILE_MN) * _pad(d2, TILE_K) * copies)
+                o.append(2.0 * min(d1, TILE_MN) * _pad(d2, TILE_K) * copies)  # occupancy_flops / min(tokens, tile)
+                ow.append(0.0)
             else:  # (m, n, tokens): a weight gradient; the tokens are the inner dimension and pad to TILE_K
                 a.append(2.0 * _pad(d1, TILE_MN) * _pad(d2, TILE_MN) * copies)
+                o.append(0.0)
+                ow.append(2.0 * min(d1, TILE_MN) * min(d2, TILE_MN) * copies)  # occupancy_flops / the tokens' pad
             s.append(float((d1 + d2) * elem_bytes * copies))  # operand bytes per token
             c.append(float(d1 * d2 * elem_bytes * copies))  # the weight (or its gradient): no tokens
             flops[part != 0][routed] += 2.0 * d1 * d2 * copies
             pad_at.append(2 * first + routed)
             tokens_at.append(routed)
-        self._a, self._s, self._c = tuple(a), tuple(s), tuple(c)
+        self._a, self._s, self._c, self._o, self._ow = tuple(a), tuple(s), tuple(c), tuple(o), tuple(ow)
+        # output tiles of the narrowest GEMMs: per token tile for the (tokens, n, k) ones, fixed for weight gradients
+        narrow = [_pad(d1, TILE_MN) // TILE_MN for (_, _, first, (d1, _)) in merged if first]
+        wgrad = [(_pad(d1, TILE_MN) // TILE_MN) * (_pad(d2, TILE_MN) // TILE_MN)
+                 for (_, _, first, (d1, d2)) in merged if not first]
+        self._least_n_tiles = min(narrow, default=math.inf)
+        self._least_wgrad_tiles = min(wgrad, default=math.inf)
         self._pad_of, self._tokens_of = _picker(pad_at), _picker(tokens_at)
         self._ends = (counts[0], counts[0] + counts[1])
         self._flops = flops
-        self._scaled: dict[tuple[float, float], tuple[tuple[float, ...], ...]] = {}
+        self._scaled: dict[tuple[float, float, int], tuple[tuple[float, ...], ...]] = {}
 
     def work(self, tokens: tuple[float, float]) -> GemmWork:
         """The :class:`GemmWork` for ``tokens`` = (tokens of the micro batch, tokens per routed expert)."""
@@ -250,20 +279,28 @@ class GemmTable:
         (b0, b1), (r0, r1) = self._flops
         block = t0 * b0 + t1 * b1
         pads = self._pad_of((_pad(t0, TILE_K), _pad(t1, TILE_K), _pad(t0, TILE_MN), _pad(t1, TILE_MN)))
-        return GemmWork(self, self._tokens_of(tokens), pads, block + (t0 * r0 + t1 * r1), block)
+        mins = self._tokens_of((min(t0, TILE_MN), min(t1, TILE_MN)))  # the tokens one tile covers (occupancy)
+        least = min(self._least_n_tiles * (_pad(min(t0, t1), TILE_MN) // TILE_MN), self._least_wgrad_tiles)
+        return GemmWork(self, self._tokens_of(tokens), pads, block + (t0 * r0 + t1 * r1), block, mins, least)
 
     def seconds(self, tokens: tuple[float, ...], pads: tuple[float, ...], rate_flops: float,
-                bandwidth_bytes_per_s: float) -> tuple[float, float, float]:
-        """(blocks' forward, LM head's forward, backward) seconds of the GEMMs; ``tokens`` and ``pads`` per column."""
-        key = (rate_flops, bandwidth_bytes_per_s)
+                bandwidth_bytes_per_s: float, sms: int = 0, mins: tuple[float, ...] = ()) -> tuple[float, float, float]:
+        """(blocks' forward, LM head's forward, backward) seconds of the GEMMs; ``tokens``, ``pads`` and ``mins`` (the
+        tokens capped at one tile) per column; ``sms``: the SM count of the occupancy bound (0: none)."""
+        key = (rate_flops, bandwidth_bytes_per_s, sms)
         scaled = self._scaled.get(key)
         if scaled is None:
             if len(self._scaled) >= 64:
                 self._scaled.clear()
+            f = sms / rate_flops
             scaled = self._scaled[key] = (tuple(map(truediv, self._a, repeat(rate_flops))),
                                           tuple(map(truediv, self._s, repeat(bandwidth_bytes_per_s))),
-                                          tuple(map(truediv, self._c, repeat(bandwidth_bytes_per_s))))
-        a, s, c = scaled
-        per = list(map(max, map(mul, a, pads), map(add, map(mul, s, tokens), c)))
+                                          tuple(map(truediv, self._c, repeat(bandwidth_bytes_per_s))),
+                                          tuple(map(mul, self._o, repeat(f))), tuple(map(mul, self._ow, repeat(f))))
+        a, s, c, o, ow = scaled
+        per = map(max, map(mul, a, pads), map(add, map(mul, s, tokens), c))
+        if sms:  # occupancy_flops: m is the tokens (capped at a tile) or, for a weight gradient, k (its TILE_K pad)
+            per = map(max, per, map(add, map(mul, o, mins), map(mul, ow, pads)))
+        per = list(per)
         nb, nh = self._ends
         return sum(per[:nb]), sum(per[nb:nh]), sum(per[nh:])

@@ -29,6 +29,21 @@ BACKWARD_HOST_FACTOR = 4.0
 Llama-3.2-1B run takes 48.8 ms for forward + backward with checkpointing = forward 8.1 + recompute 8.1 + backward
 32.6 ms, i.e. 4.0 x the forward."""
 
+COMPILED_BACKWARD_HOST_FACTOR = 1.7
+"""The same ratio under ``torch.compile`` (default mode): AOTAutograd compiles the backward into one graph whose
+generated wrapper launches its kernels, so autograd's engine and hooks no longer run per op and only the kernel count
+(about twice the forward's) remains. The same table's compiled cells: forward 3.4 ms, forward + backward with
+checkpointing 12.6 ms = forward 3.4 + recompute 3.4 + backward 5.8 ms, i.e. 1.7 x the forward
+(stas00/ml-engineering@744d01e1 training/performance/README.md, "torch.compile", the Llama 3.2 1B table)."""
+
+
+def backward_host_factor(hf_stack: bool, fused: bool) -> float:
+    """Host time of a backward pass / its forward's: :data:`COMPILED_BACKWARD_HOST_FACTOR` where ``fused`` kernels
+    off the Hugging Face stack are torch.compile's (torchtune's ``compile: True``, a plain loop's ``torch.compile``),
+    else :data:`BACKWARD_HOST_FACTOR`: Unsloth and Liger (``fused`` on the HF stack) fuse kernels inside eager
+    autograd Functions, so their backward still runs autograd's engine per op."""
+    return COMPILED_BACKWARD_HOST_FACTOR if fused and not hf_stack else BACKWARD_HOST_FACTOR
+
 STEP_SECONDS = 0.004
 """Host work once per optimizer step outside the kernels (learning-rate scheduler, ``zero_grad``, logging,
 loss ``.item()`` synchronisation, the data loader's hand-off): "a few ms"; ms-swift measures samples/s flat

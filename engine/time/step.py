@@ -38,7 +38,7 @@ from engine.time.memory_bound import (
     BACKWARD_FACTOR, cast_bytes_per_use, dequant_bytes_per_use, layer_forward_bytes, loss_bytes, optimizer_bytes,
 )
 from engine.time.overhead import (
-    BACKWARD_HOST_FACTOR, STEP_SECONDS, host_seconds_per_kernel, layer_kernels, optimizer_step_seconds,
+    STEP_SECONDS, backward_host_factor, host_seconds_per_kernel, layer_kernels, optimizer_step_seconds,
 )
 from engine.time.rates import GpuRates
 
@@ -181,7 +181,8 @@ def _work(arch: Architecture, sc: Scenario, kernel: str, fused: bool) -> _Work:
                           if sc.method is Method.FULL and sc.trainable_layers is None else 0.0),
         dequant_bytes=dequant_bytes_per_use(sc, c) * m.linear_params,
         kernels_fwd=k_fwd,
-        kernels_bwd=(BACKWARD_HOST_FACTOR * (layers * m.layer_kernels * share + HEAD_KERNELS)
+        kernels_bwd=(backward_host_factor(sc.framework is Framework.HF, fused)
+                     * (layers * m.layer_kernels * share + HEAD_KERNELS)
                      + (layers * m.layer_kernels * share if ckpt else 0.0)),
         tensors=m.tensors,
         adapter_flops=extra_adapter_flops(arch, sc, m.adapted),
@@ -216,7 +217,7 @@ def step_time(
         sc = sc.model_copy(update={"seq_len": effective_seq_len(sc)})
     w = _work(arch, sc, kernel, fused_kernels)
     bw, mm = rates.hbm_bytes_per_s, rates.matmul_flops
-    g_block, g_head, g_bwd = w.gemms.seconds(mm, bw)
+    g_block, g_head, g_bwd = w.gemms.seconds(mm, bw, rates.sm_count)
     g_fwd = g_block + g_head
     spec = precision_spec(sc.precision)
     a_fwd, a_bwd, _ = attention_seconds(arch, kernel, float(sc.tokens_per_micro_batch), sc.seq_len,

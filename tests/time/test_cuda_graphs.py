@@ -29,9 +29,10 @@ def test_graphs_leave_no_per_kernel_host_time():
     # (engine.time.overhead.optimizer_host_seconds: torch AdamW's foreach loop over every parameter tensor).
     host = optimizer_host_seconds(SC.optimizer, sum(g.count for g in LLAMA1B.tensors))
     assert abs(graphs["overhead"] - (STEP_SECONDS + max(0.0, host - graphs["optimizer"]))) < 1e-12
-    # This step is launch-bound (the source's eager forward+backward is 6x its reduce-overhead one): the passes' host
-    # time is most of the fused step's overhead, so graphs must remove a real share of it.
-    assert graphs["overhead"] < 0.5 * fused["overhead"]
+    # This step is launch-bound even compiled: the source's torch.compile() forward+backward takes 12.6 ms and its
+    # reduce-overhead one 8.1 ms, so graphs remove about 4.5 ms of the passes' host time (within 50% here).
+    removed = fused["overhead"] - graphs["overhead"]
+    assert 0.5 * 4.5e-3 < removed < 1.5 * 4.5e-3, removed
 
 
 def test_cli_times_cuda_graphs_and_refuses_them_where_not_modelled(capsys):

@@ -20,13 +20,13 @@ from engine.model.build import architecture_from_config
 from engine.model.catalog import catalog_model
 from engine.scenario.peft import LORA_FAMILY, targeted
 from engine.scenario.precision import precision_spec
-from engine.scenario.training import Method, Scenario
+from engine.scenario.training import Framework, Method, Scenario
 from engine.time import step
 from engine.time.adapters import adapter_flops_per_token, offload_transfer_bytes
 from engine.time.attention import attention_work
-from engine.time.gemm import GemmTable, gemm_shapes, gemm_work, step_gemms
+from engine.time.gemm import GemmTable, gemm_shapes, gemm_work, occupancy_flops, step_gemms
 from engine.time.memory_bound import cast_bytes_per_use, dequant_bytes_per_use, layer_forward_bytes, loss_bytes
-from engine.time.overhead import BACKWARD_HOST_FACTOR, layer_kernels
+from engine.time.overhead import BACKWARD_HOST_FACTOR, COMPILED_BACKWARD_HOST_FACTOR, layer_kernels
 from engine.time.rates import gpu_rates
 
 MODELS = ["openai-community/gpt2", "meta-llama/Llama-3.1-8B", "deepseek-ai/DeepSeek-V2-Lite",
@@ -45,11 +45,11 @@ class ReferenceGemms:
     """The GEMMs of one micro batch the straightforward way: (padded FLOPs, bytes) of each from ``gemm_work``, by
     part (blocks' forward, LM head's forward, backward), each part's time summed GEMM by GEMM."""
 
-    def __init__(self, works: dict[str, list[tuple[float, float]]], flops: float, block_flops: float) -> None:
+    def __init__(self, works: dict[str, list[tuple[float, float, float]]], flops: float, block_flops: float) -> None:
         self.works, self.flops, self.block_flops = works, flops, block_flops
 
-    def seconds(self, rate: float, bandwidth: float) -> tuple[float, float, float]:
-        return tuple(sum(max(f / rate, b / bandwidth) for f, b in self.works[part])
+    def seconds(self, rate: float, bandwidth: float, sms: int = 0) -> tuple[float, float, float]:
+        return tuple(sum(max(f / rate, b / bandwidth, sms * o / rate) for f, b, o in self.works[part])
                      for part in ("block", "head", "backward"))
 
 
@@ -66,7 +66,7 @@ def reference_work(arch, sc, kernel, fused):
     gemm_flops = block_flops = 0.0
     for gm in step_gemms(arch, sc, c, targets):
         part = "backward" if gm.phase == "backward" else ("head" if gm.part == "lm_head" else "block")
-        works[part].append(gemm_work(gm))
+        works[part].append((*gemm_work(gm), occupancy_flops(gm)))
         gemm_flops += gm.flops
         if part == "block":
             block_flops += gm.flops
@@ -86,6 +86,8 @@ def reference_work(arch, sc, kernel, fused):
             adapter -= n * share * 6.0 * sc.lora_r * (lin.in_features + lin.out_features) * tokens
     tensors = (sum(gr.count for gr in arch.tensors) if sc.method is Method.FULL
                else 2 * sum(lin.count * lin.blocks(arch.num_layers) for lin in targets))
+    # torch.compile's backward (fused off the HF stack) is one compiled graph: no autograd engine per op
+    bwd_factor = COMPILED_BACKWARD_HOST_FACTOR if fused and sc.framework is not Framework.HF else BACKWARD_HOST_FACTOR
     return step._Work(
         gemms=ReferenceGemms(works, gemm_flops, block_flops), model_flops=model_flops,
         executed_flops=model_flops + recompute_flops + (full if sc.gradient_checkpointing else 0.0),
@@ -98,7 +100,7 @@ def reference_work(arch, sc, kernel, fused):
                           if sc.method is Method.FULL else 0.0),
         dequant_bytes=dequant_bytes_per_use(sc, c) * linear_params,
         kernels_fwd=k_fwd,
-        kernels_bwd=BACKWARD_HOST_FACTOR * k_fwd + (layers * k_layer if sc.gradient_checkpointing else 0.0),
+        kernels_bwd=bwd_factor * k_fwd + (layers * k_layer if sc.gradient_checkpointing else 0.0),
         tensors=tensors, adapter_flops=max(0.0, adapter), offload_bytes=offload_transfer_bytes(arch, sc, resid),
     )
 
@@ -153,3 +155,9 @@ def test_merged_columns_time_every_gemm_once():
         bound = [f / rate > b / bandwidth for f, b in map(gemm_work, gemms)]
         if rate == 217e12:
             assert any(bound) and not all(bound)
+        # with an A100's 108 SMs: rank-16 X A at 777 tokens is 7 tiles, occupancy-bound
+        occupied = sum(max(f / rate, b / bandwidth, 108 * occupancy_flops(g) / rate)
+                       for g, (f, b) in zip(gemms, map(gemm_work, gemms)))
+        assert sum(work.seconds(rate, bandwidth, 108)) == pytest.approx(occupied, rel=1e-12)
+        if rate == 217e12:
+            assert occupied > direct
