@@ -1,7 +1,9 @@
 """One rank's compute in one micro batch of a parallel layout, from :mod:`engine.time`'s step-time model.
 
-The walk is :func:`engine.time.step.step_time`'s (GEMMs at the achievable matmul rate with their roofline and tile
-efficiency, attention by kernel, memory-bound bytes at HBM bandwidth, kernel launches), on the shapes one rank runs:
+The walk is :func:`engine.time.step.step_time`'s (GEMMs at the achievable matmul rate with their roofline, tile
+efficiency and occupancy bound, attention by kernel, memory-bound bytes at HBM bandwidth, kernel launches with the
+backward's host factor of :func:`engine.time.overhead.backward_host_factor`), on the shapes one rank runs, so a rank
+with TP = PP = CP = EP = DP = 1 is exactly one GPU's step (a test):
 
 - **TP** (Shoeybi et al. 2019 sec. 3; Megatron ``ColumnParallelLinear`` / ``RowParallelLinear``): a column-parallel
   linear (q/k/v, MLP input projections) runs ``(m, n / TP, k)``, a row-parallel one (attention and MLP output
@@ -36,15 +38,15 @@ from engine.scaleout.fp8 import Fp8Recipe, fp8_cast_bytes
 from engine.scaleout.layout import Layout, Recompute
 from engine.scaleout.recompute import call_order, row_parallel
 from engine.scenario.precision import precision_spec
-from engine.scenario.training import Method, Scenario
+from engine.scenario.training import Framework, Method, Scenario
 from engine.time.adapters import extra_adapter_flops
 from engine.time.constants import current
 from engine.time.attention import FUSED_KERNELS, attention_seconds, attention_work
-from engine.time.gemm import Gemm, Roofline, gemm_work, step_gemms
+from engine.time.gemm import TILE_MN, Gemm, Roofline, gemm_seconds, gemm_work, occupancy_flops, step_gemms
 from engine.time.memory_bound import (
     BACKWARD_FACTOR, cast_bytes_per_use, dequant_bytes_per_use, layer_forward_bytes_by_width, loss_bytes,
 )
-from engine.time.overhead import BACKWARD_HOST_FACTOR, SECONDS_PER_KERNEL, layer_kernels
+from engine.time.overhead import SECONDS_PER_KERNEL, backward_host_factor, layer_kernels
 from engine.time.rates import GpuRates, fp8_matmul_flops, gpu_rates
 from engine.time.step import HEAD_KERNELS
 
@@ -95,6 +97,7 @@ class _Work(NamedTuple):
     embed: Passes
     block_kernels: float
     rec_kernels: float  # per block
+    backward_host_factor: float  # backward kernels' host time / the forward's (engine.time.overhead)
 
 
 _CACHE: dict[tuple, tuple[Architecture, _Work]] = {}
@@ -143,8 +146,14 @@ def rank_gemms(arch: Architecture, sc: Scenario, layout: Layout, c: int) -> list
     return out
 
 
-def _gemm_seconds(gemms: list[Gemm], rate: float, bw: float) -> float:
-    return Roofline([gemm_work(g) for g in gemms]).seconds(rate, bw) if gemms else 0.0
+def _gemm_seconds(gemms: list[Gemm], rate: float, bw: float, sms: int) -> float:
+    # Roofline, then engine.time.gemm's occupancy bound for the GEMMs with fewer output tiles than the GPU has SMs
+    # (wave quantization: each tile one SM), as engine.time.step times them on one GPU.
+    if not gemms:
+        return 0.0
+    narrow = [g for g in gemms if -(-g.m // TILE_MN) * -(-g.n // TILE_MN) < sms]
+    extra = sum(max(0.0, sms * occupancy_flops(g) / rate - gemm_seconds(g, rate, bw)) for g in narrow)
+    return Roofline([gemm_work(g) for g in gemms]).seconds(rate, bw) + extra
 
 
 def _work(arch: Architecture, sc: Scenario, layout: Layout, gpu: Gpu, rates: GpuRates, fp8: Fp8Recipe | None,
@@ -164,6 +173,7 @@ def _work(arch: Architecture, sc: Scenario, layout: Layout, gpu: Gpu, rates: Gpu
     rec = layout.recompute
     full, op_sac = rec is Recompute.FULL, rec is Recompute.SELECTIVE_OP
     fp8_rate = fp8_matmul_flops(gpu) if fp8 is not None else None
+    sms = rates.sm_count
 
     # GEMMs: 16-bit ones on one roofline, FP8 ones (1-byte operands) on another at the FP8 rate.
     gemms = rank_gemms(arch, sc, layout, c)
@@ -181,8 +191,8 @@ def _work(arch: Architecture, sc: Scenario, layout: Layout, gpu: Gpu, rates: Gpu
                                   layout.micro_batches)
             cast_f, cast_b, cast_r = cast_f + f, cast_b + b, cast_r + rec_share * f
     def phase(p: str) -> float:
-        return (_gemm_seconds(groups.get((p, False), []), mm, bw)
-                + (_gemm_seconds(groups.get((p, True), []), fp8_rate, bw) if fp8_rate else 0.0))
+        return (_gemm_seconds(groups.get((p, False), []), mm, bw, sms)
+                + (_gemm_seconds(groups.get((p, True), []), fp8_rate, bw, sms) if fp8_rate else 0.0))
     g_f, g_b, g_r = phase("forward"), phase("backward"), phase("recompute")
     # PEFT methods' extra matmul work (engine.time.adapters), a third forward, two thirds backward, as step_time.
     ad = extra_adapter_flops(arch, sc) / L / mm
@@ -217,8 +227,8 @@ def _work(arch: Architecture, sc: Scenario, layout: Layout, gpu: Gpu, rates: Gpu
         hg = [Gemm("lm_head", "forward", t, v, h, 1.0, c), Gemm("lm_head", "backward", t, h, v, 1.0, c)]
         if sc.method is Method.FULL:
             hg.append(Gemm("lm_head", "backward", h, v, t, 1.0, c))
-        hf = _gemm_seconds(hg[:1], mm, bw)
-        hb = _gemm_seconds(hg[1:], mm, bw)
+        hf = _gemm_seconds(hg[:1], mm, bw, sms)
+        hb = _gemm_seconds(hg[1:], mm, bw, sms)
         head_bytes = loss_bytes(arch, sc, c) * t / tp + 2 * resid * arch.hidden_size * t / sp
         cf = cw_f * head_w / bw
         head = Passes((hf, hb, 0.0), (0.0,) * 3, (cf, (casts_b * head_w + head_bytes) / bw, cf if full else 0.0), (0.0,) * 3)
@@ -228,7 +238,7 @@ def _work(arch: Architecture, sc: Scenario, layout: Layout, gpu: Gpu, rates: Gpu
 
     k = layer_kernels(arch, sc, kernel, fused)
     rec_k = k if (full or op_sac) else (1.0 if kernel in FUSED_KERNELS else 6.0) if rec is Recompute.SELECTIVE else 0.0
-    w = _Work(block, head, embed, k, rec_k)
+    w = _Work(block, head, embed, k, rec_k, backward_host_factor(sc.framework is Framework.HF, fused))
     if len(_CACHE) >= _CACHE_SIZE:
         _CACHE.clear()
     _CACHE[key] = (arch, w)
@@ -276,7 +286,7 @@ def _stage(w: _Work, layout: Layout, n: int, first: bool, last: bool) -> StageCo
         total = total.add(w.embed)
     fwd, bwd = total.forward, total.backward
     k_fwd = n * w.block_kernels + (HEAD_KERNELS if last else 0)
-    k_bwd = BACKWARD_HOST_FACTOR * k_fwd + n * w.rec_kernels
+    k_bwd = w.backward_host_factor * k_fwd + n * w.rec_kernels
     host = max(0.0, k_fwd * SECONDS_PER_KERNEL - fwd) + max(0.0, k_bwd * SECONDS_PER_KERNEL - bwd)
     breakdown = {name: sum(getattr(total, name)) for name in Passes._fields}
     breakdown["overhead"] = host
