@@ -13,8 +13,7 @@ from engine.scenario.precision import PrecisionMode
 from engine.memory.seed_rules import seed_comparison
 from engine.memory.sweep import sweep_techniques
 from engine.units import fmt_bytes, fmt_count, to_unit
-from ui.charts import per_gpu_figure
-from ui.vega import memory_stack_chart
+from ui.charts import memory_stack_figure, per_gpu_figure
 from ui.checklist import checklist_section
 from ui.config_import import config_import_section
 from ui.hardware import hardware_sidebar
@@ -198,8 +197,7 @@ if hw.is_multi:
                    f"{fmt_bytes(ds.cpu_bytes_per_node, unit)} CPU per node. {ds.note}.")
 
 st.subheader("Across techniques and precisions")
-stack_rows, stack_spec = memory_stack_chart(rows, unit, gpu)  # Vega-Lite: a fraction of Plotly's redraw (ui/vega.py)
-st.vega_lite_chart(pd.DataFrame(stack_rows), stack_spec, width="stretch", key="memory_chart")
+st.plotly_chart(memory_stack_figure(rows, unit, gpu), width="stretch", key="memory_chart")
 for r in rows:
     if r.error:
         st.caption(f"Not shown — {md_plain(r.label)}: {md_plain(r.error)}")

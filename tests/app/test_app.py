@@ -100,8 +100,7 @@ def test_default_app_shows_llama_3_1_8b(app):
     assert m["Trainable parameters"][0] == "8.03B"  # full fine-tuning trains everything
     assert peak_bytes(app) == engine_peak(LLAMA_8B)
     assert m["Peak memory"][0] == f"{peak_bytes(app) / 2**30:,.2f} GiB"  # GiB is the default unit
-    # the technique sweep, drawn with Vega-Lite (ui/vega.py); the checklist's waterfall waits in its closed expander
-    assert len(app.get("vega_lite_chart")) == 1 and not app.get("plotly_chart")
+    assert len(app.get("plotly_chart")) == 1  # the technique sweep (the checklist's waterfall waits in its closed expander)
     assert f"{LLAMA_8B_PARAMS:,} parameters" in " ".join(sidebar_captions(app))
 
 

@@ -23,8 +23,6 @@ def test_every_chart_of_the_page_validates(new_app, page):
     if page == "pages/plans.py":
         at.button(key="plan_save").click().run()  # the compare charts
     views = {"pages/fit.py": ("models", "techniques"), "pages/time_cost.py": ("time", "shape", "dataset", "gpus", "plans")}
-    if page == "pages/memory.py":  # its sweep is Vega-Lite (tests/app/test_vega_charts.py); the per-GPU bar is Plotly
-        at.number_input(key="num_gpus").set_value(8).run()
     if page == "pages/fit.py":
         at.radio(key="fit_labels").set_value("Fewest GPUs").run()  # the labelled heatmap too
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]

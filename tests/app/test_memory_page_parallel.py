@@ -37,14 +37,13 @@ def app(new_app):
 
 def test_strategy_controls_change_the_per_gpu_total(app):
     one = peak_bytes(app)
-    # one GPU: no per-GPU chart; the sweep is a Vega-Lite chart (ui/vega.py); the checklist is closed
-    assert len(app.get("plotly_chart")) == 0 and len(app.get("vega_lite_chart")) == 1
+    assert len(app.get("plotly_chart")) == 1  # one GPU: no per-GPU chart, the sweep (the checklist is closed)
     app.number_input(key="num_gpus").set_value(8).run()
     app.selectbox(key="strategy").set_value(Strategy.ZERO3).run()
     assert not app.exception, [e.value for e in app.exception]
     _, plan = default_plan(Strategy.ZERO3)
     assert peak_bytes(app) == round(plan.per_gpu_bytes(8)) < one
-    assert len(app.get("plotly_chart")) == 1 and len(app.get("vega_lite_chart")) == 1  # per-GPU bar, sweep
+    assert len(app.get("plotly_chart")) == 2  # the technique sweep and the per-GPU bar
     app.selectbox(key="strategy").set_value(Strategy.DDP).run()
     _, ddp = default_plan(Strategy.DDP)
     assert peak_bytes(app) == round(ddp.per_gpu_bytes(8)) > one  # DDP divides nothing and adds its buckets
