@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 from engine.time.step import CATEGORIES
 from engine.time.sweep import TechniqueTime
 from ui.axes import point_axis
-from ui.charts import prebuilt
+from ui.charts import label_px, prebuilt
 
 CATEGORY_STYLE = {
     "matmul": ("Matmuls (GEMMs)", "#4C78A8"), "attention": ("Attention", "#F58518"),
@@ -39,7 +39,8 @@ def time_stack_figure(rows: list[TechniqueTime]) -> go.Figure:
                                             "range": [0, max(totals + [1e-9]) * 1.25]},
               "yaxis": {"autorange": "reversed", "automargin": True},
               "legend": {"title": {"text": "Where the time goes"}, "orientation": "h", "y": -0.15},
-              "margin": {"t": 30, "b": 10, "r": 20}, "height": 160 + 34 * len(ok)}
+              # the row labels' width in advance (ui.charts.LABEL_CHAR_PX): no second drawing to grow the margin
+              "margin": {"t": 30, "b": 10, "r": 20, "l": 12 + label_px(y)}, "height": 160 + 34 * len(ok)}
     return prebuilt({"data": data, "layout": layout})
 
 
