@@ -3,7 +3,7 @@
 The engine remembers per-architecture sums by the architecture's identity and keeps the object beside them
 (engine.memo, engine.time.step, engine.scenario.lora). The app must hand it one Architecture per model config
 (ui.model_picker.shared_architecture): before, every rerun built a new one, and each stayed alive in those memos, so
-the count of live Architectures grew with every rerun of every session (about 1.5 per rerun, measured with AppTest).
+the count of live Architectures grew with every rerun of every session (this test: 44 -> 107 after 48 reruns).
 """
 
 from __future__ import annotations
