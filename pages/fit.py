@@ -7,7 +7,7 @@ import streamlit as st
 
 from engine.model.build import architecture_from_config
 from engine.model.catalog import load_models
-from ui.catalog_session import session_gpus, session_prices
+from ui.catalog_session import session_gpus, session_prices, table_key
 from ui.inputs import checked_number
 from engine.errors import EngineError
 from engine.plan.largest import SEED_TABLE_SOURCE, seed_largest_model_table
@@ -26,11 +26,12 @@ from ui.tables import number_columns
 from ui.formats import md_plain
 from ui.views import section_choice
 
-# The matrices cost tens of milliseconds per rerun (every catalog model x GPU x technique), so they and their heatmaps are
-# kept for all sessions, keyed by the JSON of their inputs (the engine's results are unchanged; a session's edited GPU
-# table gives another key than the bundled one). A hosted demo with a crowd reruns this page often. Bounded: one
-# models-matrix entry (matrix, figure, CSV) holds about 1.8 MB, so 32 scenarios stay under 60 MB per cache and a
-# long-running server's memory levels off (256 entries let it grow by up to 450 MB).
+# The matrices cost tens of milliseconds per rerun (every catalog model x GPU x technique), so their heatmaps, CSVs and
+# row errors are kept for all sessions, keyed by the JSON of their inputs (the engine's results are unchanged; a
+# session's edited GPU table gives another key than the bundled one). A hosted demo with a crowd reruns this page often.
+# An entry keeps only what the page draws, not the matrix: the models matrix (33 models x 28 GPUs) holds 1.3 MB of
+# pydantic cells beside its 0.5 MB figure and 0.1 MB CSV (tracemalloc), so 32 scenarios stay near 20 MB per cache
+# instead of 62 MB, and a long-running server's memory levels off once they are full (issue 26's soak).
 _CACHE = dict(max_entries=32, ttl=3600, show_spinner=False)
 
 
@@ -41,20 +42,20 @@ def _catalog_architectures() -> list:
 
 @st.cache_resource(**_CACHE)
 def _models_fit(_scenario: Scenario, _gpus: tuple, _strategy: Strategy, unit: str, labels: str, key: tuple):
-    matrix = model_matrix(_catalog_architectures(), _scenario, _gpus, _strategy)
-    return matrix, fit_heatmap(matrix, unit, labels=labels), _matrix_csv(matrix)
+    return _drawn(model_matrix(_catalog_architectures(), _scenario, _gpus, _strategy), unit, labels)
 
 
 @st.cache_resource(**_CACHE)
 def _techniques_fit(_arch, _scenario: Scenario, _gpus: tuple, unit: str, labels: str, key: tuple):
-    matrix = technique_matrix(_arch, _scenario, _gpus)
-    return matrix, fit_heatmap(matrix, unit, labels=labels), _matrix_csv(matrix)
+    return _drawn(technique_matrix(_arch, _scenario, _gpus), unit, labels)
 
 
-def _matrix_csv(matrix) -> bytes:
-    # Built with the matrix and kept with it: a scenario seen before (another visitor's, or this one's earlier value)
-    # costs neither the matrix, nor its figure, nor its download again.
-    return records_csv(matrix.records())
+def _drawn(matrix, unit: str, labels: str) -> tuple[tuple[tuple[str, str], ...], object, bytes]:
+    # What the page shows of a matrix, built once and kept (a scenario seen before, another visitor's or this one's
+    # earlier value, costs neither the matrix, nor its figure, nor its download again): the rows that could not be
+    # computed (label, why), the heatmap and the CSV.
+    errors = tuple((row.label, row.error) for row in matrix.rows if row.error)
+    return errors, fit_heatmap(matrix, unit, labels=labels), records_csv(matrix.records())
 
 
 @st.cache_resource(**_CACHE)
@@ -66,8 +67,9 @@ model, scenario, hw = scenario_page("Which GPU does it fit on?")
 unit, strategy = hw.unit, hw.strategy
 
 gpus = session_gpus()
-# Exact keys (JSON of the frozen inputs): cheap to hash, unlike the objects themselves.
-gpus_key = json.dumps([g.model_dump(mode="json") for g in gpus])
+# Exact keys (JSON of the frozen inputs): cheap to hash, unlike the objects themselves. The GPU table's is made once per
+# table object (table_key), not on every rerun (1.7 ms).
+gpus_key = table_key(gpus)
 model_key = json.dumps(model.config, sort_keys=True, default=str)
 _WHY_SEED_DIFFERS = (
     """**Why the numbers differ from the seed's**
@@ -159,10 +161,10 @@ def _matrix_section(view: str) -> None:
     )
     try:
         if view == "models":
-            fit, figure, csv = _models_fit(scenario, gpus, strategy, unit, labels,
+            errors, figure, csv = _models_fit(scenario, gpus, strategy, unit, labels,
                                            key=(scenario.model_dump_json(), gpus_key, strategy))
         else:
-            fit, figure, csv = _techniques_fit(model.arch, scenario, gpus, unit, labels,
+            errors, figure, csv = _techniques_fit(model.arch, scenario, gpus, unit, labels,
                                                key=(model_key, scenario.model_dump_json(), gpus_key))
     except EngineError as exc:
         st.error(f"Cannot compute the fit: {md_plain(exc)}")
@@ -177,9 +179,8 @@ def _matrix_section(view: str) -> None:
         st.caption("Same batch, sequence, accumulation, attention and LoRA settings in every row; each row sets what its label says. "
                    "The ZeRO-3 row's ×N is the fewest GPUs with sharding; the other rows use DDP.")
     st.plotly_chart(figure, width="stretch", key=f"fit_{view}_chart")
-    for row in fit.rows:
-        if row.error:
-            st.caption(f"Not computed — {md_plain(row.label)}: {md_plain(row.error)}")
+    for label, error in errors:
+        st.caption(f"Not computed — {md_plain(label)}: {md_plain(error)}")
     name = "fit_models_x_gpus" if view == "models" else "fit_techniques_x_gpus"
     _download(csv, name, f"fit_{view}_csv")
 

@@ -69,7 +69,7 @@ else:
             dataset_examples=d.examples, dataset_avg_tokens=d.avg_tokens, epochs=d.epochs, packing=d.packing, runs=d.runs,
             calibration=cal.factor if cal else 1.0, fused_kernels=tc.fused_kernels, price_source=tc.price_source,
         )
-        result = evaluate_plan(current, model.config, gpus=session_gpus(), prices=session_prices())
+        result = evaluate_plan(current, model.config, gpus=session_gpus(), prices=session_prices(), arch=model.arch)
     except (EngineError, ValueError) as exc:
         st.error(f"This scenario cannot be saved as a plan: {md_plain(exc)}")
         st.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -178,6 +179,22 @@ def _upload_widget() -> tuple[dict[str, Any], ConfigOrigin] | None:
     return config, ConfigOrigin(kind="file", name=upload.name)
 
 
+@st.cache_resource(max_entries=64, ttl=3600, show_spinner=False)
+def _architecture(key: str, _config: dict[str, Any]) -> tuple[Architecture, str | None]:
+    return architecture_or_approximation(_config)
+
+
+def shared_architecture(config: dict[str, Any]) -> tuple[Architecture, str | None]:
+    """:func:`architecture_or_approximation` of ``config``, one object per config for every rerun and session.
+
+    Why (issue 26): the engine remembers its per-architecture sums by the architecture's identity (engine.memo,
+    engine.time.step, engine.scenario.lora) and keeps the object beside them. A new Architecture built on every rerun
+    missed all of them and stayed alive in them (hundreds on a busy server, tens of MB, until each memo's size is
+    reached), and cost its construction again each time. Keyed by the config's exact JSON (a config is a few kB), at
+    most 64 configs for an hour: the catalog's models and some Hub repos or uploads. Errors are not cached."""
+    return _architecture(json.dumps(config, sort_keys=True, default=str), config)
+
+
 def model_sidebar() -> PickedModel | None:
     """Draw the picker in the sidebar and return the model, or None after showing why there is none."""
     with st.sidebar:
@@ -195,7 +212,7 @@ def model_sidebar() -> PickedModel | None:
                 return None
             config, origin = loaded
             try:
-                arch, approximation = architecture_or_approximation(config)
+                arch, approximation = shared_architecture(config)
             except ConfigError as exc:
                 if isinstance(exc, UnsupportedModelError):
                     raise

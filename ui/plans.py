@@ -16,6 +16,7 @@ from engine.model.sources import config_from_catalog
 from engine.units import Unit, to_unit
 from ui.catalog_session import session_gpus, session_prices, table_key
 from ui.formats import plain
+from ui.model_picker import shared_architecture
 from ui.plan_store import ANONYMOUS, PlanChanged, PlanStore, StoredPlan
 from ui.tables import bytes_in, number_columns
 
@@ -47,9 +48,10 @@ def _config_of(stored: StoredPlan) -> dict[str, Any]:
 def _evaluated(record: str, config_key: str, tables: tuple[str, str], _plan: Plan, _config: dict, _gpus: tuple,
                _prices: tuple) -> PlanResult | str:
     # One evaluation per plan version, config and tables for every session (a library of many plans is read by
-    # every visitor of the Plans page); what does not evaluate is kept as its reason. Bounded.
+    # every visitor of the Plans page); what does not evaluate is kept as its reason. Bounded. The architecture is the
+    # app's one object for that config (ui.model_picker.shared_architecture), which the engine's memos know.
     try:
-        return evaluate_plan(_plan, _config, gpus=_gpus, prices=_prices)
+        return evaluate_plan(_plan, _config, gpus=_gpus, prices=_prices, arch=shared_architecture(_config)[0])
     except EngineError as exc:
         return str(exc)
 

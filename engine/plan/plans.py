@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from engine.model.architecture import Architecture
 from engine.model.build import architecture_or_approximation
 from engine.plan.cost import CHEAPEST_LISTED, Dataset, estimate_plan, resolve_price_source
 from engine.plan.csv_checks import header_problem, shown_cell
@@ -174,19 +175,23 @@ def evaluate_plan(
     *,
     gpus: Sequence[Gpu] | None = None,
     prices: Sequence[GpuPrice] | None = None,
+    arch: Architecture | None = None,
 ) -> PlanResult:
     """Recompute a plan's memory, fit, tokens/s, hours and cost from its inputs.
 
     ``config``: the model's config dict; None reads the bundled catalog copy of ``plan.model_repo_id``.
+    ``arch``: that config's architecture when the caller already holds it (the app keeps one per config, so the
+    engine's per-architecture memos answer); None builds it from ``config``.
     ``gpus``/``prices``: the GPU and price tables (default: the bundled ones).
 
     Raises:
         CatalogError: model not bundled (and no config given), unknown GPU or price source.
         ScenarioError / ConfigError: the plan does not apply to the model (e.g. LoRA targets it lacks).
     """
-    if config is None:
-        config, _ = config_from_catalog(plan.model_repo_id)
-    arch, _approx = architecture_or_approximation(config)
+    if arch is None:
+        if config is None:
+            config, _ = config_from_catalog(plan.model_repo_id)
+        arch, _approx = architecture_or_approximation(config)
     gpu = find_plan_gpu(plan.gpu, gpus)
     sc = plan.scenario()
     source = resolve_price_source(plan.price_source, prices)
