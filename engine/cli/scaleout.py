@@ -71,7 +71,8 @@ def add_scaleout_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--inter-node-gbits", type=positive_float, default=None, metavar="G",
                    help="network per GPU between nodes, Gb/s (default: engine.scaleout.step_time.DEFAULT_INTER_NODE_GBITS)")
     g.add_argument("--fp8-recipe", choices=[r.value for r in Fp8Recipe], default=None,
-                   help="with --precision fp8: te (TransformerEngine) or torchao (float8) (default te)")
+                   help="with --precision fp8: te (TransformerEngine), torchao (float8, tensorwise) or torchao_rowwise "
+                        "(float8, row-wise scaling) (default te)")
     g.add_argument("--master-weights", action="store_true",
                    help="16-bit model + fp32 master weights and gradients (Megatron-LM --bf16 / --fp16, torchtitan FSDP2) "
                         "instead of the Hugging Face Trainer's autocast: --precision bf16 or amp_bf16 (the same run), fp16 or "

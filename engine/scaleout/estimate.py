@@ -47,8 +47,9 @@ def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, clus
     ``fused_kernels`` (torch.compile, Megatron-LM's fused kernels) and ``tp_comm_overlap`` (Megatron-LM
     ``--tp-comm-overlap``, torchtitan AsyncTP): see :func:`engine.scaleout.step_time.step_time`; ``dtensor_tp``: TP
     as PyTorch DTensor (torchtitan) runs it (:func:`engine.scaleout.comm_volumes.model_parallel_collectives`);
-    ``fp8_all_gather``: FSDP2 / TP all-gathers in FP8 (default: with torchao's tensorwise float8; its rowwise recipe
-    gathers in bf16, torchtitan's float8 converter enables the FP8 all-gather for tensorwise scaling only).
+    ``fp8_all_gather``: FSDP2 / TP all-gathers in FP8 (default: with torchao's tensorwise float8; its rowwise recipe,
+    ``Fp8Recipe.TORCHAO_ROWWISE``, gathers in bf16: torchtitan's float8 converter enables the FP8 all-gather for
+    tensorwise scaling only).
 
     Raises:
         ScenarioError: the layout does not fit the model (see :func:`engine.scaleout.memory.check_layout`), FP8

@@ -72,6 +72,9 @@ def megatron_args(arch: Architecture, sc: Scenario, layout: Layout, fp8: Fp8Reci
               + ("optim_grads_params" if layout.zero == 3 else "optim_grads")]
     else:
         a.append("--overlap-grad-reduce")
+    if fp8 is Fp8Recipe.TORCHAO_ROWWISE:
+        raise ScenarioError("Megatron-LM has no row-wise float8 recipe like torchao's: export for torchtitan, or "
+                            "choose the te or torchao (tensorwise) recipe")
     if fp8 is not None:
         a += ["--fp8-format hybrid", "--fp8-recipe delayed" if fp8 is Fp8Recipe.TE else "--fp8-recipe tensorwise"]
     return "\n".join(f"{x} \\" for x in a).rstrip(" \\")
@@ -105,9 +108,12 @@ def torchtitan_toml(arch: Architecture, sc: Scenario, layout: Layout, fp8: Fp8Re
     else:
         lines.append(f'mode = "{layout.recompute.value}"')
     if fp8 is not None:
+        rowwise = fp8 is Fp8Recipe.TORCHAO_ROWWISE
         lines += ["", "[model]", 'converters = ["quantize.linear.float8"]', "", "[quantize.linear.float8]",
-                  'recipe_name = "tensorwise"', f"enable_fsdp_float8_all_gather = {'true' if layout.zero == 3 else 'false'}",
-                  f"precompute_float8_dynamic_scale_for_fsdp = {'true' if layout.zero == 3 else 'false'}",
+                  f'recipe_name = "{rowwise and "rowwise" or "tensorwise"}"',
+                  # torchtitan's converter gathers in FP8 with tensorwise scaling only
+                  f"enable_fsdp_float8_all_gather = {'true' if layout.zero == 3 and not rowwise else 'false'}",
+                  f"precompute_float8_dynamic_scale_for_fsdp = {'true' if layout.zero == 3 and not rowwise else 'false'}",
                   'filter_fqns = ["output"]']
     return "\n".join(lines) + "\n"
 

@@ -18,6 +18,15 @@ and the router stay in bf16 (DeepSeek-V3 arXiv:2412.19437 sec. 3.3; torchtitan's
   ``docs/source/workflows/training.md``: 47.65 GB bf16 vs 47.77 GB float8 on Llama 3 8B; torchtitan
   77.0 vs 76.8 GiB). With FSDP2 the weight shards are cast before the all-gather
   (``enable_fsdp_float8_all_gather``), halving the parameter all-gather volume.
+- ``torchao_rowwise`` (``Float8LinearRecipeName.ROWWISE``, torchtitan ``--float8.recipe_name rowwise``): the same
+  memory as ``torchao``, but (1) its all-gathers stay 16-bit (torchtitan's converter enables the FP8 all-gather and
+  ``Float8ColwiseParallel`` for tensorwise scaling only); (2) its backward GEMMs run with slow accumulation, which
+  torchao routes through cuBLAS's tensorwise kernel with unit scales followed by a separate rescale of the output
+  by the row and column scales, because the row-wise CUTLASS kernel is too slow without fast accumulation (torchao
+  PR #1325, ``float8/float8_python_api.py``; torchao issue #2184: "at least one extra triton kernel per GEMM ...
+  just for the rescaling"): one extra read and write of each backward GEMM's output; (3) under async TP its
+  all-gather-matmul patterns are not fused (pytorch/pytorch#149990, open: only the matmul-reduce-scatters fuse
+  with row-wise scales), so the TP all-gathers stay on the critical path.
 """
 
 from __future__ import annotations
@@ -32,10 +41,12 @@ if TYPE_CHECKING:  # a type only: the GPU catalog is not imported for an estimat
 
 
 class Fp8Recipe(str, Enum):
-    """FP8 implementation: TransformerEngine (delayed scaling, cached FP8 weights) or torchao float8 (dynamic)."""
+    """FP8 implementation: TransformerEngine (delayed scaling, cached FP8 weights) or torchao float8 (dynamic,
+    tensorwise or row-wise scaling)."""
 
     TE = "te"
     TORCHAO = "torchao"
+    TORCHAO_ROWWISE = "torchao_rowwise"
 
 
 TE_WEIGHT_CACHE_BYTES = 2.0
@@ -79,10 +90,16 @@ def fp8_cast_bytes(recipe: Fp8Recipe, c: int, x: float, w: float, dy: float, mic
       kernel reads the 16-bit tensor once and writes both FP8 layouts (``transformer_engine/common/transpose/
       cast_transpose.cu``): ``(c + 2)`` per x element forward and per dy element backward; the weight's FP8 copy
       and transpose are made once per step and cached across the micro batches (TE#1261, Megatron's
-      ``is_first_microbatch``): ``(c + 2) w / micro batches``."""
+      ``is_first_microbatch``): ``(c + 2) w / micro batches``.
+    - ``torchao_rowwise``: as ``torchao``, plus the rescale pass after each slow-accumulation backward GEMM (torchao
+      PR #1325: cuBLAS tensorwise GEMM, then the output times the row and column scales, read c and write c per
+      output element): the input gradient has ``x`` elements and the weight gradient ``w``: ``+ 2c (x + w)``."""
     if recipe is Fp8Recipe.TE:
         return (c + 2.0) * (x + w / max(micro_batches, 1)), (c + 2.0) * dy
-    return (2.0 * c + 1.0) * (x + w), (2.0 * c + 1.0) * dy + (c + 1.0) * (x + w + dy)
+    forward, backward = (2.0 * c + 1.0) * (x + w), (2.0 * c + 1.0) * dy + (c + 1.0) * (x + w + dy)
+    if recipe is Fp8Recipe.TORCHAO_ROWWISE:
+        backward += 2.0 * c * (x + w)
+    return forward, backward
 
 
 def check_fp8_gpu(fp8: Fp8Recipe | None, gpu: Gpu) -> None:

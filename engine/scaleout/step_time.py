@@ -191,13 +191,16 @@ class CommSums(NamedTuple):
     tp: float
 
 
-def comm_sums(cols: list[Collective], seconds: list[float], layout: Layout, tp_comm_overlap: bool) -> CommSums:
+def comm_sums(cols: list[Collective], seconds: list[float], layout: Layout, tp_comm_overlap: bool,
+              overlap_tp_all_gathers: bool = True) -> CommSums:
     """:class:`CommSums` of ``cols`` (their :func:`collective_seconds` in ``seconds``). Reads of the layout only its
-    micro batches and ZeRO stage (the layout search shares the sums between layouts with the same collectives)."""
+    micro batches and ZeRO stage (the layout search shares the sums between layouts with the same collectives).
+    ``overlap_tp_all_gathers`` False: with ``tp_comm_overlap`` only the TP reduce-scatters run under the GEMMs (async
+    TP with torchao's row-wise float8, whose all-gather-matmuls are not fused: pytorch/pytorch#149990)."""
     m = layout.micro_batches
     critical = per_f = per_b = start = end = ring = tp = 0.0
     for col, s in zip(cols, seconds):
-        if tp_comm_overlap and col.dimension == "tp":
+        if tp_comm_overlap and col.dimension == "tp" and (overlap_tp_all_gathers or col.kind != "all_gather"):
             tp += s
         elif not col.overlapped:
             critical += s
@@ -306,14 +309,16 @@ def step_time(arch: Architecture, layout: Layout, cluster: Cluster, collectives:
     ``rank_parameters``: parameters held by that rank; ``fused_kernels``: torch.compile or Megatron-LM's fused
     kernels (:mod:`engine.time.memory_bound`); ``tp_comm_overlap``: the TP collectives run under the GEMMs next to
     them (Megatron-LM ``--tp-comm-overlap`` with TransformerEngine's userbuffers, torchtitan's AsyncTP), so only what
-    :func:`engine.time.collectives.exposed_seconds` leaves of them beside the step's matmul time counts.
+    :func:`engine.time.collectives.exposed_seconds` leaves of them beside the step's matmul time counts (with
+    torchao's row-wise float8 only the reduce-scatters: its all-gather-matmuls are not fused, pytorch/pytorch#149990).
 
     Raises:
         ValueError: no catalog peak for the compute dtype on the cluster's GPU.
     """
     gpu, sc = cluster.gpu, ctx.compute_sc
     seconds = [collective_seconds(c, cluster) for c in collectives]
-    sums = comm_sums(collectives, seconds, layout, tp_comm_overlap)
+    sums = comm_sums(collectives, seconds, layout, tp_comm_overlap,
+                     overlap_tp_all_gathers=fp8 is not Fp8Recipe.TORCHAO_ROWWISE)
     s = _step(arch, layout, cluster, sums, ctx, rank_parameters, fp8, fused_kernels)
     st, m, step = s.stage, layout.micro_batches, s.step
     by_dim: dict[str, float] = {}

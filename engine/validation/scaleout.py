@@ -202,7 +202,9 @@ def _local_batch(row: dict, dp: int) -> int | None:
 def _fp8(row: dict) -> Fp8Recipe | None:
     if "fp8" not in row["precision"].lower():
         return None
-    return Fp8Recipe.TORCHAO if row["id"].startswith(("tt_", "torchao")) else Fp8Recipe.TE
+    if not row["id"].startswith(("tt_", "torchao")):
+        return Fp8Recipe.TE
+    return Fp8Recipe.TORCHAO_ROWWISE if "rowwise" in row["precision"].lower() else Fp8Recipe.TORCHAO
 
 
 def run_settings(row: dict) -> tuple[bool, bool]:
@@ -290,8 +292,7 @@ def compare_row(row: dict) -> list[RunComparison] | str:
         cluster = Cluster(gpu=gpu, nodes=max(1, world // 8), gpus_per_node=min(8, world), inter_node_gbits=inter)
         fused, tp_overlap = run_settings(row)
         est = estimate_layout(arch, sc, layout, cluster, _fp8(row), master_weights=master, fused_kernels=fused,
-                              tp_comm_overlap=tp_overlap, dtensor_tp=torchtitan,
-                              fp8_all_gather=False if "rowwise" in row["precision"].lower() else None)
+                              tp_comm_overlap=tp_overlap, dtensor_tp=torchtitan)
     except EngineError as exc:
         return f"not expressible: {exc}"
     assumed += "; " + "; ".join(x for x in (
