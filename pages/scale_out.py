@@ -41,7 +41,9 @@ gpu = gpus[c1.selectbox("Cluster GPU", list(gpus), key="so_gpu",
                         help="Starts as the sidebar's GPU. This page explores its own layouts: the sidebar's GPU count, "
                              "strategy and offload do not apply here.")]
 fp8_choice = c2.selectbox("FP8", list(CHOICES["so_fp8"]), key="so_fp8",
-                          help="TransformerEngine keeps FP8 weight copies (+2 B/parameter); torchao float8 does not")
+                          help="te: TransformerEngine keeps FP8 weight copies (+2 B/parameter); torchao: float8 tensorwise, no copies, FP8 "
+                               "all-gathers; torchao_rowwise: row-wise scales, bf16 all-gathers and a rescale pass after "
+                               "its backward GEMMs")
 # Master weights mean one thing (Megatron-LM --bf16 / --fp16) and only for full training of a 16-bit model.
 can_master = scenario.method is Method.FULL and scenario.precision in MASTER_PRECISION
 master = c3.checkbox("16-bit model + fp32 master weights", value=True, key="so_master", disabled=not can_master,

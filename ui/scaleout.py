@@ -9,6 +9,7 @@ import streamlit as st
 
 from engine.errors import ScenarioError
 from engine.scaleout.exports import EXPORTERS
+from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.layout import ZERO_CHOICES, Layout, Recompute, Schedule
 from engine.units import Unit, to_unit
 from ui.inputs import checked_number
@@ -19,7 +20,7 @@ CHOICES: dict[str, tuple] = {
     "so_tp": (1, 2, 4, 8), "so_cp": (1, 2, 4, 8, 16), "so_ep": (1, 2, 4, 8, 16, 32, 64), "so_gpn": (1, 2, 4, 8),
     "so_zero": tuple(ZERO_CHOICES), "so_rec": tuple(r.value for r in Recompute),
     "so_sched": tuple(s.value for s in Schedule if s is not Schedule.INTERLEAVED),
-    "so_fp8": ("off", "te", "torchao"), "so_export": tuple(sorted(EXPORTERS)),
+    "so_fp8": ("off", *(r.value for r in Fp8Recipe)), "so_export": tuple(sorted(EXPORTERS)),
 }
 """Options of the page's select boxes, by widget key (= URL parameter, :mod:`ui.share`)."""
 NUMBERS = ("so_pp", "so_nodes", "so_gbs", "so_v", "so_tokens")

@@ -199,3 +199,18 @@ def test_a_fitting_layout_shows_the_band_of_its_hours_and_cost(page):
     hours = float(metric(at, "Hours").replace(",", ""))
     assert lo == pytest.approx(hours / high, abs=0.1) and hi == pytest.approx(hours / low, abs=0.1)
     assert "GPU-hours" in caption and "several GPUs" in caption
+
+
+def test_fp8_rowwise_is_offered_and_megatron_refuses_it_in_words(page):
+    # The FP8 choices are engine.scaleout.fp8.Fp8Recipe's values (one record): torchao's row-wise recipe is one, and
+    # Megatron-LM has no row-wise recipe, so its export says so instead of writing a command line.
+    at = page
+    assert at.selectbox(key="so_fp8").options == ["off", "te", "torchao", "torchao_rowwise"]
+    at.selectbox(key="so_gpu").set_value("NVIDIA H100 80GB").run()  # FP8 needs Hopper or newer
+    at.selectbox(key="so_fp8").set_value("torchao_rowwise").run()
+    at.radio(key="so_export").set_value("megatron").run()
+    no_exception(at)
+    assert not at.code and any("row" in shown(i.value).lower() for i in at.info)
+    at.selectbox(key="so_zero").set_value(3).run()  # torchtitan shards with FSDP (ZeRO-3)
+    at.radio(key="so_export").set_value("torchtitan").run()
+    assert 'recipe_name = "rowwise"' in at.code[0].value
