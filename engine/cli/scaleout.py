@@ -1,6 +1,6 @@
 """``python -m engine estimate`` with a parallel layout: ``--tensor-parallel N --pipeline-parallel N --context-parallel N
 --expert-parallel N --sequence-parallel --recompute {none,selective,selective_op,full} --virtual-pipeline N --num-nodes N`` and
-``--precision fp8 --fp8-recipe te|torchao`` (:mod:`engine.scaleout`).
+``--precision fp8 --fp8-recipe te|torchao|torchao_rowwise`` (:mod:`engine.scaleout`).
 
 ``--strategy`` ddp, zero1 (the distributed optimizer), zero2 / fsdp_shard_grad_op or zero3 / fsdp_full_shard shards
 over DP x CP; ``--fused-kernels`` and ``--tp-comm-overlap`` set the step time's kernels and TP overlap; a dataset size
