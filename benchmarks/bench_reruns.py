@@ -16,6 +16,7 @@ Usage::
 
     python benchmarks/bench_reruns.py                 # every page, 30 reruns each
     python benchmarks/bench_reruns.py --pages fit,memory --reruns 60
+    python benchmarks/bench_reruns.py --cycle 10 --port 9190   # values seen before: the cache-hit path of load.py
 """
 
 from __future__ import annotations
@@ -46,8 +47,27 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def time_page(url: str, page: str, reruns: int, cpu: list[float] | None = None, pid: int | None = None) -> list[float]:
-    """Wall ms of each rerun; with ``pid``, the server's CPU seconds over the timed reruns appended to ``cpu``."""
+def _change(session: Session, page: str, i: int, cycle: int) -> None:
+    """The i-th widget change of a page's timed reruns (module docstring); with ``cycle``, one of ``cycle`` values."""
+    choices = dict(catalog_choices())  # the picker's options, formatted as its selectbox shows them
+    models = [f"{choices[r]} · {r}" for r in ("Qwen/Qwen2.5-7B", "meta-llama/Llama-3.1-8B")]
+    if cycle:
+        i %= cycle
+    if page in SEQUENCE_PAGES:
+        session.set_widget("Sequence length", "int_value", 1024 + 128 * i)  # never seen before (without cycle)
+    elif "Micro batch size" in session.widgets:
+        session.set_widget("Micro batch size", "int_value", 2 + i)  # without cycle never seen before: no cache answers
+        if i % 5 == 4:
+            session.set_widget("Gradient checkpointing", "bool_value", i % 10 == 4)
+    else:
+        session.set_widget("Model", "string_value", models[i % 2])  # a selectbox sends the option as shown
+
+
+def time_page(url: str, page: str, reruns: int, cpu: list[float] | None = None, pid: int | None = None,
+              cycle: int = 0) -> list[float]:
+    """Wall ms of each rerun; with ``pid``, the server's CPU seconds over the timed reruns appended to ``cpu``.
+    ``cycle`` > 0: the changed value goes round ``cycle`` values seen in a first, untimed pass (the pages' caches
+    answer, as for the load test's visitors), instead of a value never seen before."""
     session = Session(url, 60.0)
     try:
         session.rerun()  # the root URL: the landing page moves on to /memory
@@ -55,19 +75,14 @@ def time_page(url: str, page: str, reruns: int, cpu: list[float] | None = None, 
             session.go_to(page)
             session.rerun()
         session.rerun()  # warm: caches of this page filled once, as after a visitor's first look
-        choices = dict(catalog_choices())  # the picker's options, formatted as its selectbox shows them
-        models = [f"{choices[r]} · {r}" for r in ("Qwen/Qwen2.5-7B", "meta-llama/Llama-3.1-8B")]
         times = []
+        if cycle:
+            for i in range(cycle):  # seen once, untimed: the timed reruns below find these values in the caches
+                _change(session, page, i, cycle)
+                session.rerun()
         start_cpu = cpu_seconds(pid) if pid is not None else 0.0
         for i in range(reruns):
-            if page in SEQUENCE_PAGES:
-                session.set_widget("Sequence length", "int_value", 1024 + 128 * i)  # never seen before
-            elif "Micro batch size" in session.widgets:
-                session.set_widget("Micro batch size", "int_value", 2 + i)  # never a value seen before: no cache answers
-                if i % 5 == 4:
-                    session.set_widget("Gradient checkpointing", "bool_value", i % 10 == 4)
-            else:
-                session.set_widget("Model", "string_value", models[i % 2])  # a selectbox sends the option as shown
+            _change(session, page, i, cycle)
             elapsed, problems = session.rerun()
             if problems:
                 raise RuntimeError(f"{page}: {problems}")
@@ -84,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pages", default=",".join(PAGES))
     parser.add_argument("--reruns", type=int, default=30)
     parser.add_argument("--url", help="an already running server (default: start one)")
+    parser.add_argument("--cycle", type=int, default=0,
+                        help="go round this many values seen before (cache hits) instead of new ones (default 0)")
     parser.add_argument("--port", type=int, help="the port of the server it starts (default: a free one)")
     args = parser.parse_args(argv)
     proc = None
@@ -97,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         missed = []
         for page in args.pages.split(","):
             cpu: list[float] = []
-            times = time_page(url, page, args.reruns, cpu, proc.pid if proc is not None else None)
+            times = time_page(url, page, args.reruns, cpu, proc.pid if proc is not None else None,
+                              args.cycle)
             p50, p95, worst = percentile(times, 50), percentile(times, 95), max(times)
             per_rerun = f"  server CPU {cpu[0] / len(times) * 1e3:5.1f} ms/rerun" if cpu else ""
             print(f"{page:12s} reruns {len(times):3d}  p50 {p50:6.0f} ms  p95 {p95:6.0f} ms  max {worst:6.0f} ms{per_rerun}")
