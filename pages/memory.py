@@ -1,6 +1,8 @@
 """Memory page: where the GPU memory of one fine-tuning step goes, across techniques and precisions, per GPU
 over many GPUs (DDP, ZeRO, FSDP, offload), and the memory of serving the model (Inference)."""
 
+import json
+
 import pandas as pd
 import streamlit as st
 
@@ -24,6 +26,18 @@ from ui.trace_panel import trace_panel
 from ui.verdict import TIGHT_NOTE, verdict_box
 from engine.plan.verdict import Verdict, fit_verdict
 from ui.formats import md_plain
+
+
+
+@st.cache_resource(max_entries=32, ttl=3600, show_spinner=False)
+def _techniques(_arch, _scenario, unit: str, _gpu, key: str):
+    """The technique sweep and its chart, kept for every session under the exact JSON of their inputs (``key``: the
+    model's config, the scenario, the unit and the GPU): the sweep estimates a dozen scenarios and the figure is built
+    from them, on every rerun of this page otherwise, and visitors often share a scenario (the defaults, a link).
+    Bounded (32 scenarios, an hour): the server's memory levels off."""
+    rows = sweep_techniques(_arch, _scenario)
+    return rows, memory_stack_figure(rows, unit, _gpu)
+
 
 TITLES = {TRAINING: "GPU memory of a fine-tuning step", INFERENCE: "GPU memory of serving the model"}
 
@@ -117,7 +131,8 @@ if serving:
 
 try:
     est = estimate_memory(model.arch, scenario)
-    rows = sweep_techniques(model.arch, scenario)
+    rows, stack_figure = _techniques(model.arch, scenario, unit, gpu, key=json.dumps(
+        [model.config, scenario.model_dump(mode="json"), unit, gpu.model_dump(mode="json")], sort_keys=True, default=str))
     plan = plan_parallel(est, model.arch, scenario, hw.training_strategy, hw.offload)
 except EngineError as exc:
     st.error(f"Cannot estimate this scenario: {md_plain(exc)}")
@@ -197,7 +212,7 @@ if hw.is_multi:
                    f"{fmt_bytes(ds.cpu_bytes_per_node, unit)} CPU per node. {ds.note}.")
 
 st.subheader("Across techniques and precisions")
-st.plotly_chart(memory_stack_figure(rows, unit, gpu), width="stretch", key="memory_chart")
+st.plotly_chart(stack_figure, width="stretch", key="memory_chart")
 for r in rows:
     if r.error:
         st.caption(f"Not shown — {md_plain(r.label)}: {md_plain(r.error)}")

@@ -27,7 +27,7 @@ from ui.scenario_form import time_cost_sidebar
 from ui.share import write_query_params
 from ui.verdict import verdict_label
 
-model, scenario, hw = scenario_page("Plans: save, compare, export")
+model, scenario, hw = scenario_page("Plans: save, compare, export", write_url=False)
 tc = time_cost_sidebar(hw)
 write_query_params(scenario)  # the dataset, run and price inputs just drawn go into the URL too
 if tc is None:

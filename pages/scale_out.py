@@ -26,7 +26,7 @@ from ui.share import write_query_params
 from ui.tables import bytes_in, number_columns
 from ui.formats import md_plain
 
-model, scenario, hw = scenario_page("Scale out: tensor, pipeline, context and expert parallelism")
+model, scenario, hw = scenario_page("Scale out: tensor, pipeline, context and expert parallelism", write_url=False)
 arch, unit = model.arch, hw.unit
 st.caption("Per rank, for Megatron-LM / torchtitan-style training. The sidebar's micro batch, sequence length, precision "
            "and optimizer apply; gradient checkpointing is chosen here as Recompute. The product estimates; the "

@@ -48,7 +48,7 @@ def _techniques(arch, scenario, gpu, factor: float, fused: bool):
     return rows, time_stack_figure(rows)
 
 
-model, scenario, hw = scenario_page("Training time and cost")
+model, scenario, hw = scenario_page("Training time and cost", write_url=False)
 tc = time_cost_sidebar(hw)
 write_query_params(scenario)  # the dataset, run and price inputs just drawn go into the URL too
 if tc is None:

@@ -127,11 +127,13 @@ def checked_number(container: Any, label: str, key: str, default: float, *, step
     return used
 
 
-def valid_value(key: str) -> Any:
-    """The value a checked input stands for: its widget value when valid, else its last valid value."""
-    value = st.session_state.get(key)
+def valid_value(key: str, state: Any = None) -> Any:
+    """The value a checked input stands for: its widget value when valid, else its last valid value. ``state``: a
+    snapshot of the session state (``st.session_state.to_dict()``) to read instead of the session state itself."""
+    state = st.session_state if state is None else state
+    value = state.get(key)
     if key in LIMITS and value is not None:
         if range_reason(key, value) is not None:
-            return st.session_state.get(_LAST, {}).get(key)
+            return (state.get(_LAST) or {}).get(key)
         return int(value) if _whole(key) else value
     return value

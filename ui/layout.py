@@ -71,10 +71,15 @@ _KEPT_KEYS = (
 # Not the token field: re-assigning a widget's value sends it back to the browser in the widget message.
 
 
+_KEPT = frozenset(_KEPT_KEYS)
+
+
 def _keep_scenario_state() -> None:
-    for key in list(st.session_state.keys()):
-        if key in _KEPT_KEYS or str(key).startswith("lora_targets_"):
-            st.session_state[key] = st.session_state[key]
+    # One snapshot of the state (Streamlit builds the whole key -> value dict for each read of its keys, and a read by
+    # key deserialises the widget's value): the kept values are taken from it, not read again one by one.
+    for key, value in st.session_state.to_dict().items():
+        if key in _KEPT or key.startswith("lora_targets_"):
+            st.session_state[key] = value
 
 
 def app_shell() -> None:
@@ -106,16 +111,18 @@ def page_start(title: str) -> PickedModel:
     return model  # type: ignore[return-value]
 
 
-def scenario_page(title: str) -> tuple[PickedModel, Scenario, Hardware]:
+def scenario_page(title: str, *, write_url: bool = True) -> tuple[PickedModel, Scenario, Hardware]:
     """:func:`page_start`, then the sidebar's hardware and training scenario; stops the run (after saying why) when
-    the scenario is invalid."""
+    the scenario is invalid. ``write_url=False``: the page writes the URL itself once its own inputs are drawn (one
+    :func:`ui.share.write_query_params` per rerun, not two), and before anything that may stop its run."""
     model = page_start(title)
     hw = hardware_sidebar()
     apply_pending_targets(model.arch, _targets_key(model.arch))
     scenario = scenario_sidebar(model.arch)
     if scenario is None:
         st.stop()
-    write_query_params(scenario)  # the URL reproduces this page's scenario and hardware
+    if write_url:
+        write_query_params(scenario)  # the URL reproduces this page's scenario and hardware
     return model, scenario, hw  # type: ignore[return-value]
 
 

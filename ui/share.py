@@ -349,8 +349,11 @@ def apply_pending_targets(arch, targets_key: str) -> None:
 
 def write_query_params(scenario: Scenario | None) -> None:
     """Mirror the model and the scenario's widget values into the URL (never the token). A number typed out of
-    range is written as the value the results use (:func:`ui.inputs.valid_value`)."""
-    state = st.session_state
+    range is written as the value the results use (:func:`ui.inputs.valid_value`). Called once per rerun, after the
+    page's own inputs; the URL is set only when it changed."""
+    # One snapshot of the state: each read of st.session_state by key goes through Streamlit's lock and deserialises the
+    # widget's value, and this reads some sixty keys
+    state = st.session_state.to_dict()
     out: dict[str, str] = {}
     source = state.get("model_source")
     if source == "Catalog" and state.get("catalog_repo"):
@@ -363,7 +366,7 @@ def write_query_params(scenario: Scenario | None) -> None:
             if rev and not looks_like_token(rev):
                 out["rev"] = rev
     for key in PARSERS:
-        value = valid_value(key) if key in state else None
+        value = valid_value(key, state) if key in state else None
         if value is not None:
             out[key] = _encode(value)
     if scenario is not None and scenario.lora_targets is not None and scenario.method is not Method.FULL:
