@@ -3,9 +3,10 @@
 Each wave is benchmarks/load.py's crowd (``--sessions`` visitors spread over the pages with the training sidebar,
 changing the micro batch and the checkpointing toggle, switching pages) for ``--wave`` seconds; the next wave is new
 sessions, so over 15 minutes at the defaults 25 x 30 waves = 750 sessions open and close. The server's caches are
-bounded (pages/fit.py, pages/time_cost.py: 32 entries; the Hub reads: 256 configs; sessions are dropped
-``server.disconnectedSessionTTL`` after they close), so RSS must level off: the target is under 5% growth from the
-end of the warm-up (``--warmup``, 5 minutes) to the end.
+bounded (pages/fit.py: 32 entries each, pages/time_cost.py: 128, 4 kinds x 32; the Hub reads: 256 configs; sessions
+are dropped ``server.disconnectedSessionTTL`` after they close), so RSS must level off: the target is under 5% growth
+from the end of the warm-up (``--warmup``, 5 minutes) to the end. The visitors try 32 scenarios (micro batch 1-16,
+checkpointing on or off) on the default sections, so the caches they reach are full after about 2 minutes.
 
     python benchmarks/soak.py                          # 15 minutes
     python benchmarks/soak.py --minutes 6 --warmup 2   # a shorter look
