@@ -127,7 +127,8 @@ def step_collectives(arch: Architecture, layout: Layout, split: ParameterSplit, 
     """Every collective one rank of pipeline stage ``stage`` runs in one step (see the module docstring): the
     tensor, context, expert and pipeline parallel ones, then the data parallel ones.
 
-    ``fp8_all_gather``: FSDP2 float8 all-gather (torchao tensorwise) moves 1-byte weights instead of 2.
+    ``fp8_all_gather``: FSDP2 float8 all-gather (torchao tensorwise) moves the block linears' weights in 1 byte instead
+    of 2 (the embedding, output layer, norms and experts stay 16-bit).
     ``trainable_fraction``: the share of the parameters that has gradients (1 for full training; LoRA's adapters
     / all parameters): only those are reduced (DDP and FSDP reduce the gradients of ``requires_grad`` parameters).
     ``dtensor_tp``: PyTorch DTensor tensor parallelism (torchtitan), see :func:`model_parallel_collectives`."""
@@ -217,6 +218,10 @@ def data_parallel_collectives(arch: Architecture, layout: Layout, split: Paramet
     dense = (tp_params / t + replicated + (split.vocab_embedding / t if stage == 0 else 0)
              + (split.head / t if stage == p - 1 else 0))
     expert = experts / (e * et)
+    # Bytes of one gather of the weights: in FP8 only the block linears' (the TP-sharded weights) move 1 byte: the
+    # float8 all-gather is a property of Float8Linear's weight (torchao float8 fsdp_utils), and torchtitan's converter
+    # leaves the output layer out; the embedding, the norms and the experts' grouped weights stay 16-bit.
+    gathered = {"dense": dense * B - (tp_params / t * (B - 1) if fp8_all_gather else 0.0), "expert": expert * B}
     for label, params, n, stride in (("dense", dense, d * c, t), ("expert", expert, d * c // e, t * e)):
         if n <= 1 or params <= 0:
             continue
@@ -224,15 +229,13 @@ def data_parallel_collectives(arch: Architecture, layout: Layout, split: Paramet
         if layout.zero == 3 and p > 1:
             # torchtitan + PP: reshard_after_forward=False and no gradient sync until the last micro batch (see
             # engine.scaleout.memory): one all-gather of the stage and one reduce-scatter per step.
-            w = 1 if fp8_all_gather else B
             out.append(Collective("dp", f"FSDP weight all-gather ({label}, once per step with PP)", "all_gather",
-                                  params * w, 1, n, link, True, "torchtitan apply_fsdp (pp_enabled), 9dec370", rpn))
+                                  gathered[label], 1, n, link, True, "torchtitan apply_fsdp (pp_enabled), 9dec370", rpn))
             out.append(Collective("dp", f"FSDP gradient reduce-scatter ({label}, fp32, last micro batch)", "reduce_scatter",
                                   params * 4 * g, 1, n, link, True, "torch.distributed.pipelining backward_maybe_with_nosync", rpn))
         elif layout.zero == 3:
-            w = 1 if fp8_all_gather else B
             out.append(Collective("dp", f"FSDP weight all-gathers ({label}, fwd + bwd each micro batch)", "all_gather",
-                                  params * w, 2 * m, n, link, True, "PyTorch FSDP2; Rajbhandari et al. 2020 sec. 7", rpn))
+                                  gathered[label], 2 * m, n, link, True, "PyTorch FSDP2; Rajbhandari et al. 2020 sec. 7", rpn))
             out.append(Collective("dp", f"FSDP gradient reduce-scatters ({label}, fp32)", "reduce_scatter", params * 4 * g, m, n,
                                   link, True, "torchtitan mixed_precision_reduce float32", rpn))
         elif layout.zero in (1, 2):  # ZeRO-2 reduce-scatters the same gradients into partitions it keeps

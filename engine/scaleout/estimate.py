@@ -56,6 +56,7 @@ def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, clus
             on a GPU without FP8 (:func:`engine.scaleout.fp8.check_fp8_gpu`), or master weights with fp32 or a PEFT
             method (:func:`engine.scaleout.memory.with_master_weights`; bf16 and amp_bf16 are the same run with them).
     """
+    fp8 = Fp8Recipe.of(fp8)
     if cluster is not None:
         check_fp8_gpu(fp8, cluster.gpu)
     ctx = ctx or context(arch, scenario, layout, fp8, master_weights)
@@ -64,7 +65,7 @@ def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, clus
     per_node = cluster.gpus_per_node if cluster else layout.world_size
     trainable = 1.0 if scenario.method is Method.FULL else min(1.0, ctx.estimate.trainable_parameters / ctx.split.total)
     cols = step_collectives(arch, layout, ctx.split, scenario.seq_len, ctx.spec.compute_bytes, per_node, stage,
-                            fp8_all_gather=fp8 is Fp8Recipe.TORCHAO if fp8_all_gather is None else fp8_all_gather,
+                            fp8_all_gather=(fp8 is not None and fp8.gathers_in_fp8) if fp8_all_gather is None else fp8_all_gather,
                             trainable_fraction=trainable, dtensor_tp=dtensor_tp)
     time = None
     if cluster is not None:

@@ -171,6 +171,7 @@ TRAIN_EVERY_PARAMETER = ("megatron", "torchtitan")
 
 def export_layout(engine: str, arch: Architecture, sc: Scenario, layout: Layout, fp8: Fp8Recipe | None = None) -> dict[str, str]:
     """{"engine", "version", "text"} of one engine's settings. Raises ScenarioError when it cannot express the layout."""
+    fp8 = Fp8Recipe.of(fp8)
     if engine not in EXPORTERS:
         raise ScenarioError(f"unknown engine {engine!r}: one of {', '.join(sorted(EXPORTERS))}")
     if engine in TRAIN_EVERY_PARAMETER and sc.method is not Method.FULL:

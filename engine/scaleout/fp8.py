@@ -48,6 +48,46 @@ class Fp8Recipe(str, Enum):
     TORCHAO = "torchao"
     TORCHAO_ROWWISE = "torchao_rowwise"
 
+    @classmethod
+    def of(cls, value: Fp8Recipe | str | None) -> Fp8Recipe | None:
+        """The recipe ``value`` names: a member, or its value as a string (``"torchao"``); None for None (no FP8).
+
+        Every public entry point of the layout model takes its recipe through here, so that a string never reaches
+        a comparison with a member as an unknown recipe (``"torchao" is Fp8Recipe.TORCHAO`` is False).
+
+        Raises:
+            ScenarioError: a string that names no recipe.
+        """
+        if value is None or isinstance(value, cls):
+            return value
+        try:
+            return cls(value)
+        except ValueError:
+            raise ScenarioError(f"unknown FP8 recipe {value!r}: one of "
+                                f"{', '.join(r.value for r in cls)}") from None
+
+    @property
+    def caches_fp8_weights(self) -> bool:
+        """TransformerEngine's delayed scaling: an FP8 weight and its transpose cached across micro batches
+        (TE#1261), amax histories, FP8-saved linear inputs (TE#1764)."""
+        return self is Fp8Recipe.TE
+
+    @property
+    def gathers_in_fp8(self) -> bool:
+        """FSDP2 / TP all-gathers move 1-byte weights: torchao's tensorwise recipe only (torchtitan's float8 converter
+        sets ``enable_fsdp_float8_all_gather`` and ``Float8ColwiseParallel`` for tensorwise scaling)."""
+        return self is Fp8Recipe.TORCHAO
+
+    @property
+    def fuses_tp_all_gathers(self) -> bool:
+        """Async TP fuses the all-gather-matmuls: not with row-wise scales (pytorch/pytorch#149990)."""
+        return self is not Fp8Recipe.TORCHAO_ROWWISE
+
+    @property
+    def rescales_backward_gemms(self) -> bool:
+        """A separate rescale pass after each backward GEMM (row-wise scales, slow accumulation: torchao PR #1325)."""
+        return self is Fp8Recipe.TORCHAO_ROWWISE
+
 
 TE_WEIGHT_CACHE_BYTES = 2.0
 """Bytes per block-linear parameter of TE's cached FP8 weight and FP8 transpose (TE#1261)."""
@@ -61,19 +101,19 @@ FP8_LINEAR_INPUT_BYTES = 1.0
 
 def fp8_weight_cache_bytes(recipe: Fp8Recipe | None, linear_parameters: float) -> float:
     """The FP8 weight copies a rank keeps for its block linears (0 unless TE)."""
-    return TE_WEIGHT_CACHE_BYTES * linear_parameters if recipe is Fp8Recipe.TE else 0.0
+    return TE_WEIGHT_CACHE_BYTES * linear_parameters if recipe is not None and recipe.caches_fp8_weights else 0.0
 
 
 def fp8_scaling_bytes(recipe: Fp8Recipe | None, linear_modules: float) -> float:
     """TE's amax histories and scales (fp32): history + 1 scale per FP8 tensor per linear module."""
-    if recipe is not Fp8Recipe.TE:
+    if recipe is None or not recipe.caches_fp8_weights:
         return 0.0
     return linear_modules * TE_TENSORS_PER_LINEAR * (TE_AMAX_HISTORY + 1) * 4.0
 
 
 def linear_input_factor(recipe: Fp8Recipe | None, compute_bytes: int) -> float:
     """Scale of the saved linear inputs: 1/2 under TE (FP8 instead of bf16), else 1."""
-    return FP8_LINEAR_INPUT_BYTES / compute_bytes if recipe is Fp8Recipe.TE else 1.0
+    return FP8_LINEAR_INPUT_BYTES / compute_bytes if recipe is not None and recipe.caches_fp8_weights else 1.0
 
 
 
@@ -94,10 +134,10 @@ def fp8_cast_bytes(recipe: Fp8Recipe, c: int, x: float, w: float, dy: float, mic
     - ``torchao_rowwise``: as ``torchao``, plus the rescale pass after each slow-accumulation backward GEMM (torchao
       PR #1325: cuBLAS tensorwise GEMM, then the output times the row and column scales, read c and write c per
       output element): the input gradient has ``x`` elements and the weight gradient ``w``: ``+ 2c (x + w)``."""
-    if recipe is Fp8Recipe.TE:
+    if recipe.caches_fp8_weights:
         return (c + 2.0) * (x + w / max(micro_batches, 1)), (c + 2.0) * dy
     forward, backward = (2.0 * c + 1.0) * (x + w), (2.0 * c + 1.0) * dy + (c + 1.0) * (x + w + dy)
-    if recipe is Fp8Recipe.TORCHAO_ROWWISE:
+    if recipe.rescales_backward_gemms:
         backward += 2.0 * c * (x + w)
     return forward, backward
 

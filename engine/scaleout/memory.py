@@ -92,7 +92,7 @@ class Context:
 
     def __init__(self, arch: Architecture, sc: Scenario, fp8: Fp8Recipe | None, master_weights: bool = False):
         sc = with_master_weights(sc, master_weights)
-        self.arch, self.sc, self.fp8 = arch, sc, fp8
+        self.arch, self.sc, self.fp8 = arch, sc, Fp8Recipe.of(fp8)
         self.spec: PrecisionSpec = precision_spec(sc.precision)
         self.estimate: MemoryEstimate = estimate_memory(arch, sc)
         self.parts = dict(self.estimate.parts_by_key)
@@ -334,7 +334,7 @@ def buffers_reads(ctx: Context) -> tuple:
     batch, compute bytes, FP8 (TransformerEngine's copies live in the step's phases) and which of its parts the
     one-GPU estimate has."""
     return ("buffers", ctx.sc.tokens_per_micro_batch, ctx.spec.compute_bytes, ctx.fp8,
-            ctx.phases if ctx.fp8 is Fp8Recipe.TE else None, ctx.linear_modules,
+            ctx.phases if ctx.fp8 is not None and ctx.fp8.caches_fp8_weights else None, ctx.linear_modules,
             tuple(k in ctx.parts for k in _BUFFER_PARTS))
 
 
@@ -437,7 +437,7 @@ def _buffers(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> None:
             "Megatron MoEAlltoAllTokenDispatcher; moe_utils.get_capacity", "Expert all-to-all buffers")
     if zero == 3 and shards > 1:
         unit = largest_block(split, first, last, t, ept)
-        gather_b = 1 if ctx.fp8 is Fp8Recipe.TORCHAO else cb  # torchao float8 all-gather: 1-byte block weights
+        gather_b = 1 if ctx.fp8 is not None and ctx.fp8.gathers_in_fp8 else cb  # torchao float8 all-gather: 1-byte block weights
         gathered, grad = buffers.fsdp_unit_bytes(unit, gather_b)
         if p > 1:
             gathered = local * gather_b
@@ -458,7 +458,7 @@ def _buffers(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> None:
                 "FSDPState._lazy_init)", "Gathered weights (FSDP units)")
         add("fsdp_grad_unit", grad, ("backward", "recompute"), lambda: "one block's unsharded fp32 gradient",
             "torchtitan mixed_precision_reduce float32", "Unsharded gradient before reduce-scatter")
-    if ctx.fp8 is Fp8Recipe.TE:
+    if ctx.fp8 is not None and ctx.fp8.caches_fp8_weights:
         lin = (sum(split.tp_per_block[first:last]) / t + sum(split.expert_per_block[first:last]) / ept)
         add("fp8_weight_cache", fp8_weight_cache_bytes(ctx.fp8, lin), ctx.phases,
             lambda: f"{lin / 1e9:.3f}B block-linear parameters x 2 B (FP8 weight + FP8 transpose)",

@@ -255,6 +255,7 @@ def stage_compute(arch: Architecture, sc: Scenario, layout: Layout, gpu: Gpu, st
     Raises:
         ValueError: the catalog has no peak for the compute dtype on ``gpu``.
     """
+    fp8 = Fp8Recipe.of(fp8)
     rates = gpu_rates(gpu, sc.precision)
     w = _work(arch, sc, layout, gpu, rates, fp8, kernel, fused)
     layers = layout.stage_layers(arch.num_layers)

@@ -130,6 +130,7 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
     Raises:
         ScenarioError: LoRA/QLoRA (model parallelism is modelled for full training) or a global batch below 1.
     """
+    fp8 = Fp8Recipe.of(fp8)
     check_fp8_gpu(fp8, cluster.gpu)
     if scenario.method is not Method.FULL:
         raise ScenarioError("the layout search is for full training (Megatron-LM, torchtitan); LoRA/QLoRA: Memory page")
@@ -269,7 +270,7 @@ class _Steps:
                 arch, layout, ctx.split, self.seq_len, cb, cluster.gpus_per_node, stage))
         if dp is None:
             dp = parts[dkey] = self._timed_list(data_parallel_collectives(
-                arch, layout, ctx.split, cb, cluster.gpus_per_node, stage, self.fp8 is Fp8Recipe.TORCHAO))
+                arch, layout, ctx.split, cb, cluster.gpus_per_node, stage, self.fp8 is not None and self.fp8.gathers_in_fp8))
         pair = (id(mp), id(dp))  # both kept in parts for the whole search: their ids stay theirs
         sums = self._sums.get(pair)
         if sums is None:

@@ -131,6 +131,7 @@ def compute_seconds(arch: Architecture, sc: Scenario, layout: Layout, gpu: Gpu, 
     Raises:
         ValueError: no catalog peak for the compute dtype on ``gpu``.
     """
+    fp8 = Fp8Recipe.of(fp8)
     kernel = kernel or attention_kernel(arch, sc, precision_spec(sc.precision), gpu)
     p, layers = layout.pipeline_parallel, layout.stage_layers(arch.num_layers)
     seen: dict[tuple[int, bool, bool], StageCompute] = {}  # stages alike in layers, first and last are alike
@@ -318,7 +319,7 @@ def step_time(arch: Architecture, layout: Layout, cluster: Cluster, collectives:
     gpu, sc = cluster.gpu, ctx.compute_sc
     seconds = [collective_seconds(c, cluster) for c in collectives]
     sums = comm_sums(collectives, seconds, layout, tp_comm_overlap,
-                     overlap_tp_all_gathers=fp8 is not Fp8Recipe.TORCHAO_ROWWISE)
+                     overlap_tp_all_gathers=fp8 is None or fp8.fuses_tp_all_gathers)
     s = _step(arch, layout, cluster, sums, ctx, rank_parameters, fp8, fused_kernels)
     st, m, step = s.stage, layout.micro_batches, s.step
     by_dim: dict[str, float] = {}

@@ -87,3 +87,37 @@ def test_cli_takes_the_rowwise_recipe(capsys):
     assert outs["torchao_rowwise"]["fp8_recipe"] == "torchao_rowwise"
     hbm = lambda o: o["step_time"]["breakdown_s"]["memory_bound"]  # noqa: E731
     assert hbm(outs["torchao_rowwise"]) > hbm(outs["torchao"])
+
+
+FSDP8 = Layout(data_parallel=8, zero=3, global_batch_size=8, recompute="full")
+
+
+def _dp_all_gather_bytes(fp8) -> float:
+    cols = estimate_layout(LLAMA31_8B, Scenario(seq_len=8192), FSDP8, CLUSTER, fp8, master_weights=True).collectives
+    return sum(c.message_bytes * c.count for c in cols if c.dimension == "dp" and c.kind == "all_gather")
+
+
+@pytest.mark.parametrize("name, member", [("te", Fp8Recipe.TE), ("torchao", Fp8Recipe.TORCHAO),
+                                          ("torchao_rowwise", Fp8Recipe.TORCHAO_ROWWISE)])
+def test_a_recipe_named_by_its_string_is_that_recipe(name, member):
+    # The enum is a str Enum, so "torchao" == Fp8Recipe.TORCHAO, but an identity check would treat the string as no
+    # known recipe: the tensorwise all-gathers would silently move 16-bit weights.
+    assert Fp8Recipe.of(name) is member
+    assert _est(name) == _est(member)
+
+
+def test_tensorwise_fsdp_all_gathers_move_one_byte_weights_when_named_by_string():
+    # torchtitan's float8 converter gathers FSDP2 shards in FP8 for tensorwise scaling (enable_fsdp_float8_all_gather):
+    # the block linears' weights (all of Llama 3.1 8B's weights but the embedding, the output layer and the norms)
+    # move 1 byte instead of bf16's 2; the rowwise recipe gathers in bf16.
+    bf16, rowwise = _dp_all_gather_bytes(None), _dp_all_gather_bytes("torchao_rowwise")
+    tensorwise = _dp_all_gather_bytes("torchao")
+    assert rowwise == pytest.approx(bf16)
+    block_linear = 32 * (4096 * (4096 + 2 * 1024 + 4096) + 3 * 4096 * 14336)  # q, k, v, o; gate, up, down per block
+    gathers = 2  # FSDP gathers each block's weights for the forward and again for the backward (full recompute too)
+    assert bf16 - tensorwise == pytest.approx(gathers * block_linear * (2 - 1), rel=1e-12)
+
+
+def test_an_unknown_recipe_name_is_a_scenario_error():
+    with pytest.raises(ScenarioError, match="unknown FP8 recipe 'torchAO'"):
+        estimate_layout(LLAMA31_8B, SC, TP8, CLUSTER, "torchAO")
