@@ -19,7 +19,10 @@ the most loaded pipeline stage. Sources (comms_and_pp notes of the research, res
 - **EP** (Megatron MoE README): per MoE block and micro batch 2 all-to-alls forward (dispatch, combine) and 2
   backward of T x top-k tokens x h.
 - **PP** (Narayanan et al. 2021): per micro batch one activation forward and one gradient backward across each
-  stage boundary, (s/CP) b h (/ TP with SP), v times with v model chunks.
+  stage boundary, (s/CP) b h (/ TP with SP), v times with v model chunks. A tied embedding / output weight lives on
+  the first and the last stage: after the last backward its fp32 gradient (/ TP) is all-reduced between the two,
+  blocking (nanotron@e24d2483 ``trainer.py`` ``sync_tied_weights_gradients`` on the fp32 accumulator's buffer, "Put
+  this in hooks so we can overlap" still a TODO; Megatron-LM ``finalize_model_grads`` ``_allreduce_word_embedding_grads``).
 - **DP** (Rajbhandari et al. 2020 sec. 7): DDP all-reduces the gradients once per step (fp32 main grads in
   Megatron); ZeRO-1 / the distributed optimizer reduce-scatters them and all-gathers the updated bf16 weights;
   ZeRO-3 / FSDP all-gathers the weights in forward and backward of every micro batch and reduce-scatters the
@@ -234,6 +237,12 @@ def model_parallel_collectives(arch: Architecture, layout: Layout, split: Parame
         out.append(Collective("pp", "pipeline send/recv (activations fwd, gradients bwd)", "p2p", msg, 2 * m * v, 2,
                               group_link(t * c * d, p, gpus_per_node), False, "Narayanan et al. 2021; Megatron p2p_communication.py",
                               ranks_per_node(t * c * d, p, gpus_per_node)))
+        if split.tied and stage in (0, p - 1):
+            stride = (p - 1) * t * c * d  # the same position on the first and the last stage
+            out.append(Collective("pp", "tied embedding gradient all-reduce (first and last stage, fp32)", "all_reduce",
+                                  split.vocab_embedding / t * 4, 1, 2, group_link(stride, 2, gpus_per_node), False,
+                                  "nanotron sync_tied_weights_gradients; Megatron-LM _allreduce_word_embedding_grads",
+                                  ranks_per_node(stride, 2, gpus_per_node), True))
     return out
 
 

@@ -13,8 +13,9 @@
   micro batch's backward, the distributed optimizer's weight all-gather under the first forward, the CP ring under
   attention.
 - **bubble** (:func:`engine.scaleout.comm_volumes.bubble_fraction`): (compute + critical communication) / (1 - bubble).
-  Collectives a framework runs blocking outside the pipelined compute (``Collective.after_step``: nanotron's ZeRO-1
-  gradient all-reduce and weight all-gather) add after it, with their host ops.
+  Collectives run blocking outside the pipelined compute (``Collective.after_step``: nanotron's ZeRO-1 gradient
+  all-reduce and weight all-gather, a tied embedding's gradient all-reduce between the first and last stage) add after
+  it, with their host ops.
 - **optimizer**: :func:`engine.time.memory_bound.optimizer_bytes` of the parameters the rank's optimizer updates
   (its shard under ZeRO / the distributed optimizer) at HBM bandwidth, with its host time, and the per-step host
   work (:data:`engine.time.overhead.STEP_SECONDS`).

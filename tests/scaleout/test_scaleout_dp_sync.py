@@ -84,3 +84,21 @@ def test_nanotron_64_node_zero1_cell():
     row = next(r for _, r in labelled_csv_rows("large_runs.csv") if r["id"] == "nanotron_3.57b_64n")
     mfu = next(c for c in compare_row(row) if c.metric == "mfu")
     assert mfu.published == pytest.approx(0.1049) and abs(mfu.error_pct) < 15
+
+
+def test_tied_embedding_gradient_all_reduced_between_first_and_last_stage():
+    # nanotron@e24d2483 trainer.py sync_tied_weights_gradients: after the pipeline's last backward the tied
+    # embedding's fp32 gradient buffer is summed between the ranks holding it (PP rank 0's token embedding, the last
+    # rank's lm_head), blocking. 3.57B (tied, vocab 131072 x 3072) at TP 1 x PP 2 x DP 8: the two stages 8 ranks apart.
+    layout = Layout(pipeline_parallel=2, data_parallel=8, zero=1, micro_batch_size=2, global_batch_size=256)
+    split = parameter_split(NANO_3B)
+    assert split.tied
+    for stage in (0, 1):
+        cols = step_collectives(NANO_3B, layout, split, 4096, 2, 8, stage)
+        tied = [c for c in cols if c.name.startswith("tied embedding")]
+        assert len(tied) == 1 and tied[0].after_step and tied[0].group_size == 2
+        assert tied[0].message_bytes == 131072 * 3072 * 4  # fp32, one vocabulary shard (TP 1)
+        assert tied[0].link.value == "inter_node"  # 16 GPUs: the two stages on different nodes
+    untied = architecture_from_config(NANOTRON["8.86"])
+    assert not [c for c in step_collectives(untied, layout, parameter_split(untied), 4096, 2, 8, 0)
+                if c.name.startswith("tied")]
