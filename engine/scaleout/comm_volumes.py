@@ -19,16 +19,22 @@ the most loaded pipeline stage. Sources (comms_and_pp notes of the research, res
 - **EP** (Megatron MoE README): per MoE block and micro batch 2 all-to-alls forward (dispatch, combine) and 2
   backward of T x top-k tokens x h.
 - **PP** (Narayanan et al. 2021): per micro batch one activation forward and one gradient backward across each
-  stage boundary, (s/CP) b h (/ TP with SP), v times with v model chunks.
+  stage boundary, (s/CP) b h (/ TP with SP), v times with v model chunks. A tied embedding / output weight lives on
+  the first and the last stage: after the last backward its fp32 gradient (/ TP) is all-reduced between the two,
+  blocking (nanotron@e24d2483 ``trainer.py`` ``sync_tied_weights_gradients`` on the fp32 accumulator's buffer, "Put
+  this in hooks so we can overlap" still a TODO; Megatron-LM ``finalize_model_grads`` ``_allreduce_word_embedding_grads``).
 - **DP** (Rajbhandari et al. 2020 sec. 7): DDP all-reduces the gradients once per step (fp32 main grads in
   Megatron); ZeRO-1 / the distributed optimizer reduce-scatters them and all-gathers the updated bf16 weights;
   ZeRO-3 / FSDP all-gathers the weights in forward and backward of every micro batch and reduce-scatters the
   gradients (with PP, as torchtitan runs it, once per step: the stage stays gathered and its gradients accumulate
   unsharded, :mod:`engine.scaleout.memory`). Over DP x CP (CP ranks hold the same weights); experts over their own expert-DP group.
+  A framework that syncs otherwise says how with a :class:`DataParallelSync` (bucketed DDP calls; ZeRO-1 gradients
+  all-reduced and weights gathered outside the pipelined compute).
 """
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 from typing import Literal, NamedTuple
 
@@ -52,7 +58,10 @@ class Collective(NamedTuple):
     ``dimension`` is the parallelism it belongs to (tp, cp, ep, pp, dp); ``overlapped`` says whether frameworks
     run it concurrently with compute by default (DP gradient buckets, FSDP prefetch, the CP ring), as opposed to
     on the critical path (TP, EP all-to-all, PP boundaries). ``ranks_per_node``: how many of the group's ranks share
-    a node (a ring over k nodes crosses the network k times: :func:`engine.time.collectives.data_parallel_link`)."""
+    a node (a ring over k nodes crosses the network k times: :func:`engine.time.collectives.data_parallel_link`).
+    ``after_step``: it runs blocking outside the pipelined compute (after the last backward or the optimizer step),
+    so nothing hides it; ``host_ops``: host-launched ops per call around the collective (a framework's Python loop
+    copying each gathered slice into its tensor), each at :data:`engine.time.overhead.SECONDS_PER_KERNEL`."""
 
     dimension: str
     name: str
@@ -64,11 +73,38 @@ class Collective(NamedTuple):
     overlapped: bool
     source: str
     ranks_per_node: int = 1
+    after_step: bool = False
+    host_ops: int = 0
 
     @property
     def bytes_per_rank(self) -> float:
         """Bytes one rank sends for all ``count`` calls (ring algorithms)."""
         return self.count * ring_bytes_per_rank(self.kind, self.message_bytes, self.group_size)
+
+
+class DataParallelSync(NamedTuple):
+    """How a framework runs its data-parallel gradient sync where it is not the default of
+    :func:`data_parallel_collectives` (one overlapped call per collective, ZeRO-1 as a reduce-scatter + all-gather).
+
+    - ``bucket_bytes``: 16-bit gradient bytes per DDP bucket (PyTorch ``DistributedDataParallel(bucket_cap_mb=25)``,
+      its default): the all-reduce is one call per bucket, each paying NCCL's ring latency
+      (:func:`engine.time.collectives.all_reduce_seconds` ``calls``), which over 100+ ranks is ~1 ms a call.
+    - ``zero1_all_reduce``: under ZeRO-1 the gradients are all-reduced (not reduce-scattered) after the last backward
+      and the updated 16-bit weights all-gathered after the optimizer step, both blocking (``after_step``).
+    - ``gather_copies``: that all-gather is wrapped in a Python loop copying each rank's slice of each parameter
+      tensor into place: tensors x ranks host ops per call (``host_ops``), ``tensors_per_layer`` tensors per block
+      (+ the embedding on the first stage, the final norm and head on the last).
+    """
+
+    bucket_bytes: float | None = None
+    zero1_all_reduce: bool = False
+    gather_copies: bool = False
+    tensors_per_layer: int = 0
+
+
+def _stage_tensors(sync: DataParallelSync, n_layers: int, stage: int, stages: int) -> int:
+    """Parameter tensors one rank of ``stage`` holds, as :class:`DataParallelSync` counts them."""
+    return n_layers * sync.tensors_per_layer + (1 if stage == 0 else 0) + (2 if stage == stages - 1 else 0)
 
 
 def ring_bytes_per_rank(kind: Kind, message_bytes: float, n: int) -> float:
@@ -123,7 +159,8 @@ def data_parallel_key(layout: Layout, stage: int) -> tuple:
 
 def step_collectives(arch: Architecture, layout: Layout, split: ParameterSplit, seq_len: int, compute_bytes: int,
                      gpus_per_node: int, stage: int = 0, fp8_all_gather: bool = False,
-                     trainable_fraction: float = 1.0, dtensor_tp: bool = False) -> list[Collective]:
+                     trainable_fraction: float = 1.0, dtensor_tp: bool = False,
+                     dp_sync: DataParallelSync | None = None) -> list[Collective]:
     """Every collective one rank of pipeline stage ``stage`` runs in one step (see the module docstring): the
     tensor, context, expert and pipeline parallel ones, then the data parallel ones.
 
@@ -131,11 +168,12 @@ def step_collectives(arch: Architecture, layout: Layout, split: ParameterSplit, 
     of 2 (the embedding, output layer, norms and experts stay 16-bit).
     ``trainable_fraction``: the share of the parameters that has gradients (1 for full training; LoRA's adapters
     / all parameters): only those are reduced (DDP and FSDP reduce the gradients of ``requires_grad`` parameters).
-    ``dtensor_tp``: PyTorch DTensor tensor parallelism (torchtitan), see :func:`model_parallel_collectives`."""
+    ``dtensor_tp``: PyTorch DTensor tensor parallelism (torchtitan), see :func:`model_parallel_collectives`.
+    ``dp_sync``: the framework's data-parallel sync where it is not the default (:class:`DataParallelSync`)."""
     return (model_parallel_collectives(arch, layout, split, seq_len, compute_bytes, gpus_per_node, stage,
                                        dtensor_tp=dtensor_tp, fp8_tp_all_gather=dtensor_tp and fp8_all_gather)
             + data_parallel_collectives(arch, layout, split, compute_bytes, gpus_per_node, stage, fp8_all_gather,
-                                        trainable_fraction))
+                                        trainable_fraction, dp_sync))
 
 
 def model_parallel_collectives(arch: Architecture, layout: Layout, split: ParameterSplit, seq_len: int,
@@ -200,14 +238,22 @@ def model_parallel_collectives(arch: Architecture, layout: Layout, split: Parame
         out.append(Collective("pp", "pipeline send/recv (activations fwd, gradients bwd)", "p2p", msg, 2 * m * v, 2,
                               group_link(t * c * d, p, gpus_per_node), False, "Narayanan et al. 2021; Megatron p2p_communication.py",
                               ranks_per_node(t * c * d, p, gpus_per_node)))
+        if split.tied and stage in (0, p - 1):
+            stride = (p - 1) * t * c * d  # the same position on the first and the last stage
+            out.append(Collective("pp", "tied embedding gradient all-reduce (first and last stage, fp32)", "all_reduce",
+                                  split.vocab_embedding / t * 4, 1, 2, group_link(stride, 2, gpus_per_node), False,
+                                  "nanotron sync_tied_weights_gradients; Megatron-LM _allreduce_word_embedding_grads",
+                                  ranks_per_node(stride, 2, gpus_per_node), True))
     return out
 
 
 def data_parallel_collectives(arch: Architecture, layout: Layout, split: ParameterSplit, compute_bytes: int,
                               gpus_per_node: int, stage: int = 0, fp8_all_gather: bool = False,
-                              trainable_fraction: float = 1.0) -> list[Collective]:
+                              trainable_fraction: float = 1.0, sync: DataParallelSync | None = None) -> list[Collective]:
     """The data-parallel collectives of :func:`step_collectives` (dense and expert gradients, weight gathers; the
-    gradients of ``trainable_fraction`` of the parameters)."""
+    gradients of ``trainable_fraction`` of the parameters), run as ``sync`` says (default: :class:`DataParallelSync`'s
+    defaults)."""
+    sync = sync or DataParallelSync()
     g = trainable_fraction
     t, p, c, d = layout.tensor_parallel, layout.pipeline_parallel, layout.context_parallel, layout.data_parallel
     e, et, m, B = layout.expert_parallel, layout.expert_tensor_parallel, layout.micro_batches, compute_bytes
@@ -238,12 +284,22 @@ def data_parallel_collectives(arch: Architecture, layout: Layout, split: Paramet
                                   gathered[label], 2 * m, n, link, True, "PyTorch FSDP2; Rajbhandari et al. 2020 sec. 7", rpn))
             out.append(Collective("dp", f"FSDP gradient reduce-scatters ({label}, fp32)", "reduce_scatter", params * 4 * g, m, n,
                                   link, True, "torchtitan mixed_precision_reduce float32", rpn))
+        elif layout.zero == 1 and sync.zero1_all_reduce:
+            copies = _stage_tensors(sync, n_layers, stage, p) * n if sync.gather_copies else 0
+            out.append(Collective("dp", f"gradient all-reduce ({label}, fp32, after the last backward)", "all_reduce",
+                                  params * 4 * g, 1, n, link, False, "DataParallelSync.zero1_all_reduce", rpn, True))
+            out.append(Collective("dp", f"updated weight all-gather ({label}, bf16, after the optimizer step)", "all_gather",
+                                  params * 2 * g, 1, n, link, False, "DataParallelSync.zero1_all_reduce", rpn, True, copies))
         elif layout.zero in (1, 2):  # ZeRO-2 reduce-scatters the same gradients into partitions it keeps
             out.append(Collective("dp", f"gradient reduce-scatter ({label}, fp32)", "reduce_scatter", params * 4 * g, 1, n, link,
                                   True, "Megatron distributed optimizer" if layout.zero == 1 else
                                   "Rajbhandari et al. 2020 sec. 7 (ZeRO-2: P_os+g)", rpn))
             out.append(Collective("dp", f"updated weight all-gather ({label}, bf16)", "all_gather", params * 2 * g, 1, n, link,
                                   True, "Megatron distributed optimizer (--overlap-param-gather)", rpn))
+        elif sync.bucket_bytes:
+            calls = max(1, math.ceil(params * B * g / sync.bucket_bytes))
+            out.append(Collective("dp", f"gradient all-reduce ({label}, fp32, {calls} DDP buckets)", "all_reduce",
+                                  params * 4 * g / calls, calls, n, link, True, "PyTorch DDP bucket_cap_mb", rpn))
         else:
             out.append(Collective("dp", f"gradient all-reduce ({label}, fp32)", "all_reduce", params * 4 * g, 1, n, link, True,
                                   "Megatron DDP (--overlap-grad-reduce)", rpn))

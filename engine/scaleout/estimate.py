@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from engine.model.architecture import Architecture
-from engine.scaleout.comm_volumes import Collective, bubble_fraction, step_collectives
+from engine.scaleout.comm_volumes import Collective, DataParallelSync, bubble_fraction, step_collectives
 from engine.scaleout.fp8 import Fp8Recipe, check_fp8_gpu
 from engine.scaleout.layout import Layout, Recompute
 from engine.scaleout.megatron import MegatronEstimate, megatron_estimate
@@ -41,7 +41,7 @@ def megatron_for(arch: Architecture, scenario: Scenario, layout: Layout) -> Mega
 def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, cluster: Cluster | None = None,
                     fp8: Fp8Recipe | None = None, ctx: Context | None = None, master_weights: bool = False,
                     fused_kernels: bool = False, tp_comm_overlap: bool = False, dtensor_tp: bool = False,
-                    fp8_all_gather: bool | None = None) -> LayoutEstimate:
+                    fp8_all_gather: bool | None = None, dp_sync: DataParallelSync | None = None) -> LayoutEstimate:
     """Memory, Megatron's formula, collectives and (with ``cluster``) step time of ``layout``. ``master_weights``: the
     16-bit model with fp32 master weights of Megatron-LM / torchtitan (:class:`engine.scaleout.memory.Context`);
     ``fused_kernels`` (torch.compile, Megatron-LM's fused kernels) and ``tp_comm_overlap`` (Megatron-LM
@@ -49,7 +49,8 @@ def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, clus
     as PyTorch DTensor (torchtitan) runs it (:func:`engine.scaleout.comm_volumes.model_parallel_collectives`);
     ``fp8_all_gather``: FSDP2 / TP all-gathers in FP8 (default: with torchao's tensorwise float8; its rowwise recipe,
     ``Fp8Recipe.TORCHAO_ROWWISE``, gathers in bf16: torchtitan's float8 converter enables the FP8 all-gather for
-    tensorwise scaling only).
+    tensorwise scaling only); ``dp_sync``: the framework's data-parallel sync where it is not the default
+    (:class:`engine.scaleout.comm_volumes.DataParallelSync`).
 
     Raises:
         ScenarioError: the layout does not fit the model (see :func:`engine.scaleout.memory.check_layout`), FP8
@@ -66,7 +67,7 @@ def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, clus
     trainable = 1.0 if scenario.method is Method.FULL else min(1.0, ctx.estimate.trainable_parameters / ctx.split.total)
     cols = step_collectives(arch, layout, ctx.split, scenario.seq_len, ctx.spec.compute_bytes, per_node, stage,
                             fp8_all_gather=(fp8 is not None and fp8.gathers_in_fp8) if fp8_all_gather is None else fp8_all_gather,
-                            trainable_fraction=trainable, dtensor_tp=dtensor_tp)
+                            trainable_fraction=trainable, dtensor_tp=dtensor_tp, dp_sync=dp_sync)
     time = None
     if cluster is not None:
         time = step_time(arch, layout, cluster, cols, ctx, mem.max_stage.parameters, fp8, fused_kernels=fused_kernels,

@@ -13,6 +13,9 @@
   micro batch's backward, the distributed optimizer's weight all-gather under the first forward, the CP ring under
   attention.
 - **bubble** (:func:`engine.scaleout.comm_volumes.bubble_fraction`): (compute + critical communication) / (1 - bubble).
+  Collectives run blocking outside the pipelined compute (``Collective.after_step``: nanotron's ZeRO-1 gradient
+  all-reduce and weight all-gather, a tied embedding's gradient all-reduce between the first and last stage) add after
+  it, with their host ops.
 - **optimizer**: :func:`engine.time.memory_bound.optimizer_bytes` of the parameters the rank's optimizer updates
   (its shard under ZeRO / the distributed optimizer) at HBM bandwidth, with its host time, and the per-step host
   work (:data:`engine.time.overhead.STEP_SECONDS`).
@@ -40,7 +43,7 @@ from engine.scenario.precision import precision_spec
 from engine.scenario.training import Framework, Method, Scenario
 from engine.time import collectives as cc
 from engine.time.memory_bound import optimizer_bytes
-from engine.time.overhead import STEP_SECONDS, optimizer_step_seconds
+from engine.time.overhead import SECONDS_PER_KERNEL, STEP_SECONDS, optimizer_step_seconds
 from engine.time.constants import current
 from engine.time.rates import gpu_rates, peak_flops_for
 
@@ -168,20 +171,22 @@ def _rank_compute(arch: Architecture, layout: Layout, gpu: Gpu, ctx: Context, fp
 
 def collective_seconds(col: Collective, cluster: Cluster) -> float:
     """Seconds of all ``col.count`` calls over the group's link (:mod:`engine.time.collectives` ring formulas, with
-    their per-call latency); a p2p moves its message once per call."""
+    their per-call latency); a p2p moves its message once per call. The collective's ``host_ops`` per call (a
+    framework's copy loop around it) add :data:`engine.time.overhead.SECONDS_PER_KERNEL` each."""
     link = cluster.link(col)
     total = col.message_bytes * col.count
+    host = col.count * col.host_ops * SECONDS_PER_KERNEL
     if col.kind == "p2p":
-        return total / link.bus_bytes_per_s + col.count * link.call_latency_s(1, link.inter_node_steps(1, False))
+        return total / link.bus_bytes_per_s + col.count * link.call_latency_s(1, link.inter_node_steps(1, False)) + host
     fn = {"all_reduce": cc.all_reduce_seconds, "all_gather": cc.all_gather_seconds,
           "reduce_scatter": cc.reduce_scatter_seconds, "all_to_all": cc.all_to_all_seconds}[col.kind]
-    return fn(total, col.group_size, link, calls=col.count)
+    return fn(total, col.group_size, link, calls=col.count) + host
 
 
 class CommSums(NamedTuple):
     """A step's collective seconds by where they run (see the module docstring): on the critical path, FSDP's per
     micro batch forward and backward traffic, before the first forward, after the last backward, the CP ring, TP
-    under the GEMMs (``tp_comm_overlap``)."""
+    under the GEMMs (``tp_comm_overlap``), blocking outside the pipelined compute (``Collective.after_step``)."""
 
     critical: float
     per_forward: float
@@ -190,6 +195,7 @@ class CommSums(NamedTuple):
     end: float
     ring: float
     tp: float
+    after: float = 0.0
 
 
 def comm_sums(cols: list[Collective], seconds: list[float], layout: Layout, tp_comm_overlap: bool,
@@ -199,9 +205,11 @@ def comm_sums(cols: list[Collective], seconds: list[float], layout: Layout, tp_c
     ``overlap_tp_all_gathers`` False: with ``tp_comm_overlap`` only the TP reduce-scatters run under the GEMMs (async
     TP with torchao's row-wise float8, whose all-gather-matmuls are not fused: pytorch/pytorch#149990)."""
     m = layout.micro_batches
-    critical = per_f = per_b = start = end = ring = tp = 0.0
+    critical = per_f = per_b = start = end = ring = tp = after = 0.0
     for col, s in zip(cols, seconds):
-        if tp_comm_overlap and col.dimension == "tp" and (overlap_tp_all_gathers or col.kind != "all_gather"):
+        if col.after_step:
+            after += s
+        elif tp_comm_overlap and col.dimension == "tp" and (overlap_tp_all_gathers or col.kind != "all_gather"):
             tp += s
         elif not col.overlapped:
             critical += s
@@ -216,7 +224,7 @@ def comm_sums(cols: list[Collective], seconds: list[float], layout: Layout, tp_c
             start += s  # the updated (or, FSDP + PP, the stage's) weights, before the first forward
         else:
             end += s  # gradients, after the last micro batch's backward
-    return CommSums(critical, per_f, per_b, start, end, ring, tp)
+    return CommSums(critical, per_f, per_b, start, end, ring, tp, after)
 
 
 def _hidden(sums: CommSums, m: int, st: StageCompute) -> float:
@@ -283,7 +291,7 @@ def _step(arch: Architecture, layout: Layout, cluster: Cluster, sums: CommSums, 
     kernel, stages, slow = _rank_compute(arch, layout, cluster.gpu, ctx, fp8, fused_kernels)
     st, m = stages[slow], layout.micro_batches
     compute = m * st.total_s
-    critical, hidden = sums.critical, _hidden(sums, m, st)
+    critical, hidden = sums.critical, _hidden(sums, m, st) + sums.after
     bubble = bubble_fraction(layout)
     busy = compute + critical
     pipelined = busy / (1 - bubble)

@@ -4,7 +4,8 @@ Every rate the step-time model divides by comes from here, with its source:
 
 - **matmul**: :data:`TRAINING_GEMM_EFFICIENCY` x the catalog's *measured* maximum achievable matmul rate (``Gpu.matmul_bf16_tflops`` /
   ``matmul_fp16_tflops``: Stas Bekman's MAMF table, stas00/ml-engineering@744d01e1
-  compute/accelerator/README.md; the RTX 4090's from a published torch.mm table, its ``matmul_source``) where one is
+  compute/accelerator/README.md; the RTX 4090's and RTX A6000's from a published torch.mm table, their
+  ``matmul_source``) where one is
   published; otherwise the dense datasheet peak x
   :data:`MATMUL_FRACTION_OF_PEAK`. fp32 runs without tensor cores (PyTorch does not use TF32 for matmuls
   unless ``torch.backends.cuda.matmul.allow_tf32`` is set): the fp32 peak x the same fraction.

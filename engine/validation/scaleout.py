@@ -22,6 +22,7 @@ from engine.hardware.gpus import find_gpu
 from engine.model.architecture import Architecture
 from engine.model.build import architecture_from_config
 from engine.model.sources import config_from_catalog
+from engine.scaleout.comm_volumes import DataParallelSync
 from engine.scaleout.estimate import estimate_layout
 from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.layout import Layout, Recompute
@@ -219,6 +220,24 @@ def run_settings(row: dict) -> tuple[bool, bool]:
     return fused, overlap
 
 
+NANOTRON_DP_SYNC = DataParallelSync(bucket_bytes=25 * 2**20, zero1_all_reduce=True, gather_copies=True,
+                                    tensors_per_layer=6)
+"""The data-parallel sync of nanotron as its scaling benchmarks ran it (``scripts/scaling_benchmarks.py``:
+``ACCUMULATE_GRAD_IN_FP32 = True``; ``examples/config_tiny_llama_bench.yaml``: ``ddp_bucket_cap_mb: 25``), read in
+huggingface/nanotron@e24d2483 (2025-02-19, six days after the figure; the same in the Dec 2024 benchmark branch
+67c5ebb6):
+
+- ZeRO-0: ``DistributedDataParallel(bucket_cap_mb=25)`` with ``get_fp32_accum_hook``, which all-reduces each bucket's
+  fp32 gradient buffers in its own ``all_reduce_coalesced`` call during the last backward (``optim/
+  gradient_accumulator.py``): one call per 25 MiB of bf16 gradients.
+- ZeRO-1: ``make_ddp = dp > 1 and not (accumulate_grad_in_fp32 and zero_stage > 0)`` (``trainer.py``), so no DDP:
+  after ``train_batch_iter`` the trainer calls ``sync_gradients_across_dp(..., reduce_scatter=False)``, one blocking
+  ``all_reduce`` of the whole fp32 gradient buffer ("This is too memory hungry, instead we run all_reduce"), and
+  after the step ``ZeroDistributedOptimizer._all_gather_params`` gathers the bf16 weights with
+  ``all_gather_coalesced`` (``distributed.py``), whose ``update_output`` copies every rank's slice of every parameter
+  tensor back in a Python loop: tensors x DP ranks ``copy_`` calls. nanotron's Llama block holds 6 tensors
+  (``qkv_proj``, ``o_proj``, ``gate_up_proj``, ``down_proj``, two ``TritonRMSNorm``: ``models/llama.py``)."""
+
 LORA_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
 """Every linear of a Llama / Qwen2 block: NeMo Automodel's ``target_modules: '*_proj'``."""
 
@@ -292,7 +311,8 @@ def compare_row(row: dict) -> list[RunComparison] | str:
         cluster = Cluster(gpu=gpu, nodes=max(1, world // 8), gpus_per_node=min(8, world), inter_node_gbits=inter)
         fused, tp_overlap = run_settings(row)
         est = estimate_layout(arch, sc, layout, cluster, _fp8(row), master_weights=master, fused_kernels=fused,
-                              tp_comm_overlap=tp_overlap, dtensor_tp=torchtitan)
+                              tp_comm_overlap=tp_overlap, dtensor_tp=torchtitan,
+                              dp_sync=NANOTRON_DP_SYNC if row["id"].startswith("nanotron_") else None)
     except EngineError as exc:
         return f"not expressible: {exc}"
     assumed += "; " + "; ".join(x for x in (
@@ -303,7 +323,9 @@ def compare_row(row: dict) -> list[RunComparison] | str:
         f"ZeRO {zero}" + (" (not stated)" if not row["zero_or_fsdp"] else ""),
         f"{inter:g} Gb/s per GPU between nodes",
         "16-bit model with fp32 master weights" if master else f"LoRA rank {sc.lora_r} on every linear, pure bf16",
-        "fused kernels" if fused else "", "TP communication overlapped with the GEMMs" if tp_overlap else "") if x)
+        "fused kernels" if fused else "", "TP communication overlapped with the GEMMs" if tp_overlap else "",
+        "nanotron's DP sync (DDP buckets of 25 MiB; ZeRO-1: blocking fp32 all-reduce, bf16 all-gather with per-tensor "
+        "copies)" if row["id"].startswith("nanotron_") else "") if x)
     out = []
     t = est.time
     base = dict(id=row["id"], source=f"{row['source']}, {row['locator']}", model=row["model"], layout=layout.label(),

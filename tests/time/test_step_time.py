@@ -205,7 +205,8 @@ KNOWN_MISS_ROWS = {
     # torchtune README @ 30b8519e8, RTX A6000: expressed with checkpointing off, as the README's own peaks say they ran
     # (LoRA 30.3 GiB on the A6000 against 16.2 GiB on the 4090 with the same config; full 37.4 against 18.9), they
     # still run 1.7x (LoRA) and 1.4x (full) faster than the model: the LoRA figure needs 91% of the card's dense
-    # BF16 peak in matmuls alone. Kept compared: a disagreeing row is evidence (see their notes).
+    # BF16 peak in matmuls alone, above its measured torch.mm maximum (123.3 TFLOP/s, zzc0721/torch-performance-test-data
+    # database.md). Kept compared: a disagreeing row is evidence (see their notes).
     "torchtune-8b-lora-a6000", "torchtune-8b-full-a6000",
     "torchtune-l2-7b-lora-2x4090",  # low confidence: total or per GPU is inferred (see its notes)
 }
