@@ -42,7 +42,7 @@ from engine.scenario.training import Framework, Method, Scenario
 from engine.time.adapters import extra_adapter_flops
 from engine.time.constants import current
 from engine.time.attention import FUSED_KERNELS, attention_seconds, attention_work
-from engine.time.gemm import TILE_MN, Gemm, Roofline, gemm_seconds, gemm_work, occupancy_flops, step_gemms
+from engine.time.gemm import Gemm, Roofline, gemm_seconds, gemm_work, occupancy_flops, output_tiles, step_gemms
 from engine.time.memory_bound import (
     BACKWARD_FACTOR, cast_bytes_per_use, dequant_bytes_per_use, layer_forward_bytes_by_width, loss_bytes,
 )
@@ -151,7 +151,7 @@ def _gemm_seconds(gemms: list[Gemm], rate: float, bw: float, sms: int) -> float:
     # (wave quantization: each tile one SM), as engine.time.step times them on one GPU.
     if not gemms:
         return 0.0
-    narrow = [g for g in gemms if -(-g.m // TILE_MN) * -(-g.n // TILE_MN) < sms]
+    narrow = [g for g in gemms if output_tiles(g) < sms]
     extra = sum(max(0.0, sms * occupancy_flops(g) / rate - gemm_seconds(g, rate, bw)) for g in narrow)
     return Roofline([gemm_work(g) for g in gemms]).seconds(rate, bw) + extra
 

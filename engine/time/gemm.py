@@ -78,6 +78,12 @@ def occupancy_flops(g: Gemm) -> float:
     return 2.0 * min(g.m, TILE_MN) * min(g.n, TILE_MN) * (-(-g.k // TILE_K) * TILE_K) * g.copies
 
 
+def output_tiles(g: Gemm) -> float:
+    """Output tiles of one copy of ``g``: ``ceil(m / TILE_MN) x ceil(n / TILE_MN)``, each one thread block on one SM
+    (the guide's "Wave quantization"); fewer than the GPU's SMs and :func:`occupancy_flops` bounds its time."""
+    return (_pad(g.m, TILE_MN) // TILE_MN) * (_pad(g.n, TILE_MN) // TILE_MN)
+
+
 def gemm_work(g: Gemm) -> tuple[float, float]:
     """(FLOPs / tile efficiency, bytes) of ``g``: the two numbers :func:`gemm_seconds` divides by a GPU's rates."""
     m, n, k = g.m, g.n, g.k

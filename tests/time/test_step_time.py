@@ -19,7 +19,7 @@ from engine.scenario.training import Scenario
 from engine.time import collectives as cc
 from engine.scenario.peft import targeted
 from engine.time.gemm import (
-    Gemm, GemmTable, gemm_seconds, gemm_shapes, occupancy_flops, step_gemms, tile_efficiency,
+    Gemm, GemmTable, gemm_seconds, gemm_shapes, occupancy_flops, output_tiles, step_gemms, tile_efficiency,
 )
 from engine.time.rates import HBM_FRACTION, TRAINING_GEMM_EFFICIENCY, gpu_rates
 from engine.time.step import CATEGORIES
@@ -87,6 +87,8 @@ def test_a_gemm_with_fewer_tiles_than_sms_runs_on_that_many_sms():
     x_a = next(g for g in gemms if g.part == "lora" and g.phase == "forward" and g.n == 128)
     assert (x_a.m, x_a.k, x_a.copies) == (512, 4096, 32)
     assert occupancy_flops(x_a) == 2 * 128 * 128 * 4096 * 32
+    assert output_tiles(x_a) == 4 * 1  # ceil(512 / 128) x ceil(128 / 128), per copy
+    assert output_tiles(x_a._replace(m=513, n=129)) == 5 * 2  # a partial tile is a whole thread block
     table = GemmTable(gemm_shapes(arch, False, targeted(arch, sc), 128), 2)
     work = table.work((512.0, 512.0))
     rate, bw = 217e12, 1.3e12
