@@ -69,6 +69,7 @@ from engine.scenario.training import Method, Scenario
 ACTIVE = ("forward", "backward", "recompute")
 CHECKPOINTED = (Recompute.FULL, Recompute.SELECTIVE_OP)
 """Recompute settings that checkpoint every block: the one-GPU estimate's gradient checkpointing."""
+_DEFAULT_SYNC = DataParallelSync()  # the default data-parallel sync, which holds no memory of its own
 
 
 class Part(NamedTuple):
@@ -92,14 +93,13 @@ class Context:
     DeepSpeed's ``bf16`` mode run mixed precision. The weights, activations and loss then come from the one-GPU
     estimate in pure 16 bits (no autocast copies, a 16-bit residual stream), the gradients and optimizer states
     from the mixed-precision one, and the fp32 weights become ``master_weights``. Off (the default), a rank follows
-    the Hugging Face Trainer's autocast, exactly as the one-GPU estimate does. ``dp_sync``: the framework's
-    data-parallel sync (:class:`DataParallelSync`; None: the default, which holds no memory of its own)."""
+    the Hugging Face Trainer's autocast, exactly as the one-GPU estimate does. ``dp_sync``: see :class:`DataParallelSync`."""
 
     def __init__(self, arch: Architecture, sc: Scenario, fp8: Fp8Recipe | None, master_weights: bool = False,
                  dp_sync: DataParallelSync | None = None):
         sc = with_master_weights(sc, master_weights)
         self.arch, self.sc, self.fp8 = arch, sc, Fp8Recipe.of(fp8)
-        self.dp_sync = dp_sync or DataParallelSync()
+        self.dp_sync = dp_sync or _DEFAULT_SYNC
         self.spec: PrecisionSpec = precision_spec(sc.precision)
         self.estimate: MemoryEstimate = estimate_memory(arch, sc)
         self.parts = dict(self.estimate.parts_by_key)
@@ -499,7 +499,7 @@ def _param_bytes(ctx: Context) -> float:
 
 def sync_layout_reads(ctx: Context, layout: Layout) -> tuple:
     """What the DP sync's parts read of the layout beyond stage_peaks' buffer keys: DP x CP (none by default)."""
-    return () if ctx.dp_sync == DataParallelSync() else (layout.data_parallel * layout.context_parallel,)
+    return () if ctx.dp_sync == _DEFAULT_SYNC else (layout.data_parallel * layout.context_parallel,)
 
 
 def _phase_totals(parts: list[Part], totals: dict[str, float]) -> dict[str, float]:
