@@ -333,7 +333,8 @@ def compare_row(row: dict) -> list[RunComparison] | str:
         "16-bit model with fp32 master weights" if master else f"LoRA rank {sc.lora_r} on every linear, pure bf16",
         "fused kernels" if fused else "", "TP communication overlapped with the GEMMs" if tp_overlap else "",
         "nanotron's DP sync (DDP buckets of 25 MiB; ZeRO-1: blocking fp32 all-reduce, bf16 all-gather with per-tensor "
-        "copies)" if row["id"].startswith("nanotron_") else "") if x)
+        "copies) and what it holds (fp32 gradients of every parameter, DDP's bf16 bucket copy, each backward's bf16 "
+        "gradients, the all-gather's flat copies)" if row["id"].startswith("nanotron_") else "") if x)
     out = []
     t = est.time
     base = dict(id=row["id"], source=f"{row['source']}, {row['locator']}", model=row["model"], layout=layout.label(),
