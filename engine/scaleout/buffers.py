@@ -16,6 +16,11 @@ Tensor buffers (counted in ``torch.cuda.max_memory_allocated``):
   and one block's unsharded gradient in fp32 before its reduce-scatter (torchtitan ``mixed_precision_reduce =
   float32``; PyTorch FSDP2 ``fully_shard`` with ``reshard_after_forward``).
 
+- **a framework's DP sync** (:class:`engine.scaleout.comm_volumes.DataParallelSync`, the framework's record):
+  PyTorch DDP's bucket copy of the gradients, a coalesced all-gather's flattened copies, and the 16-bit gradients
+  of a backward whose gradients an fp32 accumulator collects (:func:`ddp_bucket_bytes`,
+  :func:`coalesced_gather_bytes`, :func:`half_gradient_excess`).
+
 Not tensors (added to what nvidia-smi shows, not to the allocated peak):
 
 - **NCCL**: each communicator a rank joins allocates its own buffers, ``NCCL_BUFFSIZE`` (4 MiB by default, NCCL
@@ -53,6 +58,29 @@ def expert_all_to_all_bytes(tokens_per_rank: float, top_k: int, hidden: int, com
 def fsdp_unit_bytes(block_parameters: float, compute_bytes: int, reduce_bytes: int = 4) -> tuple[float, float]:
     """(gathered weights of two blocks in the compute dtype, one block's unsharded gradient in ``reduce_bytes``)."""
     return 2.0 * block_parameters * compute_bytes, block_parameters * reduce_bytes
+
+
+def ddp_bucket_bytes(rank_parameters: float, param_bytes: float) -> float:
+    """PyTorch DDP's gradient buckets: ``Reducer::initialize_buckets`` (``torch/csrc/distributed/c10d/reducer.cpp``)
+    allocates each bucket's flat ``gradients`` tensor once, in the parameters' dtype, and with
+    ``gradient_as_bucket_view=False`` (the default) copies each ``.grad`` into it: a second copy of every gradient,
+    ``rank_parameters`` x ``param_bytes``, alive for the whole run."""
+    return rank_parameters * param_bytes
+
+
+def coalesced_gather_bytes(rank_parameters: float, param_bytes: float, ranks: int) -> float:
+    """An all-gather of every parameter through flattened buffers (nanotron@e24d2483 ``distributed.py``
+    ``all_gather_coalesced``: ``_flatten_dense_tensors`` of this rank's slices as the input and of each rank's slices
+    as one output per rank, copied back by ``update_output``): the whole 16-bit model once plus this rank's 1/``ranks``."""
+    return rank_parameters * param_bytes * (1.0 + 1.0 / ranks)
+
+
+def half_gradient_excess(rank_parameters: float, param_bytes: float, freed_bytes: float) -> float:
+    """How far the end of one micro batch's backward rises above its start when the backward makes the 16-bit
+    ``.grad`` of all ``rank_parameters`` (freed only after it returns, nanotron ``FP32GradientAccumulator.backward``)
+    while it frees that micro batch's saved tensors, ``freed_bytes``: max(0, P x bytes - freed). The peak of the
+    backward is its start or its end (gradients grow as the saved tensors go)."""
+    return max(0.0, rank_parameters * param_bytes - freed_bytes)
 
 
 def nccl_bytes(group_sizes: tuple[int, ...]) -> float:

@@ -94,12 +94,22 @@ class DataParallelSync(NamedTuple):
     - ``gather_copies``: that all-gather is wrapped in a Python loop copying each rank's slice of each parameter
       tensor into place: tensors x ranks host ops per call (``host_ops``), ``tensors_per_layer`` tensors per block
       (+ the embedding on the first stage, the final norm and head on the last).
+    - ``half_gradients_per_backward``: the gradients accumulate in an fp32 buffer outside autograd, so every micro
+      batch's backward materialises the 16-bit ``.grad`` of each of the rank's parameters, adds them into the buffer
+      and frees them.
+
+    The same facts set what the sync holds in memory (:mod:`engine.scaleout.memory`, sizes in
+    :mod:`engine.scaleout.buffers`): ``bucket_bytes`` is PyTorch DDP, whose reducer keeps a flat 16-bit copy of every
+    gradient in its buckets (ZeRO-0, DP x CP > 1); ``gather_copies`` is an all-gather through flattened copies of the
+    rank's slices and of every rank's (16-bit, at the optimizer step); ``half_gradients_per_backward``: the 16-bit
+    gradients at the end of each micro batch's backward.
     """
 
     bucket_bytes: float | None = None
     zero1_all_reduce: bool = False
     gather_copies: bool = False
     tensors_per_layer: int = 0
+    half_gradients_per_backward: bool = False
 
 
 def _stage_tensors(sync: DataParallelSync, n_layers: int, stage: int, stages: int) -> int:

@@ -50,7 +50,8 @@ def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, clus
     ``fp8_all_gather``: FSDP2 / TP all-gathers in FP8 (default: with torchao's tensorwise float8; its rowwise recipe,
     ``Fp8Recipe.TORCHAO_ROWWISE``, gathers in bf16: torchtitan's float8 converter enables the FP8 all-gather for
     tensorwise scaling only); ``dp_sync``: the framework's data-parallel sync where it is not the default
-    (:class:`engine.scaleout.comm_volumes.DataParallelSync`).
+    (:class:`engine.scaleout.comm_volumes.DataParallelSync`): its collectives and the memory it holds (a ``ctx``
+    passed in brings its own).
 
     Raises:
         ScenarioError: the layout does not fit the model (see :func:`engine.scaleout.memory.check_layout`), FP8
@@ -60,7 +61,7 @@ def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, clus
     fp8 = Fp8Recipe.of(fp8)
     if cluster is not None:
         check_fp8_gpu(fp8, cluster.gpu)
-    ctx = ctx or context(arch, scenario, layout, fp8, master_weights)
+    ctx = ctx or context(arch, scenario, layout, fp8, master_weights, dp_sync)
     mem = scaleout_memory(arch, scenario, layout, fp8, ctx)
     stage = mem.max_stage.stage
     per_node = cluster.gpus_per_node if cluster else layout.world_size

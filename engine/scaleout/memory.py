@@ -39,6 +39,9 @@ of its components is divided the way the layout divides it, and the layout's buf
   accumulate unsharded in the fp32 reduce dtype (``FSDPParam.to_accumulated_grad_if_needed``) until the last
   micro batch's reduce-scatter.
 - **buffers**: :mod:`engine.scaleout.buffers`; FP8 copies: :mod:`engine.scaleout.fp8`.
+- **a framework's DP sync** (the :class:`engine.scaleout.comm_volumes.DataParallelSync` that sets its collectives):
+  DDP's bucket copy of the gradients, flattened all-gather copies, 16-bit gradients before an fp32 accumulator
+  (:mod:`engine.scaleout.buffers`). The default sync holds none.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from engine.memory.estimate import estimate_memory
 from engine.memory.result import MemoryEstimate
 from engine.model.architecture import Architecture
 from engine.scaleout import buffers, recompute
+from engine.scaleout.comm_volumes import DataParallelSync
 from engine.scaleout.fp8 import Fp8Recipe, fp8_scaling_bytes, fp8_weight_cache_bytes, linear_input_factor
 from engine.scaleout.layout import Layout, Recompute, Schedule, layout_problems
 from engine.scaleout.partition import ParameterSplit, largest_block, parameter_split
@@ -65,6 +69,7 @@ from engine.scenario.training import Method, Scenario
 ACTIVE = ("forward", "backward", "recompute")
 CHECKPOINTED = (Recompute.FULL, Recompute.SELECTIVE_OP)
 """Recompute settings that checkpoint every block: the one-GPU estimate's gradient checkpointing."""
+_DEFAULT_SYNC = DataParallelSync()  # the default data-parallel sync, which holds no memory of its own
 
 
 class Part(NamedTuple):
@@ -88,11 +93,13 @@ class Context:
     DeepSpeed's ``bf16`` mode run mixed precision. The weights, activations and loss then come from the one-GPU
     estimate in pure 16 bits (no autocast copies, a 16-bit residual stream), the gradients and optimizer states
     from the mixed-precision one, and the fp32 weights become ``master_weights``. Off (the default), a rank follows
-    the Hugging Face Trainer's autocast, exactly as the one-GPU estimate does."""
+    the Hugging Face Trainer's autocast, exactly as the one-GPU estimate does. ``dp_sync``: see :class:`DataParallelSync`."""
 
-    def __init__(self, arch: Architecture, sc: Scenario, fp8: Fp8Recipe | None, master_weights: bool = False):
+    def __init__(self, arch: Architecture, sc: Scenario, fp8: Fp8Recipe | None, master_weights: bool = False,
+                 dp_sync: DataParallelSync | None = None):
         sc = with_master_weights(sc, master_weights)
         self.arch, self.sc, self.fp8 = arch, sc, Fp8Recipe.of(fp8)
+        self.dp_sync = dp_sync or _DEFAULT_SYNC
         self.spec: PrecisionSpec = precision_spec(sc.precision)
         self.estimate: MemoryEstimate = estimate_memory(arch, sc)
         self.parts = dict(self.estimate.parts_by_key)
@@ -199,10 +206,10 @@ def check_layout(arch: Architecture, scenario: Scenario, layout: Layout) -> None
 
 
 def context(arch: Architecture, scenario: Scenario, layout: Layout, fp8: Fp8Recipe | None = None,
-            master_weights: bool = False) -> Context:
-    """The shared part of the estimate (checks the layout first); ``master_weights``: see :class:`Context`."""
+            master_weights: bool = False, dp_sync: DataParallelSync | None = None) -> Context:
+    """The shared part of the estimate (checks the layout first); ``master_weights``, ``dp_sync``: see :class:`Context`."""
     check_layout(arch, scenario, layout)
-    return Context(arch, effective_scenario(scenario, layout), fp8, master_weights)
+    return Context(arch, effective_scenario(scenario, layout), fp8, master_weights, dp_sync)
 
 
 def in_flight(layout: Layout, stage: int) -> tuple[int, int]:
@@ -318,7 +325,7 @@ def stage_parts(ctx: Context, layout: Layout, stage: int, explain: bool = True) 
 _STATE_PARTS = ("weights", "weight_copies", "gradients", "gradient_temporaries", "master_weights", "optimizer_states",
                 "optimizer_temporaries")
 _BUFFER_PARTS = ("sp_gather_buffer", "pp_p2p_buffers", "ep_all_to_all", "gathered_weights", "fsdp_accumulated_grads",
-                 "fsdp_grad_unit", "fp8_weight_cache", "fp8_scaling")
+                 "fsdp_grad_unit", "fp8_weight_cache", "fp8_scaling", "ddp_buckets", "gather_buffers")
 
 
 def states_reads(ctx: Context) -> tuple:
@@ -332,8 +339,8 @@ def states_reads(ctx: Context) -> tuple:
 def buffers_reads(ctx: Context) -> tuple:
     """Everything :func:`_buffers` reads of its context but the architecture (keep the two in step): tokens per micro
     batch, compute bytes, FP8 (TransformerEngine's copies live in the step's phases) and which of its parts the
-    one-GPU estimate has."""
-    return ("buffers", ctx.sc.tokens_per_micro_batch, ctx.spec.compute_bytes, ctx.fp8,
+    one-GPU estimate has, the framework's DP sync."""
+    return ("buffers", ctx.sc.tokens_per_micro_batch, ctx.spec.compute_bytes, ctx.fp8, ctx.dp_sync, ctx.parts["weights"].bytes,
             ctx.phases if ctx.fp8 is not None and ctx.fp8.caches_fp8_weights else None, ctx.linear_modules,
             tuple(k in ctx.parts for k in _BUFFER_PARTS))
 
@@ -410,6 +417,13 @@ def _activations(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> Non
     for key in ("logits_loss", "logits_forward"):
         if key in est:
             scaled(key, (last_count / (t * c)) if is_last else 0.0, lambda: "last stage, vocabulary-parallel / TP, tokens / CP")
+    if ctx.dp_sync.half_gradients_per_backward:  # one micro batch's saved (and loss) tensors go as its gradients come
+        freed = acts / count + (est["logits_loss"].bytes / (t * c) if is_last and "logits_loss" in est else 0.0)
+        add("half_gradients", buffers.half_gradient_excess(st.local, _param_bytes(ctx), freed), ("backward",),
+            lambda: f"{st.local / 1e9:.3f}B parameters x {_param_bytes(ctx):g} B of 16-bit .grad at the end of a micro "
+            f"batch's backward, less the {freed / 2**30:.2f} GiB of saved tensors it freed (not below 0)",
+            "nanotron@e24d2483 optim/gradient_accumulator.py FP32GradientAccumulator.backward, _accumulate_grad "
+            "(half_param.grad = None after the add)", "16-bit gradients before the fp32 accumulation")
 
 
 def _buffers(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> None:
@@ -458,6 +472,16 @@ def _buffers(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> None:
                 "FSDPState._lazy_init)", "Gathered weights (FSDP units)")
         add("fsdp_grad_unit", grad, ("backward", "recompute"), lambda: "one block's unsharded fp32 gradient",
             "torchtitan mixed_precision_reduce float32", "Unsharded gradient before reduce-scatter")
+    sync, n, pb = ctx.dp_sync, layout.data_parallel * c, _param_bytes(ctx)
+    if sync.bucket_bytes and zero == 0 and n > 1:
+        add("ddp_buckets", buffers.ddp_bucket_bytes(local, pb), ctx.phases, lambda: f"{local / 1e9:.3f}B parameters "
+            f"x {pb:g} B: the reducer's flat bucket copy of every gradient", "PyTorch DDP reducer.cpp "
+            "Reducer::initialize_buckets (gradient_as_bucket_view=False)", "DDP gradient buckets")
+    if sync.zero1_all_reduce and sync.gather_copies and zero == 1 and n > 1:
+        add("gather_buffers", buffers.coalesced_gather_bytes(local, pb, n), ("optimizer_step",),
+            lambda: f"{local / 1e9:.3f}B parameters x {pb:g} B x (1 + 1/{n}): every rank's flattened slices and this "
+            "rank's", "nanotron@e24d2483 distributed.py all_gather_coalesced (from ZeroDistributedOptimizer."
+            "_all_gather_params)", "Flattened all-gather buffers (ZeRO-1)")
     if ctx.fp8 is not None and ctx.fp8.caches_fp8_weights:
         lin = (sum(split.tp_per_block[first:last]) / t + sum(split.expert_per_block[first:last]) / ept)
         add("fp8_weight_cache", fp8_weight_cache_bytes(ctx.fp8, lin), ctx.phases,
@@ -466,6 +490,16 @@ def _buffers(ctx: Context, layout: Layout, st: _Stage, parts: _Parts) -> None:
         add("fp8_scaling", fp8_scaling_bytes(ctx.fp8, ctx.linear_modules * st.layers[st.index]), ctx.phases,
             lambda: "amax history 1024 + scale, fp32, 3 tensors per linear", "TransformerEngine DelayedScaling",
             "FP8 scaling state (TE)")
+
+
+def _param_bytes(ctx: Context) -> float:
+    """Bytes per parameter of the model a rank computes in (16-bit with master weights), its ``.grad`` 's too."""
+    return ctx.parts["weights"].bytes / ctx.split.total
+
+
+def sync_layout_reads(ctx: Context, layout: Layout) -> tuple:
+    """What the DP sync's parts read of the layout beyond stage_peaks' buffer keys: DP x CP (none by default)."""
+    return () if ctx.dp_sync == _DEFAULT_SYNC else (layout.data_parallel * layout.context_parallel,)
 
 
 def _phase_totals(parts: list[Part], totals: dict[str, float]) -> dict[str, float]:

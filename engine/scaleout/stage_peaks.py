@@ -15,6 +15,7 @@ from engine.model.architecture import Architecture
 from engine.scaleout.layout import Layout
 from engine.scaleout.memory import (
     Context, _activations, _buffers, _in_flight, _logits_in_flight, _model_states, _Parts, _Stage, buffers_reads, states_reads,
+    sync_layout_reads,
 )
 
 
@@ -140,13 +141,15 @@ class StageFamily:
         m, v, schedule, last = layout.micro_batches, layout.virtual_pipeline, layout.schedule, p - 1
         key = (ctx.section_ids[1], t, layout.sequence_parallel, layout.context_parallel, layout.recompute,
                layout.recompute_layers, _logits_in_flight(p, m, v, schedule), p == 1)
+        half = ctx.dp_sync.half_gradients_per_backward  # the stage's 16-bit gradients: its parameters
         return [_entries(ctx, _activations, (*key, _in_flight(p, m, v, schedule, st.index), st.layers[st.index],
-                                             st.index == last), layout, st) for st in self._at]
+                                             st.index == last, st.local if half else None), layout, st) for st in self._at]
 
     def _buffers(self, layout: Layout) -> list:
         ctx, t, p, shards = self.ctx, layout.tensor_parallel, layout.pipeline_parallel, layout.optimizer_shards
         key = (ctx.section_ids[2], t, layout.sequence_parallel, layout.context_parallel, p > 1, layout.expert_parallel,
-               layout.expert_tensor_parallel, layout.moe_capacity_factor, layout.zero == 3 and shards > 1)
+               layout.expert_tensor_parallel, layout.moe_capacity_factor, layout.zero == 3 and shards > 1,
+               *sync_layout_reads(ctx, layout))
         return [_entries(ctx, _buffers, (*key, st.first, st.last, st.local), layout, st) for st in self._at]
 
 

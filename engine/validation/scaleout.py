@@ -221,7 +221,7 @@ def run_settings(row: dict) -> tuple[bool, bool]:
 
 
 NANOTRON_DP_SYNC = DataParallelSync(bucket_bytes=25 * 2**20, zero1_all_reduce=True, gather_copies=True,
-                                    tensors_per_layer=6)
+                                    tensors_per_layer=6, half_gradients_per_backward=True)
 """The data-parallel sync of nanotron as its scaling benchmarks ran it (``scripts/scaling_benchmarks.py``:
 ``ACCUMULATE_GRAD_IN_FP32 = True``; ``examples/config_tiny_llama_bench.yaml``: ``ddp_bucket_cap_mb: 25``), read in
 huggingface/nanotron@e24d2483 (2025-02-19, six days after the figure; the same in the Dec 2024 benchmark branch
@@ -236,7 +236,15 @@ huggingface/nanotron@e24d2483 (2025-02-19, six days after the figure; the same i
   after the step ``ZeroDistributedOptimizer._all_gather_params`` gathers the bf16 weights with
   ``all_gather_coalesced`` (``distributed.py``), whose ``update_output`` copies every rank's slice of every parameter
   tensor back in a Python loop: tensors x DP ranks ``copy_`` calls. nanotron's Llama block holds 6 tensors
-  (``qkv_proj``, ``o_proj``, ``gate_up_proj``, ``down_proj``, two ``TritonRMSNorm``: ``models/llama.py``)."""
+  (``qkv_proj``, ``o_proj``, ``gate_up_proj``, ``down_proj``, two ``TritonRMSNorm``: ``models/llama.py``).
+- Memory (what a rank holds, P its bf16 parameters, d the DP size): ``FP32GradientAccumulator``
+  (``optim/gradient_accumulator.py``) keeps the fp32 gradient buffer of all P (``build_grad_buffers`` over
+  ``grad_buckets_named_params``, "independently of ZeRO sharding") and fp32 weights of the parameters its optimizer
+  updates (``helpers.py`` ``init_optimizer_and_grad_accumulator``: ZeRO-1 builds it on its 1/d slices,
+  ``optim/zero.py``), AdamW's two states on those: 2 + 4 + 4 + 8 B per parameter at ZeRO-0, 2 + 4 + 12/d at ZeRO-1,
+  the engine's master-weight states. On top: every backward's bf16 ``.grad`` (``backward`` adds them into the buffer
+  and sets them to None), DDP's bf16 buckets at ZeRO-0 (2 B), the all-gather's flattened copies at ZeRO-1's
+  step (2 + 2/d B)."""
 
 LORA_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
 """Every linear of a Llama / Qwen2 block: NeMo Automodel's ``target_modules: '*_proj'``."""
@@ -325,7 +333,8 @@ def compare_row(row: dict) -> list[RunComparison] | str:
         "16-bit model with fp32 master weights" if master else f"LoRA rank {sc.lora_r} on every linear, pure bf16",
         "fused kernels" if fused else "", "TP communication overlapped with the GEMMs" if tp_overlap else "",
         "nanotron's DP sync (DDP buckets of 25 MiB; ZeRO-1: blocking fp32 all-reduce, bf16 all-gather with per-tensor "
-        "copies)" if row["id"].startswith("nanotron_") else "") if x)
+        "copies) and what it holds (fp32 gradients of every parameter, DDP's bf16 bucket copy, each backward's bf16 "
+        "gradients, the all-gather's flat copies)" if row["id"].startswith("nanotron_") else "") if x)
     out = []
     t = est.time
     base = dict(id=row["id"], source=f"{row['source']}, {row['locator']}", model=row["model"], layout=layout.label(),

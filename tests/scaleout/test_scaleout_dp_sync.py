@@ -25,7 +25,8 @@ from engine.validation.scaleout import NANOTRON_DP_SYNC, compare_row
 
 H100 = find_gpu("H100 SXM")
 NANO_3B = architecture_from_config(NANOTRON["3.57"])  # 28 blocks, 3072 wide, vocab 131072 tied
-SYNC = DataParallelSync(bucket_bytes=25 * 2**20, zero1_all_reduce=True, gather_copies=True, tensors_per_layer=6)
+SYNC = DataParallelSync(bucket_bytes=25 * 2**20, zero1_all_reduce=True, gather_copies=True, tensors_per_layer=6,
+                        half_gradients_per_backward=True)
 
 
 def _dp(layout: Layout, sync: DataParallelSync | None):
@@ -34,7 +35,8 @@ def _dp(layout: Layout, sync: DataParallelSync | None):
 
 
 def test_nanotron_sync_record_is_the_benchmark_config():
-    # ddp_bucket_cap_mb: 25 (bf16 gradients per bucket); six tensors per nanotron Llama block
+    # ddp_bucket_cap_mb: 25 (bf16 gradients per bucket); six tensors per nanotron Llama block; fp32 accumulation
+    # outside autograd (the memory it holds: tests/scaleout/test_scaleout_nanotron_memory.py)
     assert NANOTRON_DP_SYNC == SYNC
 
 
