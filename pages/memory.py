@@ -13,30 +13,19 @@ from engine.memory.estimate import estimate_memory
 from engine.memory.parallel import STRATEGY_LABELS, deepspeed_estimate, device_memory_per_gpu, plan_parallel
 from engine.scenario.precision import PrecisionMode
 from engine.memory.seed_rules import seed_comparison
-from engine.memory.sweep import sweep_techniques
 from engine.units import fmt_bytes, fmt_count, to_unit
-from ui.charts import memory_stack_figure, per_gpu_figure
+from ui.charts import per_gpu_figure
 from ui.checklist import checklist_section
 from ui.config_import import config_import_section
 from ui.hardware import hardware_sidebar
 from ui.layout import page_start, scenario_page
 from ui.scenario_form import INFERENCE, TRAINING, WORKLOADS, inference_inputs
 from ui.share import write_query_params
+from ui.shared_results import memory_techniques  # kept for every session, keyed by the JSON of its inputs
 from ui.trace_panel import trace_panel
 from ui.verdict import TIGHT_NOTE, verdict_box
 from engine.plan.verdict import Verdict, fit_verdict
 from ui.formats import md_plain
-
-
-
-@st.cache_resource(max_entries=32, ttl=3600, show_spinner=False)
-def _techniques(_arch, _scenario, unit: str, _gpu, key: str):
-    """The technique sweep and its chart, kept for every session under the exact JSON of their inputs (``key``: the
-    model's config, the scenario, the unit and the GPU): the sweep estimates a dozen scenarios and the figure is built
-    from them, on every rerun of this page otherwise, and visitors often share a scenario (the defaults, a link).
-    Bounded (32 scenarios, an hour): the server's memory levels off."""
-    rows = sweep_techniques(_arch, _scenario)
-    return rows, memory_stack_figure(rows, unit, _gpu)
 
 
 TITLES = {TRAINING: "GPU memory of a fine-tuning step", INFERENCE: "GPU memory of serving the model"}
@@ -131,7 +120,7 @@ if serving:
 
 try:
     est = estimate_memory(model.arch, scenario)
-    rows, stack_figure = _techniques(model.arch, scenario, unit, gpu, key=json.dumps(
+    rows, stack_figure = memory_techniques(model.arch, scenario, unit, gpu, key=json.dumps(
         [model.config, scenario.model_dump(mode="json"), unit, gpu.model_dump(mode="json")], sort_keys=True, default=str))
     plan = plan_parallel(est, model.arch, scenario, hw.training_strategy, hw.offload)
 except EngineError as exc:
