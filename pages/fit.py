@@ -144,8 +144,8 @@ def _matrix_section(view: str) -> None:
         st.caption("Same batch, sequence, accumulation, attention and LoRA settings in every row; each row sets what its label says. "
                    "The ZeRO-3 row's ×N is the fewest GPUs with sharding; the other rows use DDP.")
     st.plotly_chart(figure, width="stretch", key=f"fit_{view}_chart")
-    for label, error in errors:
-        st.caption(f"Not computed — {md_plain(label)}: {md_plain(error)}")
+    if errors:  # one caption of paragraphs, not one element per row
+        st.caption("\n\n".join(f"Not computed — {md_plain(label)}: {md_plain(error)}" for label, error in errors))
     name = "fit_models_x_gpus" if view == "models" else "fit_techniques_x_gpus"
     _download(csv, name, f"fit_{view}_csv")
 

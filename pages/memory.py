@@ -194,18 +194,17 @@ if hw.is_multi:
         notes.append(f"QLoRA storage: {plan.storage_note}.")
     if plan.bucket_note:
         notes.append(f"Buckets: {plan.bucket_note}.")
-    st.caption(" ".join(md_plain(n) for n in notes))
     ds = deepspeed_estimate(model.arch, hw.training_strategy, hw.offload, n, hw.gpus_per_node)
-    if ds is not None:
-        st.caption(f"DeepSpeed's own estimate (`{ds.function}`): {fmt_bytes(ds.gpu_bytes_per_gpu, unit)} per GPU, "
-                   f"{fmt_bytes(ds.cpu_bytes_per_node, unit)} CPU per node. {ds.note}.")
+    # One caption of paragraphs: one element, not two.
+    st.caption(" ".join(md_plain(n) for n in notes)
+               + (f"\n\nDeepSpeed's own estimate (`{ds.function}`): {fmt_bytes(ds.gpu_bytes_per_gpu, unit)} per GPU, "
+                  f"{fmt_bytes(ds.cpu_bytes_per_node, unit)} CPU per node. {ds.note}." if ds is not None else ""))
 
 st.subheader("Across techniques and precisions")
 st.plotly_chart(stack_figure, width="stretch", key="memory_chart")
-for r in rows:
-    if r.error:
-        st.caption(f"Not shown — {md_plain(r.label)}: {md_plain(r.error)}")
-st.caption("Same batch, sequence, optimizer, checkpointing and LoRA settings in every bar; ◀ marks your choice. "
+# One caption of paragraphs (the rows not shown, then how to read the chart): one element per rerun, not one per line.
+st.caption("".join(f"Not shown — {md_plain(r.label)}: {md_plain(r.error)}\n\n" for r in rows if r.error)
+           + "Same batch, sequence, optimizer, checkpointing and LoRA settings in every bar; ◀ marks your choice. "
            "Each bar shows the tensors alive at that scenario's peak, then the allocator reserve and the CUDA context, so "
            "its top is what nvidia-smi would show (hover for max_memory_allocated).")
 

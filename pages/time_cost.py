@@ -117,17 +117,16 @@ c[5].metric("Cost spot", fmt_usd(run.cost_usd_spot),
             help=f"${price.spot_usd_per_hour:,.4g}/GPU-hour from {price.spot_source}" if price.spot_usd_per_hour else price.reason)
 band = tp.band
 od_lo, od_hi = run.cost_usd_on_demand_range
+raw = band_for(num_gpus, tp.hf_stack) if cal is not None else None
+parts = ", ".join(f"{CATEGORY_STYLE[k][0].lower()} {v * 1e3:,.1f} ms" for k, v in tp.breakdown_s.items() if v > 0)
+# One caption of paragraphs, not one element each: every element costs the server and the browser on each rerun.
 st.caption(f"Range, not a point: tokens/s {run.tokens_per_second_low:,.0f}–{run.tokens_per_second_high:,.0f}, wall time "
            f"{fmt_hours(run.hours_low)}–{fmt_hours(run.hours_high)}"
            + (f", on-demand cost {fmt_usd(od_lo)}–{fmt_usd(od_hi)}" if od_lo is not None else "")
-           + f". {md_plain(band.note)} (Methodology page).")
-if cal is not None:
-    raw = band_for(num_gpus, tp.hf_stack)
-    st.caption(md_plain(band.calibration_note(raw)))
-if price.reason:
-    st.caption(f"No invented prices: {md_plain(price.reason)}. Pick another price source in the sidebar.")
-parts = ", ".join(f"{CATEGORY_STYLE[k][0].lower()} {v * 1e3:,.1f} ms" for k, v in tp.breakdown_s.items() if v > 0)
-st.caption(f"One optimizer step ({tp.step.tokens:,} tokens per GPU) takes {tp.step_time_s:,.3f} s: {parts}. MFU {tp.mfu:.2f}, "
+           + f". {md_plain(band.note)} (Methodology page)."
+           + (f"\n\n{md_plain(band.calibration_note(raw))}" if cal is not None else "")
+           + (f"\n\nNo invented prices: {md_plain(price.reason)}. Pick another price source in the sidebar." if price.reason else "")
+           + f"\n\nOne optimizer step ({tp.step.tokens:,} tokens per GPU) takes {tp.step_time_s:,.3f} s: {parts}. MFU {tp.mfu:.2f}, "
            f"HFU {tp.hfu:.2f} of the dense {tp.peak.dtype} peak ({(tp.peak.flops or 0) / 1e12:,.1f} TFLOP/s per GPU)"
            + (f"; collectives over {tp.step.link}" if tp.step.link else "") + ".")
 
