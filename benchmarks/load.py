@@ -23,7 +23,9 @@ Usage::
     python benchmarks/load.py --sessions 25 --duration 30 --pages memory
     python benchmarks/load.py --url http://127.0.0.1:8501   # an already running server
 
-Prints one table (N, reruns, p50/p95/max rerun latency in ms, errors) and, with ``--json FILE``, writes it as JSON.
+Prints one table (N, reruns, p50/p95/max rerun latency in ms, errors, and the CPU ms per rerun of the server, from
+/proc when this script started it, and of this client, which shares the machine's cores) and, with ``--json FILE``,
+writes it as JSON.
 The websocket client is the ``websockets`` package, a dependency of Streamlit.
 """
 
