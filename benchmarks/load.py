@@ -23,7 +23,9 @@ Usage::
     python benchmarks/load.py --sessions 25 --duration 30 --pages memory
     python benchmarks/load.py --url http://127.0.0.1:8501   # an already running server
 
-Prints one table (N, reruns, p50/p95/max rerun latency in ms, errors) and, with ``--json FILE``, writes it as JSON.
+Prints one table (N, reruns, p50/p95/max rerun latency in ms, errors, and the CPU ms per rerun of the server, from
+/proc when this script started it, and of this client, which shares the machine's cores) and, with ``--json FILE``,
+writes it as JSON.
 The websocket client is the ``websockets`` package, a dependency of Streamlit.
 """
 
@@ -259,12 +261,36 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-def run_level(url: str, n: int, duration_s: float, pages: str, rerun_timeout_s: float, think_s: float = 0.0) -> dict:
+def server_cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc stat fields 14 and 15); 0 without a pid."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_s() -> float:
+    """User + system CPU seconds of this load client so far (it shares the machine's cores with the server)."""
+    t = os.times()
+    return t.user + t.system
+
+
+def run_level(url: str, n: int, duration_s: float, pages: str, rerun_timeout_s: float, think_s: float = 0.0,
+              pid: int | None = None) -> dict:
+    """One level of ``n`` sessions; with ``pid`` (the server's), also the server's CPU ms per rerun over the window
+    (from the start of the window until every session's last rerun answered, over the reruns timed)."""
     result, lock = Result(), threading.Lock()
     window: list[float] = []
+    cpu: list[float] = []
+
+    def start_window() -> None:
+        window.append(time.monotonic() + duration_s)
+        cpu.append(server_cpu_s(pid))
+        cpu.append(_own_cpu_s())
+
     # The sessions open the app together (their first loads are timed apart); the measured window of duration_s
     # starts once all have loaded, so it shows a crowd working, not the crowd arriving.
-    ready = threading.Barrier(n + 1, action=lambda: window.append(time.monotonic() + duration_s))
+    ready = threading.Barrier(n + 1, action=start_window)
     names = list(WIDGET_PAGES.values())
     threads = [
         threading.Thread(target=run_session, args=(url, names[i % len(names)] if pages == "all" else pages, window,
@@ -282,11 +308,15 @@ def run_level(url: str, n: int, duration_s: float, pages: str, rerun_timeout_s: 
     for t in threads:
         t.join(max(1.0, ready_at + duration_s + rerun_timeout_s + 30 - time.monotonic()))
     lat = result.latencies_s
+    cpu_ms = (1e3 * (server_cpu_s(pid) - cpu[0]) / len(lat)) if (pid is not None and cpu and lat) else None
+    client_ms = (1e3 * (_own_cpu_s() - cpu[1]) / len(lat)) if (cpu and lat) else None
     loads = result.loads_s
     return {
         "sessions": n, "think_s": think_s, "reruns": len(lat), "p50_ms": round(1e3 * percentile(lat, 50), 1),
         "p95_ms": round(1e3 * percentile(lat, 95), 1), "max_ms": round(1e3 * max(lat), 1) if lat else None,
         "mean_ms": round(1e3 * statistics.fmean(lat), 1) if lat else None, "errors": len(result.errors),
+        "server_cpu_ms_per_rerun": round(cpu_ms, 1) if cpu_ms is not None else None,
+        "client_cpu_ms_per_rerun": round(client_ms, 1) if client_ms is not None else None,
         "error_samples": sorted(set(result.errors))[:5],
         "load_p50_ms": round(1e3 * percentile(loads, 50), 1), "load_p95_ms": round(1e3 * percentile(loads, 95), 1),
         "by_page": {p: {"reruns": len(v), "p50_ms": round(1e3 * percentile(v, 50), 1),
@@ -340,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
         levels = [int(n) for n in args.sessions.split(",") if n.strip()]
         # Warm up: the first run of each page imports modules and fills the caches.
         run_level(url, 1, 3.0, "all", args.rerun_timeout)
-        rows = [run_level(url, n, args.duration, args.pages, args.rerun_timeout, args.think) for n in levels]
+        pid = proc.pid if proc is not None else None
+        rows = [run_level(url, n, args.duration, args.pages, args.rerun_timeout, args.think, pid) for n in levels]
     finally:
         if proc is not None:
             proc.terminate()
@@ -349,10 +380,11 @@ def main(argv: list[str] | None = None) -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
     print(f"pages={args.pages} think={args.think:g}s duration={args.duration:g}s per level, {os.cpu_count()} CPUs")
-    print(f"{'N':>4} {'reruns':>7} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'errors':>6}   first page load p50/p95 ms")
+    print(f"{'N':>4} {'reruns':>7} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'errors':>6}   first page load p50/p95 ms"
+          "   CPU ms/rerun server, client")
     for r in rows:
         print(f"{r['sessions']:>4} {r['reruns']:>7} {r['p50_ms']:>8} {r['p95_ms']:>8} {r['max_ms']!s:>8} {r['errors']:>6}"
-              f"   {r['load_p50_ms']}/{r['load_p95_ms']}")
+              f"   {r['load_p50_ms']}/{r['load_p95_ms']}   {r['server_cpu_ms_per_rerun'] or '-'}, {r['client_cpu_ms_per_rerun']}")
         for page, stats in r["by_page"].items():
             if len(r["by_page"]) > 1:
                 print(f"       {page}: {stats['reruns']} reruns, p50 {stats['p50_ms']} ms, p95 {stats['p95_ms']} ms")

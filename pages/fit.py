@@ -5,62 +5,27 @@ import json
 import pandas as pd
 import streamlit as st
 
-from engine.model.build import architecture_from_config
-from engine.model.catalog import load_models
 from ui.catalog_session import session_gpus, session_prices, table_key
 from ui.inputs import checked_number
 from engine.errors import EngineError
-from engine.plan.largest import SEED_TABLE_SOURCE, seed_largest_model_table
-from engine.plan.fit import check_fit, model_matrix, technique_matrix, what_fits
+from engine.plan.largest import SEED_TABLE_SOURCE
+from engine.plan.fit import check_fit, what_fits
 from engine.scenario.optimizer import Optimizer
-from engine.memory.parallel import STRATEGY_LABELS, Strategy
+from engine.memory.parallel import STRATEGY_LABELS
 from engine.scenario.precision import PrecisionMode, precision_spec
 from engine.scenario.training import Method, Scenario
 from engine.memory.device import device_used_bytes
 from engine.units import fmt_bytes, fmt_count, to_unit
-from ui.charts import CELL_LABELS, fit_heatmap
+from ui.charts import CELL_LABELS
 from ui.layout import scenario_page
 from ui.verdict import show_tight
-from ui.downloads import records_csv
 from ui.tables import number_columns
 from ui.formats import md_plain
 from ui.views import section_choice
+from ui.shared_results import models_fit, seed_rows as shared_seed_rows, techniques_fit
 
-# The matrices cost tens of milliseconds per rerun (every catalog model x GPU x technique), so their heatmaps, CSVs and
-# row errors are kept for all sessions, keyed by the JSON of their inputs (the engine's results are unchanged; a
-# session's edited GPU table gives another key than the bundled one). A hosted demo with a crowd reruns this page often.
-# An entry keeps only what the page draws, not the matrix: the models matrix (33 models x 28 GPUs) holds 1.3 MB of
-# pydantic cells beside its 0.5 MB figure and 0.1 MB CSV (tracemalloc), so 32 scenarios stay near 20 MB per cache
-# instead of 62 MB, and a long-running server's memory levels off once they are full (issue 26's soak).
-_CACHE = dict(max_entries=32, ttl=3600, show_spinner=False)
-
-
-@st.cache_resource(max_entries=1, show_spinner=False)
-def _catalog_architectures() -> list:
-    return [(m.name, architecture_from_config(m.config)) for m in load_models()]
-
-
-@st.cache_resource(**_CACHE)
-def _models_fit(_scenario: Scenario, _gpus: tuple, _strategy: Strategy, unit: str, labels: str, key: tuple):
-    return _drawn(model_matrix(_catalog_architectures(), _scenario, _gpus, _strategy), unit, labels)
-
-
-@st.cache_resource(**_CACHE)
-def _techniques_fit(_arch, _scenario: Scenario, _gpus: tuple, unit: str, labels: str, key: tuple):
-    return _drawn(technique_matrix(_arch, _scenario, _gpus), unit, labels)
-
-
-def _drawn(matrix, unit: str, labels: str) -> tuple[tuple[tuple[str, str], ...], object, bytes]:
-    # What the page shows of a matrix, built once and kept (a scenario seen before, another visitor's or this one's
-    # earlier value, costs neither the matrix, nor its figure, nor its download again): the rows that could not be
-    # computed (label, why), the heatmap and the CSV.
-    errors = tuple((row.label, row.error) for row in matrix.rows if row.error)
-    return errors, fit_heatmap(matrix, unit, labels=labels), records_csv(matrix.records())
-
-
-@st.cache_resource(**_CACHE)
-def _seed_rows(_full: Scenario, _efficient: Scenario, _gpus: tuple, key: tuple):
-    return seed_largest_model_table(_catalog_architectures(), _full, _efficient, _gpus)
+# The matrices and the seed table are kept for every session, keyed by the JSON of their inputs (ui.shared_results:
+# a cached function defined here would be made anew, its source hashed, on every rerun).
 
 
 model, scenario, hw = scenario_page("Which GPU does it fit on?")
@@ -117,7 +82,7 @@ def _seed_section(gpus: tuple, gpus_key: str, unit: str) -> None:
     common = dict(micro_batch_size=seed_batch, seq_len=seed_seq, gradient_checkpointing=seed_ckpt, optimizer=Optimizer.ADAMW_FUSED)
     full_sc = Scenario.build(method=Method.FULL, precision=seed_full_precision, **common)
     eff_sc = Scenario.build(method=seed_eff, precision=PrecisionMode.BF16, **common)
-    seed_rows = _seed_rows(full_sc, eff_sc, gpus, key=(full_sc.model_dump_json(), eff_sc.model_dump_json(), gpus_key))
+    seed_rows = shared_seed_rows(full_sc, eff_sc, gpus, key=(full_sc.model_dump_json(), eff_sc.model_dump_json(), gpus_key))
 
     st.table(pd.DataFrame([  # static: all ten columns wrap to the page width
         {
@@ -161,10 +126,10 @@ def _matrix_section(view: str) -> None:
     )
     try:
         if view == "models":
-            errors, figure, csv = _models_fit(scenario, gpus, strategy, unit, labels,
+            errors, figure, csv = models_fit(scenario, gpus, strategy, unit, labels,
                                            key=(scenario.model_dump_json(), gpus_key, strategy))
         else:
-            errors, figure, csv = _techniques_fit(model.arch, scenario, gpus, unit, labels,
+            errors, figure, csv = techniques_fit(model.arch, scenario, gpus, unit, labels,
                                                key=(model_key, scenario.model_dump_json(), gpus_key))
     except EngineError as exc:
         st.error(f"Cannot compute the fit: {md_plain(exc)}")
@@ -179,8 +144,8 @@ def _matrix_section(view: str) -> None:
         st.caption("Same batch, sequence, accumulation, attention and LoRA settings in every row; each row sets what its label says. "
                    "The ZeRO-3 row's ×N is the fewest GPUs with sharding; the other rows use DDP.")
     st.plotly_chart(figure, width="stretch", key=f"fit_{view}_chart")
-    for label, error in errors:
-        st.caption(f"Not computed — {md_plain(label)}: {md_plain(error)}")
+    if errors:  # one caption of paragraphs, not one element per row
+        st.caption("\n\n".join(f"Not computed — {md_plain(label)}: {md_plain(error)}" for label, error in errors))
     name = "fit_models_x_gpus" if view == "models" else "fit_techniques_x_gpus"
     _download(csv, name, f"fit_{view}_csv")
 

@@ -13,30 +13,19 @@ from engine.memory.estimate import estimate_memory
 from engine.memory.parallel import STRATEGY_LABELS, deepspeed_estimate, device_memory_per_gpu, plan_parallel
 from engine.scenario.precision import PrecisionMode
 from engine.memory.seed_rules import seed_comparison
-from engine.memory.sweep import sweep_techniques
 from engine.units import fmt_bytes, fmt_count, to_unit
-from ui.charts import memory_stack_figure, per_gpu_figure
+from ui.charts import per_gpu_figure
 from ui.checklist import checklist_section
 from ui.config_import import config_import_section
 from ui.hardware import hardware_sidebar
 from ui.layout import page_start, scenario_page
 from ui.scenario_form import INFERENCE, TRAINING, WORKLOADS, inference_inputs
 from ui.share import write_query_params
+from ui.shared_results import memory_techniques  # kept for every session, keyed by the JSON of its inputs
 from ui.trace_panel import trace_panel
 from ui.verdict import TIGHT_NOTE, verdict_box
 from engine.plan.verdict import Verdict, fit_verdict
 from ui.formats import md_plain
-
-
-
-@st.cache_resource(max_entries=32, ttl=3600, show_spinner=False)
-def _techniques(_arch, _scenario, unit: str, _gpu, key: str):
-    """The technique sweep and its chart, kept for every session under the exact JSON of their inputs (``key``: the
-    model's config, the scenario, the unit and the GPU): the sweep estimates a dozen scenarios and the figure is built
-    from them, on every rerun of this page otherwise, and visitors often share a scenario (the defaults, a link).
-    Bounded (32 scenarios, an hour): the server's memory levels off."""
-    rows = sweep_techniques(_arch, _scenario)
-    return rows, memory_stack_figure(rows, unit, _gpu)
 
 
 TITLES = {TRAINING: "GPU memory of a fine-tuning step", INFERENCE: "GPU memory of serving the model"}
@@ -131,7 +120,7 @@ if serving:
 
 try:
     est = estimate_memory(model.arch, scenario)
-    rows, stack_figure = _techniques(model.arch, scenario, unit, gpu, key=json.dumps(
+    rows, stack_figure = memory_techniques(model.arch, scenario, unit, gpu, key=json.dumps(
         [model.config, scenario.model_dump(mode="json"), unit, gpu.model_dump(mode="json")], sort_keys=True, default=str))
     plan = plan_parallel(est, model.arch, scenario, hw.training_strategy, hw.offload)
 except EngineError as exc:
@@ -205,18 +194,17 @@ if hw.is_multi:
         notes.append(f"QLoRA storage: {plan.storage_note}.")
     if plan.bucket_note:
         notes.append(f"Buckets: {plan.bucket_note}.")
-    st.caption(" ".join(md_plain(n) for n in notes))
     ds = deepspeed_estimate(model.arch, hw.training_strategy, hw.offload, n, hw.gpus_per_node)
-    if ds is not None:
-        st.caption(f"DeepSpeed's own estimate (`{ds.function}`): {fmt_bytes(ds.gpu_bytes_per_gpu, unit)} per GPU, "
-                   f"{fmt_bytes(ds.cpu_bytes_per_node, unit)} CPU per node. {ds.note}.")
+    # One caption of paragraphs: one element, not two.
+    st.caption(" ".join(md_plain(n) for n in notes)
+               + (f"\n\nDeepSpeed's own estimate (`{ds.function}`): {fmt_bytes(ds.gpu_bytes_per_gpu, unit)} per GPU, "
+                  f"{fmt_bytes(ds.cpu_bytes_per_node, unit)} CPU per node. {ds.note}." if ds is not None else ""))
 
 st.subheader("Across techniques and precisions")
 st.plotly_chart(stack_figure, width="stretch", key="memory_chart")
-for r in rows:
-    if r.error:
-        st.caption(f"Not shown — {md_plain(r.label)}: {md_plain(r.error)}")
-st.caption("Same batch, sequence, optimizer, checkpointing and LoRA settings in every bar; ◀ marks your choice. "
+# One caption of paragraphs (the rows not shown, then how to read the chart): one element per rerun, not one per line.
+st.caption("".join(f"Not shown — {md_plain(r.label)}: {md_plain(r.error)}\n\n" for r in rows if r.error)
+           + "Same batch, sequence, optimizer, checkpointing and LoRA settings in every bar; ◀ marks your choice. "
            "Each bar shows the tensors alive at that scenario's peak, then the allocator reserve and the CUDA context, so "
            "its top is what nvidia-smi would show (hover for max_memory_allocated).")
 

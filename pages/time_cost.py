@@ -2,8 +2,6 @@
 sidebar's scenario, curves, and the cheapest plan."""
 
 import json
-from typing import NamedTuple
-
 import pandas as pd
 import streamlit as st
 
@@ -26,21 +24,13 @@ from ui.catalog_session import session_gpus, session_prices, table_key
 from ui.formats import fmt_big_count, md_plain
 from ui.layout import scenario_page
 from ui.scenario_form import time_cost_sidebar
+from ui.shared_results import time_cost_shared  # the plan search, sweeps and figures, for every session
 from ui.share import write_query_params
-from ui.time_charts import CATEGORY_STYLE, shape_figure, time_stack_figure
+from ui.time_charts import CATEGORY_STYLE, Curves, shape_figure, time_stack_figure
 from ui.verdict import show_tight
 from ui.views import section_choice
 from ui.downloads import csv_bytes
 from ui.tables import number_columns
-
-
-@st.cache_resource(max_entries=128, ttl=3600, show_spinner=False)
-def _shared(what: str, key: str, _compute):
-    """``_compute()``, kept for every session under the exact JSON of its inputs (``key``): the plan search and the
-    per-technique and per-shape sweeps with their figures are the costly part of this page's rerun, and visitors often
-    share a scenario (the defaults, a link). Bounded (four kinds of entry for each of 32 scenarios, an hour): the
-    server's memory levels off."""
-    return _compute()
 
 
 def _techniques(arch, scenario, gpu, factor: float, fused: bool):
@@ -127,17 +117,16 @@ c[5].metric("Cost spot", fmt_usd(run.cost_usd_spot),
             help=f"${price.spot_usd_per_hour:,.4g}/GPU-hour from {price.spot_source}" if price.spot_usd_per_hour else price.reason)
 band = tp.band
 od_lo, od_hi = run.cost_usd_on_demand_range
+raw = band_for(num_gpus, tp.hf_stack) if cal is not None else None
+parts = ", ".join(f"{CATEGORY_STYLE[k][0].lower()} {v * 1e3:,.1f} ms" for k, v in tp.breakdown_s.items() if v > 0)
+# One caption of paragraphs, not one element each: every element costs the server and the browser on each rerun.
 st.caption(f"Range, not a point: tokens/s {run.tokens_per_second_low:,.0f}–{run.tokens_per_second_high:,.0f}, wall time "
            f"{fmt_hours(run.hours_low)}–{fmt_hours(run.hours_high)}"
            + (f", on-demand cost {fmt_usd(od_lo)}–{fmt_usd(od_hi)}" if od_lo is not None else "")
-           + f". {md_plain(band.note)} (Methodology page).")
-if cal is not None:
-    raw = band_for(num_gpus, tp.hf_stack)
-    st.caption(md_plain(band.calibration_note(raw)))
-if price.reason:
-    st.caption(f"No invented prices: {md_plain(price.reason)}. Pick another price source in the sidebar.")
-parts = ", ".join(f"{CATEGORY_STYLE[k][0].lower()} {v * 1e3:,.1f} ms" for k, v in tp.breakdown_s.items() if v > 0)
-st.caption(f"One optimizer step ({tp.step.tokens:,} tokens per GPU) takes {tp.step_time_s:,.3f} s: {parts}. MFU {tp.mfu:.2f}, "
+           + f". {md_plain(band.note)} (Methodology page)."
+           + (f"\n\n{md_plain(band.calibration_note(raw))}" if cal is not None else "")
+           + (f"\n\nNo invented prices: {md_plain(price.reason)}. Pick another price source in the sidebar." if price.reason else "")
+           + f"\n\nOne optimizer step ({tp.step.tokens:,} tokens per GPU) takes {tp.step_time_s:,.3f} s: {parts}. MFU {tp.mfu:.2f}, "
            f"HFU {tp.hfu:.2f} of the dense {tp.peak.dtype} peak ({(tp.peak.flops or 0) / 1e12:,.1f} TFLOP/s per GPU)"
            + (f"; collectives over {tp.step.link}" if tp.step.link else "") + ".")
 
@@ -162,7 +151,7 @@ else:
 def _time_section() -> None:
     """Where the time goes, by technique (one GPU)."""
     st.subheader(f"Where the time goes, by technique (one {md_plain(gpu.name)})")
-    rows, stack_figure = _shared("techniques", inputs, lambda: _techniques(arch, scenario, gpu, factor, tc.fused_kernels))
+    rows, stack_figure = time_cost_shared("techniques", inputs, lambda: _techniques(arch, scenario, gpu, factor, tc.fused_kernels))
     st.plotly_chart(stack_figure, width="stretch", key="tc_time_stack_chart")
     skipped = [md_plain(f"{r.label}: {r.error}") for r in rows if r.throughput is None]
     st.caption("Step time per 1,000 tokens by category for each method × precision of the Memory page's chart, "
@@ -172,7 +161,7 @@ def _time_section() -> None:
 def _shape_section() -> None:
     """Tokens/s of one GPU against the sequence length, per micro batch size."""
     st.subheader(f"Tokens/s against sequence length and micro batch (one {md_plain(gpu.name)})")
-    st.plotly_chart(_shared("shapes", inputs, lambda: shape_figure(
+    st.plotly_chart(time_cost_shared("shapes", inputs, lambda: shape_figure(
         shape_sweep(arch, scenario, gpu, calibration=factor, fused_kernels=tc.fused_kernels), scenario.seq_len,
         scenario.micro_batch_size)), width="stretch", key="tc_shape_chart")
     st.caption("Tokens/s of one GPU against sequence length, per micro batch size (memory fit not checked: see the Fit "
@@ -180,15 +169,7 @@ def _shape_section() -> None:
                "attention's s² work.")
 
 
-class _Curves(NamedTuple):
-    sizes: list  # tokens per epoch of each dataset size of the sweep
-    sweep: list  # (dataset, run) of this plan at each size
-    seed_hours: list | None
-    series: dict  # plan label -> (sizes, costs)
-    counts: list  # the plans of this GPU kind at each count that fits
-
-
-def _curves(search: PlanSearch) -> _Curves:
+def _curves(search: PlanSearch) -> Curves:
     """The data of the dataset and GPU-count curves (both sections offer all of it as one CSV)."""
     sweep = dataset_sweep(tc.dataset, scenario.seq_len, run.tokens_per_second, num_gpus, band=band)
     # One figure everywhere: tokens processed per epoch (after truncation to the sequence length, or padding to it).
@@ -205,10 +186,10 @@ def _curves(search: PlanSearch) -> _Curves:
                                p.price.on_demand_usd_per_hour, p.price.spot_usd_per_hour)
         costs = [(r.cost_usd_on_demand if basis == "on_demand" else r.cost_usd_spot) for _, r in points]
         series[p.label + ("" if p.fits else " (does not fit)")] = ([d.tokens_per_epoch(scenario.seq_len) for d, _ in points], costs)  # type: ignore[misc]
-    return _Curves(sizes, sweep, seed_hours, series, search.for_gpu(gpu.name))
+    return Curves(sizes, sweep, seed_hours, series, search.for_gpu(gpu.name))
 
 
-def _curves_csv(c: _Curves) -> None:
+def _curves_csv(c: Curves) -> None:
     curves = (
         [{"curve": "time_vs_dataset", "plan": plan.label, "dataset_tokens": x, "hours": r.hours, "hours_low": r.hours_low,
           "hours_high": r.hours_high, "cost_usd": None} for x, (_, r) in zip(c.sizes, c.sweep)]
@@ -260,7 +241,7 @@ def _plans_section(search: PlanSearch) -> None:
     """Every plan that fits: time against cost, the cheapest, fastest and Pareto plans, their table and CSV."""
     st.subheader("Every plan that fits: time against cost")
     if any(p.cost(basis) is not None for p in search.plans):
-        st.plotly_chart(_shared("scatter", inputs, lambda: plan_scatter_figure(search)), width="stretch", key="tc_plans_chart")
+        st.plotly_chart(time_cost_shared("scatter", inputs, lambda: plan_scatter_figure(search)), width="stretch", key="tc_plans_chart")
     elif search.plans:
         st.info(f"No plan to place on the time-cost chart: {md_plain(_no_price(search))} The plans that fit are in the table below, with their time.")
     else:
@@ -324,7 +305,7 @@ def _search() -> PlanSearch:
     """Every GPU kind and count that fits, costed (engine.plan.cost.search_plans): only the sections that show plans
     compute it."""
     try:
-        return _shared("search", inputs, lambda: search_plans(
+        return time_cost_shared("search", inputs, lambda: search_plans(
             arch, scenario, tc.dataset, strategy=strategy, calibration=factor, fused_kernels=tc.fused_kernels,
             counts=[n for n in PLAN_GPU_COUNTS if n <= tc.max_gpus], price_source=tc.price_source,
             gpus=session_gpus(), prices=session_prices(), basis=basis, estimate=est))  # type: ignore[arg-type]

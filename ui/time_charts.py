@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import plotly.graph_objects as go
 
 from engine.time.step import CATEGORIES
@@ -15,6 +17,17 @@ CATEGORY_STYLE = {
     "optimizer": ("Optimizer step", "#E45756"), "communication": ("Communication (exposed)", "#72B7B2"),
     "overhead": ("Launch and host overhead", "#9D755D"),
 }
+
+
+class Curves(NamedTuple):
+    """The data of Time & cost's dataset and GPU-count curves (both sections offer all of it as one CSV). Defined here,
+    not in the page, whose script runs anew on every rerun (a NamedTuple class costs about 0.08 ms to make, timeit)."""
+
+    sizes: list  # tokens per epoch of each dataset size of the sweep
+    sweep: list  # (dataset, run) of this plan at each size
+    seed_hours: list | None  # hours at each size by the seed's throughput rule, or None without one
+    series: dict  # plan label -> (sizes, costs in USD)
+    counts: list  # the plans of this GPU kind at each count that fits
 
 
 def time_stack_figure(rows: list[TechniqueTime]) -> go.Figure:
