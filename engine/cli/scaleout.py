@@ -110,18 +110,14 @@ def take_fp8(args: argparse.Namespace) -> Fp8Recipe | None:
 
 def layout_settings(args: argparse.Namespace) -> dict[str, Any]:
     """:func:`engine.scaleout.estimate.estimate_layout`'s framework keywords (``fused_kernels``, ``tp_comm_overlap``,
-    ``dtensor_tp``, ``dp_sync``): ``--layout-framework``'s (:class:`engine.scaleout.frameworks.Framework`), with
-    ``--fused-kernels`` and ``--tp-comm-overlap`` turning theirs on.
+    ``dtensor_tp``, ``dp_sync``): ``--layout-framework``'s (:meth:`engine.scaleout.frameworks.Framework.layout_settings`),
+    with ``--fused-kernels`` and ``--tp-comm-overlap`` turning theirs on.
 
     Raises:
         ScenarioError: ``--tp-comm-overlap`` with a framework that cannot overlap its TP communication.
     """
     fw = framework(getattr(args, "layout_framework", None))
-    if args.tp_comm_overlap and not fw.tp_comm_overlap_available:
-        raise ScenarioError(f"--tp-comm-overlap: {fw.label} does not overlap its TP communication with the GEMMs")
-    return {"fused_kernels": bool(args.fused_kernels or fw.fused_kernels),
-            "tp_comm_overlap": bool(args.tp_comm_overlap or fw.tp_comm_overlap),
-            "dtensor_tp": fw.dtensor_tp, "dp_sync": fw.dp_sync}
+    return fw.layout_settings(args.fused_kernels, True if args.tp_comm_overlap else None)
 
 
 def framework_json(args: argparse.Namespace) -> dict[str, Any]:

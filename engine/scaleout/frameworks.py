@@ -83,9 +83,22 @@ class Framework:
                  *(["its own data-parallel sync and what it holds"] if self.dp_sync else []),
                  ("TP overlap " + ("on by default" if self.tp_comm_overlap else "available, off by default")
                   if self.tp_comm_overlap_available else "no TP overlap"),
-                 *(["16-bit model + fp32 master weights"] if self.master_weights else []),
-                 f"FP8 recipe {self.fp8_recipe.value}"]
+                 *(["16-bit model + fp32 master weights"] if self.master_weights else [])]
         return f"{self.label}: " + ", ".join(parts)
+
+    def layout_settings(self, fused_kernels: bool = False, tp_comm_overlap: bool | None = None) -> dict:
+        """The keywords of :func:`engine.scaleout.estimate.estimate_layout` this framework sets (``fused_kernels``,
+        ``tp_comm_overlap``, ``dtensor_tp``, ``dp_sync``); ``fused_kernels`` True turns fused kernels on whatever the
+        framework (torch.compile); ``tp_comm_overlap`` None: the framework's default.
+
+        Raises:
+            ScenarioError: ``tp_comm_overlap`` True for a framework that cannot overlap its TP communication.
+        """
+        if tp_comm_overlap and not self.tp_comm_overlap_available:
+            raise ScenarioError(f"TP communication overlap: {self.label} does not overlap its TP collectives with the GEMMs")
+        return {"fused_kernels": bool(fused_kernels or self.fused_kernels),
+                "tp_comm_overlap": self.tp_comm_overlap if tp_comm_overlap is None else bool(tp_comm_overlap),
+                "dtensor_tp": self.dtensor_tp, "dp_sync": self.dp_sync}
 
 
 _MEGATRON_FUSED = ("Megatron-LM core_v0.14.0 (23e00ed0) megatron/training/arguments.py: the fusions are on unless "
