@@ -21,7 +21,7 @@ from ui.downloads import csv_bytes
 from ui.formats import fmt_usd
 from ui.inputs import checked_number
 from ui.layout import scenario_page
-from ui.scaleout import CHOICES, candidates_table, layout_from, layout_inputs, stage_bars, use_layout
+from ui.scaleout import CHOICES, candidates_table, framework_inputs, layout_from, layout_inputs, stage_bars, use_layout
 from ui.share import write_query_params
 from ui.tables import bytes_in, number_columns
 from ui.formats import md_plain
@@ -52,6 +52,7 @@ master = c3.checkbox("16-bit model + fp32 master weights", value=True, key="so_m
                           "model: LoRA/QLoRA train adapters, fp32 has no 16-bit model.") and can_master
 dataset_tokens = checked_number(c4, "Dataset tokens (one epoch)", "so_tokens", 1_000_000_000, step=1_000_000,
                                 help="Tokens trained: hours, GPU-hours and cost of the layout (cheapest listed price).")
+framework, settings = framework_inputs()
 write_query_params(scenario)  # now with the page's own inputs, so the link carries them
 fp8 = None if fp8_choice == "off" else Fp8Recipe(fp8_choice)
 layout = layout_from(fields, world)
@@ -62,7 +63,7 @@ sc = scenario.model_copy(update={"gradient_checkpointing": False})
 cluster = Cluster(gpu=gpu, nodes=max(1, world // per_node), gpus_per_node=min(per_node, world))
 dataset = Dataset(total_tokens=int(dataset_tokens))
 try:
-    est = estimate_layout(arch, sc, layout, cluster, fp8, master_weights=master)
+    est = estimate_layout(arch, sc, layout, cluster, fp8, master_weights=master, **settings)
     run = layout_run(est, cluster, dataset, sc.seq_len, CHEAPEST_LISTED)
 except EngineError as exc:
     st.error(md_plain(exc))
@@ -143,11 +144,13 @@ except EngineError as exc:
 st.subheader("Layout search")
 # The results stay until an input they depend on changes (they are kept in the session, not redrawn from the button).
 search_key = (arch.model_type, arch.total_parameters, arch.num_layers, sc.model_dump_json(), gpu.name, world, per_node,
-              int(fields["global_batch_size"]), fp8_choice, master)
+              int(fields["global_batch_size"]), fp8_choice, master, framework.name, settings["tp_comm_overlap"])
 if st.button("Search every layout of this cluster", key="so_search"):
     try:
-        st.session_state["so_found"] = (search_key, search_layouts(arch, sc, cluster, int(fields["global_batch_size"]),
-                                                                   fp8, master_weights=master))
+        st.session_state["so_found"] = (search_key, search_layouts(
+            arch, sc, cluster, int(fields["global_batch_size"]), fp8, master_weights=master,
+            fused_kernels=settings["fused_kernels"], tp_comm_overlap=settings["tp_comm_overlap"],
+            dtensor_tp=settings["dtensor_tp"]))
     except EngineError as exc:
         st.error(md_plain(exc))
 found_key, found = st.session_state.get("so_found", (None, None))

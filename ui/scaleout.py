@@ -10,8 +10,10 @@ import streamlit as st
 from engine.errors import ScenarioError
 from engine.scaleout.exports import EXPORTERS
 from engine.scaleout.fp8 import Fp8Recipe
+from engine.scaleout.frameworks import FRAMEWORKS, Framework
 from engine.scaleout.layout import ZERO_CHOICES, Layout, Recompute, Schedule
 from engine.units import Unit, to_unit
+from ui.formats import md_plain
 from ui.inputs import checked_number
 from ui.tables import bytes_in, number_columns
 
@@ -21,13 +23,30 @@ CHOICES: dict[str, tuple] = {
     "so_zero": tuple(ZERO_CHOICES), "so_rec": tuple(r.value for r in Recompute),
     "so_sched": tuple(s.value for s in Schedule if s is not Schedule.INTERLEAVED),
     "so_fp8": ("off", *(r.value for r in Fp8Recipe)), "so_export": tuple(sorted(EXPORTERS)),
+    "so_framework": tuple(FRAMEWORKS),
 }
 """Options of the page's select boxes, by widget key (= URL parameter, :mod:`ui.share`)."""
 NUMBERS = ("so_pp", "so_nodes", "so_gbs", "so_v", "so_tokens")
 """Checked number inputs (ranges in :data:`ui.inputs.LIMITS`)."""
-FLAGS = ("so_sp", "so_master")
+FLAGS = ("so_sp", "so_master", "so_tp_overlap")
 SCALEOUT_KEYS = (*CHOICES, *NUMBERS, *FLAGS, "so_gpu")
 """Every input of the Scale out page: kept across page switches (:mod:`ui.layout`) and written to the URL."""
+def framework_inputs() -> tuple[Framework, dict]:
+    """The training framework (default the first, generic) and the TP-overlap choice, with a caption of what the
+    framework changes; returns it and :meth:`Framework.layout_settings` (estimate_layout's keywords)."""
+    a, b = st.columns([3, 1])
+    name = a.selectbox("Framework", list(CHOICES["so_framework"]), key="so_framework",
+                       format_func=lambda n: FRAMEWORKS[n].label,
+                       help="The framework that runs the layout (engine.scaleout.frameworks): its kernels, its TP and "
+                            "data-parallel communication. The sidebar's training framework is the one-GPU stack.")
+    fw = FRAMEWORKS[name]
+    overlap = b.checkbox("TP overlap", value=fw.tp_comm_overlap, key="so_tp_overlap", disabled=not fw.tp_comm_overlap_available,
+                         help="TP collectives under the GEMMs (Megatron-LM --tp-comm-overlap, torchtitan AsyncTP)")
+    st.caption("What it changes: " + md_plain(fw.summary()) + ". The layout search uses its kernels and TP settings"
+               + (", not its data-parallel sync (estimated above only)." if fw.dp_sync else "."))
+    return fw, fw.layout_settings(tp_comm_overlap=bool(overlap and fw.tp_comm_overlap_available))
+
+
 def use_layout(layout: Layout) -> None:
     """Button callback (it runs before the rerun draws any widget, so it may set their values): make ``layout``, a
     search result of this cluster, the page's inputs, its micro batch the sidebar's."""

@@ -36,8 +36,8 @@ def layout_plan_csv(arch: Architecture, scenario: Scenario, dataset: Dataset, ar
     scenario, note = scaleout.layout_scenario(scenario, args)
     layout, per_node = scaleout.layout_from_args(args, scenario)
     cluster = scaleout.cluster_from_args(args, layout, per_node)
-    est = estimate_layout(arch, scenario, layout, cluster, fp8, master_weights=args.master_weights,
-                          fused_kernels=args.fused_kernels, tp_comm_overlap=args.tp_comm_overlap)
+    settings = scaleout.layout_settings(args)
+    est = estimate_layout(arch, scenario, layout, cluster, fp8, master_weights=args.master_weights, **settings)
     run = layout_run(est, cluster, dataset, scenario.seq_len, CHEAPEST_LISTED if args.price_source is None else args.price_source)
     worst = est.memory.max_stage
     row: dict[str, Any] = {
@@ -47,7 +47,8 @@ def layout_plan_csv(arch: Architecture, scenario: Scenario, dataset: Dataset, ar
         **{f"layout_{k}": v.value if hasattr(v, "value") else v for k, v in layout.model_dump().items()
            if not isinstance(v, (list, tuple))},
         "master_weights": args.master_weights, "fp8_recipe": fp8.value if fp8 else None,
-        "fused_kernels": args.fused_kernels, "tp_comm_overlap": args.tp_comm_overlap,
+        "layout_framework": scaleout.framework_json(args)["name"], "fused_kernels": settings["fused_kernels"],
+        "tp_comm_overlap": settings["tp_comm_overlap"],
         "dataset_tokens_per_epoch": dataset.tokens_per_epoch(scenario.seq_len), "epochs": dataset.epochs, "runs": dataset.runs,
         "max_rank_peak_allocated_bytes": round(worst.peak_allocated_bytes),
         "max_rank_device_used_bytes": round(worst.device_used_bytes), "usable_memory_bytes": cluster.gpu.usable_memory_bytes,

@@ -3,7 +3,11 @@
 ``--precision fp8 --fp8-recipe te|torchao|torchao_rowwise`` (:mod:`engine.scaleout`).
 
 ``--strategy`` ddp, zero1 (the distributed optimizer), zero2 / fsdp_shard_grad_op or zero3 / fsdp_full_shard shards
-over DP x CP; ``--fused-kernels`` and ``--tp-comm-overlap`` set the step time's kernels and TP overlap; a dataset size
+over DP x CP; ``--layout-framework NAME`` (:data:`engine.scaleout.frameworks.FRAMEWORKS`: generic, megatron, nemo,
+torchtitan, nanotron) sets the framework's kernels, TP overlap default, DTensor TP, data-parallel sync, master weights
+(full training of a 16-bit model) and FP8 recipe; ``--fused-kernels`` and ``--tp-comm-overlap`` turn the step time's
+fused kernels and TP overlap on whatever the framework (``--tp-comm-overlap`` with a framework that has none exits 2;
+``--fp8-recipe`` overrides its recipe); the JSON says which in ``layout_framework``; a dataset size
 adds ``tokens_per_second``, ``hours``, ``gpu_hours``, ``cost_usd_on_demand``, ``cost_usd_spot``, each with its
 cross-validated 80% band (``*_low`` / ``*_high``, ``band_note``: :mod:`engine.plan.layout_cost`). ``--master-weights`` with bf16 or amp_bf16 (fp16 or amp_fp16) is one run, Megatron-LM's
 ``--bf16`` (``--fp16``), said in ``precision_note``; with fp32 or a PEFT method it exits 2.
@@ -26,9 +30,10 @@ from engine.model.architecture import Architecture
 from engine.scaleout.exports import EXPORTERS, export_layout
 from engine.plan.verdict import fit_verdict
 from engine.scaleout.fp8 import Fp8Recipe
+from engine.scaleout.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework, framework
 from engine.scaleout.layout import Layout, Recompute, Schedule
 from engine.scenario.precision import PrecisionMode
-from engine.scenario.training import Scenario
+from engine.scenario.training import Method, Scenario
 
 if TYPE_CHECKING:  # the layout model is imported when a layout is asked for (a plain estimate starts faster)
     from engine.plan.cost import Dataset
@@ -41,7 +46,7 @@ _ZERO = {Strategy.DDP: 0, Strategy.ZERO1: 1, Strategy.ZERO2: 2, Strategy.FSDP_SH
          Strategy.FSDP_FULL_SHARD: 3}
 _FLAGS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel", "virtual_pipeline",
           "num_nodes", "recompute", "recompute_layers", "global_batch_size", "pipeline_schedule", "fp8_recipe",
-          "export", "moe_capacity_factor", "inter_node_gbits")
+          "export", "moe_capacity_factor", "inter_node_gbits", "layout_framework")
 
 
 def add_scaleout_options(p: argparse.ArgumentParser) -> None:
@@ -79,6 +84,11 @@ def add_scaleout_options(p: argparse.ArgumentParser) -> None:
                         "amp_fp16, or fp8 (over bf16); refused with fp32 and with LoRA/QLoRA (exit 2)")
     g.add_argument("--tp-comm-overlap", action="store_true",
                    help="tensor-parallel collectives overlapped with the GEMMs (Megatron-LM --tp-comm-overlap, torchtitan AsyncTP)")
+    g.add_argument("--layout-framework", choices=list(FRAMEWORKS), default=None, metavar="NAME",
+                   help=f"the parallel training framework, {', '.join(FRAMEWORKS)} (default {DEFAULT_FRAMEWORK}; "
+                        "--framework is the one-GPU training stack): its kernels, TP overlap, DTensor TP, "
+                        "data-parallel sync, master weights and FP8 recipe (engine.scaleout.frameworks); --fused-kernels, "
+                        "--tp-comm-overlap and --fp8-recipe still apply on top")
     g.add_argument("--export", choices=sorted(EXPORTERS), default=None, help="print launch settings for this engine")
 
 
@@ -95,13 +105,44 @@ def take_fp8(args: argparse.Namespace) -> Fp8Recipe | None:
             raise ScenarioError("--fp8-recipe needs --precision fp8")
         return None
     args.precision, args.typed_precision = "amp_bf16", FP8
-    return Fp8Recipe(args.fp8_recipe or "te")
+    return Fp8Recipe(args.fp8_recipe or framework(getattr(args, "layout_framework", None)).fp8_recipe.value)
+
+
+def layout_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """:func:`engine.scaleout.estimate.estimate_layout`'s framework keywords (``fused_kernels``, ``tp_comm_overlap``,
+    ``dtensor_tp``, ``dp_sync``): ``--layout-framework``'s (:meth:`engine.scaleout.frameworks.Framework.layout_settings`),
+    with ``--fused-kernels`` and ``--tp-comm-overlap`` turning theirs on.
+
+    Raises:
+        ScenarioError: ``--tp-comm-overlap`` with a framework that cannot overlap its TP communication.
+    """
+    fw = framework(getattr(args, "layout_framework", None))
+    return fw.layout_settings(args.fused_kernels, True if args.tp_comm_overlap else None)
+
+
+def framework_json(args: argparse.Namespace) -> dict[str, Any]:
+    """What the layout ran as: the framework's name and the settings it and the flags made
+    (:func:`layout_settings`)."""
+    fw: Framework = framework(getattr(args, "layout_framework", None))
+    settings = layout_settings(args)
+    return {"name": fw.name, "fused_kernels": settings["fused_kernels"], "tp_comm_overlap": settings["tp_comm_overlap"],
+            "dtensor_tp": fw.dtensor_tp, "dp_sync": None if fw.dp_sync is None else fw.dp_sync._asdict(),
+            "master_weights": args.master_weights, "summary": fw.summary()}
 
 
 def layout_scenario(scenario: Scenario, args: argparse.Namespace) -> tuple[Scenario, str | None]:
     """The scenario a layout trains and, with ``--master-weights``, the sentence that says what the precision means:
     ``bf16`` and ``amp_bf16`` name the same Megatron-LM ``--bf16`` run (:func:`engine.scaleout.memory.with_master_weights`,
-    which also refuses fp32 and LoRA/QLoRA with master weights)."""
+    which also refuses fp32 and LoRA/QLoRA with master weights). A ``--layout-framework`` that trains with master weights
+    (:class:`engine.scaleout.frameworks.Framework` ``master_weights``) turns them on (``args.master_weights``) where
+    they apply: full training of a 16-bit model."""
+    from engine.scaleout.memory import MASTER_PRECISION
+
+    fw = framework(getattr(args, "layout_framework", None))
+    by_framework = (not args.master_weights and bool(fw.master_weights) and scenario.method is Method.FULL
+                    and scenario.precision in MASTER_PRECISION)
+    if by_framework:
+        args.master_weights = True
     if not args.master_weights:
         return scenario, None
     typed = getattr(args, "typed_precision", None) or scenario.precision.value
@@ -109,7 +150,8 @@ def layout_scenario(scenario: Scenario, args: argparse.Namespace) -> tuple[Scena
 
     scenario = with_master_weights(scenario, True)
     bits = "bf16" if scenario.precision is PrecisionMode.AMP_BF16 else "fp16"
-    return scenario, (f"--precision {typed} --master-weights: a {bits} model and activations with fp32 master "
+    flag = f"--layout-framework {fw.name} (master weights)" if by_framework else "--master-weights"
+    return scenario, (f"--precision {typed} {flag}: a {bits} model and activations with fp32 master "
                       f"weights, fp32 gradients and Adam states in the optimizer (Megatron-LM --{bits}); the scenario "
                       f"is shown as {scenario.precision.value}, the same run")
 
@@ -170,8 +212,8 @@ def scaleout_json(arch: Architecture, scenario: Scenario, args: argparse.Namespa
         raise ScenarioError("--inter-node-gbits sets the step time's network: it needs --gpu")
     cluster = None if args.gpu is None else cluster_from_args(args, layout, per_node)
     est = estimate_layout(arch, scenario, layout, cluster, fp8, master_weights=args.master_weights,
-                          fused_kernels=args.fused_kernels, tp_comm_overlap=args.tp_comm_overlap)
-    out = _memory_json(est, scenario.method.value)
+                          **layout_settings(args))
+    out = {**_memory_json(est, scenario.method.value), "layout_framework": framework_json(args)}
     if cluster is not None:
         out.update(_fit_time_json(est, cluster))
         for col_json, col in zip(out["collectives"], est.collectives):  # the catalog's name of the link it crosses

@@ -122,10 +122,14 @@ def _cheapest_price(cluster: Cluster) -> float | None:
 
 def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, global_batch: int,
                    fp8: Fp8Recipe | None = None, usd_per_gpu_hour: float | None = None, master_weights: bool = True,
-                   fused_kernels: bool = False) -> list[Candidate]:
+                   fused_kernels: bool = False, tp_comm_overlap: bool = False,
+                   dtensor_tp: bool = False) -> list[Candidate]:
     """Every candidate layout with its verdict; the ones that fit first, fastest first. ``master_weights`` (default:
     the 16-bit model with fp32 master weights that Megatron-LM and torchtitan run): see
-    :class:`engine.scaleout.memory.Context`.
+    :class:`engine.scaleout.memory.Context`; ``fused_kernels``, ``tp_comm_overlap``, ``dtensor_tp``: the framework's
+    settings as :func:`engine.scaleout.estimate.estimate_layout` takes them (:class:`engine.scaleout.frameworks.Framework`),
+    the same for every layout searched. A framework's own data-parallel sync (``dp_sync``) is not searched: the
+    search's shared memory sections are checked against estimate_layout for the default sync only.
 
     Raises:
         ScenarioError: LoRA/QLoRA (model parallelism is modelled for full training) or a global batch below 1.
@@ -138,7 +142,8 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
         raise ScenarioError(f"global batch: must be at least 1 (got {global_batch})")
     price = usd_per_gpu_hour if usd_per_gpu_hour is not None else _cheapest_price(cluster)
     with _cyclic_gc_paused():
-        return _ranked(_evaluated(arch, scenario, cluster, global_batch, fp8, price, master_weights, fused_kernels))
+        return _ranked(_evaluated(arch, scenario, cluster, global_batch, fp8, price, master_weights,
+                                  _Settings(fused_kernels, tp_comm_overlap, dtensor_tp)))
 
 
 @contextmanager
@@ -157,14 +162,14 @@ def _cyclic_gc_paused() -> Iterator[None]:
 
 
 def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_batch: int, fp8: Fp8Recipe | None,
-               price: float | None, master_weights: bool, fused_kernels: bool) -> list[Candidate]:
+               price: float | None, master_weights: bool, fw: _Settings) -> list[Candidate]:
     """Every candidate of :func:`search_layouts`, in the order of the space."""
     usable = cluster.gpu.usable_memory_bytes
     too_big = f"(nvidia-smi), {usable / 2**30:.1f} GiB usable"
     contexts: dict[tuple, Context] = {}
     pool = SectionPool(arch)  # what the contexts' stage sections share
     seen_problems: dict[tuple, list[str]] = {}
-    steps = _Steps(arch, scenario, cluster, fp8, fused_kernels)
+    steps = _Steps(arch, scenario, cluster, fp8, fw)
     out: list[Candidate] = []
     last = across_ep = None
     for tp, cp, pp, dp, ep, settings in _space(arch, cluster, global_batch):
@@ -247,6 +252,14 @@ _BY_TIME = itemgetter(Candidate._fields.index("step_s"), Candidate._fields.index
 _BY_PEAK = itemgetter(Candidate._fields.index("peak_allocated_bytes"))
 
 
+class _Settings(NamedTuple):
+    """The framework's settings of a search (:func:`search_layouts`)."""
+
+    fused_kernels: bool = False
+    tp_comm_overlap: bool = False
+    dtensor_tp: bool = False
+
+
 class _Steps:
     """The step time of the search's layouts that fit (:func:`engine.scaleout.step_time.step_seconds`), with what
     layouts share kept for the search: the model-parallel and the data-parallel collectives each under the settings
@@ -254,29 +267,33 @@ class _Steps:
     seconds, and their sums per pair (:func:`~engine.scaleout.step_time.comm_sums` reads of the layout only the
     micro batches and ZeRO stage, one in each key)."""
 
-    def __init__(self, arch: Architecture, scenario: Scenario, cluster: Cluster, fp8: Fp8Recipe | None, fused: bool):
-        self.arch, self.seq_len, self.cluster, self.fp8, self.fused = arch, scenario.seq_len, cluster, fp8, fused
+    def __init__(self, arch: Architecture, scenario: Scenario, cluster: Cluster, fp8: Fp8Recipe | None,
+                 settings: _Settings):
+        self.arch, self.seq_len, self.cluster, self.fp8, self.settings = arch, scenario.seq_len, cluster, fp8, settings
         self._parts: dict[tuple, tuple[list[Collective], list[float]]] = {}
         self._sums: dict[tuple[int, int], CommSums] = {}
         self._timed: dict[Collective, float] = {}
 
     def of(self, layout: Layout, ctx: Context, stage: int) -> tuple[float, int]:
         """(step seconds, tokens per step) of ``layout``, its most loaded rank on pipeline stage ``stage``."""
-        arch, cluster, cb, parts = self.arch, self.cluster, ctx.spec.compute_bytes, self._parts
+        arch, cluster, cb, parts, st = self.arch, self.cluster, ctx.spec.compute_bytes, self._parts, self.settings
+        gathers_fp8 = self.fp8 is not None and self.fp8.gathers_in_fp8
         mkey, dkey = (cb, model_parallel_key(layout, stage)), (cb, data_parallel_key(layout, stage))
         mp, dp = parts.get(mkey), parts.get(dkey)
         if mp is None:
             mp = parts[mkey] = self._timed_list(model_parallel_collectives(
-                arch, layout, ctx.split, self.seq_len, cb, cluster.gpus_per_node, stage))
+                arch, layout, ctx.split, self.seq_len, cb, cluster.gpus_per_node, stage, dtensor_tp=st.dtensor_tp,
+                fp8_tp_all_gather=st.dtensor_tp and gathers_fp8))
         if dp is None:
             dp = parts[dkey] = self._timed_list(data_parallel_collectives(
-                arch, layout, ctx.split, cb, cluster.gpus_per_node, stage, self.fp8 is not None and self.fp8.gathers_in_fp8))
+                arch, layout, ctx.split, cb, cluster.gpus_per_node, stage, gathers_fp8))
         pair = (id(mp), id(dp))  # both kept in parts for the whole search: their ids stay theirs
         sums = self._sums.get(pair)
         if sums is None:
-            sums = self._sums[pair] = comm_sums(mp[0] + dp[0], mp[1] + dp[1], layout, False)
+            sums = self._sums[pair] = comm_sums(mp[0] + dp[0], mp[1] + dp[1], layout, st.tp_comm_overlap,
+                                                overlap_tp_all_gathers=self.fp8 is None or self.fp8.fuses_tp_all_gathers)
         held = ctx.stage(layout, stage).local  # the rank's parameters (engine.scaleout.partition)
-        return step_seconds(arch, layout, cluster, sums, ctx, held, self.fp8, fused_kernels=self.fused)
+        return step_seconds(arch, layout, cluster, sums, ctx, held, self.fp8, fused_kernels=st.fused_kernels)
 
     def _timed_list(self, cols: list[Collective]) -> tuple[list[Collective], list[float]]:
         """``cols`` and their :func:`collective_seconds`, each collective timed once per search."""

@@ -22,9 +22,9 @@ from engine.hardware.gpus import find_gpu
 from engine.model.architecture import Architecture
 from engine.model.build import architecture_from_config
 from engine.model.sources import config_from_catalog
-from engine.scaleout.comm_volumes import DataParallelSync
 from engine.scaleout.estimate import estimate_layout
 from engine.scaleout.fp8 import Fp8Recipe
+from engine.scaleout.frameworks import NANOTRON_DP_SYNC, Framework, framework
 from engine.scaleout.layout import Layout, Recompute
 from engine.scaleout.recompute import torchtitan_layer_sac_layers
 from engine.scaleout.step_time import Cluster
@@ -141,9 +141,15 @@ def _arch(row: dict, seq: int) -> tuple[Architecture | None, str]:
         "default)" if unfused else "")
 
 
-def _is_torchtitan(row: dict) -> bool:
-    """A run made with torchtitan (its own benchmarks, torchao's float8 tables, which ran torchtitan)."""
-    return "torchtitan" in (row["source"] + " " + row["notes"]).lower()
+def row_framework(row: dict) -> Framework:
+    """The framework the row's run was made with: its ``framework`` column (data/large_runs.csv, from the row's
+    source: Megatron-LM's README tables and Korthikanti et al. ran Megatron-LM, torchtitan's benchmarks and torchao's
+    float8 tables torchtitan, ...; ``generic`` for a stack not in :data:`engine.scaleout.frameworks.FRAMEWORKS`).
+
+    Raises:
+        ScenarioError: a framework name the registry does not know.
+    """
+    return framework(row.get("framework") or None)
 
 
 def _recompute(text: str, torchtitan: bool = False) -> str:
@@ -162,7 +168,7 @@ def _default_recompute(row: dict) -> str:
     """The recompute of a row that does not state one: none for Megatron-LM's H100 table (its flags list none) and for
     nanotron (``ParallelismArgs.recompute_layer`` defaults to False, and the benchmark configs of
     ``scripts/scaling_benchmarks.py`` do not set it); Megatron's selective otherwise."""
-    return "none" if row["id"].startswith(("megatron_h100", "nanotron_")) else "selective"
+    return "none" if row["id"].startswith("megatron_h100") or row_framework(row).name == "nanotron" else "selective"
 
 
 def torchtitan_stage_layers(num_layers: int, pp: int, stages_per_rank: int = 1) -> tuple[int, ...]:
@@ -203,48 +209,23 @@ def _local_batch(row: dict, dp: int) -> int | None:
 def _fp8(row: dict) -> Fp8Recipe | None:
     if "fp8" not in row["precision"].lower():
         return None
-    if not row["id"].startswith(("tt_", "torchao")):
-        return Fp8Recipe.TE
-    return Fp8Recipe.TORCHAO_ROWWISE if "rowwise" in row["precision"].lower() else Fp8Recipe.TORCHAO
+    recipe = row_framework(row).fp8_recipe
+    if recipe is Fp8Recipe.TORCHAO and "rowwise" in row["precision"].lower():
+        return Fp8Recipe.TORCHAO_ROWWISE
+    return recipe
 
 
 def run_settings(row: dict) -> tuple[bool, bool]:
-    """(fused kernels, TP communication overlapped) as the row's run had them: Megatron-LM and NeMo (Megatron-core
-    with TransformerEngine) fuse the norms, activations, RoPE, softmax and loss; nanotron's Llama runs Triton RMSNorm
-    and flash-attn's rotary kernel with fused QKV and gate/up projections (huggingface/nanotron@03b83fc8
-    ``src/nanotron/models/llama.py``: ``TritonRMSNorm``, ``flash_attn.layers.rotary.RotaryEmbedding``); torchtitan
-    fuses with torch.compile where the row says so. TP overlap where the row states it: Megatron ``--tp-comm-overlap``, torchtitan AsyncTP."""
+    """(fused kernels, TP communication overlapped) as the row's run had them: its framework's default kernels
+    (:class:`engine.scaleout.frameworks.Framework` ``fused_kernels``: Megatron-LM, NeMo, nanotron), or torch.compile
+    where the row says so ("compile" in its precision or notes: torchtitan's and NeMo AutoModel's runs); TP overlap
+    where the row states it (Megatron ``--tp-comm-overlap``, torchtitan AsyncTP) or its framework runs it by default."""
     text = (row["precision"] + " " + row["notes"]).lower()
-    fused = row["id"].startswith(("megatron_", "korthikanti_", "nemo_", "nanotron_")) or "compile" in text
-    overlap = "tp-comm-overlap" in text or "asynctp" in text.replace(" ", "")
+    fw = row_framework(row)
+    fused = fw.fused_kernels or "compile" in text
+    overlap = fw.tp_comm_overlap or "tp-comm-overlap" in text or "asynctp" in text.replace(" ", "")
     return fused, overlap
 
-
-NANOTRON_DP_SYNC = DataParallelSync(bucket_bytes=25 * 2**20, zero1_all_reduce=True, gather_copies=True,
-                                    tensors_per_layer=6, half_gradients_per_backward=True)
-"""The data-parallel sync of nanotron as its scaling benchmarks ran it (``scripts/scaling_benchmarks.py``:
-``ACCUMULATE_GRAD_IN_FP32 = True``; ``examples/config_tiny_llama_bench.yaml``: ``ddp_bucket_cap_mb: 25``), read in
-huggingface/nanotron@e24d2483 (2025-02-19, six days after the figure; the same in the Dec 2024 benchmark branch
-67c5ebb6):
-
-- ZeRO-0: ``DistributedDataParallel(bucket_cap_mb=25)`` with ``get_fp32_accum_hook``, which all-reduces each bucket's
-  fp32 gradient buffers in its own ``all_reduce_coalesced`` call during the last backward (``optim/
-  gradient_accumulator.py``): one call per 25 MiB of bf16 gradients.
-- ZeRO-1: ``make_ddp = dp > 1 and not (accumulate_grad_in_fp32 and zero_stage > 0)`` (``trainer.py``), so no DDP:
-  after ``train_batch_iter`` the trainer calls ``sync_gradients_across_dp(..., reduce_scatter=False)``, one blocking
-  ``all_reduce`` of the whole fp32 gradient buffer ("This is too memory hungry, instead we run all_reduce"), and
-  after the step ``ZeroDistributedOptimizer._all_gather_params`` gathers the bf16 weights with
-  ``all_gather_coalesced`` (``distributed.py``), whose ``update_output`` copies every rank's slice of every parameter
-  tensor back in a Python loop: tensors x DP ranks ``copy_`` calls. nanotron's Llama block holds 6 tensors
-  (``qkv_proj``, ``o_proj``, ``gate_up_proj``, ``down_proj``, two ``TritonRMSNorm``: ``models/llama.py``).
-- Memory (what a rank holds, P its bf16 parameters, d the DP size): ``FP32GradientAccumulator``
-  (``optim/gradient_accumulator.py``) keeps the fp32 gradient buffer of all P (``build_grad_buffers`` over
-  ``grad_buckets_named_params``, "independently of ZeRO sharding") and fp32 weights of the parameters its optimizer
-  updates (``helpers.py`` ``init_optimizer_and_grad_accumulator``: ZeRO-1 builds it on its 1/d slices,
-  ``optim/zero.py``), AdamW's two states on those: 2 + 4 + 4 + 8 B per parameter at ZeRO-0, 2 + 4 + 12/d at ZeRO-1,
-  the engine's master-weight states. On top: every backward's bf16 ``.grad`` (``backward`` adds them into the buffer
-  and sets them to None), DDP's bf16 buckets at ZeRO-0 (2 B), the all-gather's flattened copies at ZeRO-1's
-  step (2 + 2/d B)."""
 
 LORA_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
 """Every linear of a Llama / Qwen2 block: NeMo Automodel's ``target_modules: '*_proj'``."""
@@ -284,7 +265,8 @@ def compare_row(row: dict) -> list[RunComparison] | str:
     dp = world // (tp * pp * cp)
     mb = _int(row["micro_batch"], 1)
     gbs = _int(row["global_batch"], mb * dp)
-    torchtitan = _is_torchtitan(row)
+    fw = row_framework(row)
+    torchtitan = fw.name == "torchtitan"
     split = None
     local = _local_batch(row, dp)
     if torchtitan and pp > 1 and local and not row["micro_batch"]:
@@ -319,8 +301,7 @@ def compare_row(row: dict) -> list[RunComparison] | str:
         cluster = Cluster(gpu=gpu, nodes=max(1, world // 8), gpus_per_node=min(8, world), inter_node_gbits=inter)
         fused, tp_overlap = run_settings(row)
         est = estimate_layout(arch, sc, layout, cluster, _fp8(row), master_weights=master, fused_kernels=fused,
-                              tp_comm_overlap=tp_overlap, dtensor_tp=torchtitan,
-                              dp_sync=NANOTRON_DP_SYNC if row["id"].startswith("nanotron_") else None)
+                              tp_comm_overlap=tp_overlap, dtensor_tp=fw.dtensor_tp, dp_sync=fw.dp_sync)
     except EngineError as exc:
         return f"not expressible: {exc}"
     assumed += "; " + "; ".join(x for x in (
@@ -334,7 +315,7 @@ def compare_row(row: dict) -> list[RunComparison] | str:
         "fused kernels" if fused else "", "TP communication overlapped with the GEMMs" if tp_overlap else "",
         "nanotron's DP sync (DDP buckets of 25 MiB; ZeRO-1: blocking fp32 all-reduce, bf16 all-gather with per-tensor "
         "copies) and what it holds (fp32 gradients of every parameter, DDP's bf16 bucket copy, each backward's bf16 "
-        "gradients, the all-gather's flat copies)" if row["id"].startswith("nanotron_") else "") if x)
+        "gradients, the all-gather's flat copies)" if fw.dp_sync == NANOTRON_DP_SYNC else "") if x)
     out = []
     t = est.time
     base = dict(id=row["id"], source=f"{row['source']}, {row['locator']}", model=row["model"], layout=layout.label(),

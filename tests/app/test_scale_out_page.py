@@ -214,3 +214,29 @@ def test_fp8_rowwise_is_offered_and_megatron_refuses_it_in_words(page):
     at.selectbox(key="so_zero").set_value(3).run()  # torchtitan shards with FSDP (ZeRO-3)
     at.radio(key="so_export").set_value("torchtitan").run()
     assert 'recipe_name = "rowwise"' in at.code[0].value
+
+
+def test_framework_choice_changes_the_step_time(page):
+    """The Framework select box lists the registry (engine.scaleout.frameworks), generic first and chosen; nanotron
+    on a ZeRO-1 layout (Llama 3.1 8B, PP 2 x DP 8 on two A100 nodes, the sidebar's GPU) runs its own DP sync (a blocking fp32
+    all-reduce and an all-gather with per-tensor copies after the step: NANOTRON_DP_SYNC) with its fused kernels: the
+    page's tokens/s is the engine's for each, and they differ."""
+    from engine.scaleout.frameworks import FRAMEWORKS, NANOTRON_DP_SYNC
+
+    at = page
+    at.number_input(key="so_pp").set_value(2).run()
+    at.number_input(key="so_nodes").set_value(2).run()
+    box = at.selectbox(key="so_framework")
+    assert box.value == "generic" and list(box.options) == [f.label for f in FRAMEWORKS.values()]
+    arch = architecture_from_config(config_from_catalog("meta-llama/Llama-3.1-8B")[0])
+    layout = Layout(pipeline_parallel=2, data_parallel=8, zero=1, recompute="selective", global_batch_size=64)
+    cluster = Cluster(gpu=find_gpu("A100 80GB"), nodes=2)
+    generic = estimate_layout(arch, Scenario(), layout, cluster, master_weights=True).time
+    nano = estimate_layout(arch, Scenario(), layout, cluster, master_weights=True, fused_kernels=True,
+                           dp_sync=NANOTRON_DP_SYNC).time
+    assert metric(at, "Tokens/s") == f"{generic.tokens_per_second:,.0f}"
+    assert any("What it changes: Generic" in shown(c.value) for c in at.caption)
+    box.set_value("nanotron").run()
+    no_exception(at)
+    assert metric(at, "Tokens/s") == f"{nano.tokens_per_second:,.0f}" != f"{generic.tokens_per_second:,.0f}"
+    assert any("nanotron: fused kernels, its own data-parallel sync" in shown(c.value) for c in at.caption)

@@ -21,7 +21,8 @@ from engine.scenario.training import Scenario
 from engine.time.overhead import SECONDS_PER_KERNEL
 from engine.validation.run_configs import NANOTRON
 from engine.model.build import architecture_from_config
-from engine.validation.scaleout import NANOTRON_DP_SYNC, compare_row
+from engine.scaleout.frameworks import NANOTRON_DP_SYNC
+from engine.validation.scaleout import compare_row
 
 H100 = find_gpu("H100 SXM")
 NANO_3B = architecture_from_config(NANOTRON["3.57"])  # 28 blocks, 3072 wide, vocab 131072 tied

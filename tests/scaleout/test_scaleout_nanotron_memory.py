@@ -30,7 +30,7 @@ from engine.scaleout.memory import context, peak_of, scaleout_memory, stage_part
 from engine.scaleout.stage_peaks import SectionPool, most_loaded_stage
 from engine.scenario.training import Scenario
 from engine.validation.run_configs import NANOTRON
-from engine.validation.scaleout import NANOTRON_DP_SYNC
+from engine.scaleout.frameworks import NANOTRON_DP_SYNC
 
 NANO_3B = architecture_from_config(NANOTRON["3.57"])  # 28 blocks, 3072 wide, vocab 131072 tied
 SC = Scenario(seq_len=4096, micro_batch_size=1)

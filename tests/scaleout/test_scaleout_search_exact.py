@@ -15,6 +15,7 @@ from engine.model.build import architecture_from_config
 from engine.model.sources import config_from_catalog
 from engine.scaleout.estimate import estimate_layout
 from engine.scaleout.fp8 import Fp8Recipe
+from engine.scaleout.frameworks import framework
 from engine.scaleout.layout import Layout, Recompute, layout_problems
 from engine.scaleout.memory import scaleout_memory
 from engine.scaleout.search import Candidate, candidate_layouts, search_layouts
@@ -54,8 +55,9 @@ def _documented_space(arch, cluster: Cluster, global_batch: int) -> list[dict]:
 
 
 def _one_by_one(arch, sc: Scenario, cluster: Cluster, global_batch: int, fp8, master: bool, fused: bool,
-                price: float) -> list[Candidate]:
-    """Every candidate layout estimated on its own, nothing shared between layouts."""
+                price: float, **framework) -> list[Candidate]:
+    """Every candidate layout estimated on its own, nothing shared between layouts; ``framework``: the framework
+    settings of :func:`estimate_layout` (tp_comm_overlap, dtensor_tp, dp_sync)."""
     usable = cluster.gpu.usable_memory_bytes
     out = []
     for fields in _documented_space(arch, cluster, global_batch):
@@ -69,7 +71,7 @@ def _one_by_one(arch, sc: Scenario, cluster: Cluster, global_batch: int, fp8, ma
         if problems:
             out.append(Candidate(layout, False, problems[0], 0.0, 0.0, 0, None, None, None, None))
             continue
-        est = estimate_layout(arch, sc, layout, cluster, fp8, master_weights=master, fused_kernels=fused)
+        est = estimate_layout(arch, sc, layout, cluster, fp8, master_weights=master, fused_kernels=fused, **framework)
         stage = est.memory.max_stage
         peak, device = stage.peak_allocated_bytes, stage.device_used_bytes
         if device > usable:
@@ -96,11 +98,12 @@ GRID = [
 ]
 
 
-def _search(repo, gpu, nodes, per_node, gbs, seq, fp8, master, fused):
+def _search(repo, gpu, nodes, per_node, gbs, seq, fp8, master, fused, **framework):
     arch = architecture_from_config(config_from_catalog(repo)[0])
     cluster = Cluster(gpu=find_gpu(gpu), nodes=nodes, gpus_per_node=per_node)
     sc = Scenario(seq_len=seq)
-    found = search_layouts(arch, sc, cluster, gbs, fp8, usd_per_gpu_hour=PRICE, master_weights=master, fused_kernels=fused)
+    found = search_layouts(arch, sc, cluster, gbs, fp8, usd_per_gpu_hour=PRICE, master_weights=master, fused_kernels=fused,
+                           **framework)
     return arch, cluster, sc, found
 
 
@@ -113,6 +116,22 @@ def test_search_equals_one_layout_at_a_time(case):
     repo, gpu, nodes, per_node, gbs, seq, fp8, master, fused = case
     assert candidate_layouts(arch, cluster, gbs, seq) == _documented_space(arch, cluster, gbs)
     assert found == _one_by_one(arch, sc, cluster, gbs, fp8, master, fused, PRICE)
+
+
+@pytest.mark.parametrize("name", ["nanotron", "torchtitan", "megatron"])
+def test_search_equals_one_layout_at_a_time_for_each_framework(name):
+    """A framework's settings (engine.scaleout.frameworks: fused kernels, torchtitan's DTensor TP with torchao
+    float8's FP8 all-gathers, TP overlap) reach every layout of the search as estimate_layout takes them: the same
+    candidates to the last bit, on two nodes (DP and TP x CP across the network). nanotron's own DP sync is not
+    searched (search_layouts' docstring)."""
+    fw = framework(name)
+    settings = dict(tp_comm_overlap=fw.tp_comm_overlap_available, dtensor_tp=fw.dtensor_tp)
+    case = ("Qwen/Qwen2.5-0.5B", "H100 SXM", 2, 4, 16, 1024, fw.fp8_recipe if fw.dtensor_tp else None, True,
+            fw.fused_kernels)
+    arch, cluster, sc, found = _search(*case, **settings)
+    assert found == _one_by_one(arch, sc, cluster, *case[4:5], case[6], case[7], case[8], PRICE, **settings)
+    plain = _search(*case)[3]
+    assert [c.step_s for c in found] != [c.step_s for c in plain]  # the settings change the step times
 
 
 def test_a_search_does_not_reuse_another_searchs_numbers():
