@@ -29,6 +29,7 @@ from ui.scenario_form import _targets_key, scenario_sidebar
 from ui.share import apply_pending_targets, read_query_params, write_query_params
 from ui.views import VIEWS
 from ui.catalog_session import bundled_data_problem
+from ui.collector import start_full_collections
 from ui.formats import md_plain
 
 _SHELL_FLAG = "_shell_drew_sidebar"
@@ -41,10 +42,13 @@ def _tune_garbage_collector() -> None:
     server ran a full collection, scanning every object of every library and session, several times a second under
     load: 130-200 ms each, about a third of the server's time with 25 sessions (benchmarks/load.py). Objects alive now
     (the imported libraries, the bundled catalog) are moved out of the collector's view with ``gc.freeze()``, and the
-    young generation is collected every 20,000 allocations instead of 700. Reference cycles are still collected.
+    young generation is collected every 20,000 allocations instead of 700. Reference cycles are still collected: a full
+    collection runs every 30 s from a background thread (:mod:`ui.collector`), else what only a full collection frees
+    (closed sessions) piled up for minutes and the server's memory climbed without levelling off.
     """
     gc.freeze()
     gc.set_threshold(20_000, 20, 20)
+    start_full_collections()
 
 
 _tune_garbage_collector()
