@@ -42,8 +42,7 @@ def framework_inputs() -> tuple[Framework, dict]:
     fw = FRAMEWORKS[name]
     overlap = b.checkbox("TP overlap", value=fw.tp_comm_overlap, key="so_tp_overlap", disabled=not fw.tp_comm_overlap_available,
                          help="TP collectives under the GEMMs (Megatron-LM --tp-comm-overlap, torchtitan AsyncTP)")
-    st.caption("What it changes: " + md_plain(fw.summary()) + ". The layout search uses its kernels and TP settings"
-               + (", not its data-parallel sync (estimated above only)." if fw.dp_sync else "."))
+    st.caption("What it changes: " + md_plain(fw.summary()) + ". The estimate and the layout search both run it.")
     return fw, fw.layout_settings(tp_comm_overlap=bool(overlap and fw.tp_comm_overlap_available))
 
 

@@ -498,8 +498,8 @@ def _param_bytes(ctx: Context) -> float:
 
 
 def sync_layout_reads(ctx: Context, layout: Layout) -> tuple:
-    """What the DP sync's parts read of the layout beyond stage_peaks' buffer keys: DP x CP (none by default)."""
-    return () if ctx.dp_sync == _DEFAULT_SYNC else (layout.data_parallel * layout.context_parallel,)
+    """What the DP sync's parts read of the layout beyond stage_peaks' buffer keys: DP x CP, the ZeRO stage (none by default)."""
+    return () if ctx.dp_sync == _DEFAULT_SYNC else (layout.data_parallel * layout.context_parallel, layout.zero)
 
 
 def _phase_totals(parts: list[Part], totals: dict[str, float]) -> dict[str, float]:

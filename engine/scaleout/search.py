@@ -37,7 +37,7 @@ from engine.hardware.gpus import prices_for
 from engine.memory.device import device_used_bytes
 from engine.model.architecture import Architecture
 from engine.scaleout import buffers
-from engine.scaleout.comm_volumes import (Collective, data_parallel_collectives, data_parallel_key,
+from engine.scaleout.comm_volumes import (Collective, DataParallelSync, data_parallel_collectives, data_parallel_key,
                                           model_parallel_collectives, model_parallel_key)
 from engine.scaleout.fp8 import Fp8Recipe, check_fp8_gpu
 from engine.scaleout.layout import (ZERO_STAGES, Layout, Recompute, Schedule, layout_problems, problems_key, validated_layout,
@@ -122,14 +122,13 @@ def _cheapest_price(cluster: Cluster) -> float | None:
 
 def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, global_batch: int,
                    fp8: Fp8Recipe | None = None, usd_per_gpu_hour: float | None = None, master_weights: bool = True,
-                   fused_kernels: bool = False, tp_comm_overlap: bool = False,
-                   dtensor_tp: bool = False) -> list[Candidate]:
+                   fused_kernels: bool = False, tp_comm_overlap: bool = False, dtensor_tp: bool = False,
+                   dp_sync: DataParallelSync | None = None) -> list[Candidate]:
     """Every candidate layout with its verdict; the ones that fit first, fastest first. ``master_weights`` (default:
     the 16-bit model with fp32 master weights that Megatron-LM and torchtitan run): see
     :class:`engine.scaleout.memory.Context`; ``fused_kernels``, ``tp_comm_overlap``, ``dtensor_tp``: the framework's
     settings as :func:`engine.scaleout.estimate.estimate_layout` takes them (:class:`engine.scaleout.frameworks.Framework`),
-    the same for every layout searched. A framework's own data-parallel sync (``dp_sync``) is not searched: the
-    search's shared memory sections are checked against estimate_layout for the default sync only.
+    with its own data-parallel sync (``dp_sync``: collectives and memory), the same for every layout searched.
 
     Raises:
         ScenarioError: LoRA/QLoRA (model parallelism is modelled for full training) or a global batch below 1.
@@ -143,7 +142,7 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
     price = usd_per_gpu_hour if usd_per_gpu_hour is not None else _cheapest_price(cluster)
     with _cyclic_gc_paused():
         return _ranked(_evaluated(arch, scenario, cluster, global_batch, fp8, price, master_weights,
-                                  _Settings(fused_kernels, tp_comm_overlap, dtensor_tp)))
+                                  _Settings(fused_kernels, tp_comm_overlap, dtensor_tp, dp_sync)))
 
 
 @contextmanager
@@ -216,7 +215,8 @@ def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_
                     key = (mb, checkpointed, layout.micro_batches > 1)
                     ctx = contexts.get(key)
                     if ctx is None:
-                        ctx = contexts[key] = Context(arch, effective_scenario(scenario, layout), fp8, master_weights)
+                        ctx = contexts[key] = Context(arch, effective_scenario(scenario, layout), fp8, master_weights,
+                                                      fw.dp_sync)
                         pool.adopt(ctx)
                     if stages is None:
                         stages = dominant_stages(layout, ctx.uniform_blocks)
@@ -258,6 +258,7 @@ class _Settings(NamedTuple):
     fused_kernels: bool = False
     tp_comm_overlap: bool = False
     dtensor_tp: bool = False
+    dp_sync: DataParallelSync | None = None
 
 
 class _Steps:
@@ -286,7 +287,7 @@ class _Steps:
                 fp8_tp_all_gather=st.dtensor_tp and gathers_fp8))
         if dp is None:
             dp = parts[dkey] = self._timed_list(data_parallel_collectives(
-                arch, layout, ctx.split, cb, cluster.gpus_per_node, stage, gathers_fp8))
+                arch, layout, ctx.split, cb, cluster.gpus_per_node, stage, gathers_fp8, sync=st.dp_sync))
         pair = (id(mp), id(dp))  # both kept in parts for the whole search: their ids stay theirs
         sums = self._sums.get(pair)
         if sums is None:

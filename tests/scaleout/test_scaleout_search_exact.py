@@ -120,12 +120,12 @@ def test_search_equals_one_layout_at_a_time(case):
 
 @pytest.mark.parametrize("name", ["nanotron", "torchtitan", "megatron"])
 def test_search_equals_one_layout_at_a_time_for_each_framework(name):
-    """A framework's settings (engine.scaleout.frameworks: fused kernels, torchtitan's DTensor TP with torchao
-    float8's FP8 all-gathers, TP overlap) reach every layout of the search as estimate_layout takes them: the same
-    candidates to the last bit, on two nodes (DP and TP x CP across the network). nanotron's own DP sync is not
-    searched (search_layouts' docstring)."""
+    """A framework's settings (engine.scaleout.frameworks: fused kernels, nanotron's DP sync and what it holds,
+    torchtitan's DTensor TP with torchao float8's FP8 all-gathers, TP overlap) reach every layout of the search as
+    estimate_layout takes them: the same candidates to the last bit, on two nodes (DP and TP x CP across the network;
+    ZeRO 0-3, so a ZeRO-0 layout's DDP buckets must not be reused for a ZeRO-1 one of the same shape)."""
     fw = framework(name)
-    settings = dict(tp_comm_overlap=fw.tp_comm_overlap_available, dtensor_tp=fw.dtensor_tp)
+    settings = dict(tp_comm_overlap=fw.tp_comm_overlap_available, dtensor_tp=fw.dtensor_tp, dp_sync=fw.dp_sync)
     case = ("Qwen/Qwen2.5-0.5B", "H100 SXM", 2, 4, 16, 1024, fw.fp8_recipe if fw.dtensor_tp else None, True,
             fw.fused_kernels)
     arch, cluster, sc, found = _search(*case, **settings)
