@@ -148,9 +148,7 @@ search_key = (arch.model_type, arch.total_parameters, arch.num_layers, sc.model_
 if st.button("Search every layout of this cluster", key="so_search"):
     try:
         st.session_state["so_found"] = (search_key, search_layouts(
-            arch, sc, cluster, int(fields["global_batch_size"]), fp8, master_weights=master,
-            fused_kernels=settings["fused_kernels"], tp_comm_overlap=settings["tp_comm_overlap"],
-            dtensor_tp=settings["dtensor_tp"], dp_sync=settings["dp_sync"]))
+            arch, sc, cluster, int(fields["global_batch_size"]), fp8, master_weights=master, **settings))
     except EngineError as exc:
         st.error(md_plain(exc))
 found_key, found = st.session_state.get("so_found", (None, None))

@@ -31,6 +31,8 @@ NUMBERS = ("so_pp", "so_nodes", "so_gbs", "so_v", "so_tokens")
 FLAGS = ("so_sp", "so_master", "so_tp_overlap")
 SCALEOUT_KEYS = (*CHOICES, *NUMBERS, *FLAGS, "so_gpu")
 """Every input of the Scale out page: kept across page switches (:mod:`ui.layout`) and written to the URL."""
+
+
 def framework_inputs() -> tuple[Framework, dict]:
     """The training framework (default the first, generic) and the TP-overlap choice, with a caption of what the
     framework changes; returns it and :meth:`Framework.layout_settings` (estimate_layout's keywords)."""

@@ -47,7 +47,7 @@ def layout_plan_csv(arch: Architecture, scenario: Scenario, dataset: Dataset, ar
         **{f"layout_{k}": v.value if hasattr(v, "value") else v for k, v in layout.model_dump().items()
            if not isinstance(v, (list, tuple))},
         "master_weights": args.master_weights, "fp8_recipe": fp8.value if fp8 else None,
-        "layout_framework": scaleout.framework_json(args)["name"], "fused_kernels": settings["fused_kernels"],
+        "layout_framework": scaleout.framework_json(args, settings)["name"], "fused_kernels": settings["fused_kernels"],
         "tp_comm_overlap": settings["tp_comm_overlap"],
         "dataset_tokens_per_epoch": dataset.tokens_per_epoch(scenario.seq_len), "epochs": dataset.epochs, "runs": dataset.runs,
         "max_rank_peak_allocated_bytes": round(worst.peak_allocated_bytes),

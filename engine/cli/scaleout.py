@@ -120,11 +120,10 @@ def layout_settings(args: argparse.Namespace) -> dict[str, Any]:
     return fw.layout_settings(args.fused_kernels, True if args.tp_comm_overlap else None)
 
 
-def framework_json(args: argparse.Namespace) -> dict[str, Any]:
-    """What the layout ran as: the framework's name and the settings it and the flags made
-    (:func:`layout_settings`)."""
+def framework_json(args: argparse.Namespace, settings: dict[str, Any]) -> dict[str, Any]:
+    """What the layout ran as: the framework's name and ``settings``, what it and the flags made
+    (:func:`layout_settings` of the same ``args``)."""
     fw: Framework = framework(getattr(args, "layout_framework", None))
-    settings = layout_settings(args)
     return {"name": fw.name, "fused_kernels": settings["fused_kernels"], "tp_comm_overlap": settings["tp_comm_overlap"],
             "dtensor_tp": fw.dtensor_tp, "dp_sync": None if fw.dp_sync is None else fw.dp_sync._asdict(),
             "master_weights": args.master_weights, "summary": fw.summary()}
@@ -211,9 +210,9 @@ def scaleout_json(arch: Architecture, scenario: Scenario, args: argparse.Namespa
     if args.gpu is None and args.inter_node_gbits is not None:  # the network only enters the step time, on a GPU
         raise ScenarioError("--inter-node-gbits sets the step time's network: it needs --gpu")
     cluster = None if args.gpu is None else cluster_from_args(args, layout, per_node)
-    est = estimate_layout(arch, scenario, layout, cluster, fp8, master_weights=args.master_weights,
-                          **layout_settings(args))
-    out = {**_memory_json(est, scenario.method.value), "layout_framework": framework_json(args)}
+    settings = layout_settings(args)
+    est = estimate_layout(arch, scenario, layout, cluster, fp8, master_weights=args.master_weights, **settings)
+    out = {**_memory_json(est, scenario.method.value), "layout_framework": framework_json(args, settings)}
     if cluster is not None:
         out.update(_fit_time_json(est, cluster))
         for col_json, col in zip(out["collectives"], est.collectives):  # the catalog's name of the link it crosses

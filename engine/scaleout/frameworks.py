@@ -3,7 +3,7 @@
 overlap, master weights, the FP8 recipe), each value with its source (library + version or commit).
 
 The one place these facts live: the validation rows of ``data/large_runs.csv`` name their framework in its
-``framework`` column (:mod:`engine.validation.scaleout`), the command line takes ``--framework NAME``
+``framework`` column (:mod:`engine.validation.scaleout`), the command line takes ``--layout-framework NAME``
 (:mod:`engine.cli.scaleout`) and the Scale out page a "Framework" choice; all read them here. ``generic`` is the
 estimate's default behaviour (none of the framework-specific paths).
 """

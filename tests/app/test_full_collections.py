@@ -10,7 +10,7 @@ import weakref
 
 import pytest
 
-from ui.collector import _loop, start_full_collections
+from ui.collector import FULL_COLLECTION_INTERVAL_S, THREAD_NAME, _loop, start_full_collections
 
 
 class _Node:
@@ -39,3 +39,10 @@ def test_a_cycle_is_freed_by_the_thread_within_its_interval():
 def test_the_interval_must_be_positive():
     with pytest.raises(ValueError, match="interval_s must be positive"):
         start_full_collections(0)
+
+
+def test_the_app_starts_the_collector_thread():
+    import ui.layout  # noqa: F401  (every page imports it; it tunes the collector and starts the thread)
+
+    assert any(t.name == THREAD_NAME and t.is_alive() for t in threading.enumerate())
+    assert FULL_COLLECTION_INTERVAL_S <= 30.0  # the interval the soak was measured at (README "Memory over a long run")
