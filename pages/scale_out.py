@@ -50,7 +50,7 @@ master = c3.checkbox("16-bit model + fp32 master weights", value=True, key="so_m
                      help="Megatron-LM --bf16 / torchtitan FSDP2 (with the sidebar's bf16 or mixed bf16 precision; fp16 "
                           "likewise); off = the Hugging Face Trainer's autocast. Only for full training of a 16-bit "
                           "model: LoRA/QLoRA train adapters, fp32 has no 16-bit model.") and can_master
-dataset_tokens = checked_number(c4, "Dataset tokens (one epoch)", "so_tokens", 1_000_000_000, step=1_000_000,
+dataset_tokens = checked_number(c4, "Dataset tokens (one epoch)", "so_tokens", 1_000_000_000, step=1_000_000, below=st,
                                 help="Tokens trained: hours, GPU-hours and cost of the layout (cheapest listed price).")
 framework, settings = framework_inputs()
 write_query_params(scenario)  # now with the page's own inputs, so the link carries them

@@ -73,20 +73,20 @@ def layout_inputs(num_layers: int, micro_batch: int) -> tuple[dict, int, int]:
     than the model's ``num_layers`` is the engine's layout problem, which the page says."""
     c = st.columns(4)
     tp = c[0].selectbox("Tensor parallel", list(CHOICES["so_tp"]), index=0, key="so_tp")
-    pp = checked_number(c[1], "Pipeline parallel", "so_pp", 1, step=1, help=f"Pipeline stages; at most the model's "
+    pp = checked_number(c[1], "Pipeline parallel", "so_pp", 1, step=1, below=st, help=f"Pipeline stages; at most the model's "
                         f"{num_layers} layers.")
     cp = c[2].selectbox("Context parallel", list(CHOICES["so_cp"]), index=0, key="so_cp")
     ep = c[3].selectbox("Expert parallel", list(CHOICES["so_ep"]), index=0, key="so_ep")
     c = st.columns(4)
-    nodes = checked_number(c[0], "Nodes", "so_nodes", 1, step=1)
+    nodes = checked_number(c[0], "Nodes", "so_nodes", 1, step=1, below=st)
     per_node = c[1].selectbox("GPUs per node", list(CHOICES["so_gpn"]), index=3, key="so_gpn")
-    gbs = checked_number(c[2], "Global batch (sequences)", "so_gbs", 64, step=1)
+    gbs = checked_number(c[2], "Global batch (sequences)", "so_gbs", 64, step=1, below=st)
     zero = c[3].selectbox("Data-parallel sharding", list(CHOICES["so_zero"]), key="so_zero",
                           index=list(CHOICES["so_zero"]).index(DEFAULT_ZERO),
                           format_func=ZERO_CHOICES.__getitem__)
     c = st.columns(4)
     recompute = c[0].selectbox("Recompute", list(CHOICES["so_rec"]), index=1, key="so_rec")
-    v = checked_number(c[1], "Virtual stages (interleaved)", "so_v", 1, step=1)
+    v = checked_number(c[1], "Virtual stages (interleaved)", "so_v", 1, step=1, below=st)
     schedule = c[2].selectbox("Schedule", list(CHOICES["so_sched"]), key="so_sched")
     sp = c[3].checkbox("Sequence parallel", value=tp > 1, key="so_sp", disabled=tp == 1)
     world = int(nodes) * int(per_node)
