@@ -105,7 +105,9 @@ if est.time and run.fits:
                + (f", spot {fmt_usd(sp_lo)}–{fmt_usd(sp_hi)}" if sp_lo is not None else "")
                + f". {md_plain(r.band_note)} (Methodology page).")
     st.download_button("Download this layout's plan (CSV)", csv_bytes(pd.DataFrame([run.record()])),
-                       file_name="scale_out_plan.csv", mime="text/csv", key="so_plan_csv")
+                       file_name="scale_out_plan.csv", mime="text/csv", key="so_plan_csv",
+                       help="One row of this layout's results. A record, not a plan: the Plans page does not load it "
+                            "(it says why); this page's link reopens the layout.")
 elif not run.fits:
     m4.metric("Tokens/s", "does not fit", help="a layout whose most loaded rank does not fit gets no throughput")
 
