@@ -131,6 +131,7 @@ def test_the_default_layout_fits_and_shows_its_throughput(page):
 
     at = page
     assert DEFAULT_ZERO == 3 and at.selectbox(key="so_zero").value == 3 and at.selectbox(key="so_rec").value == "selective"
+    assert at.query_params["so_zero"] == "3"  # every input is in the link, defaults included (ui.share)
     layout = Layout(data_parallel=8, zero=3, recompute="selective", global_batch_size=64)
     est = _llama8b_estimate(layout)
     worst = est.memory.max_stage
