@@ -72,8 +72,8 @@ def _seed_section(gpus: tuple, gpus_key: str, unit: str) -> None:
     st.session_state.setdefault("seed_efficient", Method.LORA)
     st.session_state.setdefault("seed_full_precision", PrecisionMode.AMP_BF16)
     s1, s2, s3, s4, s5 = st.columns(5)
-    seed_seq = int(checked_number(s1, "Sequence length", "seed_seq_len", 2048, step=256))
-    seed_batch = int(checked_number(s2, "Micro batch", "seed_micro_batch", 1, step=1))
+    seed_seq = int(checked_number(s1, "Sequence length", "seed_seq_len", 2048, step=256, below=st))
+    seed_batch = int(checked_number(s2, "Micro batch", "seed_micro_batch", 1, step=1, below=st))
     seed_ckpt = s3.toggle("Gradient checkpointing", key="seed_ckpt")
     seed_full_precision = s4.selectbox("Full FT precision", [PrecisionMode.AMP_BF16, PrecisionMode.BF16],
                                        format_func=lambda m: precision_spec(m).label, key="seed_full_precision")

@@ -50,7 +50,7 @@ master = c3.checkbox("16-bit model + fp32 master weights", value=True, key="so_m
                      help="Megatron-LM --bf16 / torchtitan FSDP2 (with the sidebar's bf16 or mixed bf16 precision; fp16 "
                           "likewise); off = the Hugging Face Trainer's autocast. Only for full training of a 16-bit "
                           "model: LoRA/QLoRA train adapters, fp32 has no 16-bit model.") and can_master
-dataset_tokens = checked_number(c4, "Dataset tokens (one epoch)", "so_tokens", 1_000_000_000, step=1_000_000,
+dataset_tokens = checked_number(c4, "Dataset tokens (one epoch)", "so_tokens", 1_000_000_000, step=1_000_000, below=st,
                                 help="Tokens trained: hours, GPU-hours and cost of the layout (cheapest listed price).")
 framework, settings = framework_inputs()
 write_query_params(scenario)  # now with the page's own inputs, so the link carries them
@@ -105,7 +105,9 @@ if est.time and run.fits:
                + (f", spot {fmt_usd(sp_lo)}–{fmt_usd(sp_hi)}" if sp_lo is not None else "")
                + f". {md_plain(r.band_note)} (Methodology page).")
     st.download_button("Download this layout's plan (CSV)", csv_bytes(pd.DataFrame([run.record()])),
-                       file_name="scale_out_plan.csv", mime="text/csv", key="so_plan_csv")
+                       file_name="scale_out_plan.csv", mime="text/csv", key="so_plan_csv",
+                       help="One row of this layout's results. A record, not a plan: the Plans page does not load it "
+                            "(it says why); this page's link reopens the layout.")
 elif not run.fits:
     m4.metric("Tokens/s", "does not fit", help="a layout whose most loaded rank does not fit gets no throughput")
 

@@ -77,9 +77,9 @@ def hardware_sidebar(serving: bool = False) -> Hardware:
         n, per_node, strategy, offload = (state["num_gpus"], state["gpus_per_node"], state["strategy"], state["offload"])
         if not serving:
             c1, c2 = st.columns(2)
-            n = int(checked_number(c1, "GPUs", "num_gpus", 1, step=1,
+            n = int(checked_number(c1, "GPUs", "num_gpus", 1, step=1, below=st,
                                    help="Data-parallel GPUs; each runs the micro batch (activations are per GPU)."))
-            per_node = int(checked_number(c2, "GPUs per node", "gpus_per_node", 8, step=1,
+            per_node = int(checked_number(c2, "GPUs per node", "gpus_per_node", 8, step=1, below=st,
                                           help="For the CPU memory per node when offloading. Time and cost put up to "
                                                "8 GPUs on a node (NVLink or PCIe inside it); Scale out takes its own."))
             strategy = st.selectbox("Strategy", list(Strategy), format_func=STRATEGY_LABELS.get, key="strategy",

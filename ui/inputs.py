@@ -4,8 +4,9 @@ Streamlit's own ``min_value``/``max_value`` refuse an out-of-range number in the
 red "!" with the reason in a tooltip and keeps sending the previous value, so the page silently shows results for a
 number that is no longer on screen. :func:`checked_number` draws the input without those bounds, checks the typed
 value against :data:`LIMITS` (the same ranges the URL parser in :mod:`ui.share` applies) and, when it is out of
-range, writes the reason under the input and returns the last valid value; :func:`stale_slot` is the place at the
-top of the page where every such input is listed, so the reader knows the results are not for the sidebar as shown.
+range, writes the reason under the input (under its row, full width, when it sits in a column) and returns the last
+valid value; :func:`stale_slot` is the place at the top of the page where every such input is listed, so the reader
+knows the results are not for the sidebar as shown.
 """
 
 from __future__ import annotations
@@ -88,12 +89,18 @@ def _draw_stale() -> None:
 
 
 def checked_number(container: Any, label: str, key: str, default: float, *, step: float, help: str | None = None,
-                   format: str | None = None, disabled: bool = False) -> Any:
+                   format: str | None = None, disabled: bool = False, below: Any = None) -> Any:
     """A number input (in ``container``) checked against ``LIMITS[key]``.
 
     Returns the typed value when it is valid, else the last valid one (``default`` at first), after writing the
     reason under the input and listing it in the page's :func:`stale_slot`.
+
+    ``below``: for an input in a column of a row (``st.columns``), the container the row is in (``st`` inside a
+    ``with st.sidebar:`` block or on the page): the reason is written there, full width under the row, and the column
+    only says "Out of range" under the input (a sentence in a half-width sidebar column wrapped a few letters a line).
+    None: under the input, in ``container``.
     """
+    say = container if below is None else below
     st.session_state.setdefault(key, default)
     last: dict = st.session_state.setdefault(_LAST, {})
     whole = _whole(key)
@@ -109,8 +116,8 @@ def checked_number(container: Any, label: str, key: str, default: float, *, step
         step, format = float(step), format or "%.0f"
     value = container.number_input(label, step=step, key=key, help=help, format=format, disabled=disabled)
     if bounced is not None:
-        container.error(f"{label}: {_fmt(bounced)} is not a whole number, so it is back to {_fmt(value)}.",
-                        icon=":material/error:")
+        say.error(f"{label}: {_fmt(bounced)} is not a whole number, so it is back to {_fmt(value)}.",
+                  icon=":material/error:")
     reason = range_reason(key, value)
     if reason is None:
         last[key] = int(value) if whole else value
@@ -120,8 +127,10 @@ def checked_number(container: Any, label: str, key: str, default: float, *, step
         # "%.0f" would show 2.5 as "3", and typing 3 over it would change nothing: the box is set back instead
         st.session_state[_BOUNCED][key] = float(value)
         st.rerun()
-    container.error(f"{label}: {_fmt(value)} is out of range; it {reason}. The results use {_fmt(used)}.",
-                    icon=":material/error:")
+    if below is not None:
+        container.caption(":red[Out of range]")
+    say.error(f"{label}: {_fmt(value)} is out of range; it {reason}. The results use {_fmt(used)}.",
+              icon=":material/error:")
     st.session_state.setdefault(_STALE, []).append((label, _fmt(value), _fmt(used), reason))
     _draw_stale()
     return used

@@ -31,6 +31,13 @@ NUMBERS = ("so_pp", "so_nodes", "so_gbs", "so_v", "so_tokens")
 FLAGS = ("so_sp", "so_master", "so_tp_overlap")
 SCALEOUT_KEYS = (*CHOICES, *NUMBERS, *FLAGS, "so_gpu")
 """Every input of the Scale out page: kept across page switches (:mod:`ui.layout`) and written to the URL."""
+DEFAULT_ZERO = 3
+"""The page's default data-parallel sharding: ZeRO-3 / FSDP, what full fine-tuning of an 8B model on one node of 8
+GPUs runs (torchtitan's Llama 3 8B preset, ``torchtitan/models/llama3/train_configs/llama3_8b.toml`` at
+pytorch/torchtitan@01424cb2: FSDP over every rank, ``data_parallel_shard_degree = -1``, TP = PP = CP = 1). With the
+page's other defaults (8 GPUs on one node, global batch 64, selective recompute) and the sidebar's (Llama 3.1 8B, full
+fine-tuning, mb 1 x 2,048 tokens, A100 80GB) the most loaded rank needs 39.2 GiB of 80 (tests/app/test_scale_out_page.py);
+ZeRO-1 there needs 80.5 GiB and does not fit. A link's ``so_zero`` opens any stage (:mod:`ui.share`)."""
 
 
 def framework_inputs() -> tuple[Framework, dict]:
@@ -66,19 +73,20 @@ def layout_inputs(num_layers: int, micro_batch: int) -> tuple[dict, int, int]:
     than the model's ``num_layers`` is the engine's layout problem, which the page says."""
     c = st.columns(4)
     tp = c[0].selectbox("Tensor parallel", list(CHOICES["so_tp"]), index=0, key="so_tp")
-    pp = checked_number(c[1], "Pipeline parallel", "so_pp", 1, step=1, help=f"Pipeline stages; at most the model's "
+    pp = checked_number(c[1], "Pipeline parallel", "so_pp", 1, step=1, below=st, help=f"Pipeline stages; at most the model's "
                         f"{num_layers} layers.")
     cp = c[2].selectbox("Context parallel", list(CHOICES["so_cp"]), index=0, key="so_cp")
     ep = c[3].selectbox("Expert parallel", list(CHOICES["so_ep"]), index=0, key="so_ep")
     c = st.columns(4)
-    nodes = checked_number(c[0], "Nodes", "so_nodes", 1, step=1)
+    nodes = checked_number(c[0], "Nodes", "so_nodes", 1, step=1, below=st)
     per_node = c[1].selectbox("GPUs per node", list(CHOICES["so_gpn"]), index=3, key="so_gpn")
-    gbs = checked_number(c[2], "Global batch (sequences)", "so_gbs", 64, step=1)
-    zero = c[3].selectbox("Data-parallel sharding", list(CHOICES["so_zero"]), index=1, key="so_zero",
+    gbs = checked_number(c[2], "Global batch (sequences)", "so_gbs", 64, step=1, below=st)
+    zero = c[3].selectbox("Data-parallel sharding", list(CHOICES["so_zero"]), key="so_zero",
+                          index=list(CHOICES["so_zero"]).index(DEFAULT_ZERO),
                           format_func=ZERO_CHOICES.__getitem__)
     c = st.columns(4)
     recompute = c[0].selectbox("Recompute", list(CHOICES["so_rec"]), index=1, key="so_rec")
-    v = checked_number(c[1], "Virtual stages (interleaved)", "so_v", 1, step=1)
+    v = checked_number(c[1], "Virtual stages (interleaved)", "so_v", 1, step=1, below=st)
     schedule = c[2].selectbox("Schedule", list(CHOICES["so_sched"]), key="so_sched")
     sp = c[3].checkbox("Sequence parallel", value=tp > 1, key="so_sp", disabled=tp == 1)
     world = int(nodes) * int(per_node)

@@ -81,8 +81,8 @@ def scenario_sidebar(arch: Architecture) -> Scenario | None:
         )
         optimizer = st.selectbox("Optimizer", list(Optimizer), format_func=OPTIMIZER_LABELS.get, key="optimizer")
         c1, c2 = st.columns(2)
-        micro_batch = checked_number(c1, "Micro batch size", "micro_batch_size", d.micro_batch_size, step=1)
-        seq_len = checked_number(c2, "Sequence length", "seq_len", d.seq_len, step=256)
+        micro_batch = checked_number(c1, "Micro batch size", "micro_batch_size", d.micro_batch_size, step=1, below=st)
+        seq_len = checked_number(c2, "Sequence length", "seq_len", d.seq_len, step=256, below=st)
         accum = checked_number(st, "Gradient accumulation steps", "grad_accum", d.gradient_accumulation_steps, step=1)
         checkpointing = st.toggle("Gradient checkpointing", key="gradient_checkpointing")
         attention = st.selectbox("Attention implementation", list(Attention), format_func=lambda a: a.value, key="attention")
@@ -112,8 +112,8 @@ def scenario_sidebar(arch: Architecture) -> Scenario | None:
         if uses_targets(method):
             st.subheader("Adapter (rank, targets)")
             c1, c2 = st.columns(2)
-            lora["lora_r"] = checked_number(c1, "Rank r", "lora_r", d.lora_r, step=1)
-            lora["lora_alpha"] = checked_number(c2, "Alpha", "lora_alpha", d.lora_alpha, step=1.0)
+            lora["lora_r"] = checked_number(c1, "Rank r", "lora_r", d.lora_r, step=1, below=st)
+            lora["lora_alpha"] = checked_number(c2, "Alpha", "lora_alpha", d.lora_alpha, step=1.0, below=st)
             lora["lora_dropout"] = checked_number(st, "Dropout", "lora_dropout", d.lora_dropout, step=0.01)
             names = arch.linear_target_names() + [ALL_LINEAR]
             lora["lora_targets"] = tuple(st.multiselect("Target modules", names, key=_targets_key(arch)))
@@ -165,16 +165,16 @@ def inference_inputs(max_context: int | None) -> InferenceScenario | None:
                       format_func=lambda w: "as stored (bf16 if not quantized)" if w == AS_STORED else WEIGHT_LABELS[w],
                       help="A checkpoint stored quantized (its quantization_config: FP8, GPTQ, AWQ, bitsandbytes) is served as stored.")
     kv = c2.selectbox("KV cache dtype", list(KvCacheDtype), format_func=lambda k: k.value, key="inf_kv_dtype")
-    conc = checked_number(c3, "Concurrent sequences", "inf_concurrency", 1, step=1)
+    conc = checked_number(c3, "Concurrent sequences", "inf_concurrency", 1, step=1, below=st)
     seq = checked_number(c4, "Context per sequence", "inf_seq_len", min(8192, max_context or 8192), step=1024,
-                         help="Prompt + generated tokens of each sequence.")
+                         help="Prompt + generated tokens of each sequence.", below=st)
     st.session_state.setdefault("inf_tp", 1)
     st.session_state.setdefault("inf_util", 0.9)
     c1, c2, _, _ = st.columns(4)
     tp = c1.selectbox("Tensor parallel (GPUs per replica)", [1, 2, 4, 8, 16], key="inf_tp",
                       help="vLLM tensor_parallel_size / TGI --num-shard: weights and KV heads split over these GPUs of the "
                            "sidebar's kind; the memory shown is one GPU's.")
-    util = checked_number(c2, "GPU memory utilization", "inf_util", 0.9, step=0.05,
+    util = checked_number(c2, "GPU memory utilization", "inf_util", 0.9, step=0.05, below=st,
                           help="vLLM's gpu_memory_utilization (default 0.9): the share of each GPU's memory for weights, "
                                "activations and KV cache; the KV-cache budget and the most sequences use it.")
     try:
@@ -230,15 +230,15 @@ def time_cost_sidebar(hw: Hardware) -> TimeCostInputs | None:
         mode = st.radio("Dataset size as", [SIZE_EXAMPLES, SIZE_TOKENS], key="tc_size_mode", horizontal=True)
         if mode == SIZE_EXAMPLES:
             c1, c2 = st.columns(2)
-            examples = int(checked_number(c1, "Examples", "tc_examples", 10_000, step=1_000))
-            avg = float(checked_number(c2, "Avg. tokens / example", "tc_avg_tokens", 512.0, step=64.0))
+            examples = int(checked_number(c1, "Examples", "tc_examples", 10_000, step=1_000, below=st))
+            avg = float(checked_number(c2, "Avg. tokens / example", "tc_avg_tokens", 512.0, step=64.0, below=st))
             size: dict = {"examples": examples, "avg_tokens": avg}
         else:
             size = {"total_tokens": int(checked_number(st, "Tokens per epoch", "tc_total_tokens", 5_120_000,
                                                        step=1_000_000))}
         c1, c2 = st.columns(2)
-        epochs = float(checked_number(c1, "Epochs", "tc_epochs", 3.0, step=1.0))
-        runs = int(checked_number(c2, "Experimental runs", "tc_runs", 1, step=1))
+        epochs = float(checked_number(c1, "Epochs", "tc_epochs", 3.0, step=1.0, below=st))
+        runs = int(checked_number(c2, "Experimental runs", "tc_runs", 1, step=1, below=st))
         packing = st.toggle("Packing", key="tc_packing", disabled=mode != SIZE_EXAMPLES,
                             help="On: examples are concatenated into full sequences. Off: each example is padded to the "
                                  "sequence length, and the padding costs compute like real tokens.")

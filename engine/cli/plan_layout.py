@@ -1,7 +1,8 @@
 """``python -m engine plan`` with a parallel layout (``--tensor-parallel`` ... as ``estimate`` takes them): one CSV row
 of the layout's plan: the model, the scenario, the layout, its most loaded rank and its tokens/s, ``hours``,
 ``gpu_hours``, ``cost_usd_on_demand``, ``cost_usd_spot`` (:mod:`engine.plan.layout_cost`), the Scale out page's
-"plan CSV" columns. Such a row is not a one-GPU plan: ``plan --input`` and the Plans page do not read it back."""
+"plan CSV" columns. Such a row is not a one-GPU plan: ``plan --input`` and the Plans page do not read it back, and say
+so (:func:`engine.plan.csv_checks.layout_csv_problem`)."""
 
 from __future__ import annotations
 

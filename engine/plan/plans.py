@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from engine.model.architecture import Architecture
 from engine.model.build import architecture_or_approximation
 from engine.plan.cost import CHEAPEST_LISTED, Dataset, estimate_plan, resolve_price_source
-from engine.plan.csv_checks import header_problem, shown_cell
+from engine.plan.csv_checks import header_problem, layout_csv_problem, shown_cell
 from engine.plan.plan_names import name_problem, same_name
 from engine.secrets import looks_like_token, redact_tokens
 from engine.plan.plan_gpu import find_plan_gpu, plan_gpu_note
@@ -386,7 +386,8 @@ def plans_from_csv(
     of the file are ignored (recomputed); an unknown column too, with a warning naming it. Text cells neutralised against formula injection on
     export (:mod:`engine.csv_cells`) are restored. The file is refused, with one reason (row 0), when it is empty,
     not UTF-8 text, not CSV, has a column twice, has column names but no row or more than :data:`~engine.plan.csv_checks.MAX_PLAN_ROWS` rows,
-    or lacks a :data:`REQUIRED_COLUMNS` column or any dataset size column; an optional
+    or lacks a :data:`REQUIRED_COLUMNS` column or any dataset size column (a layout CSV of the Scale out page or of
+    ``plan`` with a layout is named as such: :func:`~engine.plan.csv_checks.layout_csv_problem`); an optional
     input column that is missing gives one warning naming the default every plan then uses. A row with the wrong
     number of cells, a NUL character, or that does not validate or evaluate, is listed in ``errors`` with why. A row whose GPU is a
     family name ("A100") loads on the catalog's GPU for it, under that GPU's name, with a warning saying so
@@ -411,6 +412,8 @@ def plans_from_csv(
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if not any(c in header for c in DATASET_COLUMNS):
         missing.append("dataset_total_tokens (or dataset_examples and dataset_avg_tokens)")
+    if missing and (layout := layout_csv_problem(header, records[rows[0]])):  # the Scale out page's CSV
+        return _file_error(layout)
     if missing:
         return _file_error("missing required column" + ("s " if len(missing) > 1 else " ") + ", ".join(repr(m) for m in missing)
                            + ": without them the plans would load as other plans; add them (export a plan to see every column)")

@@ -33,7 +33,7 @@ def test_page_shows_every_stage_and_the_most_loaded_rank(page):
     assert bars, "the per-stage chart is drawn"
     # the headline equals the engine's most loaded rank for the same inputs (default model: Llama 3.1 8B, seq 2048)
     arch = architecture_from_config(config_from_catalog("meta-llama/Llama-3.1-8B")[0])
-    layout = Layout(pipeline_parallel=4, data_parallel=4, zero=1, recompute="selective", global_batch_size=64)
+    layout = Layout(pipeline_parallel=4, data_parallel=4, zero=3, recompute="selective", global_batch_size=64)
     est = estimate_layout(arch, Scenario(), layout, Cluster(gpu=find_gpu("H100 SXM"), nodes=2), master_weights=True)
     assert metric(at, "Most loaded rank (allocated)") == f"{est.memory.max_rank_peak_allocated_bytes / 2**30:.1f} GiB"
     assert any("no pipeline" in i.value for i in at.info)  # accelerate (first engine) cannot run PP: it says so
@@ -61,9 +61,10 @@ def test_search_lists_fits_and_reasons(page):
         "cost_usd_spot": "%,.2f"}
 
 
-def _llama8b_estimate(layout: Layout, nodes: int = 1):
+def _llama8b_estimate(layout: Layout, nodes: int = 1, settings: dict | None = None):
     arch = architecture_from_config(config_from_catalog("meta-llama/Llama-3.1-8B")[0])
-    return estimate_layout(arch, Scenario(), layout, Cluster(gpu=find_gpu("A100 80GB"), nodes=nodes), master_weights=True)
+    return estimate_layout(arch, Scenario(), layout, Cluster(gpu=find_gpu("A100 80GB"), nodes=nodes), master_weights=True,
+                           **(settings or {}))
 
 
 def test_bytes_follow_the_sidebars_unit(page):
@@ -72,7 +73,7 @@ def test_bytes_follow_the_sidebars_unit(page):
     at.radio(key="unit").set_value("GB").run()
     at.number_input(key="so_pp").set_value(2).run()
     no_exception(at)
-    est = _llama8b_estimate(Layout(pipeline_parallel=2, data_parallel=4, zero=1, recompute="selective", global_batch_size=64))
+    est = _llama8b_estimate(Layout(pipeline_parallel=2, data_parallel=4, zero=3, recompute="selective", global_batch_size=64))
     worst = est.memory.max_stage
     assert metric(at, "Most loaded rank (allocated)") == f"{worst.peak_allocated_bytes / 1e9:,.1f} GB"
     assert metric(at, "nvidia-smi on that rank") == f"{worst.device_used_bytes / 1e9:,.1f} GB"
@@ -80,8 +81,8 @@ def test_bytes_follow_the_sidebars_unit(page):
     bars = charts(at)[0]
     assert bars["layout"]["yaxis"]["title"]["text"] == "Memory per GPU, allocated (GB)"
     stage0 = est.memory.stages[0].estimate.components
-    weights = next(t for t in bars["data"] if t["x"][0] == "stage 0" and t["name"] == "Weights")
-    assert weights["y"][0] == pytest.approx(stage0["weights"] / 1e9)
+    master = next(t for t in bars["data"] if t["x"][0] == "stage 0" and t["name"] == "fp32 master weights")
+    assert master["y"][0] == pytest.approx(stage0["master_weights"] / 1e9) and stage0["master_weights"] > 1e9
     parts = table(at, "formula")
     columns = column_config(parts)
     assert columns["bytes"]["label"] == "memory (GB)" and columns["bytes"]["type_config"]["format"] == "%,.2f"
@@ -121,8 +122,34 @@ def test_a_pipeline_deeper_than_the_model_is_refused_in_words(page):
 
 # --- issue 24 item 8: "does not fit" in words, state kept and in the URL, search results kept and applied ---------
 
+def test_the_default_layout_fits_and_shows_its_throughput(page):
+    """A new user's first view: the default layout (Llama 3.1 8B full fine-tuning, mb 1 x 2,048, on 8 x A100 80GB,
+    TP1 PP1 DP8, ZeRO-3 / FSDP, selective recompute: ui.scaleout.DEFAULT_ZERO) fits with room to spare, so the page
+    shows tokens/s, hours and cost, and the Framework choice moves the tokens/s (Megatron-LM's fused kernels)."""
+    from engine.scaleout.frameworks import FRAMEWORKS
+    from ui.scaleout import DEFAULT_ZERO
+
+    at = page
+    assert DEFAULT_ZERO == 3 and at.selectbox(key="so_zero").value == 3 and at.selectbox(key="so_rec").value == "selective"
+    assert at.query_params["so_zero"] == "3"  # every input is in the link, defaults included (ui.share)
+    layout = Layout(data_parallel=8, zero=3, recompute="selective", global_batch_size=64)
+    est = _llama8b_estimate(layout)
+    worst = est.memory.max_stage
+    usable = find_gpu("A100 80GB").usable_memory_bytes
+    # the engine's verdict: 39.2 GiB of 80 (ZeRO-1, the old default, needs 80.5: test below)
+    assert f"{worst.device_used_bytes / 2**30:.1f}" == "39.2" and usable - worst.device_used_bytes > 40 * 2**30
+    assert not any(w.value.startswith("Does not fit") for w in at.warning)
+    assert metric(at, "nvidia-smi on that rank") == f"{worst.device_used_bytes / 2**30:,.1f} GiB"
+    assert metric(at, "Tokens/s") == f"{est.time.tokens_per_second:,.0f}" and metric(at, "Hours") is not None
+    megatron = _llama8b_estimate(layout, settings=FRAMEWORKS["megatron"].layout_settings())
+    at.selectbox(key="so_framework").set_value("megatron").run()
+    no_exception(at)
+    assert metric(at, "Tokens/s") == f"{megatron.time.tokens_per_second:,.0f}" != f"{est.time.tokens_per_second:,.0f}"
+
+
 def test_a_layout_that_does_not_fit_says_so_and_gives_no_tokens_per_second(page):
-    at = page  # Llama 3.1 8B full training on 8 x A100 80GB, DP 8 ZeRO-1, mb 1 x 2048: 80.5 GiB on the worst rank
+    at = page
+    at.selectbox(key="so_zero").set_value(1).run()  # Llama 3.1 8B full training on 8 x A100 80GB, DP 8 ZeRO-1: 80.5 GiB
     no_exception(at)
     assert any(w.value.startswith("Does not fit: the most loaded rank") for w in at.warning)
     assert metric(at, "Tokens/s") == "does not fit"
@@ -131,6 +158,17 @@ def test_a_layout_that_does_not_fit_says_so_and_gives_no_tokens_per_second(page)
     no_exception(at)
     assert not any(w.value.startswith("Does not fit") for w in at.warning)
     assert metric(at, "Tokens/s") not in (None, "does not fit") and metric(at, "Hours") is not None
+
+
+def test_a_link_with_the_old_default_layout_opens_it(new_app):
+    # Links made when ZeRO-1 was the default carry so_zero=1 (every input is in the URL): they open ZeRO-1, not the
+    # new default, and say it does not fit.
+    at = new_app()
+    at.query_params.update({"so_zero": "1", "so_rec": "selective"})
+    at.switch_page(PAGE).run()
+    no_exception(at)
+    assert at.selectbox(key="so_zero").value == 1 and at.query_params["so_zero"] == "1"
+    assert any(w.value.startswith("Does not fit: the most loaded rank") for w in at.warning)
 
 
 def test_inputs_survive_a_page_switch_and_are_in_the_url(page):
@@ -175,7 +213,8 @@ def test_search_results_survive_reruns_and_a_result_can_be_applied(page):
 
 
 def test_torchtitan_refusal_names_the_widgets_options(page):
-    at = page  # ZeRO-1, the page's default sharding
+    at = page
+    at.selectbox(key="so_zero").set_value(1).run()  # torchtitan has no ZeRO-1
     at.radio(key="so_export").set_value("torchtitan").run()
     text = " ".join(shown(i.value) for i in at.info)
     assert '"DDP"' in text and '"ZeRO-3 / FSDP"' in text and "choose zero 0 or 3" not in text
@@ -188,8 +227,7 @@ def test_a_fitting_layout_shows_the_band_of_its_hours_and_cost(page):
     import re
     from pathlib import Path
 
-    at = page
-    at.selectbox(key="so_zero").set_value(3).run()
+    at = page  # the default layout (ZeRO-3 / FSDP) fits
     no_exception(at)
     with open(Path(__file__).resolve().parents[2] / "data" / "time_bands.csv", newline="") as f:
         band = next(r for r in csv.DictReader(f) if r["group"] == "multi_gpu")
@@ -208,6 +246,7 @@ def test_fp8_rowwise_is_offered_and_megatron_refuses_it_in_words(page):
     assert at.selectbox(key="so_fp8").options == ["off", "te", "torchao", "torchao_rowwise"]
     at.selectbox(key="so_gpu").set_value("NVIDIA H100 80GB").run()  # FP8 needs Hopper or newer
     at.selectbox(key="so_fp8").set_value("torchao_rowwise").run()
+    at.selectbox(key="so_zero").set_value(1).run()  # Megatron-LM's distributed optimizer
     at.radio(key="so_export").set_value("megatron").run()
     no_exception(at)
     assert not at.code and any("row" in shown(i.value).lower() for i in at.info)
@@ -224,6 +263,7 @@ def test_framework_choice_changes_the_step_time(page):
     from engine.scaleout.frameworks import FRAMEWORKS, NANOTRON_DP_SYNC
 
     at = page
+    at.selectbox(key="so_zero").set_value(1).run()
     at.number_input(key="so_pp").set_value(2).run()
     at.number_input(key="so_nodes").set_value(2).run()
     box = at.selectbox(key="so_framework")

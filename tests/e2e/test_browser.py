@@ -260,8 +260,16 @@ def test_every_page_in_a_real_browser(chromium, server, tmp_path):
             box.fill("0")
             box.press("Enter")
             sidebar = page.locator('[data-testid="stSidebar"]')
-            expect(sidebar.get_by_text("Micro batch size: 0 is out of range; it must be a whole number from 1 to 65,536. "
-                                       "The results use 8.")).to_be_visible()
+            message = sidebar.get_by_text("Micro batch size: 0 is out of range; it must be a whole number from 1 to "
+                                          "65,536. The results use 8.")
+            expect(message).to_be_visible()
+            # full width under the row of micro batch size and sequence length, not wrapped in the half-width column;
+            # the box's column still says it is out of range
+            expect(sidebar.get_by_text("Out of range", exact=True)).to_be_visible()
+            wide, narrow = message.bounding_box(), box.bounding_box()
+            beside = page.locator('input[aria-label="Sequence length"]').bounding_box()  # the row's second column
+            assert wide["y"] > narrow["y"] + narrow["height"] and wide["width"] > 1.5 * narrow["width"], (wide, narrow)
+            assert wide["x"] + wide["width"] >= beside["x"] + beside["width"] - 20, (wide, beside)
             expect(page.get_by_text("Results below are not for the inputs as shown")).to_be_visible()
             _wait_idle(page)
             assert _metric_value(page, "Peak memory") == after  # still the results of micro batch 8
@@ -404,8 +412,18 @@ def test_scale_out_state_search_and_use_this_layout(chromium, server):
             page.goto(f"{server['url']}/scale_out", wait_until="domcontentloaded")
             expect(page.locator("h1", has_text=PAGES["Scale out"][1])).to_be_visible(timeout=60_000)
             _wait_idle(page)
-            # The default layout (8 x A100 80GB, DP 8, ZeRO-1) does not fit Llama 3.1 8B: said in words, no tokens/s.
+            # The default layout (8 x A100 80GB, DP 8, ZeRO-3 / FSDP) fits Llama 3.1 8B: a new user sees its tokens/s.
+            expect(page.get_by_text("Memory per rank, one bar per pipeline stage").first).to_be_visible(timeout=60_000)
+            assert re.fullmatch(r"[\d,]+", _metric_value(page, "Tokens/s")), _metric_value(page, "Tokens/s")
+            expect(page.get_by_text("Does not fit: the most loaded rank")).to_have_count(0)
+            with page.expect_download() as info:  # the layout's CSV, for the Plans page below
+                page.locator('[data-testid="stDownloadButton"] button', has_text="Download this layout's plan (CSV)").first.click()
+            layout_csv = Path(info.value.path()).read_bytes()
+            assert layout_csv.startswith(b'"layout","gpu","num_gpus",'), layout_csv[:80]
+            # A link with ZeRO-1 (the default of older links) opens it: it does not fit, said in words, no tokens/s.
+            page.goto(f"{server['url']}/scale_out?so_zero=1", wait_until="domcontentloaded")
             expect(page.get_by_text("Does not fit: the most loaded rank").first).to_be_visible(timeout=60_000)
+            _wait_idle(page)
             assert _metric_value(page, "Tokens/s") == "does not fit"
 
             pp = page.locator('input[aria-label="Pipeline parallel"]')
@@ -436,6 +454,19 @@ def test_scale_out_state_search_and_use_this_layout(chromium, server):
             _wait_idle(page)
             expect(page.get_by_text(f"one bar per pipeline stage ({label})")).to_be_visible(timeout=60_000)
             expect(page.get_by_text("Does not fit: the most loaded rank")).to_have_count(0)
+            assert page.locator('[data-testid="stException"]').count() == 0
+
+            # The layout's CSV on the Plans page: refused in words (a layout CSV, where it reopens), no plan loaded.
+            page.goto(f"{server['url']}/plans", wait_until="domcontentloaded")
+            expect(page.locator("h1", has_text=PAGES["Plans"][1])).to_be_visible(timeout=60_000)
+            _wait_idle(page)
+            uploader = page.locator('[data-testid="stFileUploader"] input[type="file"]')
+            if not page.get_by_text("Plans CSV (as exported here)").is_visible():
+                page.get_by_text("Import plans from CSV").first.click()
+            uploader.set_input_files({"name": "scale_out_plan.csv", "mimeType": "text/csv", "buffer": layout_csv})
+            expect(page.get_by_text("The file was not loaded: this is a layout CSV (layout 'TP1 PP1 DP8")).to_be_visible(
+                timeout=30_000)
+            expect(page.get_by_text("missing required column")).to_have_count(0)
             assert page.locator('[data-testid="stException"]').count() == 0
             assert console_errors == [], console_errors
         finally:

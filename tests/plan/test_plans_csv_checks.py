@@ -71,3 +71,35 @@ def test_more_rows_than_the_cap_are_refused_at_once():
     assert time.monotonic() - start < 5  # refused before any row is recomputed (a hang guard, not a speed target)
     assert result.file_error == (f"the file has {MAX_PLAN_ROWS + 1:,} plan rows; at most {MAX_PLAN_ROWS:,} are read "
                                  "(each is recomputed): split it into smaller files")
+
+
+# --- a layout CSV (the Scale out page's, or `plan` with a layout) is named as such, not "missing required column" ---
+
+LAYOUT_PLAN = ["plan", "--model", "meta-llama/Llama-3.1-8B", "--offline", "--method", "full", "--tensor-parallel", "2",
+               "--num-nodes", "2", "--gpu", "H100 80GB", "--dataset-tokens", "1000000000"]
+LAYOUT_WORDS = ("this is a layout CSV (layout 'TP2 PP1 DP8, mb 1, none recompute, DDP' on 16 x 'NVIDIA H100 80GB'), as "
+                "the Scale out page's 'Download this layout's plan (CSV)' and `python -m engine plan` with a layout "
+                "write it: one parallel layout's results, which no plan can hold")
+
+
+def test_a_layout_csv_written_by_plan_is_refused_as_a_layout_csv(capsys, tmp_path):
+    from engine.cli import main
+
+    assert main(LAYOUT_PLAN) == 0
+    data = capsys.readouterr().out.encode()
+    imported = plans_from_csv(data)
+    assert imported.plans == () and imported.file_error.startswith(LAYOUT_WORDS), imported.file_error
+    assert "missing required column" not in imported.file_error
+    assert "Reopen the layout on the Scale out page" in imported.file_error
+    path = tmp_path / "layout.csv"
+    path.write_bytes(data)
+    assert main(["plan", "--input", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {path}: {LAYOUT_WORDS}"), err
+
+
+def test_a_plans_csv_with_a_column_named_layout_still_loads():
+    rows = _rows(_csv())
+    imported = plans_from_csv(_write([[*rows[0], "layout"], [*rows[1], "TP2 PP1 DP8"]]))
+    assert [p.name for p, _ in imported.plans] == ["p0"] and imported.file_error is None
+    assert "column 'layout' is not a plans-CSV column: ignored" in imported.warnings
