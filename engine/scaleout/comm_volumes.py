@@ -280,8 +280,9 @@ def data_parallel_collectives(arch: Architecture, layout: Layout, split: Paramet
     first, n_layers = sum(layers[:stage]), layers[stage]
     tp_params, replicated, experts, _ = _block_sums(split, first, n_layers)
     out: list[Collective] = []
-    dense = (tp_params / t + replicated + (split.vocab_embedding / t if stage == 0 else 0)
-             + (split.head / t if stage == p - 1 else 0))
+    # The dense parameters this rank holds, as ParameterSplit.stage_parameters counts them: a tied head is the
+    # embedding itself on a one-stage model (moved once), a copy on the last stage with PP.
+    dense = split.stage_parameters(first, first + n_layers, stage, p, t, e * et) - experts / (e * et)
     expert = experts / (e * et)
     # Bytes of one gather of the weights: in FP8 only the block linears' (the TP-sharded weights) move 1 byte: the
     # float8 all-gather is a property of Float8Linear's weight (torchao float8 fsdp_utils), and torchtitan's converter
