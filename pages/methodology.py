@@ -222,7 +222,8 @@ the memory estimate uses, every term with a shape and a source:
   inside a node and {HOP_LATENCY_S["network"] * 1e6:g} us per step that crosses nodes (2(k-1) of an all-reduce's 2(n-1)
   steps over k nodes; NCCL `tuning.cc`); DDP all-reduces
   once per step, ZeRO-2 reduce-scatters every micro batch, ZeRO-3/FSDP all-gathers the weights in forward and
-  backward; {OVERLAP:.0%} of it hides under compute when compute is long enough. LoRA under tensor parallelism (NeMo
+  backward, one call per FSDP unit (each block and the root, so each pays the ring latency); {OVERLAP:.0%} of it
+  hides under compute when compute is long enough. LoRA under tensor parallelism (NeMo
   Automodel's TP x FSDP layouts) splits the adapters' GEMMs with their base linears and reduces only the adapters'
   gradients. A model split over GPUs by `device_map` (one GPU busy at a time) runs at one GPU's speed through all
   its layers.

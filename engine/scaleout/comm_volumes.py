@@ -27,7 +27,16 @@ the most loaded pipeline stage. Sources (comms_and_pp notes of the research, res
   Megatron); ZeRO-1 / the distributed optimizer reduce-scatters them and all-gathers the updated bf16 weights;
   ZeRO-3 / FSDP all-gathers the weights in forward and backward of every micro batch and reduce-scatters the
   gradients (with PP, as torchtitan runs it, once per step: the stage stays gathered and its gradients accumulate
-  unsharded, :mod:`engine.scaleout.memory`). Over DP x CP (CP ranks hold the same weights); experts over their own expert-DP group.
+  unsharded, :mod:`engine.scaleout.memory`). FSDP runs these as one call per FSDP unit, each paying the ring's
+  latency (which over hundreds of ranks is ~1 ms a call): torchtitan and llm-foundry wrap every transformer block
+  as its own unit and the model as the root (embedding, final norm, head), so a stage of L blocks has L + 1 units
+  ("fully_shard groups parameters together for a single all-gather", applied per block: PyTorch
+  ``torch.distributed.fsdp.fully_shard`` docs; torchtitan ``apply_fsdp``; llm-foundry@8c8dd48f
+  ``models/mpt/modeling_mpt.py`` ``_fsdp_wrap_fn`` wraps each ``MPTBlock``); per micro batch every unit gathers in
+  forward, every unit but the root again in backward ("The root FSDP state has its value [reshard_after_forward]
+  specially set to False", ``fully_shard``'s docstring), and every unit reduce-scatters its gradients: 2L + 1
+  all-gathers and L + 1 reduce-scatters. Over DP x CP (CP ranks hold the same weights); experts over their own
+  expert-DP group.
   A framework that syncs otherwise says how with a :class:`DataParallelSync` (bucketed DDP calls; ZeRO-1 gradients
   all-reduced and weights gathered outside the pipelined compute).
 """
@@ -271,8 +280,9 @@ def data_parallel_collectives(arch: Architecture, layout: Layout, split: Paramet
     first, n_layers = sum(layers[:stage]), layers[stage]
     tp_params, replicated, experts, _ = _block_sums(split, first, n_layers)
     out: list[Collective] = []
-    dense = (tp_params / t + replicated + (split.vocab_embedding / t if stage == 0 else 0)
-             + (split.head / t if stage == p - 1 else 0))
+    # The dense parameters this rank holds, as ParameterSplit.stage_parameters counts them: a tied head is the
+    # embedding itself on a one-stage model (moved once), a copy on the last stage with PP.
+    dense = split.stage_parameters(first, first + n_layers, stage, p, t, e * et) - experts / (e * et)
     expert = experts / (e * et)
     # Bytes of one gather of the weights: in FP8 only the block linears' (the TP-sharded weights) move 1 byte: the
     # float8 all-gather is a property of Float8Linear's weight (torchao float8 fsdp_utils), and torchtitan's converter
@@ -282,18 +292,26 @@ def data_parallel_collectives(arch: Architecture, layout: Layout, split: Paramet
         if n <= 1 or params <= 0:
             continue
         link, rpn = group_link(stride, n, gpus_per_node), ranks_per_node(stride, n, gpus_per_node)
+        units = n_layers + 1  # FSDP units: one per block + the root (embedding, final norm, head); see the module doc
         if layout.zero == 3 and p > 1:
             # torchtitan + PP: reshard_after_forward=False and no gradient sync until the last micro batch (see
-            # engine.scaleout.memory): one all-gather of the stage and one reduce-scatter per step.
-            out.append(Collective("dp", f"FSDP weight all-gather ({label}, once per step with PP)", "all_gather",
-                                  gathered[label], 1, n, link, True, "torchtitan apply_fsdp (pp_enabled), 9dec370", rpn))
-            out.append(Collective("dp", f"FSDP gradient reduce-scatter ({label}, fp32, last micro batch)", "reduce_scatter",
-                                  params * 4 * g, 1, n, link, True, "torch.distributed.pipelining backward_maybe_with_nosync", rpn))
+            # engine.scaleout.memory): one all-gather of the stage and one reduce-scatter per step, one call per unit.
+            out.append(Collective("dp", f"FSDP weight all-gather ({label}, once per step with PP, {units} units)",
+                                  "all_gather", gathered[label] / units, units, n, link, True,
+                                  "torchtitan apply_fsdp (pp_enabled), 9dec370", rpn))
+            out.append(Collective("dp", f"FSDP gradient reduce-scatter ({label}, fp32, last micro batch, {units} units)",
+                                  "reduce_scatter", params * 4 * g / units, units, n, link, True,
+                                  "torch.distributed.pipelining backward_maybe_with_nosync", rpn))
         elif layout.zero == 3:
-            out.append(Collective("dp", f"FSDP weight all-gathers ({label}, fwd + bwd each micro batch)", "all_gather",
-                                  gathered[label], 2 * m, n, link, True, "PyTorch FSDP2; Rajbhandari et al. 2020 sec. 7", rpn))
-            out.append(Collective("dp", f"FSDP gradient reduce-scatters ({label}, fp32)", "reduce_scatter", params * 4 * g, m, n,
-                                  link, True, "torchtitan mixed_precision_reduce float32", rpn))
+            # Per micro batch: every unit gathers in forward, every unit but the root again in backward (the root is
+            # not resharded after forward), every unit reduce-scatters its gradients (module docstring).
+            gathers = 2 * units - 1
+            out.append(Collective("dp", f"FSDP weight all-gathers ({label}, fwd + bwd each micro batch, {units} units)",
+                                  "all_gather", 2 * gathered[label] / gathers, gathers * m, n, link, True,
+                                  "PyTorch FSDP2 fully_shard per block; Rajbhandari et al. 2020 sec. 7", rpn))
+            out.append(Collective("dp", f"FSDP gradient reduce-scatters ({label}, fp32, {units} units)", "reduce_scatter",
+                                  params * 4 * g / units, units * m, n, link, True,
+                                  "torchtitan mixed_precision_reduce float32", rpn))
         elif layout.zero == 1 and sync.zero1_all_reduce:
             copies = _stage_tensors(sync, n_layers, stage, p) * n if sync.gather_copies else 0
             out.append(Collective("dp", f"gradient all-reduce ({label}, fp32, after the last backward)", "all_reduce",

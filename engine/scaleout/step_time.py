@@ -201,7 +201,8 @@ class CommSums(NamedTuple):
 def comm_sums(cols: list[Collective], seconds: list[float], layout: Layout, tp_comm_overlap: bool,
               overlap_tp_all_gathers: bool = True) -> CommSums:
     """:class:`CommSums` of ``cols`` (their :func:`collective_seconds` in ``seconds``). Reads of the layout only its
-    micro batches and ZeRO stage (the layout search shares the sums between layouts with the same collectives).
+    micro batches, ZeRO stage and PP degree (the layout search shares the sums between layouts with the same
+    data-parallel collectives, whose key holds all three).
     ``overlap_tp_all_gathers`` False: with ``tp_comm_overlap`` only the TP reduce-scatters run under the GEMMs (async
     TP with torchao's row-wise float8, whose all-gather-matmuls are not fused: pytorch/pytorch#149990)."""
     m = layout.micro_batches
@@ -215,7 +216,7 @@ def comm_sums(cols: list[Collective], seconds: list[float], layout: Layout, tp_c
             critical += s
         elif col.dimension == "cp":
             ring += s
-        elif layout.zero == 3 and col.count > 1:  # FSDP without PP: every micro batch gathers and reduces
+        elif layout.zero == 3 and layout.pipeline_parallel == 1:  # FSDP without PP: every micro batch gathers, reduces
             if col.kind == "all_gather":
                 per_f, per_b = per_f + s / (2 * m), per_b + s / (2 * m)
             else:

@@ -95,8 +95,9 @@ def _int(text: str, default: int = 1) -> int:
     return int(v) if v else default
 
 
-def gpt_style(model: str, vocab: int, seq: int, dropout: float = 0.0) -> Architecture | None:
-    """A GPT-style architecture from a row's ``(a=.., h=.., L=..)``: LayerNorm, GeLU MLP of 4h, untied head;
+def gpt_style(model: str, vocab: int, seq: int, dropout: float = 0.0, tied: bool = False) -> Architecture | None:
+    """A GPT-style architecture from a row's ``(a=.., h=.., L=..)``: LayerNorm, GeLU MLP of 4h, biases, learned
+    positions, an untied head (``tied``: the head is the input embedding, as MPT's ``tie_word_embeddings`` default);
     ``dropout`` on the attention probabilities and the residual branches."""
     m = re.search(r"a=(\d+), h=(\d+), L=(\d+)", model) or re.search(r"h=(\d+), L=(\d+)", model)
     if not m:
@@ -107,9 +108,14 @@ def gpt_style(model: str, vocab: int, seq: int, dropout: float = 0.0) -> Archite
         h, L = (int(x) for x in m.groups())
         a = h // 128
     return architecture_from_config({"model_type": "gpt2", "n_embd": h, "n_layer": L, "n_head": a, "vocab_size": vocab,
-                                     "n_positions": seq, "tie_word_embeddings": False, "activation_function": "gelu",
+                                     "n_positions": seq, "tie_word_embeddings": tied, "activation_function": "gelu",
                                      "resid_pdrop": dropout, "embd_pdrop": dropout, "attn_pdrop": dropout})
 
+
+TIED_EMBEDDING = "tied embedding"
+"""What a row's notes say when its model's output layer is its input embedding (MPT: ``MPTConfig``
+``tie_word_embeddings=True``, llm-foundry@8c8dd48f ``llmfoundry/models/mpt/configuration_mpt.py``): the head's GEMM
+is the same, its weight, gradient and optimizer states are held and moved once."""
 
 UNFUSED_ATTENTION = "unfused attention"
 """What a row's notes say when its run predates FlashAttention in its framework: Megatron-LM before
@@ -135,8 +141,9 @@ def _arch(row: dict, seq: int) -> tuple[Architecture | None, str]:
     if row["model"].startswith("GPT3-175B"):
         return gpt_style("a=96, h=12288, L=96", 51200, seq), "GPT-3 175B sizes, vocab 51200"
     unfused = UNFUSED_ATTENTION in row["notes"]
-    arch = gpt_style(row["model"], vocab, seq, MEGATRON_DROPOUT if unfused else 0.0) if "GPT" in row["model"] else None
-    return arch, f"GPT-style config from the row's sizes, vocab {vocab}" + (
+    tied = TIED_EMBEDDING in row["notes"]
+    arch = gpt_style(row["model"], vocab, seq, MEGATRON_DROPOUT if unfused else 0.0, tied) if "GPT" in row["model"] else None
+    return arch, f"GPT-style config from the row's sizes, vocab {vocab}" + ("; tied embedding" if tied else "") + (
         f"; attention unfused (full s x s scores, Megatron's fused softmax), dropout {MEGATRON_DROPOUT:g} (Megatron-LM "
         "default)" if unfused else "")
 

@@ -61,3 +61,12 @@ def test_qwen72b_config_counts_its_parameters():
     h, f, L, v = 8192, 24576, 80, 152064
     block = 3 * h * h + 3 * h + h * h + 3 * h * f + 2 * h
     assert arch.total_parameters == L * block + 2 * v * h + h
+
+
+def test_device_map_row_trains_the_short_samples_as_the_other_ms_swift_rows():
+    # ms-swift Benchmark.md @ 46922151 'Model Type & Max Length': qwen-72b-chat (2*A100) at max_length 512 trains 1.41
+    # samples/s, qwen-7b-chat 7.43; truncation_strategy 'delete' drops the samples over 512 tokens, so both train the
+    # dataset's short samples (413 tokens on average): tokens/s = samples/s x 413, for the two GPUs as for one
+    seven, seventy_two = ROWS["swift-qwen7b-lora-512"], ROWS["swift-qwen72b-lora-2gpu"]
+    assert seven.seq_len == seventy_two.seq_len == 413
+    assert seven.tokens_per_second == 3068.6 and seventy_two.tokens_per_second == 582.3  # 7.43 x 413, 1.41 x 413
