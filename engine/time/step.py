@@ -129,7 +129,8 @@ def _method(arch: Architecture, sc: Scenario, kernel: str, fused: bool, c: int, 
         if len(_METHODS) >= _METHODS_SIZE:
             _METHODS.clear()
         hit = _METHODS[id(arch)] = (arch, {})
-    key = (sc.method, sc.lora_targets, sc.lora_r, sc.trainable_layers, sc.frozen_input_grads, kernel, fused, c, resid)
+    key = (sc.method, sc.lora_targets, sc.lora_r, sc.trainable_layers, sc.frozen_input_grads, sc.attention, kernel, fused,
+           c, resid)
     m = hit[1].get(key)
     if m is None:
         adapted = targeted(arch, sc)  # LoRA's A/B GEMMs only for the LoRA family
