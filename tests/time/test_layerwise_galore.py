@@ -61,11 +61,14 @@ def test_in_backward_steps_that_synchronise_add_the_backwards_host_time():
     assert t.breakdown_s["optimizer"] < after.breakdown_s["optimizer"]
 
 
-def test_layerwise_refuses_gradient_accumulation():
-    """transformers' ``_get_galore_optimizer`` and LLaMA-Factory's ``_create_galore_optimizer`` raise for layer-wise
-    GaLore with gradient accumulation ("Per-layer GaLore does not support gradient accumulation.")."""
+def test_layerwise_refuses_gradient_accumulation_and_several_gpus():
+    """LLaMA-Factory@8963e89 raises for layer-wise GaLore with gradient accumulation (``_create_galore_optimizer``:
+    "Per-layer GaLore does not support gradient accumulation.") and in distributed training (``hparams/parser.py``:
+    "Distributed training does not support layer-wise GaLore.")."""
     with pytest.raises((ScenarioError, ValueError), match="gradient accumulation"):
         _sc("galore_adamw_8bit_layerwise", gradient_accumulation_steps=4)
+    with pytest.raises(ScenarioError, match="one GPU only"):
+        estimate_throughput(LLAMA2_7B, _sc("galore_adamw_8bit_layerwise"), A100_40, num_gpus=2)
 
 
 def test_llamafactory_config_with_galore_layerwise_imports_as_it():
