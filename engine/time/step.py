@@ -12,9 +12,10 @@ weights, gradients and optimizer states, the attention kernel). A micro batch ru
   under freeze-tuning (:mod:`engine.scenario.freeze`) backward and recompute run through the N trainable blocks
   only (their input and weight gradients), with the frozen LM head's input gradient and no embedding gradient;
 
-each pass taking ``max(GPU time, kernels x CPU time per kernel)`` (:mod:`engine.time.overhead`). The optimizer
-step and gradient clipping run once per optimizer step (1/N of it per GPU under ZeRO/FSDP), then collectives
-(:mod:`engine.time.collectives`) add what compute does not hide.
+each pass taking ``max(GPU time, kernels x CPU time per kernel)`` (:mod:`engine.time.overhead`), except the backward
+of a layer-wise optimizer that synchronises in every in-backward step (``galore_adamw_8bit_layerwise``), which takes
+their sum. The optimizer step and gradient clipping run once per optimizer step (1/N of it per GPU under ZeRO/FSDP),
+then collectives (:mod:`engine.time.collectives`) add what compute does not hide.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from engine.scenario.freeze import backward_share, split_groups, weight_share
 from engine.scenario.precision import precision_spec
 from engine.scenario.training import Framework, Method, Scenario
 from engine.time import collectives as cc
-from engine.time.adapters import extra_adapter_flops, galore_8bit_step_bytes, galore_flops_per_step, offload_transfer_bytes
+from engine.time.adapters import (
+    extra_adapter_flops, galore_8bit_step_bytes, galore_flops_per_step, offload_transfer_bytes,
+)
 from engine.time.attention import attention_seconds, attention_work
 from engine.time.gemm import GemmTable, GemmWork, gemm_shapes, routed_tokens
 from engine.time.memory_bound import (
@@ -129,8 +132,8 @@ def _method(arch: Architecture, sc: Scenario, kernel: str, fused: bool, c: int, 
         if len(_METHODS) >= _METHODS_SIZE:
             _METHODS.clear()
         hit = _METHODS[id(arch)] = (arch, {})
-    key = (sc.method, sc.lora_targets, sc.lora_r, sc.trainable_layers, sc.frozen_input_grads, sc.attention, kernel, fused,
-           c, resid)
+    key = (sc.method, sc.lora_targets, sc.lora_r, sc.trainable_layers, sc.frozen_input_grads, sc.attention, kernel,
+           fused, c, resid)
     m = hit[1].get(key)
     if m is None:
         adapted = targeted(arch, sc)  # LoRA's A/B GEMMs only for the LoRA family
