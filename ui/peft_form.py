@@ -35,7 +35,7 @@ def peft_inputs(method: Method, optimizer: Optimizer, checkpointing: bool) -> di
     if method.record.lora_pairs:
         out["use_rslora"] = st.toggle("rsLoRA scaling (alpha / sqrt(r))", key="use_rslora",
                                       help="Changes the scaling only: no effect on memory or time.")
-    if optimizer is Optimizer.GALORE_ADAMW:
+    if optimizer.record.galore:
         # 128: galore-torch's README rank
         out["galore_rank"] = int(checked_number(st, "GaLore rank", "galore_rank", 128, step=1))
     with st.expander("Kernels and offload"):

@@ -144,7 +144,7 @@ def unread_options(scenario: Scenario, typed: set[str]) -> list[str]:
         "lora_dropout": record.dropout_key is not None, "lora_targets": peft and not record.prompt,
         "use_rslora": record.lora_pairs, "loraplus_lr_ratio": record.lora_pairs, "num_virtual_tokens": record.prompt,
         **{k: scenario.method is Method.QLORA for k in ("quant_type", "quant_storage", "no_double_quant", "no_prepare_kbit")},
-        "galore_rank": scenario.optimizer is Optimizer.GALORE_ADAMW,
+        "galore_rank": scenario.optimizer.record.galore,
     }
     return ["--" + k.replace("_", "-") for k, read in reads.items() if not read and k in typed]
 

@@ -96,8 +96,7 @@ KEYS: dict[str, Handling] = {
     "galore_target": Map("lf_galore_target", galore_targets),
     "galore_update_interval": Map("lf_galore_gap", galore_gap), "galore_proj_type": Map("lf_galore_proj", galore_proj_type),
     "galore_scale": IGNORE,  # multiplies the update only
-    "galore_layerwise": _unsupported("layer-wise GaLore: each gradient is freed right after its own update, so the "
-                                     "whole model's gradients are never alive at once; not modelled"),
+    "galore_layerwise": Map("lf_galore_layerwise", boolean),
     **{k: _unsupported(f"{k.removeprefix('use_')}: its optimizer states are not modelled")
        for k in ("use_apollo", "use_badam", "use_adam_mini", "use_muon")},
     "use_llama_pro": _unsupported("LLaMA Pro: adds and trains expanded blocks; not modelled"),
@@ -171,11 +170,13 @@ GALORE_OPTIM = {Optimizer.ADAMW: Optimizer.GALORE_ADAMW,
 
 def _galore(r: Reading, finetuning: str | None) -> None:
     """``use_galore``: GaLore over the ``galore_target`` linears at ``galore_rank`` (16 by default), full fine-tuning
-    only (LLaMA-Factory refuses it with LoRA)."""
+    only (LLaMA-Factory refuses it with LoRA); with ``galore_layerwise`` and ``optim: adamw_8bit``, one GaLoreAdamW8bit
+    per parameter stepped inside backward (``galore_adamw_8bit_layerwise``)."""
     s = r.settings
     on = s.pop("lf_galore", None)
-    keys = {n: r.sources.get(n) for n in ("lf_galore_rank", "lf_galore_target")}
+    keys = {n: r.sources.get(n) for n in ("lf_galore_rank", "lf_galore_target", "lf_galore_layerwise")}
     rank, _ = s.pop("lf_galore_rank", None), s.pop("lf_galore_target", None)
+    layerwise = s.pop("lf_galore_layerwise", None)
     if not on:
         for key in filter(None, keys.values()):
             r.mapped.pop(key, None)
@@ -190,12 +191,17 @@ def _galore(r: Reading, finetuning: str | None) -> None:
                        "transformers' default adamw_torch_fused, so name adamw_torch")
         optim = Optimizer.ADAMW
     built = GALORE_OPTIM.get(optim)
+    if layerwise:  # one GaLore optimizer per parameter, stepped in its post-accumulate-grad hook
+        built = (Optimizer.GALORE_ADAMW_8BIT_LAYERWISE if optim is Optimizer.ADAMW_8BIT
+                 else f"layer-wise {built.record.label if isinstance(built, Optimizer) else built}"
+                 if built is not None else None)
     if built is None:
         raise TrainingConfigError(f"use_galore: LLaMA-Factory builds GaLore for optim adamw_torch, adamw_8bit, "
                                   f"paged_adamw_8bit or adafactor only (got {getattr(optim, 'value', optim)})")
     if not isinstance(built, Optimizer):
         r.mapped.pop("use_galore", None)
-        r.unsupported["use_galore"] = f"{built}: not modelled (GaLore over adamw_torch is)"
+        r.unsupported["use_galore"] = (f"{built}: not modelled (GaLore over adamw_torch is, and layer-wise over "
+                                       "adamw_8bit)")
         return
     s["optimizer"] = built
     r.sources["optimizer"] = "use_galore"

@@ -230,7 +230,7 @@ def finish_galore(r: Reading, args: dict[str, str] | None, targets_key: str) -> 
     checked. Returns the optimizer arguments left for the other optimizers (None when GaLore took them)."""
     s = r.settings
     targets = s.pop("galore_targets", None)
-    if s.get("optimizer") is not Optimizer.GALORE_ADAMW:
+    if not (isinstance(s.get("optimizer"), Optimizer) and s["optimizer"].record.galore):
         if targets is not None:
             r.mapped.pop(targets_key, None)
             if any(k in r.unsupported for k in ("optim", "optimizer")):

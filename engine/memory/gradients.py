@@ -19,6 +19,16 @@ def gradients_component(t: ParamTensors, sc: Scenario) -> MemoryComponent:
         # AdaLoRA adds an orthogonality penalty on lora_A/lora_B to the loss (PEFT 0.21 AdaLoraModel.forward): its
         # backward runs first, so the adapters' gradients exist from the start of backward.
         phases = tuple(p for p in step_phases(sc) if p != "forward")
+    if sc.optimizer.record.layerwise:
+        # Layer-wise GaLore steps each parameter in its post-accumulate-grad hook and zero_grad()s it there
+        # (LLaMA-Factory@8963e89 train/utils.py optimizer_hook; transformers _get_galore_optimizer): one parameter's
+        # gradient is alive at a time, during backward (no accumulation: the scenario refuses it).
+        return MemoryComponent(
+            key="gradients", label="Gradients",
+            bytes=max((g.numel * b for g, b in t.trainable), default=0.0), phases=("backward",),
+            formula="the largest trainable tensor x bytes of its dtype (each gradient is freed at its in-backward step)",
+            source="register_post_accumulate_grad_hook: the optimizer steps and zero_grad()s each parameter in backward",
+        )
     return MemoryComponent(
         key="gradients",
         label="Gradients",

@@ -164,6 +164,8 @@ class Architecture(BaseModel):
       attention and KV cache are capped at ``sliding_window``: every one for Mistral, alternate ones for Gemma 2,
       five of six for Gemma 3, none where a config's window is switched off), ``positional`` (rope, learned,
       alibi, relative), ``eager_softmax_fp32`` (eager attention takes its softmax in fp32; GPT-2's does not) and
+      ``flash_rotary`` (the modeling code applies RoPE with flash-attn's fused rotary kernel when flash-attn is
+      installed: Qwen v1's remote code, :mod:`engine.model.families.qwen`; the time model's kernel count reads it) and
       ``checkpoint_buffer_elements`` (buffers a checkpoint stores that transformers does not load as parameters:
       GPT-2's per-block ``attn.bias`` causal masks, layers x positions^2; :mod:`engine.model.checkpoint`).
     - ``sdpa_mask`` / ``sdpa_kv``: how the family's attention code calls SDPA (:data:`SdpaMask`, :data:`SdpaKv`),
@@ -198,6 +200,7 @@ class Architecture(BaseModel):
     mlp_norm_readers: int
     sliding_window_layers: int
     eager_softmax_fp32: bool = True
+    flash_rotary: bool = False
     checkpoint_buffer_elements: int = 0
     parallel_attention: bool = False
     num_experts: int = 0

@@ -136,7 +136,7 @@ def sft_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
     optim, optim_lost = optimizer_keys(plan, "trl")
     body.update(optim)
     lost += optim_lost
-    if plan.optimizer is Optimizer.GALORE_ADAMW:  # transformers refuses GaLore without its target modules
+    if plan.optimizer.record.galore:  # transformers refuses GaLore without its target modules
         body.update(optim_args=f"rank={plan.galore_rank}", optim_target_modules="all-linear")
     body.update(_hf_liger(plan))
     if plan.gradient_checkpointing_offload:
@@ -284,7 +284,7 @@ def axolotl_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
     optim, optim_lost = optimizer_keys(plan, "axolotl", key="optimizer")  # axolotl passes optim_args to the Trainer
     body.update(optim)
     lost += optim_lost
-    if plan.optimizer is Optimizer.GALORE_ADAMW:
+    if plan.optimizer.record.galore:
         body.update(optim_target_modules="all_linear", optim_args={"rank": plan.galore_rank})
     # axolotl loads the model in the autocast dtype: mixed precision over fp32 weights has no spelling.
     if plan.precision in (PrecisionMode.AMP_BF16, PrecisionMode.AMP_FP16):
@@ -334,8 +334,10 @@ def llamafactory_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
             body["additional_target"] = ",".join(plan.modules_to_save)
         if plan.loraplus_lr_ratio is not None:
             body["loraplus_lr_ratio"] = plan.loraplus_lr_ratio
-    if plan.optimizer is Optimizer.GALORE_ADAMW:  # GaLoreAdamW is what use_galore builds for optim adamw_torch
+    if plan.optimizer.record.galore:  # use_galore builds GaLoreAdamW for optim adamw_torch, GaLoreAdamW8bit for adamw_8bit
         body.update(use_galore=True, galore_target="all", galore_rank=plan.galore_rank)
+        if plan.optimizer.record.layerwise:
+            body["galore_layerwise"] = True
     if plan.method is Method.QLORA:
         body.update(quantization_bit=8 if plan.quant_type is QuantType.INT8 else 4, quantization_method="bnb")
         if plan.quant_type is not QuantType.INT8:
@@ -345,6 +347,8 @@ def llamafactory_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
                 gradient_accumulation_steps=plan.gradient_accumulation_steps, num_train_epochs=plan.epochs)
     if plan.optimizer is Optimizer.GALORE_ADAMW:  # use_galore (above) builds GaLoreAdamW for optim adamw_torch
         optim, optim_lost = {"optim": Optimizer.ADAMW.hf_name}, []
+    elif plan.optimizer is Optimizer.GALORE_ADAMW_8BIT_LAYERWISE:  # ... and GaLoreAdamW8bit for optim adamw_8bit
+        optim, optim_lost = {"optim": Optimizer.ADAMW_8BIT.hf_name}, []
     else:
         optim, optim_lost = optimizer_keys(plan, "llamafactory")
     body.update(optim)

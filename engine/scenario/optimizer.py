@@ -22,6 +22,15 @@ from a parameter total. Behaviour modelled (and its source):
 - ``lion_32bit`` / ``lion_8bit`` - bitsandbytes ``Lion`` (Chen et al. 2023, "Symbolic Discovery of
   Optimization Algorithms", Algorithm 2): one momentum state only, fp32 or block-wise 8-bit.
 - ``sgd`` - ``torch.optim.SGD`` with momentum 0 (the Trainer's ``sgd``): no state.
+- ``galore_adamw_8bit_layerwise`` - transformers ``optim="galore_adamw_8bit_layerwise"`` / LLaMA-Factory ``use_galore``
+  + ``galore_layerwise`` with ``optim: adamw_8bit`` (LLaMA-Factory@8963e89 ``train/utils.py``
+  ``_create_galore_optimizer``, the example ``examples/extras/galore/galore_adamw_8bit_bf16.sh``): one galore-torch
+  ``GaLoreAdamW8bit`` per parameter, stepped in its ``register_post_accumulate_grad_hook`` during backward and then
+  ``zero_grad``-ed, so one parameter's full gradient is alive at a time and the Trainer clips nothing. A projected
+  tensor keeps bitsandbytes' two 8-bit states of the r x max(m, n) projected gradient and the r x min(m, n)
+  projection; every other tensor two 8-bit states of its size. ``GaLoreAdamW8bit.step`` (galore-torch 1.0
+  ``galore_torch/adamw8bit.py``) clones the weight (``p.saved_data``), runs the bitsandbytes update on the projected
+  zeros, calls ``torch.cuda.synchronize()`` and adds the update projected back.
 - ``sgd_momentum`` - ``torch.optim.SGD(momentum=0.9)`` (``optim="sgd"``, ``optim_args="momentum=0.9"``): one
   ``momentum_buffer`` per parameter, a clone of the first gradient (so the parameter's dtype).
 
@@ -100,6 +109,7 @@ class Optimizer(str, Enum):
     SGD = "sgd"
     SGD_MOMENTUM = "sgd_momentum"
     GALORE_ADAMW = "galore_adamw"
+    GALORE_ADAMW_8BIT_LAYERWISE = "galore_adamw_8bit_layerwise"
     LORA_FA = "lora_fa"
 
     @property
@@ -223,6 +233,9 @@ class OptimizerRecord:
     - ``traceable``: the fake-tensor tracer can build it (:mod:`engine.trace`); ``bitsandbytes``: a bitsandbytes CUDA
       kernel; ``paged``: states in CUDA unified memory; ``eight_bit``: block-wise 8-bit states.
     - ``requires``: the methods it applies to (:data:`Requires`); ``freezes_lora_a``: lora_A gets no gradient or state.
+    - ``galore``: projects the block linears' gradients (GaLore: rank, SVD refresh, the exports' target modules);
+      ``layerwise``: steps each parameter inside backward in its post-accumulate-grad hook (one full gradient alive at
+      a time, no gradient clipping, gradient accumulation refused).
     - ``export_notes``: per export of :data:`EXPORTS`, what that file cannot say about this optimizer.
     """
 
@@ -243,6 +256,8 @@ class OptimizerRecord:
     eight_bit: bool = False
     requires: Requires = "any"
     freezes_lora_a: bool = False
+    galore: bool = False
+    layerwise: bool = False
     unnamed_note: str | None = None
     build_code: tuple[str, ...] = ()
     export_notes: Mapping[str, str] = field(default_factory=dict)
@@ -288,6 +303,29 @@ def _galore_states(g: TensorGroup, b: float, rank: int) -> float:
         low, proj = galore_shapes(g, rank, b)
         return (2 * low + proj) * b
     return 2 * g.numel * b
+
+
+def _galore_8bit_states(g: TensorGroup, b: float, rank: int) -> float:
+    if galore_projected(g):
+        low, proj = galore_shapes(g, rank, b)
+        return 2 * _eight_bit_state(low) + proj * b
+    return 2 * _eight_bit_state(g.numel)
+
+
+def _galore_8bit_temporaries(groups: list[tuple[TensorGroup, float]], rank: int) -> float:
+    """One tensor at a time (``GaLoreAdamW8bit.step`` per parameter): for a projected tensor the projected gradient,
+    its clone that becomes ``p.data`` (low-rank each), the weight's clone ``p.saved_data`` and the update projected
+    back (m x n each); at a projection refresh the fp32 SVD as :func:`_galore_temporaries` counts it. bitsandbytes
+    updates the other tensors in place."""
+    out = 0.0
+    for g, b in groups:
+        if galore_projected(g):
+            low, _ = galore_shapes(g, rank)
+            m, n = g.shape
+            k = min(m, n)
+            svd = (m * n if b < 4 else 0) * 4.0 + (m * k + k * n) * 4.0
+            out = max(out, 2 * low * b + 2 * m * n * b, svd)
+    return out
 
 
 def _foreach_adamw_temporaries(groups: list[tuple[TensorGroup, float]], rank: int) -> float:
@@ -337,7 +375,12 @@ RECORDS: dict[Optimizer, OptimizerRecord] = {Optimizer(r.name): r for r in (
                     trainer_optim_args="momentum=0.9", **_FOREACH),
     OptimizerRecord("galore_adamw", "GaLore AdamW (galore-torch, full fine-tuning)", "galore_adamw", _galore_states,
                     temporaries=_galore_step_temporaries, trainer_imports=("galore_adamw",), requires="full",
-                    **_FOREACH),
+                    galore=True, **_FOREACH),
+    OptimizerRecord("galore_adamw_8bit_layerwise", "GaLore 8-bit AdamW, layer-wise (galore-torch + bitsandbytes, full)",
+                    "galore_adamw_8bit_layerwise", _galore_8bit_states, temporaries=_galore_8bit_temporaries,
+                    trainer_imports=("galore_adamw_8bit_layerwise",), requires="full", galore=True, layerwise=True,
+                    **_BNB),  # eight_bit stays False: the checklist's "8-bit optimizer" swap is for any method, GaLore
+                              # is full fine-tuning only (its states are 8-bit all the same, _galore_8bit_states)
     OptimizerRecord("lora_fa", "LoRA-FA (PEFT, frozen lora_A)", None, _adam_states, requires="lora_pairs",
                     freezes_lora_a=True,
                     unnamed_note="LoRA-FA has no TrainingArguments optim name: build it with "

@@ -265,6 +265,9 @@ def _check_peft(sc: Scenario) -> None:
     name, requires = sc.optimizer.value, sc.optimizer.record.requires
     if requires == "full" and sc.method is not Method.FULL:
         raise ValueError(f"{name} projects the gradients of full weights: use it with method full")
+    if sc.optimizer.record.layerwise and sc.gradient_accumulation_steps > 1:
+        # transformers _get_galore_optimizer and LLaMA-Factory _create_galore_optimizer both raise for it
+        raise ValueError(f"{name} steps each parameter inside backward: it does not support gradient accumulation")
     if requires == "lora_pairs" and sc.method not in _LORA_PAIRS:
         raise ValueError(f"{name} freezes LoRA's A matrices: use it with method lora, qlora or dora")
     if (sc.use_rslora or sc.loraplus_lr_ratio is not None) and sc.method not in _LORA_PAIRS:

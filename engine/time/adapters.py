@@ -81,7 +81,7 @@ def adapter_flops_per_token(arch: Architecture, sc: Scenario, base_per_token: fl
 def galore_flops_per_step(arch: Architecture, sc: Scenario) -> float:
     """GaLore's optimizer-step FLOPs: project every gradient (2 m n r) and the update back (2 m n r), and the SVD of
     each projected m x n gradient every ``update_proj_gap`` steps (about 4 m n min(m, n) for a thin SVD)."""
-    if sc.optimizer is not Optimizer.GALORE_ADAMW:
+    if not sc.optimizer.record.galore:
         return 0.0
     total = 0.0
     for g in arch.tensors:
@@ -89,6 +89,26 @@ def galore_flops_per_step(arch: Architecture, sc: Scenario) -> float:
             m, n = g.shape
             r = min(sc.galore_rank, m, n)
             total += g.count * (4.0 * m * n * r + 4.0 * m * n * min(m, n) / GALORE_UPDATE_PROJ_GAP)
+    return total
+
+
+def galore_8bit_step_bytes(arch: Architecture, sc: Scenario, param_bytes: float) -> float:
+    """HBM bytes of one step of layer-wise GaLore 8-bit (``galore_adamw_8bit_layerwise``) over every tensor, each
+    stepped alone (galore-torch 1.0 ``GaLoreAdamW8bit.step``): a projected (m x n) tensor clones the weight
+    (``p.saved_data = p.data.clone()``: read + write), lets bitsandbytes' 8-bit kernel update the r x max(m, n)
+    projected zeros (read the projected gradient and ``p.data``, write ``p.data``, read and write two uint8 states),
+    writes the update projected back (its GEMM is in :func:`galore_flops_per_step`) and adds it to the saved weight
+    (``add_``: two reads, one write): 6 m n + 3 low bytes x ``param_bytes`` + 4 low; any other tensor is one
+    bitsandbytes pass (gradient, weight read and written, two 8-bit states read and written). No gradient clipping:
+    the Trainer's ``clip_grad_norm_`` finds no gradient left after the in-backward steps."""
+    total = 0.0
+    for g in arch.tensors:
+        if galore_projected(g):
+            m, n = g.shape
+            low = min(sc.galore_rank, m, n) * max(m, n)
+            total += g.count * (6.0 * m * n * param_bytes + low * (3.0 * param_bytes + 4.0))
+        else:
+            total += g.parameters * (3.0 * param_bytes + 4.0)
     return total
 
 

@@ -61,8 +61,9 @@ fit and its leave-one-source-out cross-validation; the Methodology page shows bo
 of data/throughput_measurements.csv and data/large_runs.csv; what pins each one down: ``gemm_efficiency`` the packed
 one-node rows (torchtune, ml-engineering, NeMo AutoModel, Megatron-LM, Korthikanti; torchtune's RTX 4090 rows since the card
 runs at its measured matmul rate, not 0.80 x its datasheet); ``eager_host_factor`` the
-Hugging Face stack rows (ms-swift, LlamaFactory: in sample 1.5; left out, LlamaFactory alone wants 2.0 and ms-swift
-with the rest 1.0, the spread the single-GPU LOSO figure shows); ``attention_efficiency`` the long-sequence Hopper rows
+Hugging Face stack rows (ms-swift, LlamaFactory: in sample 1.5, and 1.5 with either source left out since Qwen v1's
+fused flash-attn rotary kernel is counted, engine.time.overhead.FLASH_ROTARY_KERNELS; before, ms-swift's Qwen rows
+wanted 1.0 and LlamaFactory's LoRA rows, predicted with it, came out 35-41% too fast); ``attention_efficiency`` the long-sequence Hopper rows
 (torchtitan's CP sweep, NeMo, ml-engineering's 8k B200 rows; 0.7 since nanotron's rows run its fused kernels, was 0.8);
 ``network_efficiency`` the multi-node InfiniBand rows of Megatron-LM's H100 table (16B-314B) and NeMo (Mixtral 8x7B,
 Llama 2 70B, Nemotron 340B), which the model times too slow below 0.96 (nanotron's EFA cells would want less: nccl-tests

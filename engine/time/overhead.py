@@ -14,7 +14,7 @@ from engine.model.architecture import Architecture
 from engine.scenario.lora import resolve_targets
 from engine.scenario.optimizer import HostLoop, Optimizer
 from engine.scenario.precision import precision_spec
-from engine.scenario.training import Framework, Method, Scenario
+from engine.scenario.training import Attention, Framework, Method, Scenario
 from engine.time.constants import current
 
 SECONDS_PER_KERNEL = 13.5e-6
@@ -68,11 +68,21 @@ optimizers, Adafactor): one kernel launch and its argument checks per tensor. bi
 GPU after each tensor, so its host time adds to the kernels' (:func:`optimizer_step_seconds`)."""
 
 
+FLASH_ROTARY_KERNELS = 6
+"""RoPE kernels of one block's forward where the modeling code applies flash-attn's fused rotary kernel (Qwen v1's
+``modeling_qwen.py`` ``apply_rotary_pos_emb``, taken when ``apply_rotary_emb_func`` imported from
+``flash_attn.layers.rotary`` and the tensor is on CUDA: ``t.float()``, ``apply_rotary_emb_func(t_, cos, sin)`` (one
+Triton kernel, ``flash_attn/ops/triton/rotary.py``, flash-attn 2.3), ``.type_as(t)``): 3 kernels for the query, 3
+for the key; the ``cos``/``sin`` slices are views. Its eager path (``t_ * cos + _rotate_half(t_) * sin``, the
+``float`` casts and two ``cat``) launches about 8 per tensor, counted as the generic 10 per block."""
+
+
 def layer_kernels(arch: Architecture, sc: Scenario, kernel: str, fused: bool, lora_modules: int | None = None) -> float:
     """Kernels one block's forward launches (its backward launches about twice as many).
 
     Eager, per the ops of transformers' Llama-style block: RMSNorm 6 each (LayerNorm 1), 2 residual adds, one GEMM
-    per linear (per expert), RoPE ~10, attention 1 (flash/memory-efficient) or ~6 (eager/math: matmul, mask,
+    per linear (per expert), RoPE ~10 (:data:`FLASH_ROTARY_KERNELS` where the model's code calls flash-attn's fused
+    rotary kernel and the scenario runs flash-attn (``attention='flash_attention_2'``): ``arch.flash_rotary``), attention 1 (flash/memory-efficient) or ~6 (eager/math: matmul, mask,
     softmax, cast, dropout, matmul), the MLP activation 1-2, ~3 reshapes; a LoRA adapter adds 5 (dropout, A, B,
     scale, add), a 4-bit base weight 1 (dequantize). Fused kernels: norms, RoPE and activation one each, LoRA 3.
     On the Hugging Face stack the adapters are fp32 beside 16-bit compute (:func:`lora_cast_kernels`), which adds the
@@ -82,7 +92,9 @@ def layer_kernels(arch: Architecture, sc: Scenario, kernel: str, fused: bool, lo
     gemms = sum(lin.count for lin in arch.layer_linears)
     norm = 1 if fused or arch.norm == "layernorm" else 6
     n = arch.norms_per_layer * norm + (0 if fused else 2) + gemms + (1 if fused else 3)
-    n += (1 if fused else 10) if arch.positional == "rope" else 0
+    if arch.positional == "rope":
+        flash_rotary = arch.flash_rotary and sc.attention is Attention.FLASH_ATTENTION_2  # flash-attn installed
+        n += 1 if fused else (FLASH_ROTARY_KERNELS if flash_rotary else 10)
     n += 1 if kernel in ("flash", "memory_efficient") else 6
     n += 1 if fused else (2 if arch.mlp == "gated" else 1)
     if sc.method is not Method.FULL:

@@ -12,9 +12,10 @@ weights, gradients and optimizer states, the attention kernel). A micro batch ru
   under freeze-tuning (:mod:`engine.scenario.freeze`) backward and recompute run through the N trainable blocks
   only (their input and weight gradients), with the frozen LM head's input gradient and no embedding gradient;
 
-each pass taking ``max(GPU time, kernels x CPU time per kernel)`` (:mod:`engine.time.overhead`). The optimizer
-step and gradient clipping run once per optimizer step (1/N of it per GPU under ZeRO/FSDP), then collectives
-(:mod:`engine.time.collectives`) add what compute does not hide.
+each pass taking ``max(GPU time, kernels x CPU time per kernel)`` (:mod:`engine.time.overhead`), except the backward
+of a layer-wise optimizer that synchronises in every in-backward step (``galore_adamw_8bit_layerwise``), which takes
+their sum. The optimizer step and gradient clipping run once per optimizer step (1/N of it per GPU under ZeRO/FSDP),
+then collectives (:mod:`engine.time.collectives`) add what compute does not hide.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from engine.scenario.freeze import backward_share, split_groups, weight_share
 from engine.scenario.precision import precision_spec
 from engine.scenario.training import Framework, Method, Scenario
 from engine.time import collectives as cc
-from engine.time.adapters import extra_adapter_flops, galore_flops_per_step, offload_transfer_bytes
+from engine.time.adapters import (
+    extra_adapter_flops, galore_8bit_step_bytes, galore_flops_per_step, offload_transfer_bytes,
+)
 from engine.time.attention import attention_seconds, attention_work
 from engine.time.gemm import GemmTable, GemmWork, gemm_shapes, routed_tokens
 from engine.time.memory_bound import (
@@ -129,7 +132,8 @@ def _method(arch: Architecture, sc: Scenario, kernel: str, fused: bool, c: int, 
         if len(_METHODS) >= _METHODS_SIZE:
             _METHODS.clear()
         hit = _METHODS[id(arch)] = (arch, {})
-    key = (sc.method, sc.lora_targets, sc.lora_r, sc.trainable_layers, sc.frozen_input_grads, kernel, fused, c, resid)
+    key = (sc.method, sc.lora_targets, sc.lora_r, sc.trainable_layers, sc.frozen_input_grads, sc.attention, kernel,
+           fused, c, resid)
     m = hit[1].get(key)
     if m is None:
         adapted = targeted(arch, sc)  # LoRA's A/B GEMMs only for the LoRA family
@@ -241,7 +245,12 @@ def step_time(
     gpu_fwd = g_fwd + a_fwd + mb_fwd + dq + ad_fwd
     gpu_bwd = g_bwd + g_rec + a_bwd + a_rec + mb_bwd + mb_rec + dq + dq_rec + ad_bwd
     spk = host_seconds_per_kernel(sc.framework is Framework.HF, fused_kernels)
-    host = 0.0 if cuda_graphs else max(0.0, w.kernels_fwd * spk - gpu_fwd) + max(0.0, w.kernels_bwd * spk - gpu_bwd)
+    # An optimizer stepped per parameter inside backward that waits for the GPU after each one (layer-wise GaLore
+    # 8-bit: GaLoreAdamW8bit.step's torch.cuda.synchronize() in every post-accumulate-grad hook) empties the launch
+    # queue at each parameter: the backward's host launches no longer run ahead of its kernels, so the two add.
+    layerwise = sc.optimizer.record.layerwise
+    host_bwd = w.kernels_bwd * spk if layerwise else max(0.0, w.kernels_bwd * spk - gpu_bwd)
+    host = 0.0 if cuda_graphs else max(0.0, w.kernels_fwd * spk - gpu_fwd) + host_bwd
     gas = sc.gradient_accumulation_steps
 
     # The optimizer step, sharded over the GPUs by every ZeRO stage and FSDP.
@@ -251,7 +260,10 @@ def step_time(
     grads = parts["gradients"].bytes if "gradients" in parts else 0.0
     trainable_w = parts["weights"].bytes if sc.method is Method.FULL and sc.trainable_layers is None else \
         est.trainable_parameters * (4 if sc.framework is Framework.HF else spec.weight_bytes)
-    opt_bytes = optimizer_bytes(trainable_w, states, grads, sc.optimizer, clip=sc.framework is Framework.HF)
+    if layerwise:
+        opt_bytes = galore_8bit_step_bytes(arch, sc, spec.weight_bytes)
+    else:
+        opt_bytes = optimizer_bytes(trainable_w, states, grads, sc.optimizer, clip=sc.framework is Framework.HF)
     # GaLore projects every gradient and the update (and refreshes its SVD every update_proj_gap steps): matmul work.
     opt_gpu = opt_bytes / shards / bw + galore_flops_per_step(arch, sc) / shards / mm
     opt = optimizer_step_seconds(sc.optimizer, -(-w.tensors // shards), opt_gpu)

@@ -182,10 +182,13 @@ def estimate_throughput(
 
     Raises:
         ScenarioError: fewer than one GPU, a calibration outside [1/10, 10], no catalog peak for the compute dtype
-            on that GPU, or flash_attention_2 on a pre-Ampere GPU.
+            on that GPU, flash_attention_2 on a pre-Ampere GPU, or a layer-wise optimizer on several GPUs.
     """
     if num_gpus < 1:
         raise ScenarioError(f"num_gpus: must be at least 1 (got {num_gpus})")
+    if num_gpus > 1 and sc.optimizer.record.layerwise:
+        # LLaMA-Factory@8963e89 hparams/parser.py: "Distributed training does not support layer-wise GaLore."
+        raise ScenarioError(f"{sc.optimizer.value} steps each parameter inside backward: it runs on one GPU only")
     if not 1 / MAX_CALIBRATION <= calibration <= MAX_CALIBRATION:
         raise ScenarioError(f"calibration: must be in [{1 / MAX_CALIBRATION:g}, {MAX_CALIBRATION:g}] (got {calibration})")
     peak = peak_flops_for(gpu, sc.precision)

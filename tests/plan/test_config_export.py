@@ -47,6 +47,8 @@ PLANS = {
     "full_galore": plan(method="full", precision="bf16", optimizer="galore_adamw", galore_rank=256,
                         gradient_checkpointing=True, fused_cross_entropy=True, liger_kernels=True),
     "full_galore_fused_only": plan(method="full", precision="bf16", optimizer="galore_adamw", fused_cross_entropy=True),
+    "full_galore_8bit_layerwise": plan(method="full", precision="bf16", optimizer="galore_adamw_8bit_layerwise",
+                                       galore_rank=128, gradient_checkpointing=True),
     "lora_fa": plan(method="lora", optimizer="lora_fa", lora_targets=("q_proj", "v_proj")),
     **{m: plan(method=m, lora_targets=("q_proj", "v_proj"), lora_r=r, lora_dropout=0.0, modules_to_save=saved)
        for m, r, saved in (("vera", 256, None), ("loha", 8, None), ("lokr", 16, ("lm_head",)), ("adalora", 12, None))},
@@ -83,7 +85,7 @@ def effective(s: Scenario) -> dict:
         d.pop(k)
     if s.method not in (Method.PROMPT_TUNING, Method.PREFIX_TUNING, Method.P_TUNING):
         d.pop("num_virtual_tokens")
-    if s.optimizer.value != "galore_adamw":
+    if not s.optimizer.record.galore:
         d.pop("galore_rank")
     if s.method is not Method.QLORA:
         for k in ("quant_type", "double_quant", "prepare_kbit_training"):
@@ -199,3 +201,9 @@ def test_the_trainer_files_say_the_tricks():
     assert (sft["optim"], sft["optim_args"], sft["optim_target_modules"]) == ("galore_adamw", "rank=256", "all-linear")
     lf = yaml.safe_load(files(PLANS["full_galore"])["llamafactory.yaml"].text)
     assert (lf["use_galore"], lf["galore_rank"], lf["optim"], lf["finetuning_type"]) == (True, 256, "adamw_torch", "full")
+    # layer-wise GaLore 8-bit: transformers' optim name; LLaMA-Factory's use_galore + galore_layerwise over adamw_8bit
+    # (hiyouga/LLaMA-Factory@8963e89 examples/extras/galore/galore_adamw_8bit_bf16.sh)
+    sft = yaml.safe_load(files(PLANS["full_galore_8bit_layerwise"])["sft_config.yaml"].text)
+    assert (sft["optim"], sft["optim_target_modules"]) == ("galore_adamw_8bit_layerwise", "all-linear")
+    lf = yaml.safe_load(files(PLANS["full_galore_8bit_layerwise"])["llamafactory.yaml"].text)
+    assert (lf["use_galore"], lf["galore_layerwise"], lf["optim"], lf["pure_bf16"]) == (True, True, "adamw_8bit", True)

@@ -63,7 +63,8 @@ def test_ui_labels_tracer_list_and_time_kinds_come_from_the_records():
 
     assert TRACEABLE_OPTIMIZERS == {"adamw", "adamw_fused", "adafactor", "sgd", "sgd_momentum", "galore_adamw", "lora_fa"}
     assert set(FUSED_OPTIMIZERS) == {Optimizer.ADAMW_FUSED, Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT,
-                                     Optimizer.PAGED_ADAMW_32BIT, Optimizer.LION_8BIT, Optimizer.LION_32BIT}
+                                     Optimizer.PAGED_ADAMW_32BIT, Optimizer.LION_8BIT, Optimizer.LION_32BIT,
+                                     Optimizer.GALORE_ADAMW_8BIT_LAYERWISE}  # bitsandbytes' kernel per tensor
     assert set(MEMORY_SAVING_OPTIMIZERS) == {Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT,
                                              Optimizer.PAGED_ADAMW_32BIT, Optimizer.LION_8BIT}
     assert optimizer_passes(Optimizer.ADAMW) == MULTI_PASS_OPTIMIZER_PASSES and optimizer_passes(Optimizer.LION_8BIT) == 1

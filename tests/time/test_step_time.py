@@ -378,3 +378,28 @@ def test_node_mismatch_names_the_nodes_the_step_time_uses():
     assert node_mismatch(2, 1) == ("time and cost put up to 8 GPUs on a node (NVLink or PCIe inside it, the network "
                                    "between), here 2, not the 1 per node given")
     assert "here 8, not the 4 per node" in node_mismatch(16, 4)
+
+
+def test_qwen_v1_applies_rope_with_flash_attn_fused_rotary():
+    """Qwen v1's remote code (Qwen/Qwen-7B-Chat ``modeling_qwen.py``) imports ``apply_rotary_emb_func`` from
+    ``flash_attn.layers.rotary`` when flash-attn is installed and ``apply_rotary_pos_emb`` takes it for CUDA tensors:
+    ``t.float()``, the one Triton rotary kernel, ``.type_as(t)``, for the query and the key: 6 kernels per block
+    where the generic eager RoPE counts 10. Without flash-attn (SDPA) the eager path stays; a Llama block (transformers'
+    own RoPE, no such import) keeps 10 either way."""
+    from engine.time.overhead import FLASH_ROTARY_KERNELS, layer_kernels
+
+    qwen = architecture_from_config(catalog_model("Qwen/Qwen-7B-Chat").config)
+    fa2 = Scenario.build(method="full", framework="hf", precision="bf16", attention="flash_attention_2")
+    sdpa = Scenario.build(method="full", framework="hf", precision="bf16", attention="sdpa")
+    assert qwen.flash_rotary and not LLAMA8.flash_rotary
+    assert FLASH_ROTARY_KERNELS == 6
+    assert layer_kernels(qwen, sdpa, "flash", False) - layer_kernels(qwen, fa2, "flash", False) == 10 - 6
+    assert layer_kernels(LLAMA8, sdpa, "flash", False) == layer_kernels(LLAMA8, fa2, "flash", False)
+    # Through the step (the cached per-method work keys on the attention setting, not only on the kernel both pick):
+    # a launch-bound LoRA step at 1 x 512 tokens, the ms-swift rows' setting, pays less host time with flash-attn.
+    def overhead_s(attention: str) -> float:
+        sc = Scenario.build(method="lora", lora_targets="c_attn", framework="hf", precision="bf16", micro_batch_size=1,
+                            seq_len=512, attention=attention, gradient_checkpointing=True)
+        return estimate_throughput(qwen, sc, A100, estimate=estimate_memory(qwen, sc, A100)).breakdown_s["overhead"]
+
+    assert overhead_s("flash_attention_2") < overhead_s("sdpa") - 0.010

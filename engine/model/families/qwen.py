@@ -11,7 +11,11 @@ Shapes follow ``modeling_qwen.py`` of those repos:
   ``mlp.w1``, ``mlp.w2`` = Linear(hidden, intermediate_size / 2, bias=not no_bias) and ``mlp.c_proj`` =
   Linear(intermediate_size / 2, hidden, bias=not no_bias): the config's ``intermediate_size`` counts both
   halves of the gated MLP, whose output is ``c_proj(w1(x) * silu(w2(x)))``;
-- ``transformer.ln_f``: RMSNorm(hidden). Rotary positions have no parameters.
+- ``transformer.ln_f``: RMSNorm(hidden). Rotary positions have no parameters. With flash-attn installed
+  (``use_flash_attn="auto"``), ``_import_flash_attn`` binds ``apply_rotary_emb_func`` from
+  ``flash_attn.layers.rotary`` and ``apply_rotary_pos_emb`` takes that fused kernel for CUDA tensors
+  (``flash_rotary``; the RMSNorm stays PyTorch's unless flash-attn's separately built ``csrc/layer_norm`` extension
+  is installed, which its wheel does not ship).
 
 Check: Qwen-7B counts 7,721,324,544 parameters, the figure published in parameter tables of Qwen-7B
 (``Qwen-7B | 7.72B | 7721324544``) and printed by applications that load it ("with 7721324544 (7.7B)
@@ -54,7 +58,7 @@ def qwen(config: dict[str, Any], model_type: str) -> Architecture:
     return make(model_type, config, d, intermediate=inter, tie=False, tensors=tensors, linears=linears,
                 fused_qkv=True, fused_gate_up=False, sliding_window_layers=0,  # c_attn; w1 and w2 apart
                 max_position_embeddings=config.get("max_position_embeddings") or config.get("seq_length"),
-                norm="rmsnorm", norms_per_layer=2, mlp="gated", activation="silu", positional="rope",
+                norm="rmsnorm", norms_per_layer=2, mlp="gated", activation="silu", positional="rope", flash_rotary=True,
                 attention_dropout=dropout(config, "attn_dropout_prob"), hidden_dropout=dropout(config, "emb_dropout_prob"))
 
 
