@@ -6,9 +6,10 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from engine.model.architecture import Architecture
+from engine.errors import ScenarioError
 from engine.scaleout.comm_volumes import Collective, DataParallelSync, bubble_fraction, step_collectives
 from engine.scaleout.fp8 import Fp8Recipe, check_fp8_gpu
-from engine.scaleout.layout import Layout, Recompute
+from engine.scaleout.layout import ZERO_STAGES, Layout, Recompute
 from engine.scaleout.megatron import MegatronEstimate, megatron_estimate
 from engine.scaleout.memory import Context, ScaleoutMemory, context, scaleout_memory
 from engine.scaleout.step_time import Cluster, StepTime, step_time
@@ -38,10 +39,23 @@ def megatron_for(arch: Architecture, scenario: Scenario, layout: Layout) -> Mega
         etp=layout.expert_tensor_parallel)
 
 
+def check_zero_stage(zero: int, zero_stages: tuple[int, ...]) -> None:
+    """Refuse a ZeRO stage the framework does not run.
+
+    Raises:
+        ScenarioError: ``zero`` is not in ``zero_stages`` (the message names the stages it runs).
+    """
+    if zero not in zero_stages:
+        runs = " or ".join(f"ZeRO-{z}" for z in zero_stages)
+        raise ScenarioError(f"ZeRO-{zero}: the framework runs {runs} only (its data-parallel sharding); pick one of "
+                            "those or another framework")
+
+
 def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, cluster: Cluster | None = None,
                     fp8: Fp8Recipe | None = None, ctx: Context | None = None, master_weights: bool = False,
                     fused_kernels: bool = False, tp_comm_overlap: bool = False, dtensor_tp: bool = False,
-                    fp8_all_gather: bool | None = None, dp_sync: DataParallelSync | None = None) -> LayoutEstimate:
+                    fp8_all_gather: bool | None = None, dp_sync: DataParallelSync | None = None,
+                    zero_stages: tuple[int, ...] = ZERO_STAGES) -> LayoutEstimate:
     """Memory, Megatron's formula, collectives and (with ``cluster``) step time of ``layout``. ``master_weights``: the
     16-bit model with fp32 master weights of Megatron-LM / torchtitan (:class:`engine.scaleout.memory.Context`);
     ``fused_kernels`` (torch.compile, Megatron-LM's fused kernels) and ``tp_comm_overlap`` (Megatron-LM
@@ -51,14 +65,17 @@ def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, clus
     ``Fp8Recipe.TORCHAO_ROWWISE``, gathers in bf16: torchtitan's float8 converter enables the FP8 all-gather for
     tensorwise scaling only); ``dp_sync``: the framework's data-parallel sync where it is not the default
     (:class:`engine.scaleout.comm_volumes.DataParallelSync`): its collectives and the memory it holds (a ``ctx``
-    passed in brings its own).
+    passed in brings its own); ``zero_stages``: the ZeRO stages the framework runs
+    (:attr:`engine.scaleout.frameworks.Framework.zero_stages`).
 
     Raises:
-        ScenarioError: the layout does not fit the model (see :func:`engine.scaleout.memory.check_layout`), FP8
+        ScenarioError: the layout's ZeRO stage is not one of ``zero_stages``, the layout does not fit the model (see
+            :func:`engine.scaleout.memory.check_layout`), FP8
             on a GPU without FP8 (:func:`engine.scaleout.fp8.check_fp8_gpu`), or master weights with fp32 or a PEFT
             method (:func:`engine.scaleout.memory.with_master_weights`; bf16 and amp_bf16 are the same run with them).
     """
     fp8 = Fp8Recipe.of(fp8)
+    check_zero_stage(layout.zero, zero_stages)
     if cluster is not None:
         check_fp8_gpu(fp8, cluster.gpu)
     ctx = ctx or context(arch, scenario, layout, fp8, master_weights, dp_sync)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from engine.errors import ScenarioError
 from engine.scaleout.comm_volumes import DataParallelSync
 from engine.scaleout.fp8 import Fp8Recipe
+from engine.scaleout.layout import ZERO_STAGES
 
 NANOTRON_DP_SYNC = DataParallelSync(bucket_bytes=25 * 2**20, zero1_all_reduce=True, gather_copies=True,
                                     tensors_per_layer=6, half_gradients_per_backward=True)
@@ -58,6 +59,8 @@ class Framework:
     - ``master_weights``: it trains a 16-bit model with fp32 master weights (:class:`engine.scaleout.memory.Context`);
       None: no framework default (the caller's).
     - ``fp8_recipe``: the FP8 recipe its FP8 training uses (:class:`engine.scaleout.fp8.Fp8Recipe`).
+    - ``zero_stages``: the data-parallel sharding stages it runs (:attr:`engine.scaleout.layout.Layout.zero`); the
+      estimate refuses another and the layout search tries only these.
     - ``sources``: (field, where its value was read) pairs.
     """
 
@@ -70,6 +73,7 @@ class Framework:
     tp_comm_overlap: bool = False
     master_weights: bool | None = None
     fp8_recipe: Fp8Recipe = Fp8Recipe.TE
+    zero_stages: tuple[int, ...] = ZERO_STAGES
     sources: tuple[tuple[str, str], ...] = ()
 
     def source(self, field: str) -> str:
@@ -83,12 +87,13 @@ class Framework:
                  *(["its own data-parallel sync and what it holds"] if self.dp_sync else []),
                  ("TP overlap " + ("on by default" if self.tp_comm_overlap else "available, off by default")
                   if self.tp_comm_overlap_available else "no TP overlap"),
-                 *(["16-bit model + fp32 master weights"] if self.master_weights else [])]
+                 *(["16-bit model + fp32 master weights"] if self.master_weights else []),
+                 *([f"ZeRO-{'/'.join(map(str, self.zero_stages))} only"] if self.zero_stages != ZERO_STAGES else [])]
         return f"{self.label}: " + ", ".join(parts)
 
     def layout_settings(self, fused_kernels: bool = False, tp_comm_overlap: bool | None = None) -> dict:
         """The keywords of :func:`engine.scaleout.estimate.estimate_layout` this framework sets (``fused_kernels``,
-        ``tp_comm_overlap``, ``dtensor_tp``, ``dp_sync``); ``fused_kernels`` True turns fused kernels on whatever the
+        ``tp_comm_overlap``, ``dtensor_tp``, ``dp_sync``, ``zero_stages``); ``fused_kernels`` True turns fused kernels on whatever the
         framework (torch.compile); ``tp_comm_overlap`` None: the framework's default.
 
         Raises:
@@ -98,7 +103,7 @@ class Framework:
             raise ScenarioError(f"TP communication overlap: {self.label} does not overlap its TP collectives with the GEMMs")
         return {"fused_kernels": bool(fused_kernels or self.fused_kernels),
                 "tp_comm_overlap": self.tp_comm_overlap if tp_comm_overlap is None else bool(tp_comm_overlap),
-                "dtensor_tp": self.dtensor_tp, "dp_sync": self.dp_sync}
+                "dtensor_tp": self.dtensor_tp, "dp_sync": self.dp_sync, "zero_stages": self.zero_stages}
 
 
 _MEGATRON_FUSED = ("Megatron-LM core_v0.14.0 (23e00ed0) megatron/training/arguments.py: the fusions are on unless "
@@ -134,6 +139,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                                           "parameters sharded, bf16 compute copies"),
                        ("fp8_recipe", "torchtitan's float8 converter runs torchao.float8 (tensorwise by default)"))),
     Framework(name="nanotron", label="nanotron", fused_kernels=True, dp_sync=NANOTRON_DP_SYNC, master_weights=True,
+              zero_stages=(0, 1),
               sources=(("fused_kernels", "huggingface/nanotron@03b83fc8 src/nanotron/models/llama.py: TritonRMSNorm, "
                                          "flash_attn.layers.rotary.RotaryEmbedding, fused qkv_proj and gate_up_proj"),
                        ("dp_sync", "NANOTRON_DP_SYNC (huggingface/nanotron@e24d2483 trainer.py, "
@@ -143,7 +149,12 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                        ("master_weights", "FP32GradientAccumulator: fp32 gradients and weights beside the bf16 "
                                           "model (huggingface/nanotron@e24d2483 optim/gradient_accumulator.py)"),
                        ("fp8_recipe", "no FP8 training in nanotron's benchmarks; TransformerEngine named as the "
-                                      "estimate's default"))),
+                                      "estimate's default"),
+                       ("zero_stages", "huggingface/nanotron@06e39568 src/nanotron/helpers.py "
+                                       "init_optimizer_and_grad_accumulator: OptimizerArgs.zero_stage 0 builds the "
+                                       "plain optimizer, any stage above 0 the ZeroDistributedOptimizer, which shards "
+                                       "the optimizer states over the DP group (ZeRO-1); parameters and gradients stay "
+                                       "whole on every rank"))),
 )}
 """Every framework by name (:func:`framework`); ``generic`` first, the default."""
 

@@ -82,7 +82,8 @@ def gpu_counts(cluster: Cluster) -> list[int]:
     return sorted(counts)
 
 
-def _space(arch: Architecture, cluster: Cluster, global_batch: int) -> Iterator[tuple[int, int, int, int, int, list]]:
+def _space(arch: Architecture, cluster: Cluster, global_batch: int,
+           zero_stages: tuple[int, ...] = ZERO_STAGES) -> Iterator[tuple[int, int, int, int, int, list]]:
     """The space searched, in its order (see the module docstring): each parallel shape (TP, CP, PP, DP, EP) with its
     settings, by micro batch: (micro batch, its (recompute, ZeRO stage, virtual pipeline) settings)."""
     experts = arch.num_experts
@@ -93,7 +94,7 @@ def _space(arch: Architecture, cluster: Cluster, global_batch: int) -> Iterator[
                 for pp in (p for p in range(1, min(rest, arch.num_layers) + 1) if rest % p == 0):
                     dp = rest // pp
                     eps = [e for e in _powers(dp * cp) if experts and experts % e == 0] if experts else [1]
-                    settings = [(mb, [(rec, zero, v) for rec, zero in itertools.product(Recompute, ZERO_STAGES)
+                    settings = [(mb, [(rec, zero, v) for rec, zero in itertools.product(Recompute, zero_stages)
                                       for v in ((1, 2) if pp > 1 else (1,))])
                                 for mb in MICRO_BATCHES if not global_batch % (mb * dp)]
                     for ep in eps:
@@ -123,12 +124,13 @@ def _cheapest_price(cluster: Cluster) -> float | None:
 def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, global_batch: int,
                    fp8: Fp8Recipe | None = None, usd_per_gpu_hour: float | None = None, master_weights: bool = True,
                    fused_kernels: bool = False, tp_comm_overlap: bool = False, dtensor_tp: bool = False,
-                   dp_sync: DataParallelSync | None = None) -> list[Candidate]:
+                   dp_sync: DataParallelSync | None = None, zero_stages: tuple[int, ...] = ZERO_STAGES) -> list[Candidate]:
     """Every candidate layout with its verdict; the ones that fit first, fastest first. ``master_weights`` (default:
     the 16-bit model with fp32 master weights that Megatron-LM and torchtitan run): see
     :class:`engine.scaleout.memory.Context`; ``fused_kernels``, ``tp_comm_overlap``, ``dtensor_tp``: the framework's
     settings as :func:`engine.scaleout.estimate.estimate_layout` takes them (:class:`engine.scaleout.frameworks.Framework`),
-    with its own data-parallel sync (``dp_sync``: collectives and memory), the same for every layout searched.
+    with its own data-parallel sync (``dp_sync``: collectives and memory), the same for every layout searched;
+    ``zero_stages``: the ZeRO stages the framework runs, the only ones tried.
 
     Raises:
         ScenarioError: LoRA/QLoRA (model parallelism is modelled for full training) or a global batch below 1.
@@ -142,7 +144,7 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
     price = usd_per_gpu_hour if usd_per_gpu_hour is not None else _cheapest_price(cluster)
     with _cyclic_gc_paused():
         return _ranked(_evaluated(arch, scenario, cluster, global_batch, fp8, price, master_weights,
-                                  _Settings(fused_kernels, tp_comm_overlap, dtensor_tp, dp_sync)))
+                                  _Settings(fused_kernels, tp_comm_overlap, dtensor_tp, dp_sync, tuple(zero_stages))))
 
 
 @contextmanager
@@ -171,7 +173,7 @@ def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_
     steps = _Steps(arch, scenario, cluster, fp8, fw)
     out: list[Candidate] = []
     last = across_ep = None
-    for tp, cp, pp, dp, ep, settings in _space(arch, cluster, global_batch):
+    for tp, cp, pp, dp, ep, settings in _space(arch, cluster, global_batch, fw.zero_stages):
         stages = nccl = None  # alike for every setting of the shape (what dominant_stages and group_sizes read)
         shape: dict = {}  # what the shape's stage families share
         if (tp, cp, pp, dp) != last:  # and what the shapes that differ only in EP (one after the other) share
@@ -259,6 +261,7 @@ class _Settings(NamedTuple):
     tp_comm_overlap: bool = False
     dtensor_tp: bool = False
     dp_sync: DataParallelSync | None = None
+    zero_stages: tuple[int, ...] = ZERO_STAGES
 
 
 class _Steps:

@@ -280,3 +280,17 @@ def test_framework_choice_changes_the_step_time(page):
     no_exception(at)
     assert metric(at, "Tokens/s") == f"{nano.tokens_per_second:,.0f}" != f"{generic.tokens_per_second:,.0f}"
     assert any("nanotron: fused kernels, its own data-parallel sync" in shown(c.value) for c in at.caption)
+
+
+def test_nanotron_on_the_zero3_default_says_which_stages_it_runs(page):
+    """nanotron has no ZeRO-2 / ZeRO-3 (huggingface/nanotron@06e39568 helpers.py: any zero_stage above 0 is its
+    ZeroDistributedOptimizer, which shards the optimizer states only): on the page's ZeRO-3 default it says so in words,
+    draws no tokens/s, and ZeRO-1 then runs."""
+    at = page
+    at.selectbox(key="so_framework").set_value("nanotron").run()
+    no_exception(at)
+    assert any("ZeRO-3: the framework runs ZeRO-0 or ZeRO-1 only" in shown(e.value) for e in at.error)
+    assert not any(m.label == "Tokens/s" for m in at.metric)
+    at.selectbox(key="so_zero").set_value(1).run()
+    no_exception(at)
+    assert not at.error and metric(at, "Tokens/s") is not None

@@ -21,7 +21,8 @@ from engine.scaleout.comm_volumes import DataParallelSync
 from engine.scaleout.estimate import estimate_layout
 from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, NANOTRON_DP_SYNC, Framework, framework
-from engine.scaleout.layout import Layout
+from engine.scaleout.layout import ZERO_STAGES, Layout
+from engine.scaleout.search import search_layouts
 from engine.scaleout.step_time import Cluster
 from engine.scenario.training import Scenario
 from engine.time.overhead import SECONDS_PER_KERNEL
@@ -60,7 +61,8 @@ def test_unknown_framework_is_a_scenario_error_naming_the_known_ones():
 def test_every_value_that_differs_from_generic_names_its_source():
     generic = framework("generic")
     for fw in FRAMEWORKS.values():
-        for field in ("fused_kernels", "dtensor_tp", "dp_sync", "tp_comm_overlap", "master_weights", "fp8_recipe"):
+        for field in ("fused_kernels", "dtensor_tp", "dp_sync", "tp_comm_overlap", "master_weights", "fp8_recipe",
+                      "zero_stages"):
             if getattr(fw, field) != getattr(generic, field):
                 assert fw.source(field), f"{fw.name}.{field} has no source"
         assert isinstance(fw, Framework) and fw.summary().startswith(fw.label)
@@ -112,3 +114,40 @@ def test_cli_unknown_framework_exits_2(capsys):
     with pytest.raises(SystemExit) as exc:
         main([*BASE, "--layout-framework", "deepspeed-chat"])
     assert exc.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+def test_nanotron_runs_zero_0_and_1_only():
+    # huggingface/nanotron@06e39568 src/nanotron/helpers.py init_optimizer_and_grad_accumulator: zero_stage 0 is the
+    # plain optimizer, any stage above 0 the ZeroDistributedOptimizer (optimizer states sharded: ZeRO-1); no stage
+    # shards gradients or parameters, so ZeRO-2 / ZeRO-3 are not nanotron runs
+    nano = framework("nanotron")
+    assert nano.zero_stages == (0, 1) and framework("generic").zero_stages == ZERO_STAGES == (0, 1, 2, 3)
+    assert "ZeRO-0/1 only" in nano.summary() and "ZeRO" not in framework("megatron").summary()
+    settings = nano.layout_settings()
+    assert settings["zero_stages"] == (0, 1)
+    sc = Scenario(seq_len=4096, precision="amp_bf16")
+    cluster = Cluster(gpu=find_gpu("H100 80GB"), nodes=16, gpus_per_node=8)
+    for zero in (2, 3):
+        layout = Layout(tensor_parallel=4, data_parallel=32, zero=zero, micro_batch_size=1, global_batch_size=128)
+        with pytest.raises(ScenarioError, match=f"ZeRO-{zero}: the framework runs ZeRO-0 or ZeRO-1 only"):
+            estimate_layout(LLAMA, sc, layout, cluster, master_weights=True, **settings)
+        estimate_layout(LLAMA, sc, layout, cluster, master_weights=True,
+                        **framework("torchtitan").layout_settings())  # another framework runs it
+
+
+def test_cli_nanotron_with_zero3_exits_2_naming_the_stages(capsys):
+    code = main([*BASE[:BASE.index("--strategy")], "--strategy", "zero3", *BASE[BASE.index("--strategy") + 2:],
+                 "--layout-framework", "nanotron"])
+    err = capsys.readouterr().err
+    assert code == 2 and "ZeRO-3: the framework runs ZeRO-0 or ZeRO-1 only" in err and "Traceback" not in err
+    assert cli(capsys, "--layout-framework", "nanotron")["layout_framework"]["zero_stages"] == [0, 1]
+
+
+def test_search_with_nanotron_tries_its_stages_only():
+    sc = Scenario(seq_len=2048, precision="amp_bf16", micro_batch_size=1)
+    small = architecture_from_config(config_from_catalog("meta-llama/Llama-3.2-1B")[0])
+    cluster = Cluster(gpu=find_gpu("H100 80GB"), nodes=1, gpus_per_node=8)
+    nano = search_layouts(small, sc, cluster, 16, master_weights=True, **framework("nanotron").layout_settings())
+    generic = search_layouts(small, sc, cluster, 16, master_weights=True, **framework("generic").layout_settings())
+    assert {c.layout.zero for c in nano if c.layout is not None} == {0, 1}
+    assert {c.layout.zero for c in generic if c.layout is not None} == {0, 1, 2, 3}
