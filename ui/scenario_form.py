@@ -19,13 +19,12 @@ from engine.plan.cost import CHEAPEST_LISTED, PLAN_GPU_COUNTS, Dataset, price_so
 from engine.errors import ScenarioError, explain_validation
 from engine.scenario.lora import ALL_LINEAR, default_targets
 from engine.scenario.optimizer import Optimizer
-from engine.scenario.loss import LOSS_LABELS, TRANSFORMERS_VERSION_LABELS, LossImplementation, TransformersVersion
 from engine.memory.inference import WEIGHT_LABELS, InferenceScenario, KvCacheDtype, WeightPrecision
 from engine.memory.parallel import Strategy
 from engine.scenario.precision import PrecisionMode, precision_spec
 from engine.scenario.peft import uses_targets
-from ui.peft_form import peft_inputs
-from engine.scenario.training import FRAMEWORK_LABELS, METHOD_LABELS, Attention, Framework, Method, QuantType, Scenario, default_precision
+from ui.peft_form import more_training_options, peft_inputs
+from engine.scenario.training import METHOD_LABELS, Method, QuantType, Scenario, default_precision
 from ui.formats import md_plain
 
 OPTIMIZER_LABELS = {o: o.record.label for o in Optimizer}
@@ -85,29 +84,6 @@ def scenario_sidebar(arch: Architecture) -> Scenario | None:
         seq_len = checked_number(c2, "Sequence length", "seq_len", d.seq_len, step=256)
         accum = checked_number(st, "Gradient accumulation steps", "grad_accum", d.gradient_accumulation_steps, step=1)
         checkpointing = st.toggle("Gradient checkpointing", key="gradient_checkpointing")
-        attention = st.selectbox("Attention implementation", list(Attention), format_func=lambda a: a.value, key="attention")
-        framework = st.selectbox(
-            "Training framework", list(Framework), format_func=FRAMEWORK_LABELS.get, key="framework",
-            help="Which stack runs the step: it decides the adapters' dtype (PEFT keeps them in fp32), the loss "
-            "(LitGPT: chunked, 16-bit logits) and whether GELU is fused. Generated code is for Hugging Face.",
-        )
-        fused_ce = st.toggle(
-            "Fused cross-entropy (Liger)", key="fused_ce",
-            help="TrainingArguments(use_liger_kernel=True): the LM head and the loss run in chunks, so the "
-            "batch x sequence x vocabulary logits and their fp32 gradients are never materialised.",
-        )
-        loss_choice = st.selectbox(
-            "Loss implementation", [None, *(x for x in LossImplementation if x is not LossImplementation.LIGER)],
-            format_func=lambda x: "The framework's own" if x is None else LOSS_LABELS[LossImplementation(x)], key="loss_implementation",
-            disabled=fused_ce, help="The cross-entropy code over the vocabulary (engine.memory.loss_paths): what it keeps "
-            "per token and vocabulary entry. The Liger switch above is the fused linear cross-entropy.",
-        )
-        transformers_version = st.selectbox(
-            "transformers version", list(TransformersVersion), format_func=lambda v: TRANSFORMERS_VERSION_LABELS[TransformersVersion(v)],
-            key="transformers_version", disabled=fused_ce or loss_choice not in (None, LossImplementation.HF),
-            help="Releases whose loss path holds different tensors: up to 4.49 a shifted copy of the fp32 logits "
-            "(micro batch > 1), up to 4.45 the upcast in the model's forward.",
-        )
         lora: dict = {}
         if uses_targets(method):
             st.subheader("Adapter (rank, targets)")
@@ -127,13 +103,13 @@ def scenario_sidebar(arch: Architecture) -> Scenario | None:
                 "prepare_model_for_kbit_training", key="prepare_kbit",
                 help="PEFT's helper casts the non-quantized parameters (embeddings, norms, LM head) to fp32.",
             )
-        lora.update(peft_inputs(method, optimizer, checkpointing))
+        lora.update(peft_inputs(method, optimizer))
+        more = more_training_options(method, checkpointing)
     try:
         return Scenario.build(
             method=method, precision=precision, optimizer=optimizer, micro_batch_size=int(micro_batch),
             seq_len=int(seq_len), gradient_accumulation_steps=int(accum), gradient_checkpointing=checkpointing,
-            attention=attention, fused_cross_entropy=fused_ce, framework=framework,
-            loss_implementation=None if fused_ce else loss_choice, transformers_version=transformers_version, **lora,
+            **more, **lora,
         )
     except ScenarioError as exc:
         st.error(f"This scenario is not valid: {md_plain(exc)}")
