@@ -67,8 +67,9 @@ def more_training_options(method: Method, checkpointing: bool) -> dict[str, Any]
     if more:
         values = _draw_more(method, checkpointing)
     else:
-        state = st.session_state.to_dict()  # one snapshot: each read by key rebuilds Streamlit's state dict
-        values = {key: state[key] for key in MORE_KEYS}
+        # by key: these are kept values (ui.layout), each read a dict lookup; a whole snapshot (to_dict) would
+        # rebuild the value of every key of the session
+        values = {key: st.session_state[key] for key in MORE_KEYS}
         unused = {"modules_to_save": method is Method.FULL, "use_rslora": not method.record.lora_pairs,
                   "gc_offload": not checkpointing, "loss_implementation": bool(values["fused_ce"])}
         changed = [f"{_LABELS[k]} {_shown(k, v)}" for k, v in values.items()
