@@ -29,7 +29,7 @@ from engine.memory.inference import KvCacheDtype, WeightPrecision
 from ui.inputs import LIMITS, valid_value
 from ui.peft_form import MORE_OPTIONS
 from ui.scaleout import CHOICES as SCALEOUT_CHOICES, FLAGS as SCALEOUT_FLAGS, NUMBERS as SCALEOUT_NUMBERS
-from ui.scenario_form import AS_STORED, INFERENCE, SIZE_EXAMPLES, SIZE_TOKENS, WORKLOADS
+from ui.scenario_form import AS_STORED, INFERENCE, SIZE_EXAMPLES, SIZE_TOKENS, TC_MORE, WORKLOADS
 from ui.views import VIEWS
 
 _READ_FLAG = "_query_params_read"
@@ -201,7 +201,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "tc_examples": _limited("tc_examples"), "tc_avg_tokens": _limited("tc_avg_tokens"),
     "tc_total_tokens": _limited("tc_total_tokens"), "tc_runs": _limited("tc_runs"), "tc_packing": _bool,
     "tc_fused": _bool, "tc_measured": _limited("tc_measured"), "tc_price_source": _price_source,
-    "tc_basis": _enum_values(("on_demand", "spot")), "tc_max_gpus": _gpu_count_limit,
+    "tc_basis": _enum_values(("on_demand", "spot")), "tc_max_gpus": _gpu_count_limit, TC_MORE: _bool,
     # Memory page: the workload and the serving inputs (ui.scenario_form.inference_inputs)
     "mem_workload": _choice(WORKLOADS), "inf_weight_precision": _weight_precision, "inf_kv_dtype": _enum(KvCacheDtype),
     "inf_concurrency": _limited("inf_concurrency"), "inf_seq_len": _limited("inf_seq_len"),

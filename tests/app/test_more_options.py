@@ -58,3 +58,25 @@ def test_hidden_values_from_a_link_apply_are_listed_and_kept(new_app):
     # a fresh session (a reconnect) restores them from the URL
     fresh = open_link(new_app(), "pages/memory.py", dict(at.query_params))
     assert _components(fresh) == _components(at) and dict(fresh.query_params) == dict(at.query_params)
+
+
+def test_time_cost_run_options_hidden_apply_from_a_link(new_app):
+    """Time & cost's "More run options" (ui.scenario_form.TC_MORE): closed, the calibration, fused kernels and plan
+    search limit from a link are not drawn, yet calibrate the page (tokens/s scaled to the measured run) and are said."""
+    base = open_link(new_app(), "pages/time_cost.py", {})
+    assert at_key_absent(base, "tc_measured") and base.toggle(key="tc_more").value is False
+    tps = float(next(m.value for m in base.metric if m.label == "Tokens/s").replace(",", ""))
+    link = {"tc_measured": str(round(2 * tps)), "tc_fused": "true", "tc_max_gpus": "16"}
+    at = open_link(new_app(), "pages/time_cost.py", link)
+    assert at_key_absent(at, "tc_measured")
+    assert any("Calibrated to your run" in i.value for i in at.info)
+    caption = next(c.value for c in at.caption if "Set under More run options" in c.value)
+    assert "Fused kernels on" in caption and "Plan search up to 16 GPUs" in caption
+    url = dict(at.query_params)
+    assert float(url["tc_measured"]) == round(2 * tps) and (url["tc_fused"], url["tc_max_gpus"]) == ("true", "16")
+    at.toggle(key="tc_more").set_value(True).run()
+    assert at.number_input(key="tc_measured").value == round(2 * tps) and at.selectbox(key="tc_max_gpus").value == 16
+
+
+def at_key_absent(at: AppTest, key: str) -> bool:
+    return key not in {w.key for kind in ("number_input", "selectbox", "toggle") for w in at.get(kind) if w.key}
