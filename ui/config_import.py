@@ -22,6 +22,7 @@ from engine.importers import ImportResult, import_configs, model_repo
 from engine.model.sources import catalog_choices
 from engine.secrets import redact_tokens
 from ui.formats import md_plain
+from ui.peft_form import MORE_KEYS, MORE_OPTIONS
 
 # Scenario field -> the sidebar widget's key (ui.scenario_form).
 WIDGET_KEYS = {
@@ -62,6 +63,8 @@ def _apply(result: ImportResult) -> None:
     for field, value in result.fields.items():
         if field in WIDGET_KEYS:
             state[WIDGET_KEYS[field]] = list(value) if isinstance(value, tuple) else value  # multiselects take lists
+    if any(WIDGET_KEYS.get(field) in MORE_KEYS for field in result.fields):
+        state[MORE_OPTIONS] = True  # the sidebar draws what was applied there
     if "lora_targets" in result.fields:
         state[_PENDING_TARGETS] = list(result.fields["lora_targets"])
     for name, key in PARALLEL_KEYS.items():

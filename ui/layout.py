@@ -24,8 +24,9 @@ from ui.hardware import KEYS as HARDWARE_KEYS
 from ui.hardware import Hardware, hardware_sidebar
 from ui.inputs import begin_run, stale_slot
 from ui.model_picker import PickedModel, model_sidebar
+from ui.peft_form import MORE_OPTIONS
 from ui.scaleout import SCALEOUT_KEYS
-from ui.scenario_form import _targets_key, scenario_sidebar
+from ui.scenario_form import TC_MORE, _targets_key, scenario_sidebar
 from ui.share import apply_pending_targets, read_query_params, write_query_params
 from ui.views import VIEWS
 from ui.catalog_session import bundled_data_problem
@@ -61,11 +62,13 @@ _KEPT_KEYS = (
     "method", "precision", "optimizer", "micro_batch_size", "seq_len", "grad_accum", "gradient_checkpointing",
     "attention", "lora_r", "lora_alpha", "lora_dropout", "quant_type", "double_quant", "prepare_kbit", "fused_ce", "framework",
     "loss_implementation", "transformers_version",
+    # "More training options" (ui.peft_form): drawn only while the toggle is on, so kept here while they are not
+    MORE_OPTIONS, "modules_to_save", "use_rslora", "liger_kernels", "gc_offload",
     "model_source", "catalog_repo", "hub_repo_id", "hub_revision",
     *HARDWARE_KEYS,  # the sidebar's hardware, shared by every page (ui.hardware)
     # Time & cost inputs (ui.scenario_form.time_cost_sidebar)
     "tc_size_mode", "tc_examples", "tc_avg_tokens", "tc_total_tokens", "tc_epochs", "tc_packing", "tc_runs", "tc_measured",
-    "tc_fused", "tc_price_source", "tc_basis", "tc_max_gpus",
+    "tc_fused", "tc_price_source", "tc_basis", "tc_max_gpus", TC_MORE,
     # Memory page: the workload and serving (ui.scenario_form.inference_inputs)
     "mem_workload", "inf_weight_precision", "inf_kv_dtype", "inf_concurrency", "inf_seq_len", "inf_tp", "inf_util",
     # Scale out page (ui.scaleout.layout_inputs and pages/scale_out.py)

@@ -1,17 +1,145 @@
-"""Sidebar inputs of the PEFT methods and training tricks (issue 18); no formula here."""
+"""Sidebar inputs of the PEFT methods and training tricks (issue 18), and the sidebar's "More training options"
+(issue 26); no formula here."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import streamlit as st
 
+from engine.scenario.loss import LOSS_LABELS, TRANSFORMERS_VERSION_LABELS, LossImplementation, TransformersVersion
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.peft import PROMPT_METHODS, SAVEABLE
-from engine.scenario.training import Method
+from engine.scenario.training import FRAMEWORK_LABELS, Attention, Framework, Method, Scenario
+from ui.formats import md_plain
 from ui.inputs import checked_number
 
+MORE_OPTIONS = "more_options"
+"""The toggle (widget key and URL parameter) that draws the less-used training inputs of :data:`MORE_KEYS`. Closed,
+they are not drawn (each widget drawn costs the server and the browser on every rerun: issue 26), their values still
+apply, stay in the session (ui.layout keeps them) and in the link, and any that is not at its default is listed
+under the toggle."""
 
-def peft_inputs(method: Method, optimizer: Optimizer, checkpointing: bool) -> dict:
-    """Draw the inputs that apply to ``method`` / ``optimizer``; return their Scenario fields."""
+MORE_KEYS = ("attention", "framework", "fused_ce", "loss_implementation", "transformers_version", "modules_to_save",
+             "use_rslora", "liger_kernels", "gc_offload")
+"""Widget keys of the inputs drawn only while :data:`MORE_OPTIONS` is on."""
+
+_LABELS = {
+    "attention": "Attention implementation", "framework": "Training framework", "fused_ce": "Fused cross-entropy (Liger)",
+    "loss_implementation": "Loss implementation", "transformers_version": "transformers version",
+    "modules_to_save": "Modules to save", "use_rslora": "rsLoRA scaling", "liger_kernels": "Liger RMSNorm / SwiGLU / RoPE",
+    "gc_offload": "Offload checkpointed inputs to CPU",
+}
+
+
+def _more_defaults() -> dict[str, Any]:
+    d = Scenario()
+    return {"attention": d.attention, "framework": d.framework, "fused_ce": d.fused_cross_entropy,
+            "loss_implementation": d.loss_implementation, "transformers_version": d.transformers_version,
+            "modules_to_save": [], "use_rslora": d.use_rslora, "liger_kernels": d.liger_kernels,
+            "gc_offload": d.gradient_checkpointing_offload}
+
+
+def _shown(key: str, value: Any) -> str:
+    if key == "framework":
+        return FRAMEWORK_LABELS[Framework(value)]
+    if key == "loss_implementation":
+        return LOSS_LABELS[LossImplementation(value)]
+    if key == "transformers_version":
+        return TRANSFORMERS_VERSION_LABELS[TransformersVersion(value)]
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list):
+        return ", ".join(value)
+    return str(getattr(value, "value", value))
+
+
+def more_training_options(method: Method, checkpointing: bool) -> dict[str, Any]:
+    """The "More training options" toggle and, when on, its inputs; return their Scenario fields (from the session
+    state while they are not drawn)."""
+    defaults = _more_defaults()
+    for key, value in defaults.items():
+        st.session_state.setdefault(key, value)
+    st.session_state.setdefault(MORE_OPTIONS, False)
+    more = st.toggle("More training options", key=MORE_OPTIONS,
+                     help="Attention, training framework, loss, kernels, modules to save, rsLoRA. Hidden, they keep "
+                          "their values, which apply and are in the link.")
+    if more:
+        values = _draw_more(method, checkpointing)
+    else:
+        # by key: these are kept values (ui.layout), each read a dict lookup; a whole snapshot (to_dict) would
+        # rebuild the value of every key of the session
+        values = {key: st.session_state[key] for key in MORE_KEYS}
+        unused = {"modules_to_save": method is Method.FULL, "use_rslora": not method.record.lora_pairs,
+                  "gc_offload": not checkpointing, "loss_implementation": bool(values["fused_ce"])}
+        changed = [f"{_LABELS[k]} {_shown(k, v)}" for k, v in values.items()
+                   if v != defaults[k] and not unused.get(k, False)]
+        if changed:
+            st.caption("Set under More training options: " + md_plain("; ".join(changed)))
+    fused = bool(values["fused_ce"])
+    out: dict[str, Any] = {
+        "attention": values["attention"], "framework": values["framework"], "fused_cross_entropy": fused,
+        "loss_implementation": None if fused else values["loss_implementation"],
+        "transformers_version": values["transformers_version"], "liger_kernels": bool(values["liger_kernels"]),
+    }
+    if method is not Method.FULL:
+        out["modules_to_save"] = tuple(values["modules_to_save"] or ()) or None
+    if method.record.lora_pairs:
+        out["use_rslora"] = bool(values["use_rslora"])
+    if checkpointing:
+        out["gradient_checkpointing_offload"] = bool(values["gc_offload"])
+    return out
+
+
+def _draw_more(method: Method, checkpointing: bool) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    values["attention"] = st.selectbox("Attention implementation", list(Attention), format_func=lambda a: a.value,
+                                       key="attention")
+    values["framework"] = st.selectbox(
+        "Training framework", list(Framework), format_func=FRAMEWORK_LABELS.get, key="framework",
+        help="Which stack runs the step: it decides the adapters' dtype (PEFT keeps them in fp32), the loss "
+        "(LitGPT: chunked, 16-bit logits) and whether GELU is fused. Generated code is for Hugging Face.",
+    )
+    fused = values["fused_ce"] = st.toggle(
+        "Fused cross-entropy (Liger)", key="fused_ce",
+        help="TrainingArguments(use_liger_kernel=True): the LM head and the loss run in chunks, so the "
+        "batch x sequence x vocabulary logits and their fp32 gradients are never materialised.",
+    )
+    loss = values["loss_implementation"] = st.selectbox(
+        "Loss implementation", [None, *(x for x in LossImplementation if x is not LossImplementation.LIGER)],
+        format_func=lambda x: "The framework's own" if x is None else LOSS_LABELS[LossImplementation(x)],
+        key="loss_implementation", disabled=fused,
+        help="The cross-entropy code over the vocabulary (engine.memory.loss_paths): what it keeps "
+        "per token and vocabulary entry. The Liger switch above is the fused linear cross-entropy.",
+    )
+    values["transformers_version"] = st.selectbox(
+        "transformers version", list(TransformersVersion),
+        format_func=lambda v: TRANSFORMERS_VERSION_LABELS[TransformersVersion(v)],
+        key="transformers_version", disabled=fused or loss not in (None, LossImplementation.HF),
+        help="Releases whose loss path holds different tensors: up to 4.49 a shifted copy of the fp32 logits "
+        "(micro batch > 1), up to 4.45 the upcast in the model's forward.",
+    )
+    state = st.session_state
+    values["modules_to_save"] = state["modules_to_save"]
+    if method is not Method.FULL:
+        values["modules_to_save"] = st.multiselect(
+            "Modules to save (trained in full)", sorted(SAVEABLE), key="modules_to_save",
+            help="PEFT modules_to_save: a trainable copy of the embedding / LM head, e.g. after adding tokens.")
+    values["use_rslora"] = state["use_rslora"]
+    if method.record.lora_pairs:
+        values["use_rslora"] = st.toggle("rsLoRA scaling (alpha / sqrt(r))", key="use_rslora",
+                                         help="Changes the scaling only: no effect on memory or time.")
+    values["liger_kernels"] = st.toggle("Liger RMSNorm / SwiGLU / RoPE", key="liger_kernels")
+    values["gc_offload"] = state["gc_offload"]
+    if checkpointing:
+        values["gc_offload"] = st.toggle(
+            "Offload checkpointed inputs to CPU (Unsloth)", key="gc_offload",
+            help="Unsloth-style: each checkpointed layer input waits in CPU RAM until its backward.")
+    return values
+
+
+def peft_inputs(method: Method, optimizer: Optimizer) -> dict:
+    """Draw the method's own inputs that apply to ``method`` / ``optimizer``; return their Scenario fields."""
     out: dict = {}
     if method in PROMPT_METHODS:
         # 20: PEFT examples' num_virtual_tokens
@@ -28,20 +156,7 @@ def peft_inputs(method: Method, optimizer: Optimizer, checkpointing: bool) -> di
                 "Backward through the frozen blocks (enable_input_require_grads)", key="frozen_input_grads",
                 help="LLaMA-Factory before April 2024 made the embeddings' output require grad: every block is "
                      "then checkpointed and runs its input gradient; now only the trainable blocks do.")
-    if method is not Method.FULL:
-        saved = st.multiselect("Modules to save (trained in full)", sorted(SAVEABLE), key="modules_to_save",
-                               help="PEFT modules_to_save: a trainable copy of the embedding / LM head, e.g. after adding tokens.")
-        out["modules_to_save"] = tuple(saved) or None
-    if method.record.lora_pairs:
-        out["use_rslora"] = st.toggle("rsLoRA scaling (alpha / sqrt(r))", key="use_rslora",
-                                      help="Changes the scaling only: no effect on memory or time.")
     if optimizer.record.galore:
         # 128: galore-torch's README rank
         out["galore_rank"] = int(checked_number(st, "GaLore rank", "galore_rank", 128, step=1))
-    with st.expander("Kernels and offload"):
-        out["liger_kernels"] = st.toggle("Liger RMSNorm / SwiGLU / RoPE", key="liger_kernels")
-        if checkpointing:
-            out["gradient_checkpointing_offload"] = st.toggle(
-                "Offload checkpointed inputs to CPU (Unsloth)", key="gc_offload",
-                help="Unsloth-style: each checkpointed layer input waits in CPU RAM until its backward.")
     return out

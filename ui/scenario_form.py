@@ -14,18 +14,17 @@ from engine.model.architecture import Architecture
 from engine.hardware.gpus import Gpu
 from ui.catalog_session import session_prices
 from ui.hardware import Hardware, keep_choice
-from ui.inputs import checked_number
+from ui.inputs import checked_number, valid_value
 from engine.plan.cost import CHEAPEST_LISTED, PLAN_GPU_COUNTS, Dataset, price_source_names
 from engine.errors import ScenarioError, explain_validation
 from engine.scenario.lora import ALL_LINEAR, default_targets
 from engine.scenario.optimizer import Optimizer
-from engine.scenario.loss import LOSS_LABELS, TRANSFORMERS_VERSION_LABELS, LossImplementation, TransformersVersion
 from engine.memory.inference import WEIGHT_LABELS, InferenceScenario, KvCacheDtype, WeightPrecision
 from engine.memory.parallel import Strategy
 from engine.scenario.precision import PrecisionMode, precision_spec
 from engine.scenario.peft import uses_targets
-from ui.peft_form import peft_inputs
-from engine.scenario.training import FRAMEWORK_LABELS, METHOD_LABELS, Attention, Framework, Method, QuantType, Scenario, default_precision
+from ui.peft_form import more_training_options, peft_inputs
+from engine.scenario.training import METHOD_LABELS, Method, QuantType, Scenario, default_precision
 from ui.formats import md_plain
 
 OPTIMIZER_LABELS = {o: o.record.label for o in Optimizer}
@@ -85,29 +84,6 @@ def scenario_sidebar(arch: Architecture) -> Scenario | None:
         seq_len = checked_number(c2, "Sequence length", "seq_len", d.seq_len, step=256, below=st)
         accum = checked_number(st, "Gradient accumulation steps", "grad_accum", d.gradient_accumulation_steps, step=1)
         checkpointing = st.toggle("Gradient checkpointing", key="gradient_checkpointing")
-        attention = st.selectbox("Attention implementation", list(Attention), format_func=lambda a: a.value, key="attention")
-        framework = st.selectbox(
-            "Training framework", list(Framework), format_func=FRAMEWORK_LABELS.get, key="framework",
-            help="Which stack runs the step: it decides the adapters' dtype (PEFT keeps them in fp32), the loss "
-            "(LitGPT: chunked, 16-bit logits) and whether GELU is fused. Generated code is for Hugging Face.",
-        )
-        fused_ce = st.toggle(
-            "Fused cross-entropy (Liger)", key="fused_ce",
-            help="TrainingArguments(use_liger_kernel=True): the LM head and the loss run in chunks, so the "
-            "batch x sequence x vocabulary logits and their fp32 gradients are never materialised.",
-        )
-        loss_choice = st.selectbox(
-            "Loss implementation", [None, *(x for x in LossImplementation if x is not LossImplementation.LIGER)],
-            format_func=lambda x: "The framework's own" if x is None else LOSS_LABELS[LossImplementation(x)], key="loss_implementation",
-            disabled=fused_ce, help="The cross-entropy code over the vocabulary (engine.memory.loss_paths): what it keeps "
-            "per token and vocabulary entry. The Liger switch above is the fused linear cross-entropy.",
-        )
-        transformers_version = st.selectbox(
-            "transformers version", list(TransformersVersion), format_func=lambda v: TRANSFORMERS_VERSION_LABELS[TransformersVersion(v)],
-            key="transformers_version", disabled=fused_ce or loss_choice not in (None, LossImplementation.HF),
-            help="Releases whose loss path holds different tensors: up to 4.49 a shifted copy of the fp32 logits "
-            "(micro batch > 1), up to 4.45 the upcast in the model's forward.",
-        )
         lora: dict = {}
         if uses_targets(method):
             st.subheader("Adapter (rank, targets)")
@@ -127,13 +103,13 @@ def scenario_sidebar(arch: Architecture) -> Scenario | None:
                 "prepare_model_for_kbit_training", key="prepare_kbit",
                 help="PEFT's helper casts the non-quantized parameters (embeddings, norms, LM head) to fp32.",
             )
-        lora.update(peft_inputs(method, optimizer, checkpointing))
+        lora.update(peft_inputs(method, optimizer))
+        more = more_training_options(method, checkpointing)
     try:
         return Scenario.build(
             method=method, precision=precision, optimizer=optimizer, micro_batch_size=int(micro_batch),
             seq_len=int(seq_len), gradient_accumulation_steps=int(accum), gradient_checkpointing=checkpointing,
-            attention=attention, fused_cross_entropy=fused_ce, framework=framework,
-            loss_implementation=None if fused_ce else loss_choice, transformers_version=transformers_version, **lora,
+            **more, **lora,
         )
     except ScenarioError as exc:
         st.error(f"This scenario is not valid: {md_plain(exc)}")
@@ -207,14 +183,20 @@ class TimeCostInputs:
     max_gpus: int  # largest GPU count the plan search tries
 
 
+TC_MORE = "tc_more"
+"""The Time & cost sidebar's "More run options" toggle (widget key and URL parameter): fused kernels, calibration and
+the plan search's largest GPU count are drawn only while it is on; their values apply and stay in the link either way."""
+
+# The seed chapter's example: 10,000 examples x 512 tokens, 3 epochs.
+TC_DEFAULTS = {
+    "tc_size_mode": SIZE_EXAMPLES, "tc_examples": 10_000, "tc_avg_tokens": 512.0, "tc_total_tokens": 5_120_000,
+    "tc_epochs": 3.0, "tc_packing": True, "tc_runs": 1, "tc_measured": 0.0, "tc_fused": False,
+    "tc_price_source": CHEAPEST_LISTED, "tc_basis": "on_demand", "tc_max_gpus": 8, TC_MORE: False,
+}
+
+
 def _init_time_cost_defaults() -> None:
-    # The seed chapter's example: 10,000 examples x 512 tokens, 3 epochs.
-    defaults = {
-        "tc_size_mode": SIZE_EXAMPLES, "tc_examples": 10_000, "tc_avg_tokens": 512.0, "tc_total_tokens": 5_120_000,
-        "tc_epochs": 3.0, "tc_packing": True, "tc_runs": 1, "tc_measured": 0.0, "tc_fused": False,
-        "tc_price_source": CHEAPEST_LISTED, "tc_basis": "on_demand", "tc_max_gpus": 8,
-    }
-    for key, value in defaults.items():
+    for key, value in TC_DEFAULTS.items():
         st.session_state.setdefault(key, value)
 
 
@@ -242,13 +224,29 @@ def time_cost_sidebar(hw: Hardware) -> TimeCostInputs | None:
         packing = st.toggle("Packing", key="tc_packing", disabled=mode != SIZE_EXAMPLES,
                             help="On: examples are concatenated into full sequences. Off: each example is padded to the "
                                  "sequence length, and the padding costs compute like real tokens.")
-        fused = st.toggle("Fused kernels (torch.compile, Unsloth, Liger)", key="tc_fused",
-                          help="Fused elementwise kernels: fewer bytes through memory and fewer kernel launches.")
-        measured = float(checked_number(
-            st, "Calibrate to my run: measured tokens/s", "tc_measured", 0.0, step=100.0,
-            help="Tokens/s you measured for this model, scenario and GPU plan (all GPUs together); 0 = none. The model "
-                 "fits one factor (measured / predicted) and applies it to every plan on this page.",
-        ))
+        # Drawn only while "More run options" is on (fewer widgets per rerun, issue 26); kept values apply either way.
+        if st.toggle("More run options", key=TC_MORE,
+                     help="Fused kernels, calibration to a measured run, the plan search's largest GPU count. Hidden, "
+                          "they keep their values, which apply and are in the link."):
+            fused = st.toggle("Fused kernels (torch.compile, Unsloth, Liger)", key="tc_fused",
+                              help="Fused elementwise kernels: fewer bytes through memory and fewer kernel launches.")
+            measured = float(checked_number(
+                st, "Calibrate to my run: measured tokens/s", "tc_measured", 0.0, step=100.0,
+                help="Tokens/s you measured for this model, scenario and GPU plan (all GPUs together); 0 = none. The "
+                     "model fits one factor (measured / predicted) and applies it to every plan on this page.",
+            ))
+            max_gpus = st.selectbox("Plan search: up to", list(PLAN_GPU_COUNTS), key="tc_max_gpus",
+                                    format_func=lambda n: f"{n} GPU{'s' if n > 1 else ''}",
+                                    help="Largest GPU count tried per GPU kind. Over 8 GPUs a plan spans nodes, linked by "
+                                         "one 200 Gb/s InfiniBand NIC per GPU (assumed).")
+        else:
+            fused, max_gpus = st.session_state["tc_fused"], st.session_state["tc_max_gpus"]
+            measured = float(valid_value("tc_measured") or 0.0)  # the last valid value, as the drawn input returns
+            hidden = ([] if not fused else ["Fused kernels on"]) + (
+                [f"Calibrate to my run {measured:,.0f} tokens/s"] if measured else []) + (
+                [f"Plan search up to {max_gpus} GPUs"] if max_gpus != TC_DEFAULTS["tc_max_gpus"] else [])
+            if hidden:
+                st.caption("Set under More run options: " + md_plain("; ".join(hidden)))
         st.header("Prices")
         sources = price_source_names(session_prices())
         keep_choice("tc_price_source", sources, CHEAPEST_LISTED)
@@ -257,10 +255,6 @@ def time_cost_sidebar(hw: Hardware) -> TimeCostInputs | None:
                                    "chosen source gets no cost.")
         basis = st.radio("Rank plans by", ["on_demand", "spot"], key="tc_basis", horizontal=True,
                          format_func=lambda b: "on-demand price" if b == "on_demand" else "spot price")
-        max_gpus = st.selectbox("Plan search: up to", list(PLAN_GPU_COUNTS), key="tc_max_gpus",
-                                format_func=lambda n: f"{n} GPU{'s' if n > 1 else ''}",
-                                help="Largest GPU count tried per GPU kind. Over 8 GPUs a plan spans nodes, linked by one "
-                                     "200 Gb/s InfiniBand NIC per GPU (assumed).")
     try:
         dataset = Dataset(**size, epochs=epochs, runs=runs, packing=packing if mode == SIZE_EXAMPLES else True)
     except ValueError as exc:  # pydantic's ValidationError too: shown as one line, without pydantic's links

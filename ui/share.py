@@ -27,8 +27,9 @@ from engine.secrets import REDACTED, looks_like_token, redact_tokens
 from engine.scenario.training import Attention, Framework, Method, QuantType, Scenario
 from engine.memory.inference import KvCacheDtype, WeightPrecision
 from ui.inputs import LIMITS, valid_value
+from ui.peft_form import MORE_OPTIONS
 from ui.scaleout import CHOICES as SCALEOUT_CHOICES, FLAGS as SCALEOUT_FLAGS, NUMBERS as SCALEOUT_NUMBERS
-from ui.scenario_form import AS_STORED, INFERENCE, SIZE_EXAMPLES, SIZE_TOKENS, WORKLOADS
+from ui.scenario_form import AS_STORED, INFERENCE, SIZE_EXAMPLES, SIZE_TOKENS, TC_MORE, WORKLOADS
 from ui.views import VIEWS
 
 _READ_FLAG = "_query_params_read"
@@ -146,6 +147,16 @@ def _enum_values_int(values: tuple[int, ...]) -> Callable[[str], int]:
     return parse
 
 
+def _saveable(text: str) -> list[str]:
+    """``modules_to_save``: comma-separated names the engine knows (engine.scenario.peft.SAVEABLE)."""
+    from engine.scenario.peft import SAVEABLE
+
+    names = [n.strip() for n in text.split(",")]
+    if not text.strip() or any(n not in SAVEABLE for n in names):
+        raise ValueError("must be one or more of " + ", ".join(sorted(SAVEABLE)) + ", separated by commas")
+    return list(dict.fromkeys(names))
+
+
 def _price_source(text: str) -> str:
     """A price source of this session's price table (data/gpu_prices.csv, or the session's edits)."""
     from engine.plan.cost import price_source_names
@@ -179,6 +190,8 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "double_quant": _bool, "prepare_kbit": _bool, "fused_ce": _bool, "framework": _enum(Framework),
     "loss_implementation": _non_liger_loss,
     "transformers_version": _enum(TransformersVersion),
+    MORE_OPTIONS: _bool,  # whether the sidebar draws its less-used training inputs (ui.peft_form)
+    "modules_to_save": _saveable, "use_rslora": _bool, "liger_kernels": _bool, "gc_offload": _bool,
     # the sidebar's hardware (ui.hardware), shared by every page
     "gpu": _gpu, "num_gpus": _limited("num_gpus"), "gpus_per_node": _limited("gpus_per_node"),
     "strategy": _enum(Strategy), "offload": _enum(Offload), "unit": _enum_values(("GB", "GiB")),
@@ -188,7 +201,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "tc_examples": _limited("tc_examples"), "tc_avg_tokens": _limited("tc_avg_tokens"),
     "tc_total_tokens": _limited("tc_total_tokens"), "tc_runs": _limited("tc_runs"), "tc_packing": _bool,
     "tc_fused": _bool, "tc_measured": _limited("tc_measured"), "tc_price_source": _price_source,
-    "tc_basis": _enum_values(("on_demand", "spot")), "tc_max_gpus": _gpu_count_limit,
+    "tc_basis": _enum_values(("on_demand", "spot")), "tc_max_gpus": _gpu_count_limit, TC_MORE: _bool,
     # Memory page: the workload and the serving inputs (ui.scenario_form.inference_inputs)
     "mem_workload": _choice(WORKLOADS), "inf_weight_precision": _weight_precision, "inf_kv_dtype": _enum(KvCacheDtype),
     "inf_concurrency": _limited("inf_concurrency"), "inf_seq_len": _limited("inf_seq_len"),
@@ -211,6 +224,8 @@ def _quoted(text: str, limit: int = 60) -> str:
 
 
 def _encode(value: Any) -> str:
+    if isinstance(value, list):  # a multiselect's names (modules_to_save)
+        return ",".join(str(v) for v in value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if hasattr(value, "value"):
@@ -367,7 +382,7 @@ def write_query_params(scenario: Scenario | None) -> None:
                 out["rev"] = rev
     for key in PARSERS:
         value = valid_value(key, state) if key in state else None
-        if value is not None:
+        if value is not None and value != []:
             out[key] = _encode(value)
     if scenario is not None and scenario.lora_targets is not None and scenario.method is not Method.FULL:
         out["lora_targets"] = ",".join(scenario.lora_targets)

@@ -401,6 +401,8 @@ def test_app_absurd_numbers_in_a_widget_are_said_in_words_and_the_results_marked
     # Streamlit's own bounds would keep the previous value behind a red "!" tooltip; the app takes the typed number,
     # says under the input why it is out of range, lists it above the results and computes with the last valid value.
     at = new_app().switch_page(page).run()
+    if key == "tc_measured":  # drawn under "More run options" (ui.scenario_form)
+        at.toggle(key="tc_more").set_value(True).run()
     before = {m.label: m.value for m in at.metric}
     at.number_input(key=key).set_value(value).run()
     no_exception(at)

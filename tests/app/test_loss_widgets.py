@@ -15,9 +15,15 @@ def _components(at: AppTest) -> dict[str, tuple[str, str]]:
     return {row["component"]: (row["formula"], row["source"]) for _, row in table.iterrows()}
 
 
+def _more_options(at: AppTest) -> AppTest:
+    """Open the sidebar's "More training options" (ui.peft_form), where the two boxes are drawn."""
+    return at.toggle(key="more_options").set_value(True).run()
+
+
 def test_loss_implementation_box_changes_the_logits_formula(new_app):
     at = new_app().run()
     assert not at.exception
+    _more_options(at)
     assert at.selectbox(key="loss_implementation").value is None  # the framework's own loss by default
     assert _components(at)["Logits and loss"][0].startswith("12 B x batch x seq x vocab")
     box = at.selectbox(key="loss_implementation")
@@ -31,6 +37,7 @@ def test_loss_implementation_box_changes_the_logits_formula(new_app):
 def test_transformers_version_box_shows_the_shifted_copy(new_app):
     at = new_app().run()
     at.number_input(key="micro_batch_size").set_value(2).run()
+    _more_options(at)
     versions = at.selectbox(key="transformers_version")
     assert versions.index == 0 and TransformersVersion(at.session_state["transformers_version"]).value == "4.50+"
     assert versions.options[1] == "4.46 to 4.49"

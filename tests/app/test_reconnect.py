@@ -25,6 +25,7 @@ def test_a_new_session_on_the_last_url_restores_the_whole_time_and_cost_scenario
     at.number_input(key="tc_total_tokens").set_value(9_000_000).run()
     at.number_input(key="tc_epochs").set_value(2.0).run()
     at.number_input(key="tc_runs").set_value(3).run()
+    at.toggle(key="tc_more").set_value(True).run()  # "More run options" (ui.scenario_form) draws the next two
     at.toggle(key="tc_fused").set_value(True).run()
     at.radio(key="tc_basis").set_value("spot").run()
     at.selectbox(key="tc_max_gpus").set_value(16).run()

@@ -106,6 +106,7 @@ def test_sidebar_inputs_drive_the_numbers(page):
     at = page
     at.radio(key="method").set_value(Method.LORA).run()
     tps, time = number(metric(at, "Tokens/s")), hours(metric(at, "Wall time"))
+    at.toggle(key="tc_more").set_value(True).run()  # "More run options" draws the calibration input
     at.number_input(key="tc_measured").set_value(round(2 * tps)).run()  # calibrate to a run twice as fast
     no_exception(at)
     assert number(metric(at, "Tokens/s")) == pytest.approx(2 * tps, rel=0.01)
