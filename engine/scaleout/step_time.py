@@ -98,8 +98,10 @@ def _ring_link_at(cluster: Cluster, n: int, per_node: int, network_efficiency: f
     nic = cluster.inter_node_gbits / 8 * 1e9 * network_efficiency
     link = cc.data_parallel_link(cluster.gpu, n, per_node, network_bytes_per_s=nic)
     if cluster.intra_node_gbps is not None and not link.name.startswith("InfiniBand"):
-        return cc.Link(name="intra-node (given)", bus_bytes_per_s=cluster.intra_node_gbps * 1e9 * cc.NVLINK_BUS_EFFICIENCY,
-                       nodes=link.nodes)
+        given = cluster.intra_node_gbps * 1e9 * cc.NVLINK_BUS_EFFICIENCY
+        return cc.Link(name="intra-node (given)", bus_bytes_per_s=given, nodes=link.nodes,
+                       all_reduce_bytes_per_s=min(given, link.all_reduce_bytes_per_s) if link.all_reduce_bytes_per_s else None,
+                       all_to_all_bytes_per_s=min(given, link.all_to_all_bytes_per_s) if link.all_to_all_bytes_per_s else None)
     return link
 
 
