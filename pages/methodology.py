@@ -218,7 +218,9 @@ the memory estimate uses, every term with a shape and a source:
 - **Communication** (`collectives.py`): ring all-reduce 2(n-1)/n x bytes, reduce-scatter and all-gather (n-1)/n x bytes,
   at {NVLINK_BUS_EFFICIENCY:g} x unidirectional NVLink, {PCIE_BUS_EFFICIENCY:g} x PCIe (halved without peer-to-peer, 10
   GB/s across sockets), one 200 Gb/s NIC per GPU between nodes at {FITTED.network_efficiency:g} of its line rate
-  (fitted), NCCL's ring latency {CALL_LATENCY_S * 1e6:g} us per call + {HOP_LATENCY_S["intra"] * 1e6:g} us per ring step
+  (fitted); across nodes a ring runs at the node's NICs (its ranks per node x one NIC: NVIDIA measures 192 GB/s on
+  DGX-A100s with 8 x 200 Gb/s, nccl#812), an all-reduce over exactly 2 nodes at up to 2(n-1)/n of that (NCCL's
+  tree, nccl#946), an all-to-all at one NIC per rank (nccl-tests#267); NCCL's ring latency {CALL_LATENCY_S * 1e6:g} us per call + {HOP_LATENCY_S["intra"] * 1e6:g} us per ring step
   inside a node and {HOP_LATENCY_S["network"] * 1e6:g} us per step that crosses nodes (2(k-1) of an all-reduce's 2(n-1)
   steps over k nodes; NCCL `tuning.cc`); DDP all-reduces
   once per step, ZeRO-2 reduce-scatters every micro batch, ZeRO-3/FSDP all-gathers the weights in forward and
@@ -572,9 +574,15 @@ def _scaleout() -> None:
         "(`ddp_bucket_cap_mb: 25`) in its own call, each paying NCCL's ring latency over 128 ranks; a tied embedding's fp32 "
         "gradient is all-reduced between the first and last pipeline stage after the backward (nanotron's "
         "`sync_tied_weights_gradients`, Megatron-LM's `_allreduce_word_embedding_grads`). With it the 64-node "
-        "cells of 3.57B and 8.86B are within 15% (were 1.8-3.5x slower than the model); 1.34B (TP 2 x PP 2) stays 1.6x "
-        "and 80B (TP 16 over two nodes) 1.4x; the 80B cell on 4 nodes (TP 8 x PP 4, its memory matched) stays 2.9x, cause "
-        "not found. The Llama 3 405B rows run the paper's interleaved schedule with V = 8 (sec. 3.3.2: a "
+        "cells of 3.57B and 8.86B are within 21% (were 1.8-3.5x slower than the model); 1.34B (TP 2 x PP 2) stays 1.7x "
+        "and 80B (TP 16 over two nodes) 1.5x; the 80B cell on 4 nodes (TP 8 x PP 4, its memory matched) stays 3.2x, cause "
+        "not found. Their TP runs as nanotron's benchmark ran it, `tp_linear_async_communication` with `tp_mode: "
+        "REDUCE_SCATTER` (huggingface/nanotron@e24d2483 `parallel/tensor_parallel/functional.py`): each "
+        "sequence-parallel collective beside one GEMM (the column-parallel forward all-gather beside the rank's own "
+        "shard, 1/TP of the linear's forward; the backward re-gather beside the input-gradient GEMM; the input-gradient "
+        "reduce-scatter beside the weight-gradient GEMM; the row-parallel output-gradient all-gather beside 1/TP of its "
+        "input-gradient GEMM), the row-parallel forward reduce-scatter blocking; hiding that predicts these rows 3-36 "
+        "points faster than timing it blocking did (further from the measurements but for 3.57B on 64 nodes). The Llama 3 405B rows run the paper's interleaved schedule with V = 8 (sec. 3.3.2: a "
         "chunk is one layer, the first holding only the embedding, the last only the output), bubble (PP-1)/(V*M): "
         "within 2% at 8K, 16% slow at 128K (CP 16; its recompute is not stated). Megatron-LM's 2021 A100 table and "
         "Korthikanti et al. ran before FlashAttention: their attention is the full s x s square through Megatron's fused "

@@ -70,7 +70,9 @@ class Collective(NamedTuple):
     a node (a ring over k nodes crosses the network k times: :func:`engine.time.collectives.data_parallel_link`).
     ``after_step``: it runs blocking outside the pipelined compute (after the last backward or the optimizer step),
     so nothing hides it; ``host_ops``: host-launched ops per call around the collective (a framework's Python loop
-    copying each gathered slice into its tensor), each at :data:`engine.time.overhead.SECONDS_PER_KERNEL`."""
+    copying each gathered slice into its tensor), each at :data:`engine.time.overhead.SECONDS_PER_KERNEL`.
+    ``beside``: for the sequence-parallel TP collectives, the GEMM an asynchronous TP linear runs the call beside
+    (:data:`TP_WINDOWS`; "" for the ones it runs blocking), one call per block for attention and one for the MLP."""
 
     dimension: str
     name: str
@@ -84,6 +86,7 @@ class Collective(NamedTuple):
     ranks_per_node: int = 1
     after_step: bool = False
     host_ops: int = 0
+    beside: str = ""
 
     @property
     def bytes_per_rank(self) -> float:
@@ -119,6 +122,26 @@ class DataParallelSync(NamedTuple):
     gather_copies: bool = False
     tensors_per_layer: int = 0
     half_gradients_per_backward: bool = False
+
+
+TP_WINDOWS = ("column_forward", "column_dgrad", "column_wgrad", "row_dgrad")
+"""The GEMMs nanotron's asynchronous TP linears (``tp_linear_async_communication`` with ``tp_mode:
+REDUCE_SCATTER``) run a sequence-parallel collective beside, read in huggingface/nanotron@e24d2483
+``src/nanotron/parallel/tensor_parallel/functional.py`` (``CUDA_DEVICE_MAX_CONNECTIONS=1`` orders the launches):
+
+- ``column_forward``: ``_ColumnLinearAsyncCommunication.forward`` starts the input all-gather (``async_op=True``) and
+  meanwhile multiplies only the rank's own input shard (``same_device_shard``: 1/TP of the tokens) before
+  ``handle.wait()``; the other shards' GEMMs need the gathered input. Window: 1/TP of the linear's forward GEMM.
+- ``column_dgrad``: its backward re-gathers the input (``tp_recompute_allgather``, default True) asynchronously while
+  ``grad_output.matmul(weight)`` computes the input gradient. Window: the whole input-gradient GEMM.
+- ``column_wgrad``: the input gradient's ``reduce_scatter_tensor(async_op=True)`` runs while
+  ``grad_output.t().matmul(total_tensor)`` computes the weight gradient. Window: the whole weight-gradient GEMM.
+- ``row_dgrad``: ``_RowLinearAsyncCommunication.backward`` starts the output-gradient all-gather and meanwhile
+  computes only the rank's own shard of the input gradient; the weight gradient needs the gathered gradient.
+  Window: 1/TP of the input-gradient GEMM.
+
+The row-parallel forward reduce-scatter (``differentiable_reduce_scatter_sum`` right after ``F.linear``) is blocking
+in both paths; so are the vocabulary-parallel embedding's and the loss's collectives."""
 
 
 def _stage_tensors(sync: DataParallelSync, n_layers: int, stage: int, stages: int) -> int:
@@ -226,10 +249,23 @@ def model_parallel_collectives(arch: Architecture, layout: Layout, split: Parame
             out.append(Collective("tp", "sequence-parallel output-gradient all-gathers (bwd)", "all_gather", act,
                                   2 * n_layers * m, t, tp_link, False, "torch.distributed.tensor.parallel RowwiseParallel", tp_rpn))
         elif layout.sequence_parallel:
-            out.append(Collective("tp", "sequence-parallel all-gathers (fwd, bwd, wgrad re-gather)", "all_gather", act,
-                                  fwd + 4 * n_layers * m, t, tp_link, False, "Megatron tensor_parallel/mappings.py, layers.py", tp_rpn))
-            out.append(Collective("tp", "sequence-parallel reduce-scatters (fwd, bwd)", "reduce_scatter", act,
-                                  fwd + 2 * n_layers * m, t, tp_link, False, "Megatron tensor_parallel/mappings.py", tp_rpn))
+            # One call per block for attention and one for the MLP of each: the column-parallel inputs gathered in
+            # forward (and recompute), re-gathered in backward for the weight gradient, the row-parallel output
+            # gradients gathered in backward; the row outputs reduce-scattered in forward, the column input gradients
+            # in backward. Each tagged with the GEMM an asynchronous TP linear runs it beside (TP_WINDOWS).
+            bwd = 2 * n_layers * m
+            for name, kind, count, beside, src in (
+                    ("sequence-parallel all-gathers (column inputs, fwd" + (" + recompute)" if full else ")"),
+                     "all_gather", fwd, "column_forward", "Megatron tensor_parallel/mappings.py"),
+                    ("sequence-parallel all-gathers (column inputs re-gathered for wgrad, bwd)", "all_gather", bwd,
+                     "column_dgrad", "Megatron tensor_parallel/layers.py"),
+                    ("sequence-parallel all-gathers (row output gradients, bwd)", "all_gather", bwd, "row_dgrad",
+                     "Megatron tensor_parallel/mappings.py"),
+                    ("sequence-parallel reduce-scatters (row outputs, fwd" + (" + recompute)" if full else ")"),
+                     "reduce_scatter", fwd, "", "Megatron tensor_parallel/mappings.py"),
+                    ("sequence-parallel reduce-scatters (column input gradients, bwd)", "reduce_scatter", bwd,
+                     "column_wgrad", "Megatron tensor_parallel/mappings.py")):
+                out.append(Collective("tp", name, kind, act, count, t, tp_link, False, src, tp_rpn, beside=beside))
         else:
             out.append(Collective("tp", "tensor-parallel all-reduces (2 fwd + 2 bwd per block)", "all_reduce", act,
                                   fwd + 2 * n_layers * m, t, tp_link, False, "Shoeybi et al. 2019 sec. 3", tp_rpn))

@@ -55,7 +55,7 @@ def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, clus
                     fp8: Fp8Recipe | None = None, ctx: Context | None = None, master_weights: bool = False,
                     fused_kernels: bool = False, tp_comm_overlap: bool = False, dtensor_tp: bool = False,
                     fp8_all_gather: bool | None = None, dp_sync: DataParallelSync | None = None,
-                    zero_stages: tuple[int, ...] = ZERO_STAGES) -> LayoutEstimate:
+                    async_tp_linears: bool = False, zero_stages: tuple[int, ...] = ZERO_STAGES) -> LayoutEstimate:
     """Memory, Megatron's formula, collectives and (with ``cluster``) step time of ``layout``. ``master_weights``: the
     16-bit model with fp32 master weights of Megatron-LM / torchtitan (:class:`engine.scaleout.memory.Context`);
     ``fused_kernels`` (torch.compile, Megatron-LM's fused kernels) and ``tp_comm_overlap`` (Megatron-LM
@@ -65,7 +65,8 @@ def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, clus
     ``Fp8Recipe.TORCHAO_ROWWISE``, gathers in bf16: torchtitan's float8 converter enables the FP8 all-gather for
     tensorwise scaling only); ``dp_sync``: the framework's data-parallel sync where it is not the default
     (:class:`engine.scaleout.comm_volumes.DataParallelSync`): its collectives and the memory it holds (a ``ctx``
-    passed in brings its own); ``zero_stages``: the ZeRO stages the framework runs
+    passed in brings its own); ``async_tp_linears``: the TP overlap is nanotron's asynchronous TP linears
+    (:func:`engine.scaleout.step_time.comm_sums`); ``zero_stages``: the ZeRO stages the framework runs
     (:attr:`engine.scaleout.frameworks.Framework.zero_stages`).
 
     Raises:
@@ -89,6 +90,6 @@ def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, clus
     time = None
     if cluster is not None:
         time = step_time(arch, layout, cluster, cols, ctx, mem.max_stage.parameters, fp8, fused_kernels=fused_kernels,
-                         tp_comm_overlap=tp_comm_overlap)
+                         tp_comm_overlap=tp_comm_overlap, async_tp_linears=async_tp_linears)
     return LayoutEstimate(layout=layout, memory=mem, megatron=megatron_for(arch, scenario, layout),
                           collectives=tuple(cols), bubble_fraction=bubble_fraction(layout), time=time)

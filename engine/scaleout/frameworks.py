@@ -56,6 +56,9 @@ class Framework:
       (:class:`engine.scaleout.comm_volumes.DataParallelSync`).
     - ``tp_comm_overlap_available`` / ``tp_comm_overlap``: whether it can run the TP collectives under the GEMMs,
       and whether it does so unless told otherwise.
+    - ``async_tp_linears``: its TP overlap is asynchronous TP linears, not a fused all-gather-matmul: each
+      sequence-parallel collective runs beside the one GEMM its linear computes meanwhile, the row-parallel forward
+      reduce-scatter blocking (:data:`engine.scaleout.comm_volumes.TP_WINDOWS`, :func:`engine.scaleout.step_time.comm_sums`).
     - ``master_weights``: it trains a 16-bit model with fp32 master weights (:class:`engine.scaleout.memory.Context`);
       None: no framework default (the caller's).
     - ``fp8_recipe``: the FP8 recipe its FP8 training uses (:class:`engine.scaleout.fp8.Fp8Recipe`).
@@ -71,6 +74,7 @@ class Framework:
     dp_sync: DataParallelSync | None = None
     tp_comm_overlap_available: bool = True
     tp_comm_overlap: bool = False
+    async_tp_linears: bool = False
     master_weights: bool | None = None
     fp8_recipe: Fp8Recipe = Fp8Recipe.TE
     zero_stages: tuple[int, ...] = ZERO_STAGES
@@ -85,7 +89,8 @@ class Framework:
         parts = [("fused kernels" if self.fused_kernels else "unfused elementwise kernels"),
                  *(["DTensor TP (each gathered input kept for backward)"] if self.dtensor_tp else []),
                  *(["its own data-parallel sync and what it holds"] if self.dp_sync else []),
-                 ("TP overlap " + ("on by default" if self.tp_comm_overlap else "available, off by default")
+                 ("TP overlap" + (" (asynchronous TP linears: each collective beside one GEMM)" if self.async_tp_linears
+                                  else "") + (" on by default" if self.tp_comm_overlap else " available, off by default")
                   if self.tp_comm_overlap_available else "no TP overlap"),
                  *(["16-bit model + fp32 master weights"] if self.master_weights else []),
                  *([f"ZeRO-{'/'.join(map(str, self.zero_stages))} only"] if self.zero_stages != ZERO_STAGES else [])]
@@ -93,7 +98,7 @@ class Framework:
 
     def layout_settings(self, fused_kernels: bool = False, tp_comm_overlap: bool | None = None) -> dict:
         """The keywords of :func:`engine.scaleout.estimate.estimate_layout` this framework sets (``fused_kernels``,
-        ``tp_comm_overlap``, ``dtensor_tp``, ``dp_sync``, ``zero_stages``); ``fused_kernels`` True turns fused kernels on whatever the
+        ``tp_comm_overlap``, ``dtensor_tp``, ``dp_sync``, ``async_tp_linears``, ``zero_stages``); ``fused_kernels`` True turns fused kernels on whatever the
         framework (torch.compile); ``tp_comm_overlap`` None: the framework's default.
 
         Raises:
@@ -103,7 +108,8 @@ class Framework:
             raise ScenarioError(f"TP communication overlap: {self.label} does not overlap its TP collectives with the GEMMs")
         return {"fused_kernels": bool(fused_kernels or self.fused_kernels),
                 "tp_comm_overlap": self.tp_comm_overlap if tp_comm_overlap is None else bool(tp_comm_overlap),
-                "dtensor_tp": self.dtensor_tp, "dp_sync": self.dp_sync, "zero_stages": self.zero_stages}
+                "dtensor_tp": self.dtensor_tp, "dp_sync": self.dp_sync, "async_tp_linears": self.async_tp_linears,
+                "zero_stages": self.zero_stages}
 
 
 _MEGATRON_FUSED = ("Megatron-LM core_v0.14.0 (23e00ed0) megatron/training/arguments.py: the fusions are on unless "
@@ -139,13 +145,18 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                                           "parameters sharded, bf16 compute copies"),
                        ("fp8_recipe", "torchtitan's float8 converter runs torchao.float8 (tensorwise by default)"))),
     Framework(name="nanotron", label="nanotron", fused_kernels=True, dp_sync=NANOTRON_DP_SYNC, master_weights=True,
-              zero_stages=(0, 1),
+              async_tp_linears=True, zero_stages=(0, 1),
               sources=(("fused_kernels", "huggingface/nanotron@03b83fc8 src/nanotron/models/llama.py: TritonRMSNorm, "
                                          "flash_attn.layers.rotary.RotaryEmbedding, fused qkv_proj and gate_up_proj"),
                        ("dp_sync", "NANOTRON_DP_SYNC (huggingface/nanotron@e24d2483 trainer.py, "
                                    "optim/gradient_accumulator.py, optim/zero.py)"),
-                       ("tp_comm_overlap", "nanotron's asynchronous column-parallel linear "
-                                           "(ParallelismArgs.tp_linear_async_communication, opt-in)"),
+                       ("tp_comm_overlap", "nanotron's asynchronous TP linears (huggingface/nanotron@e24d2483 "
+                                           "config/parallelism_config.py ParallelismArgs.tp_linear_async_communication: "
+                                           "default False, opt-in; scripts/scaling_benchmarks.py turns it on with "
+                                           "tp_mode REDUCE_SCATTER)"),
+                       ("async_tp_linears", "huggingface/nanotron@e24d2483 parallel/tensor_parallel/functional.py "
+                                            "_ColumnLinearAsyncCommunication, _RowLinearAsyncCommunication: each "
+                                            "collective beside one GEMM (engine.scaleout.comm_volumes.TP_WINDOWS)"),
                        ("master_weights", "FP32GradientAccumulator: fp32 gradients and weights beside the bf16 "
                                           "model (huggingface/nanotron@e24d2483 optim/gradient_accumulator.py)"),
                        ("fp8_recipe", "no FP8 training in nanotron's benchmarks; TransformerEngine named as the "

@@ -77,12 +77,16 @@ ZERO = Passes((0.0,) * 3, (0.0,) * 3, (0.0,) * 3, (0.0,) * 3)
 
 class StageCompute(NamedTuple):
     """One rank of one pipeline stage in one micro batch: GPU seconds by category (``breakdown_s``, with
-    ``overhead`` = launch-bound host time beyond the GPU's), forward and backward GPU seconds, attention seconds."""
+    ``overhead`` = launch-bound host time beyond the GPU's), forward and backward GPU seconds, attention seconds;
+    ``tp_windows``: the GEMM seconds an asynchronous TP linear hides each kind of sequence-parallel collective
+    under (:func:`tp_windows`), one (attention, MLP) pair per name of
+    :data:`engine.scaleout.comm_volumes.TP_WINDOWS`, for the stage's blocks in one micro batch."""
 
     breakdown_s: dict[str, float]
     forward_s: float
     backward_s: float
     attention_s: float
+    tp_windows: tuple[tuple[float, float], ...] = ((0.0, 0.0),) * 4
 
     @property
     def total_s(self) -> float:
@@ -98,6 +102,7 @@ class _Work(NamedTuple):
     block_kernels: float
     rec_kernels: float  # per block
     backward_host_factor: float  # backward kernels' host time / the forward's (engine.time.overhead)
+    tp_windows: tuple[tuple[float, float], ...] = ((0.0, 0.0),) * 4  # per block (tp_windows)
 
 
 _CACHE: dict[tuple, tuple[Architecture, _Work]] = {}
@@ -144,6 +149,41 @@ def rank_gemms(arch: Architecture, sc: Scenario, layout: Layout, c: int) -> list
         # half is r / h of the base GEMM's work and is counted as sharded too).
         out += [(g._replace(copies=g.copies / (L * tp)), False, 0.0) for g in step_gemms(arch, sc, c) if g.part == "lora"]
     return out
+
+
+def tp_windows(arch: Architecture, sc: Scenario, layout: Layout, c: int, rate: float, bw: float,
+               sms: int) -> tuple[tuple[float, float], ...]:
+    """Per block and micro batch on one rank, the GEMM seconds beside which nanotron's asynchronous TP linears run
+    each kind of sequence-parallel collective (:data:`engine.scaleout.comm_volumes.TP_WINDOWS`, read in
+    huggingface/nanotron@e24d2483 ``parallel/tensor_parallel/functional.py``), as (attention, MLP) pairs: 1/TP of
+    the column-parallel linears' forward GEMM (only the rank's own input shard is multiplied while the all-gather
+    runs), their whole input-gradient and weight-gradient GEMMs, 1/TP of the row-parallel linears' input-gradient
+    GEMM. Shapes as :func:`rank_gemms` (TP-sharded, CP-split tokens; the routed experts and the router are not TP
+    linears: no window), each GEMM timed alone on the roofline at ``rate`` with the occupancy bound. All zero
+    without TP."""
+    tp = layout.tensor_parallel
+    if tp == 1:
+        return ((0.0, 0.0),) * 4
+    t = sc.tokens_per_micro_batch / layout.context_parallel
+    rows, L = row_parallel(arch), arch.num_layers
+    sums = {(w, r): 0.0 for w in range(4) for r in ("attention", "mlp")}
+    for lin in arch.layer_linears:
+        routed = lin.count > 1 and arch.num_experts > 0
+        if routed or (arch.num_experts and lin.out_features == arch.num_experts) or lin.role not in ("attention", "mlp"):
+            continue
+        copies = lin.count * lin.blocks(L) / L
+        row = lin.module in rows
+        n, k = (lin.out_features, _split(lin.in_features, tp)) if row else (_split(lin.out_features, tp), lin.in_features)
+        sec = lambda g: _gemm_seconds([g], rate, bw, sms)  # noqa: E731
+        dgrad = sec(Gemm("block", "backward", t, k, n, copies, c))
+        if row:
+            sums[3, lin.role] += dgrad / tp
+        else:
+            sums[0, lin.role] += sec(Gemm("block", "forward", t, n, k, copies, c)) / tp
+            sums[1, lin.role] += dgrad
+            if sc.method is Method.FULL:
+                sums[2, lin.role] += sec(Gemm("block", "backward", k, n, t, copies, c))
+    return tuple((sums[w, "attention"], sums[w, "mlp"]) for w in range(4))
 
 
 def _gemm_seconds(gemms: list[Gemm], rate: float, bw: float, sms: int) -> float:
@@ -238,7 +278,9 @@ def _work(arch: Architecture, sc: Scenario, layout: Layout, gpu: Gpu, rates: Gpu
 
     k = layer_kernels(arch, sc, kernel, fused)
     rec_k = k if (full or op_sac) else (1.0 if kernel in FUSED_KERNELS else 6.0) if rec is Recompute.SELECTIVE else 0.0
-    w = _Work(block, head, embed, k, rec_k, backward_host_factor(sc.framework is Framework.HF, fused))
+    wins = tp_windows(arch, sc, layout, 1 if fp8_rate else c, fp8_rate or mm, bw, sms) if layout.sequence_parallel \
+        else ((0.0, 0.0),) * 4
+    w = _Work(block, head, embed, k, rec_k, backward_host_factor(sc.framework is Framework.HF, fused), wins)
     if len(_CACHE) >= _CACHE_SIZE:
         _CACHE.clear()
     _CACHE[key] = (arch, w)
@@ -291,7 +333,11 @@ def _stage(w: _Work, layout: Layout, n: int, first: bool, last: bool) -> StageCo
     host = max(0.0, k_fwd * SECONDS_PER_KERNEL - fwd) + max(0.0, k_bwd * SECONDS_PER_KERNEL - bwd)
     breakdown = {name: sum(getattr(total, name)) for name in Passes._fields}
     breakdown["overhead"] = host
-    return StageCompute(breakdown, fwd, bwd, sum(total.attention))
+    # The column-parallel forward window twice with full recompute (the recomputed forward gathers again).
+    reruns = 2.0 if layout.recompute is Recompute.FULL else 1.0  # as comm_volumes counts the recompute's gathers
+    wins = tuple((a * n * (reruns if i == 0 else 1.0), b * n * (reruns if i == 0 else 1.0))
+                 for i, (a, b) in enumerate(w.tp_windows))
+    return StageCompute(breakdown, fwd, bwd, sum(total.attention), wins)
 
 
 _FLOPS: dict[tuple, tuple[Architecture, float]] = {}

@@ -124,10 +124,11 @@ def _cheapest_price(cluster: Cluster) -> float | None:
 def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, global_batch: int,
                    fp8: Fp8Recipe | None = None, usd_per_gpu_hour: float | None = None, master_weights: bool = True,
                    fused_kernels: bool = False, tp_comm_overlap: bool = False, dtensor_tp: bool = False,
-                   dp_sync: DataParallelSync | None = None, zero_stages: tuple[int, ...] = ZERO_STAGES) -> list[Candidate]:
+                   dp_sync: DataParallelSync | None = None, async_tp_linears: bool = False,
+                   zero_stages: tuple[int, ...] = ZERO_STAGES) -> list[Candidate]:
     """Every candidate layout with its verdict; the ones that fit first, fastest first. ``master_weights`` (default:
     the 16-bit model with fp32 master weights that Megatron-LM and torchtitan run): see
-    :class:`engine.scaleout.memory.Context`; ``fused_kernels``, ``tp_comm_overlap``, ``dtensor_tp``: the framework's
+    :class:`engine.scaleout.memory.Context`; ``fused_kernels``, ``tp_comm_overlap``, ``dtensor_tp``, ``async_tp_linears``: the framework's
     settings as :func:`engine.scaleout.estimate.estimate_layout` takes them (:class:`engine.scaleout.frameworks.Framework`),
     with its own data-parallel sync (``dp_sync``: collectives and memory), the same for every layout searched;
     ``zero_stages``: the ZeRO stages the framework runs, the only ones tried.
@@ -144,7 +145,8 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
     price = usd_per_gpu_hour if usd_per_gpu_hour is not None else _cheapest_price(cluster)
     with _cyclic_gc_paused():
         return _ranked(_evaluated(arch, scenario, cluster, global_batch, fp8, price, master_weights,
-                                  _Settings(fused_kernels, tp_comm_overlap, dtensor_tp, dp_sync, tuple(zero_stages))))
+                                  _Settings(fused_kernels, tp_comm_overlap, dtensor_tp, dp_sync, async_tp_linears,
+                                            tuple(zero_stages))))
 
 
 @contextmanager
@@ -261,6 +263,7 @@ class _Settings(NamedTuple):
     tp_comm_overlap: bool = False
     dtensor_tp: bool = False
     dp_sync: DataParallelSync | None = None
+    async_tp_linears: bool = False
     zero_stages: tuple[int, ...] = ZERO_STAGES
 
 
@@ -295,7 +298,8 @@ class _Steps:
         sums = self._sums.get(pair)
         if sums is None:
             sums = self._sums[pair] = comm_sums(mp[0] + dp[0], mp[1] + dp[1], layout, st.tp_comm_overlap,
-                                                overlap_tp_all_gathers=self.fp8 is None or self.fp8.fuses_tp_all_gathers)
+                                                overlap_tp_all_gathers=self.fp8 is None or self.fp8.fuses_tp_all_gathers,
+                                                async_tp_linears=st.async_tp_linears)
         held = ctx.stage(layout, stage).local  # the rank's parameters (engine.scaleout.partition)
         return step_seconds(arch, layout, cluster, sums, ctx, held, self.fp8, fused_kernels=st.fused_kernels)
 

@@ -7,7 +7,8 @@
 - **communication** (:func:`collective_seconds`): each collective of :mod:`engine.scaleout.comm_volumes` with
   :mod:`engine.time.collectives`' ring formulas over the group's link (:meth:`Cluster.link`: NVLink / NVSwitch or
   PCIe inside a node, the network across nodes, a ring over k nodes crossing it k times). Collectives on the
-  critical path (TP, EP, PP; TP overlapped under the GEMMs with ``tp_comm_overlap``) add up; those frameworks overlap with compute (DP gradients and weight gathers, FSDP,
+  critical path (TP, EP, PP; TP overlapped under the GEMMs with ``tp_comm_overlap``, or with nanotron's asynchronous
+  TP linears each beside one GEMM) add up; those frameworks overlap with compute (DP gradients and weight gathers, FSDP,
   the CP ring) cost only what :func:`engine.time.collectives.exposed_seconds` leaves of them beside the compute
   they run under: FSDP's gathers under each micro batch's forward and backward, DP gradient traffic under the last
   micro batch's backward, the distributed optimizer's weight all-gather under the first forward, the CP ring under
@@ -34,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine.hardware.gpus import Gpu
 from engine.memory.activations import attention_kernel
 from engine.model.architecture import Architecture
-from engine.scaleout.comm_volumes import Collective, Link, bubble_fraction
+from engine.scaleout.comm_volumes import TP_WINDOWS, Collective, Link, bubble_fraction
 from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.layout import Layout
 from engine.scaleout.memory import Context
@@ -97,8 +98,10 @@ def _ring_link_at(cluster: Cluster, n: int, per_node: int, network_efficiency: f
     nic = cluster.inter_node_gbits / 8 * 1e9 * network_efficiency
     link = cc.data_parallel_link(cluster.gpu, n, per_node, network_bytes_per_s=nic)
     if cluster.intra_node_gbps is not None and not link.name.startswith("InfiniBand"):
-        return cc.Link(name="intra-node (given)", bus_bytes_per_s=cluster.intra_node_gbps * 1e9 * cc.NVLINK_BUS_EFFICIENCY,
-                       nodes=link.nodes)
+        given = cluster.intra_node_gbps * 1e9 * cc.NVLINK_BUS_EFFICIENCY
+        return cc.Link(name="intra-node (given)", bus_bytes_per_s=given, nodes=link.nodes,
+                       all_reduce_bytes_per_s=min(given, link.all_reduce_bytes_per_s) if link.all_reduce_bytes_per_s else None,
+                       all_to_all_bytes_per_s=min(given, link.all_to_all_bytes_per_s) if link.all_to_all_bytes_per_s else None)
     return link
 
 
@@ -196,20 +199,32 @@ class CommSums(NamedTuple):
     ring: float
     tp: float
     after: float = 0.0
+    beside: tuple[float, ...] = (0.0,) * 4
 
 
 def comm_sums(cols: list[Collective], seconds: list[float], layout: Layout, tp_comm_overlap: bool,
-              overlap_tp_all_gathers: bool = True) -> CommSums:
+              overlap_tp_all_gathers: bool = True, async_tp_linears: bool = False) -> CommSums:
     """:class:`CommSums` of ``cols`` (their :func:`collective_seconds` in ``seconds``). Reads of the layout only its
     micro batches, ZeRO stage and PP degree (the layout search shares the sums between layouts with the same
     data-parallel collectives, whose key holds all three).
     ``overlap_tp_all_gathers`` False: with ``tp_comm_overlap`` only the TP reduce-scatters run under the GEMMs (async
-    TP with torchao's row-wise float8, whose all-gather-matmuls are not fused: pytorch/pytorch#149990)."""
+    TP with torchao's row-wise float8, whose all-gather-matmuls are not fused: pytorch/pytorch#149990).
+    ``async_tp_linears`` (with ``tp_comm_overlap``): the overlap is nanotron's asynchronous TP linears, not a fused
+    all-gather-matmul: each sequence-parallel collective runs beside the one GEMM its linear computes meanwhile
+    (``Collective.beside``, summed per :data:`engine.scaleout.comm_volumes.TP_WINDOWS` kind into ``beside``); the
+    others (the row-parallel forward reduce-scatters, the embedding's all-reduce, TP without sequence parallelism)
+    stay on the critical path."""
     m = layout.micro_batches
     critical = per_f = per_b = start = end = ring = tp = after = 0.0
+    beside = [0.0] * len(TP_WINDOWS)
     for col, s in zip(cols, seconds):
         if col.after_step:
             after += s
+        elif tp_comm_overlap and async_tp_linears and col.dimension == "tp":
+            if col.beside:
+                beside[TP_WINDOWS.index(col.beside)] += s
+            else:
+                critical += s
         elif tp_comm_overlap and col.dimension == "tp" and (overlap_tp_all_gathers or col.kind != "all_gather"):
             tp += s
         elif not col.overlapped:
@@ -225,7 +240,7 @@ def comm_sums(cols: list[Collective], seconds: list[float], layout: Layout, tp_c
             start += s  # the updated (or, FSDP + PP, the stage's) weights, before the first forward
         else:
             end += s  # gradients, after the last micro batch's backward
-    return CommSums(critical, per_f, per_b, start, end, ring, tp, after)
+    return CommSums(critical, per_f, per_b, start, end, ring, tp, after, tuple(beside))
 
 
 def _hidden(sums: CommSums, m: int, st: StageCompute) -> float:
@@ -233,7 +248,17 @@ def _hidden(sums: CommSums, m: int, st: StageCompute) -> float:
     fwd, bwd = st.forward_s, st.backward_s
     return (m * (cc.exposed_seconds(sums.per_forward, fwd) + cc.exposed_seconds(sums.per_backward, bwd))
             + cc.exposed_seconds(sums.start, fwd) + cc.exposed_seconds(sums.end, bwd)
-            + cc.exposed_seconds(sums.ring, st.attention_s * m) + cc.exposed_seconds(sums.tp, st.breakdown_s["matmul"] * m))
+            + cc.exposed_seconds(sums.ring, st.attention_s * m) + cc.exposed_seconds(sums.tp, st.breakdown_s["matmul"] * m)
+            + _beside_linears(sums.beside, m, st))
+
+
+def _beside_linears(beside: tuple[float, ...], m: int, st: StageCompute) -> float:
+    """Exposed seconds of the collectives nanotron's asynchronous TP linears run beside one GEMM each
+    (:func:`comm_sums` ``async_tp_linears``): per :data:`~engine.scaleout.comm_volumes.TP_WINDOWS` kind, half its
+    calls at attention's linear and half at the MLP's (one each per block), each half against that linear's window
+    (:func:`engine.scaleout.rank_compute.tp_windows`) with :func:`engine.time.collectives.exposed_seconds`."""
+    return sum(cc.exposed_seconds(s / 2, m * a) + cc.exposed_seconds(s / 2, m * b)
+               for s, (a, b) in zip(beside, st.tp_windows) if s > 0)
 
 
 def _optimizer(ctx: Context, layout: Layout, rank_parameters: float) -> tuple[float, int]:
@@ -312,7 +337,7 @@ def step_seconds(arch: Architecture, layout: Layout, cluster: Cluster, sums: Com
 
 def step_time(arch: Architecture, layout: Layout, cluster: Cluster, collectives: list[Collective], ctx: Context,
               rank_parameters: float, fp8: Fp8Recipe | None = None, *, fused_kernels: bool = False,
-              tp_comm_overlap: bool = False) -> StepTime:
+              tp_comm_overlap: bool = False, async_tp_linears: bool = False) -> StepTime:
     """Step time of ``layout`` on ``cluster`` (see the module docstring). ``ctx``: the layout's shared estimate
     (:class:`engine.scaleout.memory.Context`: the rank's scenario and the one-GPU bytes of the optimizer's
     tensors); ``collectives`` of one rank (:func:`engine.scaleout.comm_volumes.step_collectives`);
@@ -320,7 +345,9 @@ def step_time(arch: Architecture, layout: Layout, cluster: Cluster, collectives:
     kernels (:mod:`engine.time.memory_bound`); ``tp_comm_overlap``: the TP collectives run under the GEMMs next to
     them (Megatron-LM ``--tp-comm-overlap`` with TransformerEngine's userbuffers, torchtitan's AsyncTP), so only what
     :func:`engine.time.collectives.exposed_seconds` leaves of them beside the step's matmul time counts (with
-    torchao's row-wise float8 only the reduce-scatters: its all-gather-matmuls are not fused, pytorch/pytorch#149990).
+    torchao's row-wise float8 only the reduce-scatters: its all-gather-matmuls are not fused, pytorch/pytorch#149990);
+    ``async_tp_linears``: that overlap is nanotron's asynchronous TP linears, each collective beside one GEMM
+    (:func:`comm_sums`).
 
     Raises:
         ValueError: no catalog peak for the compute dtype on the cluster's GPU.
@@ -328,7 +355,7 @@ def step_time(arch: Architecture, layout: Layout, cluster: Cluster, collectives:
     gpu, sc = cluster.gpu, ctx.compute_sc
     seconds = [collective_seconds(c, cluster) for c in collectives]
     sums = comm_sums(collectives, seconds, layout, tp_comm_overlap,
-                     overlap_tp_all_gathers=fp8 is None or fp8.fuses_tp_all_gathers)
+                     overlap_tp_all_gathers=fp8 is None or fp8.fuses_tp_all_gathers, async_tp_linears=async_tp_linears)
     s = _step(arch, layout, cluster, sums, ctx, rank_parameters, fp8, fused_kernels)
     st, m, step = s.stage, layout.micro_batches, s.step
     by_dim: dict[str, float] = {}

@@ -79,6 +79,18 @@ class Link(BaseModel):
     hop_latency_s: float = HOP_LATENCY_S["intra"]
     nodes: int = 1
     network_hop_latency_s: float = HOP_LATENCY_S["network"]
+    all_reduce_bytes_per_s: float | None = None
+    all_to_all_bytes_per_s: float | None = None
+
+    @property
+    def all_reduce_bus_bytes_per_s(self) -> float:
+        """Bus bandwidth of an all-reduce (NCCL's tree on 2 nodes beats the ring: :func:`data_parallel_link`)."""
+        return self.all_reduce_bytes_per_s or self.bus_bytes_per_s
+
+    @property
+    def all_to_all_bus_bytes_per_s(self) -> float:
+        """Bus bandwidth of an all-to-all (one NIC per rank across nodes: :func:`data_parallel_link`)."""
+        return self.all_to_all_bytes_per_s or self.bus_bytes_per_s
 
     def call_latency_s(self, steps: int, inter_steps: int = 0) -> float:
         """Latency of one call of ``steps`` ring steps, ``inter_steps`` of them between nodes: base + the inter-node
@@ -129,8 +141,27 @@ def data_parallel_link(gpu: Gpu, num_gpus: int, gpus_per_node: int = GPUS_PER_NO
     Within a node: NVLink (SXM / NVSwitch parts for up to ``gpus_per_node`` GPUs; bridged parts, whose
     ``interconnect`` says "bridge", for 2) at :data:`NVLINK_BUS_EFFICIENCY`, otherwise PCIe at
     :data:`PCIE_BUS_EFFICIENCY` (capped by :data:`CROSS_SOCKET_BYTES_PER_S` beyond :data:`GPUS_PER_PCIE_SWITCH`
-    GPUs, halved without peer-to-peer). Across k nodes the ring's inter-node hops carry ``(k-1)/(n-1)`` of the
-    traffic of each GPU's NIC (ml-engineering network/README.md), so busbw = min(intra, NIC x (n-1)/(k-1)).
+    GPUs, halved without peer-to-peer). Across k nodes, with r of the ring's ranks on each node (the fewest, on
+    a node the ring fills last), each rank driving its own NIC:
+
+    - ring (reduce-scatter, all-gather; all-reduce over 3+ nodes): NCCL's channels cross each node boundary at
+      different GPUs, so every NIC of the node is busy and busbw = min(intra, r x NIC). Check: "On an Nvidia
+      DGX-A100 system we have 8x200Gbit/s IB cards and we measure 192GB/s AllReduce BusBW" (= 8 x 24 GB/s, NVIDIA,
+      github.com/NVIDIA/nccl/issues/812); 4 nodes of 8 B200 with 8 x 50 GB/s EFA, 377-382 GB/s at 4-16 GiB (8 x 48
+      = 384; stas00/ml-engineering@744d01e1 network/README.md "Inter-node speed depends on intra-node speed", where
+      NCCL picked Ring on the 4-node H200 cluster). NCCL has no tree for reduce-scatter and all-gather (NVIDIA/nccl
+      ``src/graph/tuning.cc``: Ring, PAT, NVLS, CollNet only).
+    - all-reduce over exactly 2 nodes: NCCL's tree, which "on 2 nodes ... [has] 2x less traffic on the network than
+      on the intra-node connections ... can go up to ~2x the network speed", and NCCL picks it there for large sizes
+      (NCCL maintainer, github.com/NVIDIA/nccl/issues/946; nccl-tests issue 196): each node sends the payload once
+      over its r NICs, busbw = min(intra, r x NIC x 2(n-1)/n) (= NIC x (n-1) for 8 + 8 GPUs).
+    - all-to-all: "Alltoall cannot aggregate the bandwidth of multiple NICs" (NCCL maintainer,
+      github.com/NVIDIA/nccl-tests/issues/267): each rank sends the (n-r)/n of its data bound off-node over its own
+      NIC, busbw = min(intra, NIC x (n-1)/(n-r)).
+
+    The hierarchical bound NIC x (n-1)/(k-1) (reduce in the node, exchange 1/g of the payload, ml-engineering's
+    model 3) is the 2-node tree's and is above the ring's measured busbw from 3 nodes on (4 nodes: 31/3 x 48 = 496
+    GB/s against 377-382 measured).
     ``network_bytes_per_s``: the NIC's bus bandwidth per GPU (default: a 200 Gb/s NIC, :data:`NIC_BYTES_PER_S`, at the
     fitted :attr:`~engine.time.constants.TimeConstants.network_efficiency`; 0.96 = :data:`NETWORK_BYTES_PER_S`).
     """
@@ -150,10 +181,14 @@ def data_parallel_link(gpu: Gpu, num_gpus: int, gpus_per_node: int = GPUS_PER_NO
         intra, name = pcie, "PCIe" + ("" if gpu.p2p else " (no peer-to-peer: through host memory)")
     nodes = -(-num_gpus // gpus_per_node)
     if nodes > 1:
-        inter = network_bytes_per_s * (num_gpus - 1) / (nodes - 1)
-        if inter < intra:
-            return Link(name=f"InfiniBand between {nodes} nodes", bus_bytes_per_s=inter, nodes=nodes)
-        return Link(name=name + f" ({nodes} nodes)", bus_bytes_per_s=intra, nodes=nodes)
+        n, r = num_gpus, min(per_node, num_gpus - (nodes - 1) * per_node)
+        ring = network_bytes_per_s * r
+        tree = ring * 2 * (n - 1) / n if nodes == 2 else ring
+        a2a = network_bytes_per_s * (n - 1) / (n - r)
+        extra = dict(nodes=nodes, all_reduce_bytes_per_s=min(intra, tree), all_to_all_bytes_per_s=min(intra, a2a))
+        if ring < intra:
+            return Link(name=f"InfiniBand between {nodes} nodes", bus_bytes_per_s=ring, **extra)
+        return Link(name=name + f" ({nodes} nodes)", bus_bytes_per_s=intra, **extra)
     return Link(name=name, bus_bytes_per_s=intra)
 
 
@@ -169,7 +204,7 @@ def all_reduce_seconds(nbytes: float, n: int, link: Link, calls: int = 1) -> flo
     if n <= 1 or nbytes <= 0:
         return 0.0
     steps = 2 * (n - 1)
-    return 2 * (n - 1) / n * nbytes / link.bus_bytes_per_s + calls * link.call_latency_s(
+    return 2 * (n - 1) / n * nbytes / link.all_reduce_bus_bytes_per_s + calls * link.call_latency_s(
         steps, link.inter_node_steps(steps, all_reduce=True))
 
 
@@ -188,8 +223,12 @@ def all_gather_seconds(nbytes: float, n: int, link: Link, calls: int = 1) -> flo
 
 
 def all_to_all_seconds(nbytes: float, n: int, link: Link, calls: int = 1) -> float:
-    """All-to-all of ``nbytes`` per rank (expert parallel token exchange): ``(n-1)/n x S / busbw`` + latency."""
-    return reduce_scatter_seconds(nbytes, n, link, calls)
+    """All-to-all of ``nbytes`` per rank (expert parallel token exchange): ``(n-1)/n x S`` at the link's all-to-all
+    bus bandwidth + the latency of ``n-1`` steps per call."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    return (n - 1) / n * nbytes / link.all_to_all_bus_bytes_per_s + calls * link.call_latency_s(
+        n - 1, link.inter_node_steps(n - 1, all_reduce=False))
 
 
 def exposed_seconds(comm_s: float, compute_s: float, overlap: float = OVERLAP) -> float:

@@ -226,11 +226,13 @@ def run_settings(row: dict) -> tuple[bool, bool]:
     """(fused kernels, TP communication overlapped) as the row's run had them: its framework's default kernels
     (:class:`engine.scaleout.frameworks.Framework` ``fused_kernels``: Megatron-LM, NeMo, nanotron), or torch.compile
     where the row says so ("compile" in its precision or notes: torchtitan's and NeMo AutoModel's runs); TP overlap
-    where the row states it (Megatron ``--tp-comm-overlap``, torchtitan AsyncTP) or its framework runs it by default."""
+    where the row states it (Megatron ``--tp-comm-overlap``, torchtitan AsyncTP, nanotron
+    ``tp_linear_async_communication``) or its framework runs it by default."""
     text = (row["precision"] + " " + row["notes"]).lower()
     fw = row_framework(row)
     fused = fw.fused_kernels or "compile" in text
-    overlap = fw.tp_comm_overlap or "tp-comm-overlap" in text or "asynctp" in text.replace(" ", "")
+    overlap = (fw.tp_comm_overlap or "tp-comm-overlap" in text or "asynctp" in text.replace(" ", "")
+               or "tp_linear_async_communication" in text)
     return fused, overlap
 
 
@@ -308,7 +310,8 @@ def compare_row(row: dict) -> list[RunComparison] | str:
         cluster = Cluster(gpu=gpu, nodes=max(1, world // 8), gpus_per_node=min(8, world), inter_node_gbits=inter)
         fused, tp_overlap = run_settings(row)
         est = estimate_layout(arch, sc, layout, cluster, _fp8(row), master_weights=master, fused_kernels=fused,
-                              tp_comm_overlap=tp_overlap, dtensor_tp=fw.dtensor_tp, dp_sync=fw.dp_sync)
+                              tp_comm_overlap=tp_overlap, dtensor_tp=fw.dtensor_tp, dp_sync=fw.dp_sync,
+                              async_tp_linears=fw.async_tp_linears)
     except EngineError as exc:
         return f"not expressible: {exc}"
     assumed += "; " + "; ".join(x for x in (
@@ -319,7 +322,8 @@ def compare_row(row: dict) -> list[RunComparison] | str:
         f"ZeRO {zero}" + (" (not stated)" if not row["zero_or_fsdp"] else ""),
         f"{inter:g} Gb/s per GPU between nodes",
         "16-bit model with fp32 master weights" if master else f"LoRA rank {sc.lora_r} on every linear, pure bf16",
-        "fused kernels" if fused else "", "TP communication overlapped with the GEMMs" if tp_overlap else "",
+        "fused kernels" if fused else "", ("TP collectives beside one GEMM each (nanotron's asynchronous TP linears; row forward reduce-scatters "
+         "blocking)" if fw.async_tp_linears else "TP communication overlapped with the GEMMs") if tp_overlap else "",
         "nanotron's DP sync (DDP buckets of 25 MiB; ZeRO-1: blocking fp32 all-reduce, bf16 all-gather with per-tensor "
         "copies) and what it holds (fp32 gradients of every parameter, DDP's bf16 bucket copy, each backward's bf16 "
         "gradients, the all-gather's flat copies)" if fw.dp_sync == NANOTRON_DP_SYNC else "") if x)
