@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import plotly.graph_objects as go
@@ -30,6 +31,21 @@ class Curves(NamedTuple):
     counts: list  # the plans of this GPU kind at each count that fits
 
 
+LEGEND_BELOW_PX = 77
+"""Pixels a horizontal legend of the time categories (six by default) takes below the plot, padding included, at Streamlit's
+width for a chart on a 1,400 px window: two rows (plotly.js's ``_pushmargin.legend`` measured in headless Chromium:
+64 px + 10; three rows, 93 px, at 1,100 px, one row, 55 px, at 1,800 px), and 3 px for plotly.js's solving of the
+margins, which came out 1 px over the formula below with 74."""
+
+
+def _legend_below(height: int, t: int = 30, y: float = 0.15) -> int:
+    """The bottom margin that already holds a horizontal legend at ``y`` = -0.15 of the plot's height below it: plotly.js
+    grows the margin to ``y`` × plot height + the legend's (:data:`LEGEND_BELOW_PX`) and then draws the chart again,
+    about 15-30 ms (:data:`ui.charts.LABEL_CHAR_PX`); sized so, the first drawing stands. Solves b = y (height - t - b) +
+    legend for b. A window where the legend wraps to more rows only brings the second drawing back."""
+    return math.ceil((y * (height - t) + LEGEND_BELOW_PX) / (1 + y))
+
+
 def time_stack_figure(rows: list[TechniqueTime]) -> go.Figure:
     """Horizontal stacked bars of each technique's step time per 1,000 tokens by category (ms), labelled with tokens/s.
 
@@ -45,6 +61,7 @@ def time_stack_figure(rows: list[TechniqueTime]) -> go.Figure:
             data.append({"type": "bar", "orientation": "h", "name": label, "y": y, "x": values, "marker": {"color": color},
                          "hovertemplate": f"{label}: %{{x:,.2f}} ms per 1k tokens<extra></extra>"})
     totals = [r.throughput.step_time_s / r.throughput.step.tokens * 1e6 for r in ok]  # type: ignore[union-attr]
+    height = 160 + 34 * len(ok)
     data.append({"type": "scatter", "y": y, "x": totals, "mode": "text", "showlegend": False, "hoverinfo": "skip",
                  "text": [f"  {r.throughput.tokens_per_second:,.0f} tok/s" for r in ok],  # type: ignore[union-attr]
                  "textposition": "middle right", "cliponaxis": False})
@@ -52,8 +69,9 @@ def time_stack_figure(rows: list[TechniqueTime]) -> go.Figure:
                                             "range": [0, max(totals + [1e-9]) * 1.25]},
               "yaxis": {"autorange": "reversed", "automargin": True},
               "legend": {"title": {"text": "Where the time goes"}, "orientation": "h", "y": -0.15},
-              # the row labels' width in advance (ui.charts.LABEL_CHAR_PX): no second drawing to grow the margin
-              "margin": {"t": 30, "b": 10, "r": 20, "l": 12 + label_px(y)}, "height": 160 + 34 * len(ok)}
+              # the row labels' width in advance (ui.charts.LABEL_CHAR_PX) and the legend's below the plot: no second
+              # drawing to grow the margins
+              "margin": {"t": 30, "b": _legend_below(height), "r": 20, "l": 12 + label_px(y)}, "height": height}
     return prebuilt({"data": data, "layout": layout})
 
 
