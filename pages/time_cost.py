@@ -71,8 +71,8 @@ st.caption(
     f"**{md_plain(model.title)}** · {scenario.method.value}, {precision_spec(scenario.precision).label}, micro batch "
     f"{scenario.micro_batch_size} × {scenario.seq_len:,} tokens × {scenario.gradient_accumulation_steps} accumulation"
     f"{', gradient checkpointing' if scenario.gradient_checkpointing else ''} · **{md_plain(plan.label)}**, "
-    f"{STRATEGY_LABELS[strategy]} · attention kernel {tp.attention_kernel} · matmuls at "
-    f"{tp.rates.matmul_flops / 1e12:,.0f} TFLOP/s per GPU ({md_plain(tp.rates.matmul_source)}) · prices: {md_plain(price.source)}"
+    f"{STRATEGY_LABELS[strategy]} · attention kernel {tp.attention_kernel} · matmuls per GPU at "
+    f"{md_plain(tp.rates.matmul_summary)} · prices: {md_plain(price.source)}"
 )
 if cal is not None:
     st.info(f"Calibrated to your run: you measured {cal.measured_tokens_per_second:,.0f} tokens/s, the model predicted "

@@ -213,7 +213,8 @@ def time_cost_sidebar(hw: Hardware) -> TimeCostInputs | None:
         if mode == SIZE_EXAMPLES:
             c1, c2 = st.columns(2)
             examples = int(checked_number(c1, "Examples", "tc_examples", 10_000, step=1_000, below=st))
-            avg = float(checked_number(c2, "Avg. tokens / example", "tc_avg_tokens", 512.0, step=64.0, below=st))
+            avg = float(checked_number(c2, "Tokens / example", "tc_avg_tokens", 512.0, step=64.0, below=st,
+                                             format="%.1f", help="The examples' mean length in tokens"))
             size: dict = {"examples": examples, "avg_tokens": avg}
         else:
             size = {"total_tokens": int(checked_number(st, "Tokens per epoch", "tc_total_tokens", 5_120_000,

@@ -144,6 +144,14 @@ class GpuRates(BaseModel):
     sm_count: int
     hopper: bool = False
 
+    @property
+    def matmul_summary(self) -> str:
+        """The matmul rate the step time uses and where it comes from, one phrase for a caption: "217 TFLOP/s
+        (0.8 x 271 TFLOP/s, measured maximum achievable matmul (MAMF): ...)"."""
+        share = self.matmul_flops / self.achievable_matmul_flops
+        return (f"{self.matmul_flops / 1e12:,.0f} TFLOP/s ({share:g} x {self.achievable_matmul_flops / 1e12:,.0f} "
+                f"TFLOP/s, {self.matmul_source})")
+
 
 def gpu_rates(gpu: Gpu, precision: PrecisionMode) -> GpuRates:
     """:class:`GpuRates` of ``gpu`` for ``precision`` under the constants in force (see the module docstring for
@@ -162,7 +170,9 @@ def _gpu_rates(gpu: Gpu, precision: PrecisionMode, k: TimeConstants) -> GpuRates
         raise ValueError(peak.note)
     measured = {"bf16": gpu.matmul_bf16_tflops, "fp16": gpu.matmul_fp16_tflops}.get(peak.dtype)
     if measured is not None:
-        achievable, source = measured * 1e12, f"measured ({gpu.matmul_source})"
+        # the catalog's citation may already say "measured ..." (a [mamf] row): no second "measured (...)"
+        source = gpu.matmul_source if gpu.matmul_source.lower().startswith("measured") else f"measured ({gpu.matmul_source})"
+        achievable = measured * 1e12
     else:
         frac = MATMUL_FRACTION_OF_PEAK[gpu.vendor]
         achievable, source = peak.flops * frac, f"{frac:g} x the dense {peak.dtype} peak (no published measurement)"

@@ -65,6 +65,15 @@ def test_rtx_4090_matmuls_run_at_their_measured_rate():
     assert "measured" in r.matmul_source and r.peak.flops == pytest.approx(165.2e12)
 
 
+def test_matmul_summary_says_the_rate_used_and_its_source_once():
+    """Time & cost's caption: the rate the step uses, the gemm efficiency times the measured MAMF of the A100 SXM
+    (271.2 TFLOP/s bf16, stas00/ml-engineering@744d01e1's table), its citation said once (not "measured (measured")."""
+    r = gpu_rates(find_gpu("A100 80GB"), "bf16")
+    assert r.matmul_summary.startswith(f"{271.2 * TRAINING_GEMM_EFFICIENCY:,.0f} TFLOP/s ({TRAINING_GEMM_EFFICIENCY:g} x 271 "
+                                       "TFLOP/s, measured maximum achievable matmul (MAMF): stas00/ml-engineering@744d01e1")
+    assert "measured (measured" not in r.matmul_summary and r.matmul_summary.count("measured") == 1
+
+
 def test_gemm_roofline_and_tile_quantization():
     assert tile_efficiency(4096, 4096, 4096) == 1.0
     assert tile_efficiency(4096 + 1, 4096, 4096) == pytest.approx(4097 / 4224)  # one more row costs a whole tile
