@@ -130,7 +130,7 @@ if not plans:
 st.subheader("Compare")
 compare_table(plans, unit)
 st.plotly_chart(memory_compare_figure(plans, unit), width="stretch", key="plans_memory_chart")
-st.caption("Components at each plan's peak on one GPU (before ZeRO-3 sharding); ◆ = the per-GPU peak of the plan's GPUs and strategy.")
+st.caption("Components at each plan's peak on one GPU, before any ZeRO / FSDP sharding over its GPUs; ◆ = the per-GPU peak of the plan's GPUs and strategy.")
 st.plotly_chart(time_cost_compare_figure(plans), width="stretch", key="plans_time_cost_chart")
 
 # --- Export ----------------------------------------------------------------------------------------------------------

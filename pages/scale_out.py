@@ -19,7 +19,7 @@ from engine.units import fmt_bytes
 from ui.catalog_session import session_gpus
 from ui.downloads import csv_bytes
 from ui.formats import fmt_usd
-from ui.inputs import checked_number
+from ui.inputs import checked_number, results_withheld
 from ui.layout import scenario_page
 from ui.scaleout import CHOICES, candidates_table, framework_inputs, layout_from, layout_inputs, stage_bars, use_layout
 from ui.share import write_query_params
@@ -32,6 +32,16 @@ st.caption("Per rank, for Megatron-LM / torchtitan-style training. The sidebar's
            "and optimizer apply; gradient checkpointing is chosen here as Recompute. The product estimates; the "
            "exported settings run the layout on the engine that does it.")
 fields, world, per_node = layout_inputs(arch.num_layers, scenario.micro_batch_size)
+layout_problem = st.empty()  # a layout the engine refuses is said here, next to the inputs that cause it
+
+
+def refuse(reason: object) -> None:
+    """Say why there are no results, under the layout inputs, and stop (every input is drawn by then)."""
+    layout_problem.error(md_plain(reason))
+    results_withheld()
+    st.stop()
+
+
 c1, c2, c3, c4 = st.columns(4)
 gpus = {g.name: g for g in session_gpus()}
 # The cluster's GPU starts as the sidebar's; the layout below (not the sidebar's GPU count and strategy) sizes the run.
@@ -57,8 +67,7 @@ write_query_params(scenario)  # now with the page's own inputs, so the link carr
 fp8 = None if fp8_choice == "off" else Fp8Recipe(fp8_choice)
 layout = layout_from(fields, world)
 if isinstance(layout, str):
-    st.error(md_plain(layout))
-    st.stop()
+    refuse(layout)
 sc = scenario.model_copy(update={"gradient_checkpointing": False})
 cluster = Cluster(gpu=gpu, nodes=max(1, world // per_node), gpus_per_node=min(per_node, world))
 dataset = Dataset(total_tokens=int(dataset_tokens))
@@ -66,8 +75,7 @@ try:
     est = estimate_layout(arch, sc, layout, cluster, fp8, master_weights=master, **settings)
     run = layout_run(est, cluster, dataset, sc.seq_len, CHEAPEST_LISTED)
 except EngineError as exc:
-    st.error(md_plain(exc))
-    st.stop()
+    refuse(exc)
 
 mem = est.memory
 worst = mem.max_stage

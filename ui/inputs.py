@@ -39,6 +39,7 @@ LIMITS: dict[str, tuple[float, float]] = {
 _LAST = "_last_valid_inputs"  # {key: last valid value}
 _STALE = "_stale_inputs"  # [(label, typed, used, reason)] of this run
 _SLOT = "_stale_slot"
+_WITHHELD = "_stale_no_results"  # this run drew no results (the page stopped on a message)
 _BOUNCED = "_bounced_inputs"  # {key: typed number} of whole-number inputs given a fraction, set back on the next run
 
 
@@ -71,6 +72,7 @@ def begin_run() -> None:
     """Forget the previous run's stale inputs (the shell calls this first in every run)."""
     st.session_state[_STALE] = []
     st.session_state.pop(_SLOT, None)
+    st.session_state.pop(_WITHHELD, None)
 
 
 def stale_slot() -> None:
@@ -84,8 +86,18 @@ def _draw_stale() -> None:
     if slot is None or not stale:
         return
     items = "; ".join(f"**{label}** {typed} {reason}, so {used} is used" for label, typed, used, reason in stale)
+    if st.session_state.get(_WITHHELD):
+        slot.warning(f"Inputs out of range: {items}. Fix the marked input.", icon=":material/history:")
+        return
     slot.warning(f"Results below are not for the inputs as shown: {items}. Fix the marked input to update them.",
                  icon=":material/history:")
+
+
+def results_withheld() -> None:
+    """Say that this run draws no results (call it before ``st.stop()`` on a message): the banner of
+    :func:`stale_slot` then lists the out-of-range inputs without claiming that results are drawn below."""
+    st.session_state[_WITHHELD] = True
+    _draw_stale()
 
 
 def checked_number(container: Any, label: str, key: str, default: float, *, step: float, help: str | None = None,

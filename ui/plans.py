@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pandas as pd
@@ -182,16 +183,25 @@ NAME_CHARS = 28
 """Characters of a plan name on an axis; the hover shows the whole name."""
 
 
+_COPY_SUFFIX = re.compile(r" \(\d+\)$")  # the " (2)" engine.plan.plans.unique_plan_name appends to a taken name
+
+
+def _short_name(name: str) -> str:
+    """``name`` cut to :data:`NAME_CHARS` for an axis, keeping a trailing `` (2)`` of
+    :func:`engine.plan.plans.unique_plan_name` whole (an imported copy reads as its name in the table)."""
+    if len(name) <= NAME_CHARS:
+        return name
+    suffix = m.group(0) if (m := _COPY_SUFFIX.search(name)) else ""
+    return name[: NAME_CHARS - len(suffix) - 1] + "…" + suffix
+
+
 def _axis_names(plans: list[tuple[Plan, PlanResult]]) -> tuple[list[str], list[str]]:
-    """(tick labels, hover names): user text escaped (a ``<b>`` in a name is shown, not applied), long names cut.
-    Distinct plans keep distinct ticks: a cut name that repeats gets its position appended."""
+    """(tick labels, hover names): user text escaped (a ``<b>`` in a name is shown, not applied, as
+    :func:`ui.formats.plain` does), long names cut by :func:`_short_name`. Every tick reads as its plan's name in the
+    compare table: a cut name that another plan's cut name equals is shown whole (plan names are unique)."""
     full = [plain(p.name) for p, _ in plans]
-    ticks = [plain(p.name, NAME_CHARS) for p, _ in plans]
-    seen: dict[str, int] = {}
-    for i, t in enumerate(ticks):
-        seen[t] = seen.get(t, 0) + 1
-        if seen[t] > 1:
-            ticks[i] = f"{t} ({i + 1})"
+    cut = [_short_name(p.name) for p, _ in plans]
+    ticks = [plain(c) if cut.count(c) == 1 else f for c, f in zip(cut, full)]
     return ticks, full
 
 
@@ -227,6 +237,9 @@ def time_cost_compare_figure(plans: list[tuple[Plan, PlanResult]]) -> go.Figure:
     for label, values in (("on demand", [r.cost_usd_on_demand for _, r in plans]), ("spot", [r.cost_usd_spot for _, r in plans])):
         fig.add_bar(name=label, x=names, y=values, row=1, col=2, customdata=full,
                     hovertemplate=f"%{{customdata}}<br>{label}: $%{{y:,.2f}}<extra></extra>")
-    _layout(fig, 420, barmode="group")
+    _layout(fig, 450, barmode="group")
+    # The subplot titles sit on the plots' top edge, where _layout puts the legend: the legend goes to the top of the
+    # figure instead (container coordinates), a line above the titles, so neither covers the other.
+    fig.update_layout(margin={"t": 90}, legend={"yref": "container", "y": 1, "yanchor": "top"})
     fig.update_xaxes(tickangle=-30, automargin=True)
     return fig

@@ -294,3 +294,33 @@ def test_nanotron_on_the_zero3_default_says_which_stages_it_runs(page):
     at.selectbox(key="so_zero").set_value(1).run()
     no_exception(at)
     assert not at.error and metric(at, "Tokens/s") is not None
+
+
+def _in_order(node) -> list:
+    """The elements under ``node`` in the order the page draws them (a depth-first walk of AppTest's tree)."""
+    out = []
+    for child in getattr(node, "children", {}).values():
+        out.append(child)
+        out.extend(_in_order(child))
+    return out
+
+
+@pytest.mark.parametrize(("key", "value", "words"), [
+    ("so_pp", 1000, "8 GPUs are not a multiple of TP x PP x CP = 1000"),  # fresh user's browser test, 26_scaleout_bad
+    ("so_framework", "nanotron", "ZeRO-3: the framework runs ZeRO-0 or ZeRO-1 only"),  # 11_nanotron, ZeRO-3 default
+])
+def test_a_refused_layout_is_said_next_to_its_inputs_and_no_banner_claims_results_below(page, key, value, words):
+    at = page
+    at.number_input(key="so_gbs").set_value(0).run()  # an out-of-range input too: the banner is drawn
+    widget = at.number_input(key=key) if key == "so_pp" else at.selectbox(key=key)
+    widget.set_value(value).run()
+    no_exception(at)
+    errors = [e for e in at.main.error if words in shown(e.value)]
+    assert len(errors) == 1, [e.value for e in at.main.error]
+    order = [id(e) for e in _in_order(at.main)]
+    # under the layout rows (after the last of them, Sequence parallel), before the Framework select
+    assert order.index(id(at.checkbox(key="so_sp"))) < order.index(id(errors[0])) < order.index(id(at.selectbox(key="so_framework")))
+    assert not at.metric and not at.get("plotly_chart")  # no results are drawn ...
+    assert not [w.value for w in at.warning if "Results below" in w.value]  # ... and no banner says they are below
+    stale = [w.value for w in at.warning if w.value.startswith("Inputs out of range:")]
+    assert len(stale) == 1 and "**Global batch (sequences)** 0" in stale[0], stale
