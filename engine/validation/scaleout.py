@@ -309,9 +309,9 @@ def compare_row(row: dict) -> list[RunComparison] | str:
         inter = 200.0 if "A100" in row["gpu"] else 400.0
         cluster = Cluster(gpu=gpu, nodes=max(1, world // 8), gpus_per_node=min(8, world), inter_node_gbits=inter)
         fused, tp_overlap = run_settings(row)
-        est = estimate_layout(arch, sc, layout, cluster, _fp8(row), master_weights=master, fused_kernels=fused,
-                              tp_comm_overlap=tp_overlap, dtensor_tp=fw.dtensor_tp, dp_sync=fw.dp_sync,
-                              async_tp_linears=fw.async_tp_linears)
+        # the framework's settings from its one record, as the CLI and the Scale out page pass them
+        est = estimate_layout(arch, sc, layout, cluster, _fp8(row), master_weights=master,
+                              **fw.layout_settings(fused_kernels=fused, tp_comm_overlap=tp_overlap))
     except EngineError as exc:
         return f"not expressible: {exc}"
     assumed += "; " + "; ".join(x for x in (
