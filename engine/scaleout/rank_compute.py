@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 from engine.hardware.gpus import Gpu
 from engine.model.architecture import Architecture
+from engine.scaleout.comm_volumes import TP_WINDOWS
 from engine.scaleout.fp8 import Fp8Recipe, fp8_cast_bytes
 from engine.scaleout.layout import Layout, Recompute
 from engine.scaleout.recompute import call_order, row_parallel
@@ -75,6 +76,10 @@ class Passes(NamedTuple):
 ZERO = Passes((0.0,) * 3, (0.0,) * 3, (0.0,) * 3, (0.0,) * 3)
 
 
+NO_TP_WINDOWS: tuple[tuple[float, float], ...] = ((0.0, 0.0),) * len(TP_WINDOWS)
+"""No GEMM window for any sequence-parallel collective (no TP, or TP without sequence parallelism)."""
+
+
 class StageCompute(NamedTuple):
     """One rank of one pipeline stage in one micro batch: GPU seconds by category (``breakdown_s``, with
     ``overhead`` = launch-bound host time beyond the GPU's), forward and backward GPU seconds, attention seconds;
@@ -86,7 +91,7 @@ class StageCompute(NamedTuple):
     forward_s: float
     backward_s: float
     attention_s: float
-    tp_windows: tuple[tuple[float, float], ...] = ((0.0, 0.0),) * 4
+    tp_windows: tuple[tuple[float, float], ...] = NO_TP_WINDOWS
 
     @property
     def total_s(self) -> float:
@@ -102,7 +107,7 @@ class _Work(NamedTuple):
     block_kernels: float
     rec_kernels: float  # per block
     backward_host_factor: float  # backward kernels' host time / the forward's (engine.time.overhead)
-    tp_windows: tuple[tuple[float, float], ...] = ((0.0, 0.0),) * 4  # per block (tp_windows)
+    tp_windows: tuple[tuple[float, float], ...] = NO_TP_WINDOWS  # per block (tp_windows)
 
 
 _CACHE: dict[tuple, tuple[Architecture, _Work]] = {}
@@ -163,10 +168,10 @@ def tp_windows(arch: Architecture, sc: Scenario, layout: Layout, c: int, rate: f
     without TP."""
     tp = layout.tensor_parallel
     if tp == 1:
-        return ((0.0, 0.0),) * 4
+        return NO_TP_WINDOWS
     t = sc.tokens_per_micro_batch / layout.context_parallel
     rows, L = row_parallel(arch), arch.num_layers
-    sums = {(w, r): 0.0 for w in range(4) for r in ("attention", "mlp")}
+    sums = {(w, r): 0.0 for w in range(len(TP_WINDOWS)) for r in ("attention", "mlp")}
     for lin in arch.layer_linears:
         routed = lin.count > 1 and arch.num_experts > 0
         if routed or (arch.num_experts and lin.out_features == arch.num_experts) or lin.role not in ("attention", "mlp"):
@@ -183,7 +188,7 @@ def tp_windows(arch: Architecture, sc: Scenario, layout: Layout, c: int, rate: f
             sums[1, lin.role] += dgrad
             if sc.method is Method.FULL:
                 sums[2, lin.role] += sec(Gemm("block", "backward", k, n, t, copies, c))
-    return tuple((sums[w, "attention"], sums[w, "mlp"]) for w in range(4))
+    return tuple((sums[w, "attention"], sums[w, "mlp"]) for w in range(len(TP_WINDOWS)))
 
 
 def _gemm_seconds(gemms: list[Gemm], rate: float, bw: float, sms: int) -> float:
@@ -279,7 +284,7 @@ def _work(arch: Architecture, sc: Scenario, layout: Layout, gpu: Gpu, rates: Gpu
     k = layer_kernels(arch, sc, kernel, fused)
     rec_k = k if (full or op_sac) else (1.0 if kernel in FUSED_KERNELS else 6.0) if rec is Recompute.SELECTIVE else 0.0
     wins = tp_windows(arch, sc, layout, 1 if fp8_rate else c, fp8_rate or mm, bw, sms) if layout.sequence_parallel \
-        else ((0.0, 0.0),) * 4
+        else NO_TP_WINDOWS
     w = _Work(block, head, embed, k, rec_k, backward_host_factor(sc.framework is Framework.HF, fused), wins)
     if len(_CACHE) >= _CACHE_SIZE:
         _CACHE.clear()
