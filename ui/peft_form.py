@@ -64,14 +64,16 @@ def more_training_options(method: Method, checkpointing: bool) -> dict[str, Any]
     more = st.toggle("More training options", key=MORE_OPTIONS,
                      help="Attention, training framework, loss, kernels, modules to save, rsLoRA. Hidden, they keep "
                           "their values, which apply and are in the link.")
+    # the inputs that apply to this scenario (the others are neither drawn nor read into it)
+    applies = {"modules_to_save": method is not Method.FULL, "use_rslora": bool(method.record.lora_pairs),
+               "gc_offload": checkpointing}
     if more:
-        values = _draw_more(method, checkpointing)
+        values = _draw_more(applies)
     else:
         # by key: these are kept values (ui.layout), each read a dict lookup; a whole snapshot (to_dict) would
         # rebuild the value of every key of the session
         values = {key: st.session_state[key] for key in MORE_KEYS}
-        unused = {"modules_to_save": method is Method.FULL, "use_rslora": not method.record.lora_pairs,
-                  "gc_offload": not checkpointing, "loss_implementation": bool(values["fused_ce"])}
+        unused = {"loss_implementation": bool(values["fused_ce"]), **{k: not a for k, a in applies.items()}}
         changed = [f"{_LABELS[k]} {_shown(k, v)}" for k, v in values.items()
                    if v != defaults[k] and not unused.get(k, False)]
         if changed:
@@ -82,38 +84,38 @@ def more_training_options(method: Method, checkpointing: bool) -> dict[str, Any]
         "loss_implementation": None if fused else values["loss_implementation"],
         "transformers_version": values["transformers_version"], "liger_kernels": bool(values["liger_kernels"]),
     }
-    if method is not Method.FULL:
+    if applies["modules_to_save"]:
         out["modules_to_save"] = tuple(values["modules_to_save"] or ()) or None
-    if method.record.lora_pairs:
+    if applies["use_rslora"]:
         out["use_rslora"] = bool(values["use_rslora"])
-    if checkpointing:
+    if applies["gc_offload"]:
         out["gradient_checkpointing_offload"] = bool(values["gc_offload"])
     return out
 
 
-def _draw_more(method: Method, checkpointing: bool) -> dict[str, Any]:
+def _draw_more(applies: dict[str, bool]) -> dict[str, Any]:
     values: dict[str, Any] = {}
-    values["attention"] = st.selectbox("Attention implementation", list(Attention), format_func=lambda a: a.value,
+    values["attention"] = st.selectbox(_LABELS["attention"], list(Attention), format_func=lambda a: a.value,
                                        key="attention")
     values["framework"] = st.selectbox(
-        "Training framework", list(Framework), format_func=FRAMEWORK_LABELS.get, key="framework",
+        _LABELS["framework"], list(Framework), format_func=FRAMEWORK_LABELS.get, key="framework",
         help="Which stack runs the step: it decides the adapters' dtype (PEFT keeps them in fp32), the loss "
         "(LitGPT: chunked, 16-bit logits) and whether GELU is fused. Generated code is for Hugging Face.",
     )
     fused = values["fused_ce"] = st.toggle(
-        "Fused cross-entropy (Liger)", key="fused_ce",
+        _LABELS["fused_ce"], key="fused_ce",
         help="TrainingArguments(use_liger_kernel=True): the LM head and the loss run in chunks, so the "
         "batch x sequence x vocabulary logits and their fp32 gradients are never materialised.",
     )
     loss = values["loss_implementation"] = st.selectbox(
-        "Loss implementation", [None, *(x for x in LossImplementation if x is not LossImplementation.LIGER)],
+        _LABELS["loss_implementation"], [None, *(x for x in LossImplementation if x is not LossImplementation.LIGER)],
         format_func=lambda x: "The framework's own" if x is None else LOSS_LABELS[LossImplementation(x)],
         key="loss_implementation", disabled=fused,
         help="The cross-entropy code over the vocabulary (engine.memory.loss_paths): what it keeps "
         "per token and vocabulary entry. The Liger switch above is the fused linear cross-entropy.",
     )
     values["transformers_version"] = st.selectbox(
-        "transformers version", list(TransformersVersion),
+        _LABELS["transformers_version"], list(TransformersVersion),
         format_func=lambda v: TRANSFORMERS_VERSION_LABELS[TransformersVersion(v)],
         key="transformers_version", disabled=fused or loss not in (None, LossImplementation.HF),
         help="Releases whose loss path holds different tensors: up to 4.49 a shifted copy of the fp32 logits "
@@ -121,17 +123,17 @@ def _draw_more(method: Method, checkpointing: bool) -> dict[str, Any]:
     )
     state = st.session_state
     values["modules_to_save"] = state["modules_to_save"]
-    if method is not Method.FULL:
+    if applies["modules_to_save"]:
         values["modules_to_save"] = st.multiselect(
             "Modules to save (trained in full)", sorted(SAVEABLE), key="modules_to_save",
             help="PEFT modules_to_save: a trainable copy of the embedding / LM head, e.g. after adding tokens.")
     values["use_rslora"] = state["use_rslora"]
-    if method.record.lora_pairs:
+    if applies["use_rslora"]:
         values["use_rslora"] = st.toggle("rsLoRA scaling (alpha / sqrt(r))", key="use_rslora",
                                          help="Changes the scaling only: no effect on memory or time.")
-    values["liger_kernels"] = st.toggle("Liger RMSNorm / SwiGLU / RoPE", key="liger_kernels")
+    values["liger_kernels"] = st.toggle(_LABELS["liger_kernels"], key="liger_kernels")
     values["gc_offload"] = state["gc_offload"]
-    if checkpointing:
+    if applies["gc_offload"]:
         values["gc_offload"] = st.toggle(
             "Offload checkpointed inputs to CPU (Unsloth)", key="gc_offload",
             help="Unsloth-style: each checkpointed layer input waits in CPU RAM until its backward.")
