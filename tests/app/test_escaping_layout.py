@@ -39,6 +39,7 @@ TRUSTED: dict[tuple[str, str], str] = {
         "_t.worst_id", "len(_val.rows) + len(_val.not_expressible)", "summary.rows", "summary.worst", "item",
         "'\\n'.join(lines)", "r.deviations", "r.framework", "r.id", "r.model_id",
         '\'; \'.join((f"{b:g}B on {(f\'{n}x \' if n > 1 else \'\')}{g} ~{t:,.0f} tokens/s" for b, g, n, t in SEED_THROUGHPUT))')},
+    ("methodology_scaleout.py", "'\\n'.join(lines)"): _ENGINE + " (the Methodology page's large-runs summary lines)",
     ("model.py", "model.origin.kind.replace('_', ' ')"): _ENGINE,
     ("model_picker.py", "origin.kind.replace('_', ' ')"): _ENGINE,
     **{("plans.py", e): _NUMBERS for e in ("current.num_gpus", "count", "row")},
