@@ -5,11 +5,15 @@ carriage return as a formula; prefixing such a cell with a single quote makes it
 to text cells (numbers are written by the program, never user text, and stay numbers) and also quotes a text that
 already starts with a quote, so that :func:`restore` (used by the plans importer) gives back exactly the original:
 the two are inverse for every string, and the plans CSV round trip stays byte for byte.
+
+:func:`csv_text` writes a whole CSV that way (the downloads of the pages and the CLI's layout CSV): cells quoted only
+where a reader needs it, booleans as :data:`BOOLEAN_WORDS`, empty for a missing value.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from enum import Enum
+from typing import Any, Iterable
 
 FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
 """First characters a spreadsheet may read as a formula (OWASP CSV injection guidance)."""
@@ -27,3 +31,41 @@ def neutralize(value: Any) -> Any:
 def restore(text: str) -> str:
     """The inverse of :func:`neutralize` for a cell read back from CSV: one leading ``'`` removed."""
     return text[1:] if text.startswith(QUOTE) else text
+
+
+BOOLEAN_WORDS = {True: "true", False: "false"}
+"""How every CSV of the app and the CLI writes a boolean (the plans CSV's words; the plans importer reads them)."""
+
+_NEEDS_QUOTES = (",", '"', "\n", "\r")
+
+
+def cell_text(value: Any) -> str:
+    """One CSV cell as text: None and NaN empty, a boolean in :data:`BOOLEAN_WORDS`, text :func:`neutralize`-d, a
+    number as Python writes it (a NumPy scalar as the Python number it holds)."""
+    if value is None:
+        return ""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # NumPy scalars, pandas' numbers
+        value = value.item()
+    if isinstance(value, bool):
+        return BOOLEAN_WORDS[value]
+    if isinstance(value, Enum):
+        value = value.value
+    if isinstance(value, str):
+        return neutralize(str(value))
+    if isinstance(value, float) and value != value:
+        return ""
+    return str(value)
+
+
+def _field(text: str) -> str:
+    """``text`` quoted (quotes doubled) where a reader needs it: a comma, a quote or a line break (``\\r`` too, which
+    Python 3.11's ``csv`` module leaves bare with ``\\n`` line ends); as it is otherwise."""
+    return '"' + text.replace('"', '""') + '"' if any(c in text for c in _NEEDS_QUOTES) else text
+
+
+def csv_text(columns: Iterable[Any], rows: Iterable[Iterable[Any]]) -> str:
+    """A CSV (``\\n`` line ends) of a header and rows, each cell :func:`cell_text`: quoted only where needed, as
+    pandas' ``to_csv`` writes, booleans as ``true`` / ``false``, text cells never a spreadsheet formula."""
+    lines = [",".join(_field(str(c)) for c in columns)]
+    lines.extend(",".join(_field(cell_text(v)) for v in row) for row in rows)
+    return "\n".join(lines) + "\n"

@@ -10,13 +10,11 @@ its own.
 
 from __future__ import annotations
 
-import csv
-import io
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from engine.csv_cells import neutralize
+from engine.csv_cells import csv_text
 from engine.errors import ScenarioError
 from engine.plan.cost import CHEAPEST_LISTED, Dataset, PriceQuote, RunCost, quote_price, run_cost
 from engine.plan.verdict import Verdict, fit_verdict
@@ -103,12 +101,7 @@ def candidate_runs(candidates: list, dataset: Dataset, seq_len: int, quote: Pric
 
 def layout_plans_csv(rows: list[dict[str, Any]]) -> bytes:
     """Layout plans as CSV (UTF-8, ``\\n`` line ends): the union of the rows' keys in first-seen order as the header;
-    text cells neutralised against spreadsheet formulas (:func:`engine.csv_cells.neutralize`), None as empty."""
+    :func:`engine.csv_cells.csv_text`'s cells (text neutralised against spreadsheet formulas, booleans ``true`` /
+    ``false``, None empty, quoted only where needed)."""
     columns = list(dict.fromkeys(k for r in rows for k in r))
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(columns)
-    for r in rows:
-        writer.writerow(["" if r.get(c) is None else neutralize(r[c]) if isinstance(r[c], str) else
-                         ("true" if r[c] else "false") if isinstance(r[c], bool) else r[c] for c in columns])
-    return buf.getvalue().encode("utf-8")
+    return csv_text(columns, ([r.get(c) for c in columns] for r in rows)).encode("utf-8")

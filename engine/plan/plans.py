@@ -36,7 +36,7 @@ from engine.plan.plan_names import name_problem, same_name
 from engine.secrets import looks_like_token, redact_tokens
 from engine.plan.plan_gpu import find_plan_gpu, plan_gpu_note
 from engine.plan.verdict import Verdict
-from engine.csv_cells import neutralize, restore
+from engine.csv_cells import BOOLEAN_WORDS, neutralize, restore
 from engine.errors import EngineError, explain_validation
 from engine.hardware.gpus import Gpu, GpuPrice
 from engine.memory.estimate import estimate_memory
@@ -234,7 +234,7 @@ def _cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, bool):
-        return "true" if value else "false"
+        return BOOLEAN_WORDS[value]
     if hasattr(value, "value") and not isinstance(value, (int, float, str)):
         return str(value.value)
     if isinstance(value, str) and hasattr(value, "value"):  # str enums

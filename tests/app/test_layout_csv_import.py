@@ -15,7 +15,8 @@ from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 from apptest_support import no_exception, shown
 
 
-def test_the_scale_out_layout_csv_is_named_on_the_plans_page(new_app, monkeypatch):
+def _scale_out_csv(new_app, monkeypatch):
+    """The Scale out page at its defaults and the bytes of its "Download this layout's plan (CSV)"."""
     sent: list[tuple[bytes, str | None]] = []
     store = MemoryMediaFileStorage.load_and_get_id
 
@@ -27,7 +28,23 @@ def test_the_scale_out_layout_csv_is_named_on_the_plans_page(new_app, monkeypatc
     monkeypatch.setattr(MemoryMediaFileStorage, "load_and_get_id", spy)
     at = new_app().switch_page("pages/scale_out.py").run()  # the default layout fits: the download is there
     no_exception(at)
-    data = next(d for d, name in sent if name == "scale_out_plan.csv")
+    return at, next(d for d, name in sent if name == "scale_out_plan.csv")
+
+
+def test_the_scale_out_layout_csv_is_a_plain_csv(new_app, monkeypatch):
+    # A fresh user's run: the record read True / False (Python's words) and every field was quoted. It is now written
+    # as the plans CSV writes (engine.csv_cells.csv_text): true / false, quoted only where a cell needs it.
+    _, data = _scale_out_csv(new_app, monkeypatch)
+    header, first = data.decode().splitlines()[:2]
+    assert header.startswith("layout,gpu,num_gpus,fits,verdict,tokens_per_second,hours,")
+    row = next(csv.DictReader(io.StringIO(data.decode())))
+    assert row["fits"] == "true" and row["gpu"] == "NVIDIA A100 80GB" and row["num_gpus"] == "8"
+    assert first.startswith("TP1 PP1 DP8, mb 1, selective recompute, ZeRO-3/FSDP".join('""') + ",NVIDIA A100 80GB,8,true,")
+    assert "True" not in data.decode() and "False" not in data.decode()
+
+
+def test_the_scale_out_layout_csv_is_named_on_the_plans_page(new_app, monkeypatch):
+    at, data = _scale_out_csv(new_app, monkeypatch)
     row = next(csv.DictReader(io.StringIO(data.decode())))
     assert row["layout"] == "TP1 PP1 DP8, mb 1, selective recompute, ZeRO-3/FSDP" and row["num_gpus"] == "8"
 

@@ -419,7 +419,7 @@ def test_scale_out_state_search_and_use_this_layout(chromium, server):
             with page.expect_download() as info:  # the layout's CSV, for the Plans page below
                 page.locator('[data-testid="stDownloadButton"] button', has_text="Download this layout's plan (CSV)").first.click()
             layout_csv = Path(info.value.path()).read_bytes()
-            assert layout_csv.startswith(b'"layout","gpu","num_gpus",'), layout_csv[:80]
+            assert layout_csv.startswith(b'layout,gpu,num_gpus,fits,'), layout_csv[:80]
             # A link with ZeRO-1 (the default of older links) opens it: it does not fit, said in words, no tokens/s.
             page.goto(f"{server['url']}/scale_out?so_zero=1", wait_until="domcontentloaded")
             expect(page.get_by_text("Does not fit: the most loaded rank").first).to_be_visible(timeout=60_000)

@@ -113,7 +113,27 @@ def test_every_csv_download_of_the_pages_neutralises_text_cells():
     frame = pd.DataFrame({"row": ["=cmd|' /C calc'!A0", "ok"], "headroom_bytes": [-5, 7]})
     rows = list(csv.reader(io.StringIO(csv_bytes(frame).decode())))
     assert rows[1] == ["'=cmd|' /C calc'!A0", "-5"] and rows[2] == ["ok", "7"]
-    assert csv_bytes(pd.DataFrame({"a": ["\rx"]})).decode() == "\"a\"\n\"'\rx\"\n"  # quoted: CR stays in its cell
+    assert csv_bytes(pd.DataFrame({"a": ["\rx"]})).decode() == "a\n\"'\rx\"\n"  # quoted: CR stays in its cell
+
+
+def test_csv_downloads_write_booleans_as_the_plans_csv_does_and_quote_only_where_needed():
+    # The downloads wrote Python's True / False and quoted every text cell; they now write as the plans CSV does
+    # (engine.csv_cells.csv_text): true / false, a cell quoted only for a comma, a quote or a line break (a CR in the
+    # middle of a cell too, which Python 3.11's csv writer leaves bare), a missing number empty.
+    import pandas as pd
+
+    from engine.plan.layout_cost import layout_plans_csv
+    from ui.downloads import csv_bytes, records_csv
+
+    frame = pd.DataFrame({"name": ["plain", "a, b", 'say "hi"', "x\ry", "=1+1"], "fits": [True, False, True, False, True],
+                          "gb": [1.5, float("nan"), 2.0, 3.25, 4.0], "n": [1, 2, 3, 4, 5]})
+    text = csv_bytes(frame).decode()
+    assert text == ('name,fits,gb,n\nplain,true,1.5,1\n"a, b",false,,2\n"say ""hi""",true,2.0,3\n"x\ry",false,3.25,4\n'
+                    "'=1+1,true,4.0,5\n")
+    assert list(csv.reader(io.StringIO(text, newline="")))[4] == ["x\ry", "false", "3.25", "4"]
+    records = frame.to_dict("records")
+    assert records_csv(records) == csv_bytes(frame) and records_csv([]) == b""
+    assert layout_plans_csv([{"layout": "TP1", "fits": True, "note": None}]) == b"layout,fits,note\nTP1,true,\n"
 
 
 # --- item 9: never lose a plan silently -----------------------------------------------------------------------------
