@@ -16,7 +16,7 @@ from engine.scenario.precision import PrecisionMode, precision_spec
 from engine.scenario.training import Method, Scenario
 from engine.memory.device import device_used_bytes
 from engine.units import fmt_bytes, fmt_count, to_unit
-from ui.charts import CELL_LABELS
+from ui.charts import CELL_LABELS, NO_CELL_LABELS
 from ui.layout import scenario_page
 from ui.verdict import show_tight
 from ui.tables import number_columns
@@ -113,7 +113,7 @@ def _download(data: bytes, name: str, key: str) -> None:
 def _matrix_section(view: str) -> None:
     """One of the two fit matrices (``view``: "models" or "techniques"), computed, drawn and offered as CSV."""
     # No cell text by default (colour and hover only): each label is an SVG text element plotly.js lays out on every redraw
-    st.session_state.setdefault("fit_labels", "None")
+    st.session_state.setdefault("fit_labels", NO_CELL_LABELS)
     labels = st.radio("Cell labels", CELL_LABELS, key="fit_labels", horizontal=True,
                       help="Fewest GPUs: blank (green) one is enough, ≈ tight on one, ×N the fewest of that GPU with the "
                            "sidebar's strategy, ✗ none up to 1,024. Headroom: on one GPU, in the sidebar's unit. The colour is "

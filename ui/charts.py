@@ -164,9 +164,11 @@ def short_gpu_name(name: str) -> str:
     return name.removeprefix("NVIDIA ").removeprefix("AMD Instinct ").replace(" (one GCD)", " GCD")
 
 
-CELL_LABELS = ("Fewest GPUs", "Headroom", "None")
+NO_CELL_LABELS = "Off"
+"""The cell-label choice that draws no text (colour and hover only), the fit page's default."""
+CELL_LABELS = ("Fewest GPUs", "Headroom", NO_CELL_LABELS)
 """What a fit heatmap cell shows: the fewest GPUs (blank: one is enough, ≈ tight on one, ×N, ✗ none up to 1,024), the
-single-GPU headroom, or nothing (colour and hover only)."""
+single-GPU headroom, or nothing (:data:`NO_CELL_LABELS`: colour and hover only)."""
 
 # Every cell's label is an SVG text element that plotly.js lays out when the chart is drawn again, about 0.2 ms each in
 # headless Chromium on 2 cores (benchmarks/bench_browser.py): a one-GPU fit, the commonest cell, says it with its
@@ -177,7 +179,7 @@ _HEADROOM_COLOURS = [[0.0, "#d6604d"], [0.45, "#f4a582"], [0.5, "#f7f7f7"], [0.5
 
 def _cell_text(headroom: float, verdict: Verdict, min_gpus: int | None, unit: Unit, mode: str) -> str:
     # At most four characters: 28 GPU columns at 1,400 px leave about 30 px a cell (the hover has the figures).
-    if mode == "None":
+    if mode == NO_CELL_LABELS:
         return ""
     if mode == "Headroom":
         value = to_unit(headroom, unit)
@@ -227,7 +229,7 @@ def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "", labels: str = "F
         for i in order:
             cell = row.cells[i]
             zr.append(to_unit(cell.headroom_bytes, unit))
-            if labels != "None":
+            if labels != NO_CELL_LABELS:
                 tr.append(_cell_text(cell.headroom_bytes, cell.verdict, cell.min_gpus, unit, labels))
             if id(cell) not in seen:
                 many = ("none up to 1,024" if cell.min_gpus is None
@@ -248,7 +250,7 @@ def fit_heatmap(matrix: FitMatrix, unit: Unit, title: str = "", labels: str = "F
     span = max(finite + [1.0])
     cap = min(span, 80.0)  # beyond +-80 GB the colour saturates, so small margins stay visible
     # No texttemplate at all without labels: plotly.js formats every cell's template even when its text is empty.
-    labelled = {"text": text, "texttemplate": "%{text}", "textfont": {"size": 11, "color": "black"}} if labels != "None" else {}
+    labelled = {"text": text, "texttemplate": "%{text}", "textfont": {"size": 11, "color": "black"}} if labels != NO_CELL_LABELS else {}
     trace = {"type": "heatmap", "x": x, "y": y, "z": z, **labelled, "customdata": hover,
              # the row and the GPU come from the axes, not from every cell's text (a third of the message)
              "hovertemplate": "<b>%{y}</b> on <b>%{x}</b><br>%{customdata}<extra></extra>",

@@ -61,7 +61,9 @@ def test_page_renders_both_heatmaps_the_seed_table_and_what_fits(fit_page):
     assert at.radio(key="fit_view").value == "models" and len(charts(at)) == 1 and not at.table
     assert [b.proto.label for b in at.get("download_button")] == ["Download fit_models_x_gpus (CSV)"]
     # No cell text by default (issue 26: colour and hover only, fewer SVG elements to lay out on each redraw)
-    assert at.radio(key="fit_labels").value == "None"
+    # ... and the choice reads as a word: it was "None", Python's word, at first open (a fresh user's run)
+    assert at.radio(key="fit_labels").value == "Off"
+    assert at.radio(key="fit_labels").options == ["Fewest GPUs", "Headroom", "Off"]
     assert all("text" not in heatmap(f) for f in charts(at))
     at.radio(key="fit_labels").set_value("Fewest GPUs").run()
     models_fig, techniques_fig = both_heatmaps(at)
@@ -94,7 +96,7 @@ def test_page_renders_both_heatmaps_the_seed_table_and_what_fits(fit_page):
     value = next(c for g, c in zip(matrix.gpus, matrix.rows[llama].cells) if g == "NVIDIA A100 80GB").headroom_bytes / 2**30
     assert headroom[llama][a100] == f"{'+' if value >= 0 else '−'}{abs(value):.0f}"
     # No labels: no text template either (plotly.js would still format one per cell), colour and hover stay.
-    at.radio(key="fit_labels").set_value("None").run()
+    at.radio(key="fit_labels").set_value("Off").run()
     bare = heatmap(charts(at)[0])
     assert "texttemplate" not in bare and "text" not in bare and bare["z"] == models_fig["z"] and bare["customdata"]
     assert "fewest GPUs" in models_fig["customdata"][0][0]
