@@ -93,6 +93,11 @@ def more_training_options(method: Method, checkpointing: bool) -> dict[str, Any]
     return out
 
 
+def _framework_default(framework: Any) -> str:
+    """The label of "no loss implementation chosen": the loss the estimate counts for ``framework``."""
+    return f"Framework default: {LOSS_LABELS[Framework(framework).record.loss]}"
+
+
 def _draw_more(applies: dict[str, bool]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     values["attention"] = st.selectbox(_LABELS["attention"], list(Attention), format_func=lambda a: a.value,
@@ -109,11 +114,13 @@ def _draw_more(applies: dict[str, bool]) -> dict[str, Any]:
     )
     loss = values["loss_implementation"] = st.selectbox(
         _LABELS["loss_implementation"], [None, *(x for x in LossImplementation if x is not LossImplementation.LIGER)],
-        format_func=lambda x: "The framework's own" if x is None else LOSS_LABELS[LossImplementation(x)],
+        format_func=lambda x: _framework_default(values["framework"]) if x is None else LOSS_LABELS[LossImplementation(x)],
         key="loss_implementation", disabled=fused,
         help="The cross-entropy code over the vocabulary (engine.memory.loss_paths): what it keeps "
         "per token and vocabulary entry. The Liger switch above is the fused linear cross-entropy.",
     )
+    if note := Framework(values["framework"]).record.loss_note(loss, fused):
+        st.caption(md_plain(note))
     values["transformers_version"] = st.selectbox(
         _LABELS["transformers_version"], list(TransformersVersion),
         format_func=lambda v: TRANSFORMERS_VERSION_LABELS[TransformersVersion(v)],

@@ -9,14 +9,14 @@ quantization, ``attn_implementation``).
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from engine.errors import ScenarioError, explain_validation
 from engine.secrets import looks_like_token
 from engine.scenario.methods import Method
-from engine.scenario.loss import LossImplementation, TransformersVersion
+from engine.scenario.loss import LOSS_LABELS, LossImplementation, TransformersVersion
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.precision import PrecisionMode
 
@@ -55,13 +55,56 @@ class Framework(str, Enum):
     - ``litgpt``: LitGPT's ``finetune`` with ``precision=bf16-true``: every parameter, adapters included, in
       the weight dtype; the LM head and the loss in chunks of 128 tokens on 16-bit logits
       (``chunked_cross_entropy``); GELU is torch's fused ``F.gelu``.
-    - ``torchtune``: torchtune's single-device recipes: adapters in the weight dtype; otherwise like ``hf``
-      (its chunked loss is the ``fused_cross_entropy`` switch).
+    - ``torchtune``: torchtune's single-device recipes: adapters in the weight dtype; otherwise like ``hf``. Its
+      recipes' own loss, ``CEWithChunkedOutputLoss``, is counted only when chosen (``loss_implementation``
+      ``torchtune_chunked``); by default the estimate counts transformers' loss (:data:`FRAMEWORKS`).
     """
 
     HF = "hf"
     LITGPT = "litgpt"
     TORCHTUNE = "torchtune"
+
+    @property
+    def record(self) -> "FrameworkRecord":
+        """This framework's :class:`FrameworkRecord` (:data:`FRAMEWORKS`)."""
+        return FRAMEWORKS[self]
+
+
+class FrameworkRecord(NamedTuple):
+    """What a one-GPU training framework is to the estimate.
+
+    - ``label``: its name on the pages.
+    - ``loss``: the loss the estimate counts for it when none is chosen (``Scenario.loss``).
+    - ``own_loss`` / ``own_loss_source``: the loss its recipes run by default and where that is read, when it is not
+      ``loss`` (None otherwise): the texts name it, and that the figures count ``loss`` until it is chosen.
+    """
+
+    label: str
+    loss: LossImplementation
+    own_loss: LossImplementation | None = None
+    own_loss_source: str = ""
+
+    def loss_note(self, loss_implementation: LossImplementation | None, fused_cross_entropy: bool) -> str | None:
+        """What a loss text must add under this framework when the loss is left to it (no ``loss_implementation``,
+        no fused loss: ``Scenario``'s fields): its recipes' own loss, which the figures do not count; else None."""
+        if self.own_loss is None or loss_implementation is not None or fused_cross_entropy:
+            return None
+        return (f"{self.label}'s recipes run their own loss, {LOSS_LABELS[self.own_loss]} ({self.own_loss_source}), "
+                f"not {LOSS_LABELS[self.loss]}: the figures count it only when the loss implementation is set to it")
+
+
+FRAMEWORKS: dict[Framework, FrameworkRecord] = {
+    Framework.HF: FrameworkRecord("Hugging Face (Trainer + PEFT)", LossImplementation.HF),
+    Framework.LITGPT: FrameworkRecord("LitGPT", LossImplementation.LITGPT_CHUNKED),
+    # The estimate has counted transformers' loss for torchtune since before the chunked loss was modelled; the
+    # published torchtune rows of data/measured_memory.csv are set up on that default (their chunked loss as the
+    # fused switch), so the default is kept and the texts say what torchtune runs.
+    Framework.TORCHTUNE: FrameworkRecord(
+        "torchtune", LossImplementation.HF, own_loss=LossImplementation.TORCHTUNE_CHUNKED,
+        own_loss_source="torchtune/modules/loss/ce_chunked_output_loss.py, the loss component of its recipe "
+                        "configs, e.g. recipes/configs/llama3_1/8B_lora_single_device.yaml at 0.6.1"),
+}
+"""Every one-GPU training framework's record."""
 
 
 class QuantStorage(str, Enum):
@@ -80,7 +123,8 @@ class QuantStorage(str, Enum):
         return self is not QuantStorage.UINT8
 
 
-FRAMEWORK_LABELS = {Framework.HF: "Hugging Face (Trainer + PEFT)", Framework.LITGPT: "LitGPT", Framework.TORCHTUNE: "torchtune"}
+FRAMEWORK_LABELS = {f: r.label for f, r in FRAMEWORKS.items()}
+"""Each framework's label (its record in :data:`FRAMEWORKS`)."""
 
 METHOD_LABELS = {m: m.record.label for m in Method}
 """Each method's label (its record in :data:`engine.scenario.methods.RECORDS`)."""
@@ -119,7 +163,7 @@ class Scenario(BaseModel):
     (Liger Kernel's fused linear cross-entropy, ``TrainingArguments(use_liger_kernel=True)``).
     ``framework``: see :class:`Framework` (the Hugging Face stack by default).
     ``loss_implementation``: the cross-entropy code (:class:`~engine.scenario.loss.LossImplementation`); None = the
-    framework's own (transformers' for hf and torchtune, LitGPT's chunked loss for litgpt); ``liger`` is the same
+    framework's default (transformers' for hf and torchtune, LitGPT's chunked loss for litgpt: :data:`FRAMEWORKS`); ``liger`` is the same
     choice as ``fused_cross_entropy=True`` (and sets it). ``transformers_version``: the release range whose
     loss path the hf loss follows (:class:`~engine.scenario.loss.TransformersVersion`; a release number such as
     ``"4.41.2"`` is accepted and read as its range).
@@ -232,12 +276,12 @@ class Scenario(BaseModel):
     @property
     def loss(self) -> LossImplementation:
         """The loss that runs: Liger's with ``fused_cross_entropy``, else ``loss_implementation``, else the
-        framework's own (LitGPT's chunked loss for litgpt, transformers' otherwise)."""
+        framework's default (its record's ``loss``: LitGPT's chunked loss for litgpt, transformers' otherwise)."""
         if self.fused_cross_entropy:
             return LossImplementation.LIGER
         if self.loss_implementation is not None:
             return self.loss_implementation
-        return LossImplementation.LITGPT_CHUNKED if self.framework is Framework.LITGPT else LossImplementation.HF
+        return self.framework.record.loss
 
     @property
     def tokens_per_micro_batch(self) -> int:

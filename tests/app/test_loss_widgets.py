@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
+from apptest_support import shown
 from engine.scenario.loss import TransformersVersion
 
 LLAMA_8B_VOCAB = 128_256
@@ -45,3 +46,22 @@ def test_transformers_version_box_shows_the_shifted_copy(new_app):
     assert not at.exception
     formula, source = _components(at)["Logits and loss (forward)"]
     assert formula.startswith("14 B x batch x seq x vocab") and "shifted copy" in formula and "4.46-4.49" in source
+
+
+def test_torchtune_says_its_own_loss_beside_the_one_counted(new_app):
+    # A fresh user's run: framework torchtune, loss left to the framework ("The framework's own"), and every loss text
+    # cited transformers' ForCausalLMLoss. The box now says which loss the default counts, and the sidebar and the
+    # Assumptions name torchtune's own CEWithChunkedOutputLoss (engine.scenario.training.FRAMEWORKS).
+    at = _more_options(new_app().run())
+    assert at.selectbox(key="loss_implementation").options[0] == "Framework default: Hugging Face transformers (fp32 logits)"
+    assert not [c for c in at.sidebar.caption if "recipes run" in c.value]  # Hugging Face: its own loss is the one counted
+    at.selectbox(key="framework").set_value("torchtune").run()
+    assert not at.exception
+    note = [shown(c.value) for c in at.sidebar.caption if "recipes run" in c.value]
+    assert len(note) == 1 and note[0].startswith("torchtune's recipes run their own loss, torchtune "
+                                                 "CEWithChunkedOutputLoss (8 chunks) (torchtune/modules/loss/ce_chunked_output_loss.py")
+    assumptions = " ".join(shown(m.value) for m in at.markdown if "ForCausalLMLoss" in m.value)
+    assert "torchtune's recipes run their own loss, torchtune CEWithChunkedOutputLoss (8 chunks)" in assumptions
+    at.selectbox(key="loss_implementation").set_value("torchtune_chunked").run()
+    assert not [c for c in at.sidebar.caption if "recipes run" in c.value]
+    assert _components(at)["Logits and loss"][1].startswith("torchtune torchtune/modules/loss/ce_chunked_output_loss.py")

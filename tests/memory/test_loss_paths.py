@@ -115,6 +115,27 @@ def test_torchtitan_eager_is_transformers_current():
     assert (a.forward, a.backward) == (b.forward, b.backward) == (10, 12)
 
 
+def test_torchtune_names_its_own_loss_and_what_the_figures_count():
+    """A fresh user's run: with the framework set to torchtune the loss text cited transformers' ForCausalLMLoss alone,
+    although torchtune's recipes run CEWithChunkedOutputLoss. The framework's record (engine.scenario.training.FRAMEWORKS)
+    names its own loss with its source, and says the figures count transformers' loss until it is chosen: the numbers
+    are unchanged (torchtune's default is still transformers' loss; see the record's comment)."""
+    default = estimate_memory(QWEN, Scenario.build(framework="torchtune", method="lora"))
+    text = default.assumptions[0]
+    assert text.startswith("torchtune single-device fine-tuning")
+    assert ("torchtune's recipes run their own loss, torchtune CEWithChunkedOutputLoss (8 chunks) "
+            "(torchtune/modules/loss/ce_chunked_output_loss.py, the loss component of its recipe configs") in text
+    assert "not Hugging Face transformers (fp32 logits): the figures count it only when the loss implementation is set" in text
+    hf = estimate_memory(QWEN, Scenario.build(framework="torchtune", method="lora", loss_implementation="hf"))
+    chunked = estimate_memory(QWEN, Scenario.build(framework="torchtune", method="lora",
+                                                   loss_implementation="torchtune_chunked"))
+    assert default.components["logits_loss"] == hf.components["logits_loss"] != chunked.components["logits_loss"]
+    assert "CEWithChunkedOutputLoss" not in hf.assumptions[0]  # a loss chosen: no note
+    assert chunked.assumptions[0].endswith("loss: torchtune CEWithChunkedOutputLoss (8 chunks)")
+    for framework in ("hf", "litgpt"):  # their default is their own loss: no note
+        assert "recipes run" not in estimate_memory(QWEN, Scenario.build(framework=framework)).assumptions[0]
+
+
 def _probe(*args: str) -> dict:
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "loss_probe.py"), *args], capture_output=True,
                          text=True, timeout=240, cwd=ROOT)
