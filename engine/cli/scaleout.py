@@ -126,7 +126,8 @@ def framework_json(args: argparse.Namespace, settings: dict[str, Any]) -> dict[s
     fw: Framework = framework(getattr(args, "layout_framework", None))
     return {"name": fw.name, "fused_kernels": settings["fused_kernels"], "tp_comm_overlap": settings["tp_comm_overlap"],
             "dtensor_tp": fw.dtensor_tp, "dp_sync": None if fw.dp_sync is None else fw.dp_sync._asdict(),
-            "master_weights": args.master_weights, "zero_stages": list(fw.zero_stages), "summary": fw.summary()}
+            "master_weights": args.master_weights, "zero_stages": list(fw.zero_stages),
+            "methods": [m.value for m in fw.methods], "summary": fw.summary()}
 
 
 def layout_scenario(scenario: Scenario, args: argparse.Namespace) -> tuple[Scenario, str | None]:

@@ -13,7 +13,11 @@ from engine.scaleout.layout import ZERO_STAGES, Layout, Recompute
 from engine.scaleout.megatron import MegatronEstimate, megatron_estimate
 from engine.scaleout.memory import Context, ScaleoutMemory, context, scaleout_memory
 from engine.scaleout.step_time import Cluster, StepTime, step_time
-from engine.scenario.training import Method, Scenario
+from engine.scenario.training import METHOD_LABELS, Method, Scenario
+
+ALL_METHODS: tuple[Method, ...] = tuple(Method)
+"""Every fine-tuning method: what a framework runs unless its record says fewer
+(:attr:`engine.scaleout.frameworks.Framework.methods`)."""
 
 class LayoutEstimate(BaseModel):
     """Everything estimated for one layout. ``time`` is None without a cluster."""
@@ -51,11 +55,24 @@ def check_zero_stage(zero: int, zero_stages: tuple[int, ...]) -> None:
                             "those or another framework")
 
 
+def check_method(method: Method, methods: tuple[Method, ...]) -> None:
+    """Refuse a fine-tuning method the framework does not run.
+
+    Raises:
+        ScenarioError: ``method`` is not in ``methods`` (the message names the methods it runs).
+    """
+    if method not in methods:
+        runs = " or ".join(METHOD_LABELS[m] for m in methods)
+        raise ScenarioError(f"{METHOD_LABELS[method]}: not a method the framework runs (it runs: {runs}); pick one of "
+                            "those or another framework")
+
+
 def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, cluster: Cluster | None = None,
                     fp8: Fp8Recipe | None = None, ctx: Context | None = None, master_weights: bool = False,
                     fused_kernels: bool = False, tp_comm_overlap: bool = False, dtensor_tp: bool = False,
                     fp8_all_gather: bool | None = None, dp_sync: DataParallelSync | None = None,
-                    async_tp_linears: bool = False, zero_stages: tuple[int, ...] = ZERO_STAGES) -> LayoutEstimate:
+                    async_tp_linears: bool = False, zero_stages: tuple[int, ...] = ZERO_STAGES,
+                    methods: tuple[Method, ...] = ALL_METHODS) -> LayoutEstimate:
     """Memory, Megatron's formula, collectives and (with ``cluster``) step time of ``layout``. ``master_weights``: the
     16-bit model with fp32 master weights of Megatron-LM / torchtitan (:class:`engine.scaleout.memory.Context`);
     ``fused_kernels`` (torch.compile, Megatron-LM's fused kernels) and ``tp_comm_overlap`` (Megatron-LM
@@ -67,15 +84,18 @@ def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, clus
     (:class:`engine.scaleout.comm_volumes.DataParallelSync`): its collectives and the memory it holds (a ``ctx``
     passed in brings its own); ``async_tp_linears``: the TP overlap is nanotron's asynchronous TP linears
     (:func:`engine.scaleout.step_time.comm_sums`); ``zero_stages``: the ZeRO stages the framework runs
-    (:attr:`engine.scaleout.frameworks.Framework.zero_stages`).
+    (:attr:`engine.scaleout.frameworks.Framework.zero_stages`); ``methods``: the fine-tuning methods it runs
+    (:attr:`engine.scaleout.frameworks.Framework.methods`).
 
     Raises:
-        ScenarioError: the layout's ZeRO stage is not one of ``zero_stages``, the layout does not fit the model (see
+        ScenarioError: the scenario's method is not one of ``methods``, the layout's ZeRO stage is not one of
+            ``zero_stages``, the layout does not fit the model (see
             :func:`engine.scaleout.memory.check_layout`), FP8
             on a GPU without FP8 (:func:`engine.scaleout.fp8.check_fp8_gpu`), or master weights with fp32 or a PEFT
             method (:func:`engine.scaleout.memory.with_master_weights`; bf16 and amp_bf16 are the same run with them).
     """
     fp8 = Fp8Recipe.of(fp8)
+    check_method(scenario.method, methods)
     check_zero_stage(layout.zero, zero_stages)
     if cluster is not None:
         check_fp8_gpu(fp8, cluster.gpu)

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from engine.errors import ScenarioError
 from engine.scaleout.comm_volumes import DataParallelSync
 from engine.scaleout.fp8 import Fp8Recipe
+from engine.scaleout.estimate import ALL_METHODS
 from engine.scaleout.layout import ZERO_STAGES
+from engine.scenario.training import METHOD_LABELS, Method
 
 NANOTRON_DP_SYNC = DataParallelSync(bucket_bytes=25 * 2**20, zero1_all_reduce=True, gather_copies=True,
                                     tensors_per_layer=6, half_gradients_per_backward=True)
@@ -64,6 +66,7 @@ class Framework:
     - ``fp8_recipe``: the FP8 recipe its FP8 training uses (:class:`engine.scaleout.fp8.Fp8Recipe`).
     - ``zero_stages``: the data-parallel sharding stages it runs (:attr:`engine.scaleout.layout.Layout.zero`); the
       estimate refuses another and the layout search tries only these.
+    - ``methods``: the fine-tuning methods it runs (``Scenario.method``); the estimate and the search refuse another.
     - ``sources``: (field, where its value was read) pairs.
     """
 
@@ -78,6 +81,7 @@ class Framework:
     master_weights: bool | None = None
     fp8_recipe: Fp8Recipe = Fp8Recipe.TE
     zero_stages: tuple[int, ...] = ZERO_STAGES
+    methods: tuple[Method, ...] = ALL_METHODS
     sources: tuple[tuple[str, str], ...] = ()
 
     def source(self, field: str) -> str:
@@ -93,12 +97,13 @@ class Framework:
                                   else "") + (" on by default" if self.tp_comm_overlap else " available, off by default")
                   if self.tp_comm_overlap_available else "no TP overlap"),
                  *(["16-bit model + fp32 master weights"] if self.master_weights else []),
-                 *([f"ZeRO-{'/'.join(map(str, self.zero_stages))} only"] if self.zero_stages != ZERO_STAGES else [])]
+                 *([f"ZeRO-{'/'.join(map(str, self.zero_stages))} only"] if self.zero_stages != ZERO_STAGES else []),
+                 *([" / ".join(METHOD_LABELS[m] for m in self.methods) + " only"] if self.methods != ALL_METHODS else [])]
         return f"{self.label}: " + ", ".join(parts)
 
     def layout_settings(self, fused_kernels: bool = False, tp_comm_overlap: bool | None = None) -> dict:
         """The keywords of :func:`engine.scaleout.estimate.estimate_layout` this framework sets (``fused_kernels``,
-        ``tp_comm_overlap``, ``dtensor_tp``, ``dp_sync``, ``async_tp_linears``, ``zero_stages``); ``fused_kernels`` True turns fused kernels on whatever the
+        ``tp_comm_overlap``, ``dtensor_tp``, ``dp_sync``, ``async_tp_linears``, ``zero_stages``, ``methods``); ``fused_kernels`` True turns fused kernels on whatever the
         framework (torch.compile); ``tp_comm_overlap`` None: the framework's default.
 
         Raises:
@@ -109,7 +114,7 @@ class Framework:
         return {"fused_kernels": bool(fused_kernels or self.fused_kernels),
                 "tp_comm_overlap": self.tp_comm_overlap if tp_comm_overlap is None else bool(tp_comm_overlap),
                 "dtensor_tp": self.dtensor_tp, "dp_sync": self.dp_sync, "async_tp_linears": self.async_tp_linears,
-                "zero_stages": self.zero_stages}
+                "zero_stages": self.zero_stages, "methods": self.methods}
 
 
 _MEGATRON_FUSED = ("Megatron-LM core_v0.14.0 (23e00ed0) megatron/training/arguments.py: the fusions are on unless "
@@ -145,7 +150,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                                           "parameters sharded, bf16 compute copies"),
                        ("fp8_recipe", "torchtitan's float8 converter runs torchao.float8 (tensorwise by default)"))),
     Framework(name="nanotron", label="nanotron", fused_kernels=True, dp_sync=NANOTRON_DP_SYNC, master_weights=True,
-              async_tp_linears=True, zero_stages=(0, 1),
+              async_tp_linears=True, zero_stages=(0, 1), methods=(Method.FULL,),
               sources=(("fused_kernels", "huggingface/nanotron@03b83fc8 src/nanotron/models/llama.py: TritonRMSNorm, "
                                          "flash_attn.layers.rotary.RotaryEmbedding, fused qkv_proj and gate_up_proj"),
                        ("dp_sync", "NANOTRON_DP_SYNC (huggingface/nanotron@e24d2483 trainer.py, "
@@ -165,7 +170,12 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                                        "init_optimizer_and_grad_accumulator: OptimizerArgs.zero_stage 0 builds the "
                                        "plain optimizer, any stage above 0 the ZeroDistributedOptimizer, which shards "
                                        "the optimizer states over the DP group (ZeRO-1); parameters and gradients stay "
-                                       "whole on every rank"))),
+                                       "whole on every rank"),
+                       ("methods", "huggingface/nanotron@2411b022: no adapter (LoRA / PEFT) and no quantized-weight "
+                                   "(bitsandbytes, NF4) code in src/ (git grep -i 'lora|peft|bitsandbytes|nf4': none); "
+                                   "config/config.py ModelArgs gives every parameter one dtype (bf16 by default) and "
+                                   "has no quantization field; scripts/scaling_benchmarks.py's runs train the whole "
+                                   "model"))),
 )}
 """Every framework by name (:func:`framework`); ``generic`` first, the default."""
 

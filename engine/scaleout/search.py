@@ -39,6 +39,7 @@ from engine.model.architecture import Architecture
 from engine.scaleout import buffers
 from engine.scaleout.comm_volumes import (Collective, DataParallelSync, data_parallel_collectives, data_parallel_key,
                                           model_parallel_collectives, model_parallel_key)
+from engine.scaleout.estimate import ALL_METHODS, check_method
 from engine.scaleout.fp8 import Fp8Recipe, check_fp8_gpu
 from engine.scaleout.layout import (ZERO_STAGES, Layout, Recompute, Schedule, layout_problems, problems_key, validated_layout,
                                     with_settings)
@@ -125,19 +126,21 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
                    fp8: Fp8Recipe | None = None, usd_per_gpu_hour: float | None = None, master_weights: bool = True,
                    fused_kernels: bool = False, tp_comm_overlap: bool = False, dtensor_tp: bool = False,
                    dp_sync: DataParallelSync | None = None, async_tp_linears: bool = False,
-                   zero_stages: tuple[int, ...] = ZERO_STAGES) -> list[Candidate]:
+                   zero_stages: tuple[int, ...] = ZERO_STAGES, methods: tuple[Method, ...] = ALL_METHODS) -> list[Candidate]:
     """Every candidate layout with its verdict; the ones that fit first, fastest first. ``master_weights`` (default:
     the 16-bit model with fp32 master weights that Megatron-LM and torchtitan run): see
     :class:`engine.scaleout.memory.Context`; ``fused_kernels``, ``tp_comm_overlap``, ``dtensor_tp``, ``async_tp_linears``: the framework's
     settings as :func:`engine.scaleout.estimate.estimate_layout` takes them (:class:`engine.scaleout.frameworks.Framework`),
     with its own data-parallel sync (``dp_sync``: collectives and memory), the same for every layout searched;
-    ``zero_stages``: the ZeRO stages the framework runs, the only ones tried.
+    ``zero_stages``: the ZeRO stages the framework runs, the only ones tried; ``methods``: the fine-tuning methods it
+    runs (:func:`engine.scaleout.estimate.check_method`).
 
     Raises:
-        ScenarioError: LoRA/QLoRA (model parallelism is modelled for full training) or a global batch below 1.
+        ScenarioError: a method the framework does not run, LoRA/QLoRA (model parallelism is modelled for full training) or a global batch below 1.
     """
     fp8 = Fp8Recipe.of(fp8)
     check_fp8_gpu(fp8, cluster.gpu)
+    check_method(scenario.method, methods)
     if scenario.method is not Method.FULL:
         raise ScenarioError("the layout search is for full training (Megatron-LM, torchtitan); LoRA/QLoRA: Memory page")
     if global_batch < 1:

@@ -296,6 +296,24 @@ def test_nanotron_on_the_zero3_default_says_which_stages_it_runs(page):
     assert not at.error and metric(at, "Tokens/s") is not None
 
 
+@pytest.mark.parametrize(("method", "label"), [("qlora", "QLoRA"), ("lora", "LoRA")])
+def test_nanotron_with_a_peft_method_says_it_runs_full_training_only(page, method, label):
+    """A fresh user's run: nanotron estimated a QLoRA run without a word, though nanotron has no adapters or quantized
+    bases (huggingface/nanotron@2411b022; engine.scaleout.frameworks' record): the page now says so, draws no result,
+    and full fine-tuning then runs (on a ZeRO stage nanotron runs)."""
+    at = page
+    at.radio(key="method").set_value(method).run()
+    at.selectbox(key="so_framework").set_value("nanotron").run()
+    no_exception(at)
+    assert [shown(e.value) for e in at.main.error] == [
+        f"{label}: not a method the framework runs (it runs: Full fine-tuning); pick one of those or another framework"]
+    assert not at.metric and not at.get("plotly_chart")
+    at.radio(key="method").set_value("full").run()
+    at.selectbox(key="so_zero").set_value(1).run()
+    no_exception(at)
+    assert not at.error and metric(at, "Tokens/s") is not None
+
+
 def _in_order(node) -> list:
     """The elements under ``node`` in the order the page draws them (a depth-first walk of AppTest's tree)."""
     out = []

@@ -24,7 +24,7 @@ from engine.scaleout.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, NANOTRON_D
 from engine.scaleout.layout import ZERO_STAGES, Layout
 from engine.scaleout.search import search_layouts
 from engine.scaleout.step_time import Cluster
-from engine.scenario.training import Scenario
+from engine.scenario.training import Method, Scenario
 from engine.time.overhead import SECONDS_PER_KERNEL
 
 LLAMA = architecture_from_config(config_from_catalog("meta-llama/Llama-3.1-8B")[0])
@@ -141,6 +141,35 @@ def test_cli_nanotron_with_zero3_exits_2_naming_the_stages(capsys):
     err = capsys.readouterr().err
     assert code == 2 and "ZeRO-3: the framework runs ZeRO-0 or ZeRO-1 only" in err and "Traceback" not in err
     assert cli(capsys, "--layout-framework", "nanotron")["layout_framework"]["zero_stages"] == [0, 1]
+
+
+@pytest.mark.parametrize("method", ["lora", "qlora"])
+def test_nanotron_runs_full_training_only(method):
+    # A fresh user's run: the Scale out page estimated nanotron with QLoRA without a word. nanotron has no adapter or
+    # quantized-weight code (huggingface/nanotron@2411b022), so its record runs full fine-tuning only and the estimate
+    # refuses another method in words, as it refuses a ZeRO stage nanotron does not run.
+    nano = framework("nanotron")
+    assert nano.methods == (Method.FULL,) and "nanotron@2411b022" in nano.source("methods")
+    assert nano.summary().endswith("ZeRO-0/1 only, Full fine-tuning only")
+    assert framework("generic").methods == tuple(Method) and "only" not in framework("torchtitan").summary()
+    sc = Scenario(method=method, seq_len=4096)
+    cluster = Cluster(gpu=find_gpu("H100 80GB"), nodes=1, gpus_per_node=8)
+    layout = Layout(data_parallel=8, zero=1, micro_batch_size=1, global_batch_size=8)
+    label = {"lora": "LoRA", "qlora": "QLoRA"}[method]
+    with pytest.raises(ScenarioError, match=f"^{label}: not a method the framework runs \\(it runs: Full fine-tuning\\); "
+                                            "pick one of those or another framework$"):
+        estimate_layout(LLAMA, sc, layout, cluster, **nano.layout_settings())
+    with pytest.raises(ScenarioError, match=f"^{label}: not a method the framework runs"):
+        search_layouts(LLAMA, sc, cluster, 8, **nano.layout_settings())
+    estimate_layout(LLAMA, sc, layout, cluster, **framework("generic").layout_settings())  # another framework runs it
+
+
+def test_cli_nanotron_with_qlora_exits_2_naming_the_method(capsys):
+    code = main(["estimate", "--model", "meta-llama/Llama-3.1-8B", "--offline", "--method", "qlora", "--num-gpus", "8",
+                 "--gpu", "H100 80GB", "--layout-framework", "nanotron"])
+    err = capsys.readouterr().err
+    assert code == 2 and "QLoRA: not a method the framework runs (it runs: Full fine-tuning)" in err and "Traceback" not in err
+    assert cli(capsys, "--layout-framework", "nanotron")["layout_framework"]["methods"] == ["full"]
 
 
 def test_search_with_nanotron_tries_its_stages_only():
