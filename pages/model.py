@@ -9,12 +9,14 @@ from engine.model.checkpoint import explain_difference
 from ui.layout import page_setup
 from ui.model_picker import checkpoint_count
 from ui.formats import md_plain
+from ui.share import write_query_params
 
 model = page_setup()
 st.title("Model architecture")
 if model is None:
     st.info("Pick a model in the sidebar.")
     st.stop()
+write_query_params(None)  # the link names the model this page shows (the shell writes it when there is none)
 arch = model.arch
 if model.origin.notice:
     st.warning(md_plain(model.origin.notice))

@@ -100,7 +100,11 @@ def app_shell() -> None:
         st.stop()
     _keep_scenario_state()
     read_query_params()  # once per session: a shared link's scenario into the widget state
-    model_sidebar()
+    if model_sidebar() is None:
+        # No model shown (a repo the Hub does not have or cannot serve, a bad upload, an empty repo id box): the link
+        # follows the picker's inputs now, so it no longer names the model shown before, and it reopens what this page
+        # shows (the same failed repo id and its message). The pages that show a model write it after their inputs.
+        write_query_params(None)
     st.session_state[_SHELL_FLAG] = True
 
 

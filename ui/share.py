@@ -365,7 +365,8 @@ def apply_pending_targets(arch, targets_key: str) -> None:
 def write_query_params(scenario: Scenario | None) -> None:
     """Mirror the model and the scenario's widget values into the URL (never the token). A number typed out of
     range is written as the value the results use (:func:`ui.inputs.valid_value`). Called once per rerun, after the
-    page's own inputs; the URL is set only when it changed."""
+    page's own inputs; the URL is set only when it changed. ``scenario`` None (a page without the training scenario,
+    or no model loaded): the LoRA targets already in the URL stay while it names the same model."""
     # One snapshot of the state: each read of st.session_state by key goes through Streamlit's lock and deserialises the
     # widget's value, and this reads some sixty keys
     state = st.session_state.to_dict()
@@ -386,6 +387,9 @@ def write_query_params(scenario: Scenario | None) -> None:
             out[key] = _encode(value)
     if scenario is not None and scenario.lora_targets is not None and scenario.method is not Method.FULL:
         out["lora_targets"] = ",".join(scenario.lora_targets)
+    elif scenario is None and "lora_targets" in st.query_params and all(
+            st.query_params.get(k) == out.get(k) for k in ("model", "hub", "rev")):
+        out["lora_targets"] = st.query_params["lora_targets"]  # a page without the scenario: the same model's targets stay
     token = str(state.get("hf_token_input", "") or "").strip()
     out = {k: v for k, v in out.items() if not (token and token in v)}
     if dict(st.query_params) != out:

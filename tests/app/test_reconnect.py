@@ -58,3 +58,36 @@ def test_a_bad_price_source_or_gpu_limit_in_a_link_is_ignored_with_a_warning(new
     no_exception(at)
     text = " ".join(warnings_shown(at))
     assert "tc_price_source=\"Bob's GPUs\": not a price source" in text and "tc_max_gpus='7': must be one of" in text
+
+
+def test_a_repo_id_that_does_not_load_leaves_no_other_model_in_the_url(new_app, hub_stub):
+    # A fresh user's run: after a Hub repo id that does not load (unknown here; an offline Hub without a bundled copy
+    # alike) the page showed its error and no model, but the URL still said model=<the catalog model shown before>, so
+    # the link (and a reconnect) reopened a model the page was not showing. The URL now follows the picker: hub=<the
+    # repo id>, no model=; a new session on it shows the same error, not the old model.
+    from hubstub import StubRepo
+
+    hub_stub.add("acme/tiny", StubRepo(config={"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+                                               "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256}))
+    at = new_app().run()
+    assert dict(at.query_params)["model"] == "meta-llama/Llama-3.1-8B"
+    at.radio(key="model_source").set_value("Hub repo id").run()
+    at.text_input(key="hub_repo_id").input("acme/missing").run()
+    no_exception(at)
+    assert [e.value for e in at.error if "acme/missing" in e.value] and not at.metric
+    url = dict(at.query_params)
+    assert "model" not in url and url["hub"] == "acme/missing" and url["method"] == "full"
+    at.switch_page("pages/model.py").run()  # another page: still no other model in the link
+    assert "model" not in dict(at.query_params) and dict(at.query_params)["hub"] == "acme/missing"
+
+    fresh = new_app()
+    for k, v in url.items():
+        fresh.query_params[k] = v
+    fresh.run()
+    no_exception(fresh)
+    assert [e.value for e in fresh.error if "acme/missing" in e.value] and not fresh.metric
+    assert dict(fresh.query_params) == url
+
+    at.text_input(key="hub_repo_id").input("acme/tiny").run()  # a repo that loads: shown, and the link names it
+    no_exception(at)
+    assert dict(at.query_params)["hub"] == "acme/tiny" and "model" not in dict(at.query_params)
