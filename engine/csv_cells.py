@@ -12,6 +12,7 @@ where a reader needs it, booleans as :data:`BOOLEAN_WORDS`, empty for a missing 
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from typing import Any, Iterable
 
@@ -36,12 +37,28 @@ def restore(text: str) -> str:
 BOOLEAN_WORDS = {True: "true", False: "false"}
 """How every CSV of the app and the CLI writes a boolean (the plans CSV's words; the plans importer reads them)."""
 
-_NEEDS_QUOTES = (",", '"', "\n", "\r")
+_NEEDS_QUOTES = re.compile('[,"\n\r]')
+"""A cell holding one of these is quoted: a comma, a quote or a line break (``\\r`` too, which Python 3.11's ``csv``
+module leaves bare with ``\\n`` line ends)."""
+
+
+def _text(value: Any) -> str:
+    """A text cell: :func:`neutralize`-d, quoted (quotes doubled) where a reader needs it."""
+    text = neutralize(value)
+    return '"' + text.replace('"', '""') + '"' if _NEEDS_QUOTES.search(text) else text
 
 
 def cell_text(value: Any) -> str:
-    """One CSV cell as text: None and NaN empty, a boolean in :data:`BOOLEAN_WORDS`, text :func:`neutralize`-d, a
-    number as Python writes it (a NumPy scalar as the Python number it holds)."""
+    """One CSV cell as it is written: None and NaN empty, a boolean in :data:`BOOLEAN_WORDS`, text :func:`neutralize`-d
+    and quoted only where needed (:data:`_NEEDS_QUOTES`), a number as Python writes it (a NumPy scalar as the Python
+    number it holds)."""
+    kind = type(value)
+    if kind is float:  # the common cell first (a fit matrix has thousands): a computed number, NaN a missing value
+        return "" if value != value else repr(value)
+    if kind is int:
+        return repr(value)
+    if kind is str:
+        return _text(value)
     if value is None:
         return ""
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # NumPy scalars, pandas' numbers
@@ -51,21 +68,15 @@ def cell_text(value: Any) -> str:
     if isinstance(value, Enum):
         value = value.value
     if isinstance(value, str):
-        return neutralize(str(value))
+        return _text(value)
     if isinstance(value, float) and value != value:
         return ""
     return str(value)
 
 
-def _field(text: str) -> str:
-    """``text`` quoted (quotes doubled) where a reader needs it: a comma, a quote or a line break (``\\r`` too, which
-    Python 3.11's ``csv`` module leaves bare with ``\\n`` line ends); as it is otherwise."""
-    return '"' + text.replace('"', '""') + '"' if any(c in text for c in _NEEDS_QUOTES) else text
-
-
 def csv_text(columns: Iterable[Any], rows: Iterable[Iterable[Any]]) -> str:
     """A CSV (``\\n`` line ends) of a header and rows, each cell :func:`cell_text`: quoted only where needed, as
     pandas' ``to_csv`` writes, booleans as ``true`` / ``false``, text cells never a spreadsheet formula."""
-    lines = [",".join(_field(str(c)) for c in columns)]
-    lines.extend(",".join(_field(cell_text(v)) for v in row) for row in rows)
+    lines = [",".join(_text(str(c)) for c in columns)]
+    lines.extend(",".join(map(cell_text, row)) for row in rows)
     return "\n".join(lines) + "\n"
