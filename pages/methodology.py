@@ -16,6 +16,7 @@ from engine.time.attention import AMPERE_FLASH_FRACTION, FA2_H100_BACKWARD_TFLOP
 from engine.time.band import load_bands
 from engine.time.collectives import CALL_LATENCY_S, HOP_LATENCY_S, NVLINK_BUS_EFFICIENCY, OVERLAP, PCIE_BUS_EFFICIENCY
 from engine.time.constants import FITTED
+from engine.time.fabrics import EFA
 from engine.time.memory_bound import BACKWARD_FACTOR, MULTI_PASS_OPTIMIZER_PASSES
 from engine.time.overhead import BACKWARD_HOST_FACTOR, COMPILED_BACKWARD_HOST_FACTOR, SECONDS_PER_KERNEL, STEP_SECONDS
 from engine.time.rates import HBM_FRACTION, MATMUL_FRACTION_OF_PEAK
@@ -223,7 +224,11 @@ the memory estimate uses, every term with a shape and a source:
   DGX-A100s with 8 x 200 Gb/s, nccl#812), an all-reduce over exactly 2 nodes at up to 2(n-1)/n of that (NCCL's
   tree, nccl#946), an all-to-all at one NIC per rank (nccl-tests#267); NCCL's ring latency {CALL_LATENCY_S * 1e6:g} us per call + {HOP_LATENCY_S["intra"] * 1e6:g} us per ring step
   inside a node and {HOP_LATENCY_S["network"] * 1e6:g} us per step that crosses nodes (2(k-1) of an all-reduce's 2(n-1)
-  steps over k nodes; NCCL `tuning.cc`); DDP all-reduces
+  steps over k nodes; NCCL `tuning.cc`). The network's fabric is one record each (`engine/time/fabrics.py`): InfiniBand
+  as above; {EFA.label} (AWS p5) at {EFA.bus_share:g} of line rate (nccl-tests on 4-32 p5.48xlarge nodes at 2-8 GiB,
+  crazyguitar/aws-gpu-communication-benchmark) and {EFA.hop_latency_s * 1e6:g} us per step between nodes (AWS's NCCL
+  tuner model for p5, aws-ofi-nccl); the Scale out page's "Network between nodes" and `--inter-node-fabric` choose it,
+  nanotron's rows (Hugging Face's AWS cluster) run on it. DDP all-reduces
   once per step, ZeRO-2 reduce-scatters every micro batch, ZeRO-3/FSDP all-gathers the weights in forward and
   backward, one call per FSDP unit (each block and the root, so each pays the ring latency); {OVERLAP:.0%} of it
   hides under compute when compute is long enough. LoRA under tensor parallelism (NeMo

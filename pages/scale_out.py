@@ -21,7 +21,8 @@ from ui.downloads import csv_bytes
 from ui.formats import fmt_usd
 from ui.inputs import checked_number, results_withheld
 from ui.layout import scenario_page
-from ui.scaleout import CHOICES, candidates_table, framework_inputs, layout_from, layout_inputs, stage_bars, use_layout
+from ui.scaleout import (CHOICES, candidates_table, framework_inputs, layout_from, layout_inputs, network_input, stage_bars,
+                         use_layout)
 from ui.share import write_query_params
 from ui.tables import bytes_in, number_columns
 from ui.formats import md_plain
@@ -63,13 +64,14 @@ master = c3.checkbox("16-bit model + fp32 master weights", value=True, key="so_m
 dataset_tokens = checked_number(c4, "Dataset tokens (one epoch)", "so_tokens", 1_000_000_000, step=1_000_000, below=st,
                                 help="Tokens trained: hours, GPU-hours and cost of the layout (cheapest listed price).")
 framework, settings = framework_inputs()
+fabric = network_input(st.columns(4)[0])
 write_query_params(scenario)  # now with the page's own inputs, so the link carries them
 fp8 = None if fp8_choice == "off" else Fp8Recipe(fp8_choice)
 layout = layout_from(fields, world)
 if isinstance(layout, str):
     refuse(layout)
 sc = scenario.model_copy(update={"gradient_checkpointing": False})
-cluster = Cluster(gpu=gpu, nodes=max(1, world // per_node), gpus_per_node=min(per_node, world))
+cluster = Cluster(gpu=gpu, nodes=max(1, world // per_node), gpus_per_node=min(per_node, world), fabric=fabric)
 dataset = Dataset(total_tokens=int(dataset_tokens))
 try:
     est = estimate_layout(arch, sc, layout, cluster, fp8, master_weights=master, **settings)

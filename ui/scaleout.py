@@ -12,6 +12,7 @@ from engine.scaleout.exports import EXPORTERS
 from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.frameworks import FRAMEWORKS, Framework
 from engine.scaleout.layout import ZERO_CHOICES, Layout, Recompute, Schedule
+from engine.time.fabrics import FABRICS
 from engine.units import Unit, to_unit
 from ui.formats import md_plain
 from ui.inputs import checked_number
@@ -23,7 +24,7 @@ CHOICES: dict[str, tuple] = {
     "so_zero": tuple(ZERO_CHOICES), "so_rec": tuple(r.value for r in Recompute),
     "so_sched": tuple(s.value for s in Schedule if s is not Schedule.INTERLEAVED),
     "so_fp8": ("off", *(r.value for r in Fp8Recipe)), "so_export": tuple(sorted(EXPORTERS)),
-    "so_framework": tuple(FRAMEWORKS),
+    "so_framework": tuple(FRAMEWORKS), "so_net": tuple(FABRICS),
 }
 """Options of the page's select boxes, by widget key (= URL parameter, :mod:`ui.share`)."""
 NUMBERS = ("so_pp", "so_nodes", "so_gbs", "so_v", "so_tokens")
@@ -53,6 +54,15 @@ def framework_inputs() -> tuple[Framework, dict]:
                          help="TP collectives under the GEMMs (Megatron-LM --tp-comm-overlap, torchtitan AsyncTP)")
     st.caption("What it changes: " + md_plain(fw.summary()) + ". The estimate and the layout search both run it.")
     return fw, fw.layout_settings(tp_comm_overlap=bool(overlap and fw.tp_comm_overlap_available))
+
+
+def network_input(column) -> str:
+    """The network between nodes (:data:`engine.time.fabrics.FABRICS`, default InfiniBand) in ``column``, with its
+    figures' source as the help; returns its name (:class:`engine.scaleout.step_time.Cluster`'s ``fabric``)."""
+    return column.selectbox("Network between nodes", list(CHOICES["so_net"]), key="so_net",
+                            format_func=lambda n: FABRICS[n].label,
+                            help="Its share of the NICs' 400 Gb/s per GPU that NCCL reaches and its latency per ring "
+                                 "step (engine.time.fabrics): " + "; ".join(f"{f.label}: {f.source}" for f in FABRICS.values()))
 
 
 def use_layout(layout: Layout) -> None:

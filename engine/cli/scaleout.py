@@ -15,7 +15,9 @@ cross-validated 80% band (``*_low`` / ``*_high``, ``band_note``: :mod:`engine.pl
 JSON adds ``per_rank`` (one entry per pipeline stage: ``stage``, ``peak_allocated_bytes``, ``components``),
 ``max_rank_peak_allocated_bytes``, ``megatron_estimate_bytes`` (Megatron-LM's own ``theoretical_memory_usage``
 for the same settings) with the differences explained, the collectives of a step, the pipeline bubble and, with
-``--gpu``, the fit and the step time; ``--export`` adds the launch settings of one engine.
+``--gpu``, the fit and the step time (``--inter-node-gbits`` and ``--inter-node-fabric``, :data:`engine.time.fabrics
+.FABRICS`, describe the network between nodes; the JSON names the fabric in ``inter_node_fabric``); ``--export`` adds
+the launch settings of one engine.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from engine.scaleout.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework,
 from engine.scaleout.layout import Layout, Recompute, Schedule
 from engine.scenario.precision import PrecisionMode
 from engine.scenario.training import Method, Scenario
+from engine.time.fabrics import DEFAULT_FABRIC, FABRICS
 
 if TYPE_CHECKING:  # the layout model is imported when a layout is asked for (a plain estimate starts faster)
     from engine.plan.cost import Dataset
@@ -46,7 +49,7 @@ _ZERO = {Strategy.DDP: 0, Strategy.ZERO1: 1, Strategy.ZERO2: 2, Strategy.FSDP_SH
          Strategy.FSDP_FULL_SHARD: 3}
 _FLAGS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel", "virtual_pipeline",
           "num_nodes", "recompute", "recompute_layers", "global_batch_size", "pipeline_schedule", "fp8_recipe",
-          "export", "moe_capacity_factor", "inter_node_gbits", "layout_framework")
+          "export", "moe_capacity_factor", "inter_node_gbits", "inter_node_fabric", "layout_framework")
 
 
 def add_scaleout_options(p: argparse.ArgumentParser) -> None:
@@ -75,6 +78,9 @@ def add_scaleout_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--moe-capacity-factor", type=positive_float, default=None, metavar="X", help="MoE capacity factor (default dropless)")
     g.add_argument("--inter-node-gbits", type=positive_float, default=None, metavar="G",
                    help="network per GPU between nodes, Gb/s (default: engine.scaleout.step_time.DEFAULT_INTER_NODE_GBITS)")
+    g.add_argument("--inter-node-fabric", choices=list(FABRICS), default=None,
+                   help="the network between nodes: infiniband (default: the fitted share of line rate, NCCL's 6.6 us "
+                        "per network step) or efa (AWS EFA on p5: 0.83 of line rate, 23 us per step; engine.time.fabrics)")
     g.add_argument("--fp8-recipe", choices=[r.value for r in Fp8Recipe], default=None,
                    help="with --precision fp8: te (TransformerEngine), torchao (float8, tensorwise) or torchao_rowwise "
                         "(float8, row-wise scaling) (default te)")
@@ -185,7 +191,8 @@ def layout_from_args(args: argparse.Namespace, scenario: Scenario) -> tuple[Layo
 
 
 def cluster_from_args(args: argparse.Namespace, layout: Layout, per_node: int) -> Cluster:
-    """The cluster ``--gpu``, ``--gpus-per-node`` and ``--inter-node-gbits`` describe for ``layout``.
+    """The cluster ``--gpu``, ``--gpus-per-node``, ``--inter-node-gbits`` and ``--inter-node-fabric`` describe for
+    ``layout``.
 
     Raises:
         ScenarioError: the layout's GPUs do not fill whole nodes of ``per_node``.
@@ -197,7 +204,8 @@ def cluster_from_args(args: argparse.Namespace, layout: Layout, per_node: int) -
         raise ScenarioError(f"{layout.world_size} GPUs do not fill nodes of {per_node}")
     return Cluster(gpu=find_gpu(args.gpu), nodes=max(1, layout.world_size // per_node),
                    gpus_per_node=min(per_node, layout.world_size),
-                   inter_node_gbits=DEFAULT_INTER_NODE_GBITS if args.inter_node_gbits is None else args.inter_node_gbits)
+                   inter_node_gbits=DEFAULT_INTER_NODE_GBITS if args.inter_node_gbits is None else args.inter_node_gbits,
+                   fabric=args.inter_node_fabric or DEFAULT_FABRIC)
 
 
 def scaleout_json(arch: Architecture, scenario: Scenario, args: argparse.Namespace, fp8: Fp8Recipe | None,
@@ -208,8 +216,9 @@ def scaleout_json(arch: Architecture, scenario: Scenario, args: argparse.Namespa
     layout, per_node = layout_from_args(args, scenario)
     if args.moe_capacity_factor is not None and not arch.num_experts:
         raise ScenarioError(f"--moe-capacity-factor: this {arch.model_type} model has no experts to route to")
-    if args.gpu is None and args.inter_node_gbits is not None:  # the network only enters the step time, on a GPU
-        raise ScenarioError("--inter-node-gbits sets the step time's network: it needs --gpu")
+    for flag in ("inter_node_gbits", "inter_node_fabric"):  # the network only enters the step time, on a GPU
+        if args.gpu is None and getattr(args, flag) is not None:
+            raise ScenarioError(f"--{flag.replace('_', '-')} sets the step time's network: it needs --gpu")
     cluster = None if args.gpu is None else cluster_from_args(args, layout, per_node)
     settings = layout_settings(args)
     est = estimate_layout(arch, scenario, layout, cluster, fp8, master_weights=args.master_weights, **settings)
@@ -288,6 +297,7 @@ def _fit_time_json(est: LayoutEstimate, cluster: Cluster) -> dict[str, Any]:
     t = est.time
     return {
         "gpu": {"name": cluster.gpu.name, "usable_memory_bytes": cluster.gpu.usable_memory_bytes},
+        "inter_node_fabric": cluster.fabric,
         "num_gpus": est.layout.world_size,
         "fits": worst.device_used_bytes <= cluster.gpu.usable_memory_bytes,
         "verdict": fit_verdict(worst.peak_allocated_bytes, cluster.gpu.usable_memory_bytes).value,

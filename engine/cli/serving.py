@@ -18,7 +18,7 @@ from engine.plan.serving import serving_plan
 
 _TRAINING_LAYOUT = ("pipeline_parallel", "context_parallel", "expert_parallel", "virtual_pipeline", "num_nodes",
                     "recompute", "recompute_layers", "global_batch_size", "pipeline_schedule", "fp8_recipe", "export",
-                    "moe_capacity_factor", "inter_node_gbits", "layout_framework")
+                    "moe_capacity_factor", "inter_node_gbits", "inter_node_fabric", "layout_framework")
 _TRAINING_ONLY = tuple(f for f in (*SCENARIO_FIELDS, *PEFT_FIELDS, "no_double_quant", "no_prepare_kbit", "gpus_per_node")
                        if f not in ("method", "seq_len"))
 """Options typed for a training step that a serving estimate never reads (``--micro-batch-size``, ``--lora-r``,

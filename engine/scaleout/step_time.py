@@ -30,7 +30,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engine.hardware.gpus import Gpu
 from engine.memory.activations import attention_kernel
@@ -43,6 +43,7 @@ from engine.scaleout.rank_compute import StageCompute, model_flops_per_micro_bat
 from engine.scenario.precision import precision_spec
 from engine.scenario.training import Framework, Method, Scenario
 from engine.time import collectives as cc
+from engine.time.fabrics import DEFAULT_FABRIC, Fabric, fabric as fabric_named
 from engine.time.memory_bound import optimizer_bytes
 from engine.time.overhead import SECONDS_PER_KERNEL, STEP_SECONDS, optimizer_step_seconds
 from engine.time.constants import current
@@ -57,8 +58,9 @@ issue 119), applied to the cluster's NIC rate."""
 
 
 class Cluster(BaseModel):
-    """GPUs of one kind in ``nodes`` nodes of ``gpus_per_node``, the network between nodes (Gb/s per GPU) and,
-    optionally, the GPU-to-GPU bandwidth inside a node (GB/s per direction; default: the catalog's NVLink or PCIe)."""
+    """GPUs of one kind in ``nodes`` nodes of ``gpus_per_node``, the network between nodes (Gb/s per GPU, and its
+    fabric: a name of :data:`engine.time.fabrics.FABRICS`, default InfiniBand) and, optionally, the GPU-to-GPU
+    bandwidth inside a node (GB/s per direction; default: the catalog's NVLink or PCIe)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -67,6 +69,17 @@ class Cluster(BaseModel):
     gpus_per_node: int = Field(8, ge=1, le=64)
     inter_node_gbits: float = Field(DEFAULT_INTER_NODE_GBITS, gt=0)
     intra_node_gbps: float | None = Field(None, gt=0)
+    fabric: str = DEFAULT_FABRIC
+
+    @field_validator("fabric")
+    @classmethod
+    def _known_fabric(cls, name: str) -> str:
+        return fabric_named(name).name  # raises ScenarioError on an unknown name
+
+    @property
+    def network(self) -> Fabric:
+        """The fabric between nodes (:mod:`engine.time.fabrics`)."""
+        return fabric_named(self.fabric)
 
     @property
     def num_gpus(self) -> int:
@@ -83,23 +96,27 @@ class Cluster(BaseModel):
     def __hash__(self) -> int:
         # Cheaper than pydantic's hash of every field and the GPU's (the search hashes the cluster per collective);
         # equal clusters still hash alike.
-        return hash((self.gpu.name, self.nodes, self.gpus_per_node, self.inter_node_gbits, self.intra_node_gbps))
+        return hash((self.gpu.name, self.nodes, self.gpus_per_node, self.inter_node_gbits, self.intra_node_gbps,
+                     self.fabric))
 
 
 def _ring_link(cluster: Cluster, n: int, per_node: int) -> cc.Link:
     """The ring's link over ``n`` ranks, ``per_node`` of them in each node (cached: the search asks again and again).
-    Between nodes NCCL reaches the fitted :attr:`~engine.time.constants.TimeConstants.network_efficiency` of the NIC's
-    line rate (nccl-tests busbw)."""
-    return _ring_link_at(cluster, n, per_node, current().network_efficiency)
+    Between nodes NCCL reaches the cluster's fabric's share of the NIC's line rate (InfiniBand: the fitted
+    :attr:`~engine.time.constants.TimeConstants.network_efficiency`, nccl-tests busbw) and each ring step that crosses
+    nodes pays the fabric's hop latency (:mod:`engine.time.fabrics`)."""
+    return _ring_link_at(cluster, n, per_node, cluster.network.share())
 
 
 @lru_cache(maxsize=4096)
-def _ring_link_at(cluster: Cluster, n: int, per_node: int, network_efficiency: float) -> cc.Link:
-    nic = cluster.inter_node_gbits / 8 * 1e9 * network_efficiency
-    link = cc.data_parallel_link(cluster.gpu, n, per_node, network_bytes_per_s=nic)
-    if cluster.intra_node_gbps is not None and not link.name.startswith("InfiniBand"):
+def _ring_link_at(cluster: Cluster, n: int, per_node: int, share: float) -> cc.Link:
+    net = cluster.network
+    link = cc.data_parallel_link(cluster.gpu, n, per_node, network_bytes_per_s=cluster.inter_node_gbits / 8 * 1e9 * share,
+                                 network_hop_latency_s=net.hop_latency_s, network_name=net.label)
+    if cluster.intra_node_gbps is not None and not link.network_bound:
         given = cluster.intra_node_gbps * 1e9 * cc.NVLINK_BUS_EFFICIENCY
         return cc.Link(name="intra-node (given)", bus_bytes_per_s=given, nodes=link.nodes,
+                       network_hop_latency_s=link.network_hop_latency_s,
                        all_reduce_bytes_per_s=min(given, link.all_reduce_bytes_per_s) if link.all_reduce_bytes_per_s else None,
                        all_to_all_bytes_per_s=min(given, link.all_to_all_bytes_per_s) if link.all_to_all_bytes_per_s else None)
     return link

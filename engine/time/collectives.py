@@ -81,6 +81,8 @@ class Link(BaseModel):
     network_hop_latency_s: float = HOP_LATENCY_S["network"]
     all_reduce_bytes_per_s: float | None = None
     all_to_all_bytes_per_s: float | None = None
+    network_bound: bool = False
+    """The ring runs at the network between nodes, not at the link inside a node."""
 
     @property
     def all_reduce_bus_bytes_per_s(self) -> float:
@@ -135,7 +137,8 @@ def gpu_link_name(gpu: Gpu) -> str:
 
 
 def data_parallel_link(gpu: Gpu, num_gpus: int, gpus_per_node: int = GPUS_PER_NODE,
-                       network_bytes_per_s: float | None = None) -> Link:
+                       network_bytes_per_s: float | None = None, network_hop_latency_s: float = HOP_LATENCY_S["network"],
+                       network_name: str = "InfiniBand") -> Link:
     """The link a ring over ``num_gpus`` x ``gpu`` is limited by.
 
     Within a node: NVLink (SXM / NVSwitch parts for up to ``gpus_per_node`` GPUs; bridged parts, whose
@@ -163,7 +166,9 @@ def data_parallel_link(gpu: Gpu, num_gpus: int, gpus_per_node: int = GPUS_PER_NO
     model 3) is the 2-node tree's and is above the ring's measured busbw from 3 nodes on (4 nodes: 31/3 x 48 = 496
     GB/s against 377-382 measured).
     ``network_bytes_per_s``: the NIC's bus bandwidth per GPU (default: a 200 Gb/s NIC, :data:`NIC_BYTES_PER_S`, at the
-    fitted :attr:`~engine.time.constants.TimeConstants.network_efficiency`; 0.96 = :data:`NETWORK_BYTES_PER_S`).
+    fitted :attr:`~engine.time.constants.TimeConstants.network_efficiency`; 0.96 = :data:`NETWORK_BYTES_PER_S`);
+    ``network_hop_latency_s``: one ring step between nodes, s, and ``network_name`` the network's name in the link's
+    (a :class:`engine.time.fabrics.Fabric`'s; default InfiniBand's).
     """
     if network_bytes_per_s is None:
         network_bytes_per_s = NIC_BYTES_PER_S * current().network_efficiency
@@ -185,9 +190,11 @@ def data_parallel_link(gpu: Gpu, num_gpus: int, gpus_per_node: int = GPUS_PER_NO
         ring = network_bytes_per_s * r
         tree = ring * 2 * (n - 1) / n if nodes == 2 else ring
         a2a = network_bytes_per_s * (n - 1) / (n - r)
-        extra = dict(nodes=nodes, all_reduce_bytes_per_s=min(intra, tree), all_to_all_bytes_per_s=min(intra, a2a))
+        extra = dict(nodes=nodes, all_reduce_bytes_per_s=min(intra, tree), all_to_all_bytes_per_s=min(intra, a2a),
+                     network_hop_latency_s=network_hop_latency_s)
         if ring < intra:
-            return Link(name=f"InfiniBand between {nodes} nodes", bus_bytes_per_s=ring, **extra)
+            return Link(name=f"{network_name} between {nodes} nodes", bus_bytes_per_s=ring, network_bound=True,
+                        **extra)
         return Link(name=name + f" ({nodes} nodes)", bus_bytes_per_s=intra, **extra)
     return Link(name=name, bus_bytes_per_s=intra)
 

@@ -66,9 +66,9 @@ fused flash-attn rotary kernel is counted, engine.time.overhead.FLASH_ROTARY_KER
 wanted 1.0 and LlamaFactory's LoRA rows, predicted with it, came out 35-41% too fast); ``attention_efficiency`` the long-sequence Hopper rows
 (torchtitan's CP sweep, NeMo, ml-engineering's 8k B200 rows; 0.7 since nanotron's rows run its fused kernels, was 0.8);
 ``network_efficiency`` the multi-node InfiniBand rows of Megatron-LM's H100 table (16B-314B) and NeMo (Mixtral 8x7B,
-Llama 2 70B, Nemotron 340B), which the model times too slow below 0.96 (nanotron's EFA cells would want less: nccl-tests
-on 16-32 AWS p5 nodes reach 0.78-0.84 of this line-rate formula at 8 GiB, crazyguitar/aws-gpu-communication-benchmark
-data/nccl_all_reduce.csv, but no value on the grid fits their 64-node cells); ``power_exponent`` torchtitan's 500 W
+Llama 2 70B, Nemotron 340B), which the model times too slow below 0.96; it is InfiniBand's share only: nanotron's rows
+ran on AWS EFA, whose share and step latency are their own record's (``engine.time.fabrics.EFA``, from nccl-tests on p5
+and AWS's NCCL tuner), so this constant no longer moves them; ``power_exponent`` torchtitan's 500 W
 H100 rows (the only rows that state a cap: left out, the prior 1/3 is used)."""
 
 _CURRENT: ContextVar[TimeConstants] = ContextVar("time_constants", default=FITTED)

@@ -28,6 +28,7 @@ from engine.scaleout.frameworks import NANOTRON_DP_SYNC, Framework, framework
 from engine.scaleout.layout import Layout, Recompute
 from engine.scaleout.recompute import torchtitan_layer_sac_layers
 from engine.scaleout.step_time import Cluster
+from engine.time.fabrics import Fabric, fabric
 from engine.scenario.training import Attention, Method, Scenario
 from engine.time.rates import power_limited
 from engine.time.throughput import flops_per_token
@@ -157,6 +158,19 @@ def row_framework(row: dict) -> Framework:
         ScenarioError: a framework name the registry does not know.
     """
     return framework(row.get("framework") or None)
+
+
+def row_fabric(row: dict) -> Fabric:
+    """The network between the row's nodes: its ``fabric`` column (data/large_runs.csv; ``efa`` for nanotron's rows,
+    made on Hugging Face's AWS cluster: huggingface/nanotron@e24d2483 ``scripts/scaling_benchmarks.py`` submits to
+    the slurm partition ``hopper-prod`` and its launch scripts ``examples/train_tiny_llama.sh`` export
+    ``FI_PROVIDER="efa"``; ``infiniband`` for the others: their sources name InfiniBand, an RDMA network or none, and
+    Llama 3's name RoCE, for which no published figure separating its NCCL bus bandwidth from InfiniBand's was found).
+
+    Raises:
+        ScenarioError: a fabric name the registry does not know.
+    """
+    return fabric(row.get("fabric") or None)
 
 
 def _recompute(text: str, torchtitan: bool = False) -> str:
@@ -307,7 +321,8 @@ def compare_row(row: dict) -> list[RunComparison] | str:
                               zero=zero, micro_batch_size=mb, global_batch_size=gbs)
         sc, master = run_scenario(row, seq, mb, precision)
         inter = 200.0 if "A100" in row["gpu"] else 400.0
-        cluster = Cluster(gpu=gpu, nodes=max(1, world // 8), gpus_per_node=min(8, world), inter_node_gbits=inter)
+        cluster = Cluster(gpu=gpu, nodes=max(1, world // 8), gpus_per_node=min(8, world), inter_node_gbits=inter,
+                          fabric=row_fabric(row).name)
         fused, tp_overlap = run_settings(row)
         # the framework's settings from its one record, as the CLI and the Scale out page pass them
         est = estimate_layout(arch, sc, layout, cluster, _fp8(row), master_weights=master,
@@ -320,7 +335,7 @@ def compare_row(row: dict) -> list[RunComparison] | str:
          f"rank {list(split)}" + (" (Interleaved1F1B modelled as 1F1B on the same per-rank layers)"
                                   if "interleaved" in row["notes"].lower() and layout.virtual_pipeline == 1 else "")) if split else "",
         f"ZeRO {zero}" + (" (not stated)" if not row["zero_or_fsdp"] else ""),
-        f"{inter:g} Gb/s per GPU between nodes",
+        f"{inter:g} Gb/s per GPU between nodes over {cluster.network.label}",
         "16-bit model with fp32 master weights" if master else f"LoRA rank {sc.lora_r} on every linear, pure bf16",
         "fused kernels" if fused else "", ("TP collectives beside one GEMM each (nanotron's asynchronous TP linears; row forward reduce-scatters "
          "blocking)" if fw.async_tp_linears else "TP communication overlapped with the GEMMs") if tp_overlap else "",
