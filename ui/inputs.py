@@ -71,7 +71,7 @@ def range_reason(key: str, value: Any) -> str | None:
     lo, hi = LIMITS[key]
     if value != value or value in (float("inf"), float("-inf")) or (_whole(key) and float(value) != int(value)) \
             or not lo <= value <= hi:
-        return f"must be {_wanted(key)}"
+        return f"must be {'a whole number ' if _whole(key) else ''}from {_fmt(lo)} to {_fmt(hi)}"
     return None
 
 
