@@ -125,17 +125,20 @@ def checked_number(container: Any, label: str, key: str, default: float, *, step
     last: dict = st.session_state.setdefault(_LAST, {})
     whole = _whole(key)
     bounced = st.session_state.setdefault(_BOUNCED, {}).pop(key, None)
+    shown = st.session_state[key]
     if whole:
         # Streamlit's integer box parses the typed text with JavaScript's parseInt, so "1e30" arrives as 1 and "2.5"
         # as 2 without a word; a float box hands the server what was typed, so the reason can be said. "%.0f" shows
         # whole numbers as whole numbers; the value returned (and written to the URL) is an int.
         if bounced is not None:
-            st.session_state[key] = float(last.get(key, default))
-        elif st.session_state[key] is not None and not isinstance(st.session_state[key], float):
-            st.session_state[key] = float(st.session_state[key])
+            shown = float(last.get(key, default))
+        elif shown is not None:
+            shown = float(shown)
         step, format = float(step), format or "%.0f"
-    # value=None: an emptied box is None here, not Streamlit's fallback default (0); the shown value is the session
-    # state's (set above), so a valid or out-of-range number round-trips as before
+    # value=None: an emptied box (letters typed) arrives as None, not as Streamlit's fallback default (0). The box
+    # then has no default to show, so the value it shows is written to the session state on every run: Streamlit
+    # sends it to the browser (a page's widget is a new one, without this the box of a page switched to is empty).
+    st.session_state[key] = shown
     value = container.number_input(label, value=None, step=step, key=key, help=help, format=format, disabled=disabled)
     if value is None:
         return _not_a_number(container, say, label, key, last.get(key, default), below is not None)
@@ -164,7 +167,8 @@ def _not_a_number(container: Any, say: Any, label: str, key: str, used: Any, in_
     """Say that the box of ``key`` holds no number (empty, or letters the browser dropped) and return ``used``."""
     if in_row:
         container.caption(":red[Not a number]")
-    say.error(f"{label}: not a number; type {_wanted(key)}. The results use {_fmt(used)}.", icon=":material/error:")
+    reason = f"type {_wanted(key)}"  # the widget's own range, as range_reason's
+    say.error(f"{label}: not a number; {reason}. The results use {_fmt(used)}.", icon=":material/error:")
     st.session_state.setdefault(_STALE, []).append((label, "is not a number", _fmt(used)))
     _draw_stale()
     return used

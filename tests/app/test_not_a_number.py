@@ -78,3 +78,16 @@ def test_an_emptied_gpu_count_stays_out_of_the_serving_workload(new_app):
     at.radio(key="mem_workload").set_value("Inference").run()
     no_exception(at)
     assert metric(at, "Parameters")
+
+
+def test_a_box_keeps_its_value_on_the_pages_switched_to(new_app):
+    """Drawn with value=None, a box has no default of its own to show: the value is sent on every run, so the box of a
+    page switched to (a new widget) shows it and never reads as empty. The freeze-tuning box is not one of the values
+    the shell keeps (ui.layout), so only this sends it."""
+    at = new_app().switch_page("pages/memory.py").run()
+    at.number_input(key="trainable_layers_n").set_value(2).run()
+    for page in ("pages/fit.py", "pages/time_cost.py", "pages/plans.py", "pages/memory.py"):
+        at.switch_page(page).run()
+        no_exception(at)
+        assert at.number_input(key="trainable_layers_n").value == 2, page
+        assert not [e for e in _errors(at) if "not a number" in e], (page, _errors(at))
