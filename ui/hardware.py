@@ -16,7 +16,7 @@ from engine.memory.parallel import OFFLOAD_LABELS, STRATEGY_LABELS, Offload, Str
 from engine.plan.strategy import DEFAULT_STRATEGY, training_strategy
 from engine.units import Unit
 from ui.catalog_session import session_gpus
-from ui.inputs import checked_number
+from ui.inputs import checked_number, valid_value
 
 DEFAULT_GPU = "NVIDIA A100 80GB"
 DEFAULTS = {"num_gpus": 1, "gpus_per_node": 8, "strategy": DEFAULT_STRATEGY, "offload": Offload.NONE, "unit": "GiB"}
@@ -74,7 +74,10 @@ def hardware_sidebar(serving: bool = False) -> Hardware:
         st.header("Hardware")
         name = st.selectbox("GPU", names, key="gpu", help="Every page computes for this GPU; GPUs & prices lists them.")
         state = st.session_state
-        n, per_node, strategy, offload = (state["num_gpus"], state["gpus_per_node"], state["strategy"], state["offload"])
+        # the numbers the results use when their boxes are not drawn (the serving pages): out of range or empty, the last
+        # valid ones
+        n, per_node = (valid_value(k) or DEFAULTS[k] for k in ("num_gpus", "gpus_per_node"))
+        strategy, offload = state["strategy"], state["offload"]
         if not serving:
             c1, c2 = st.columns(2)
             n = int(checked_number(c1, "GPUs", "num_gpus", 1, step=1, below=st,

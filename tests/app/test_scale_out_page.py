@@ -340,5 +340,5 @@ def test_a_refused_layout_is_said_next_to_its_inputs_and_no_banner_claims_result
     assert order.index(id(at.checkbox(key="so_sp"))) < order.index(id(errors[0])) < order.index(id(at.selectbox(key="so_framework")))
     assert not at.metric and not at.get("plotly_chart")  # no results are drawn ...
     assert not [w.value for w in at.warning if "Results below" in w.value]  # ... and no banner says they are below
-    stale = [w.value for w in at.warning if w.value.startswith("Inputs out of range:")]
+    stale = [w.value for w in at.warning if w.value.startswith("Inputs not valid:")]
     assert len(stale) == 1 and "**Global batch (sequences)** 0" in stale[0], stale

@@ -143,6 +143,14 @@ def _wait_idle(page) -> None:
     page.wait_for_timeout(150)
 
 
+def _type_letters(box) -> None:
+    """Type "abc" into a number box as a user does (Playwright's fill refuses letters in a number field) and press
+    Enter."""
+    box.fill("")
+    box.press_sequentially("abc")
+    box.press("Enter")
+
+
 def _console_errors(page) -> list[str]:
     """Every console error and uncaught page error from now on, except the two kinds above."""
     errors: list[str] = []
@@ -290,6 +298,21 @@ def test_every_page_in_a_real_browser(chromium, server, tmp_path):
             expect(box).to_have_value("8")
             _wait_idle(page)
             assert _metric_value(page, "Peak memory") == after
+            # Letters: the number field drops them and sends an empty value (Streamlit's fallback was 0: "0 is out of
+            # range"); the box stays empty, the message says it is not a number, the link keeps 8.
+            _type_letters(box)
+            expect(sidebar.get_by_text("Micro batch size: not a number; type a whole number from 1 to 65,536. The "
+                                       "results use 8.")).to_be_visible()
+            expect(sidebar.get_by_text("Not a number", exact=True)).to_be_visible()
+            expect(box).to_have_value("")
+            expect(page.get_by_text("Micro batch size is not a number, so 8 is used")).to_be_visible()
+            _wait_idle(page)
+            assert _metric_value(page, "Peak memory") == after
+            assert "micro_batch_size=8&" in page.url, page.url
+            box.fill("8")
+            box.press("Enter")
+            expect(page.get_by_text("Results below are not for the inputs as shown")).to_have_count(0)
+            _wait_idle(page)
 
             # One hardware setting for every page: 8 x H100 with ZeRO-3 (the default strategy), chosen here.
             gpu_box = sidebar.get_by_role("combobox", name="GPU", exact=True)
@@ -439,6 +462,16 @@ def test_scale_out_state_search_and_use_this_layout(chromium, server):
             _wait_idle(page)
             assert page.locator('input[aria-label="Pipeline parallel"]').input_value() == "2"
             expect(page).to_have_url(re.compile(r"so_pp=2"), timeout=30_000)  # and the link carries it again
+            pp = page.locator('input[aria-label="Pipeline parallel"]')
+            _type_letters(pp)  # the page's own inputs go through the same check
+            expect(page.get_by_text("Pipeline parallel: not a number; type a whole number from 1 to 4,096. The results "
+                                    "use 2.")).to_be_visible()
+            expect(pp).to_have_value("")
+            _wait_idle(page)
+            assert "so_pp=2&" in page.url, page.url
+            pp.fill("2")
+            pp.press("Enter")
+            _wait_idle(page)
 
             page.locator("button", has_text="Search every layout of this cluster").click()
             expect(page.get_by_text("layouts searched").first).to_be_visible(timeout=120_000)
