@@ -37,7 +37,7 @@ TRUSTED: dict[tuple[str, str], str] = {
     **{("methodology.py", e): _ENGINE + " (the Methodology page: bundled tables and their summaries)" for e in (
         "_constants", "b.group.replace('_', ' ')", "b.rows", "b.sources", "_all.rows", "_fit.rows", "_hold.worst", "'; '.join(ASSUMPTIONS)", "c.id", "_a.rows", "_a.worst_id", "_t.rows",
         "_t.worst_id", "len(_val.rows) + len(_val.not_expressible)", "summary.rows", "summary.worst", "item",
-        "'\\n'.join(lines)", "r.deviations", "r.framework", "r.id", "r.model_id",
+        "'\\n'.join(lines)", "r.deviations", "r.framework", "r.id", "r.model_id", "EFA.label",
         '\'; \'.join((f"{b:g}B on {(f\'{n}x \' if n > 1 else \'\')}{g} ~{t:,.0f} tokens/s" for b, g, n, t in SEED_THROUGHPUT))')},
     ("methodology_scaleout.py", "'\\n'.join(lines)"): _ENGINE + " (the Methodology page's large-runs summary lines)",
     ("model.py", "model.origin.kind.replace('_', ' ')"): _ENGINE,
