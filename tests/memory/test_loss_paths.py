@@ -115,25 +115,62 @@ def test_torchtitan_eager_is_transformers_current():
     assert (a.forward, a.backward) == (b.forward, b.backward) == (10, 12)
 
 
-def test_torchtune_names_its_own_loss_and_what_the_figures_count():
-    """A fresh user's run: with the framework set to torchtune the loss text cited transformers' ForCausalLMLoss alone,
-    although torchtune's recipes run CEWithChunkedOutputLoss. The framework's record (engine.scenario.training.FRAMEWORKS)
-    names its own loss with its source, and says the figures count transformers' loss until it is chosen: the numbers
-    are unchanged (torchtune's default is still transformers' loss; see the record's comment)."""
-    default = estimate_memory(QWEN, Scenario.build(framework="torchtune", method="lora"))
-    text = default.assumptions[0]
-    assert text.startswith("torchtune single-device fine-tuning")
-    assert ("torchtune's recipes run their own loss, torchtune CEWithChunkedOutputLoss (8 chunks) "
-            "(torchtune/modules/loss/ce_chunked_output_loss.py, the loss component of its recipe configs") in text
-    assert "not Hugging Face transformers (fp32 logits): the figures count it only when the loss implementation is set" in text
-    hf = estimate_memory(QWEN, Scenario.build(framework="torchtune", method="lora", loss_implementation="hf"))
-    chunked = estimate_memory(QWEN, Scenario.build(framework="torchtune", method="lora",
-                                                   loss_implementation="torchtune_chunked"))
-    assert default.components["logits_loss"] == hf.components["logits_loss"] != chunked.components["logits_loss"]
-    assert "CEWithChunkedOutputLoss" not in hf.assumptions[0]  # a loss chosen: no note
-    assert chunked.assumptions[0].endswith("loss: torchtune CEWithChunkedOutputLoss (8 chunks)")
-    for framework in ("hf", "litgpt"):  # their default is their own loss: no note
-        assert "recipes run" not in estimate_memory(QWEN, Scenario.build(framework=framework)).assumptions[0]
+LLAMA31_8B = architecture_from_config(catalog_model("meta-llama/Llama-3.1-8B").config)  # vocab 128,256
+
+
+def _torchtune_chunked_bytes(batch: int, seq: int, vocab: int, chunks: int = 8, c: int = 2) -> tuple[int, int]:
+    """(forward, backward) bytes of torchtune's CEWithChunkedOutputLoss, eager, walked chunk by chunk as its code runs
+    (pytorch/torchtune@a6290a5b, v0.6.1: modules/transformer.py chunked_output = [self.output(chunk) for chunk in
+    h.chunk(8, dim=1)]; modules/loss/ce_chunked_output_loss.py: for each chunk F.cross_entropy(chunk.float(), ...),
+    which saves the chunk's fp32 log-softmax; the recipe's _loss_step then del logits before backward)."""
+    step = -(-seq // chunks)  # torch.chunk: ceil(seq / chunks) tokens per chunk, the last one shorter
+    sizes = [min(step, seq - k * step) for k in range(chunks) if seq > k * step]
+    logits16 = sum(batch * s * vocab * c for s in sizes)  # every chunk, alive until the recipe's del logits
+    peak_fwd, saved = 0, 0
+    for s in sizes:
+        n = batch * s * vocab
+        peak_fwd = max(peak_fwd, logits16 + saved + n * 4 + n * 4)  # the chunk's fp32 copy and its log-softmax
+        saved += n * 4  # the copy dies, the log-softmax stays for backward
+    first = batch * sizes[-1] * vocab  # autograd starts with the last chunk: its nll and log-softmax gradients
+    peak_bwd = saved + 2 * first * 4
+    return peak_fwd, peak_bwd
+
+
+def test_torchtune_default_loss_is_its_recipes_chunked_loss():
+    """torchtune's recipe configs name torchtune.modules.loss.CEWithChunkedOutputLoss as their loss since
+    pytorch/torchtune@4fba6cd4 (0.3.0; e.g. recipes/configs/llama3_1/8B_lora_single_device.yaml at a6290a5b, 0.6.1),
+    so the torchtune framework counts it without being told: Llama-3.1-8B, micro batch 2 x 2048, bf16."""
+    sc = Scenario.build(framework="torchtune", method="lora", micro_batch_size=2, seq_len=2048)
+    assert sc.loss is LossImplementation.TORCHTUNE_CHUNKED
+    est = estimate_memory(LLAMA31_8B, sc)
+    parts = {p.key: p for p in est.parts}
+    fwd, bwd = _torchtune_chunked_bytes(2, 2048, 128_256)
+    assert parts["logits_loss"].bytes == pytest.approx(bwd) == 2_626_682_880  # 2 x 2048 x 128,256 x (4 + 1) B
+    assert parts["logits_forward"].bytes == pytest.approx(fwd) == 3_414_687_744  # x (2 + 4 + 0.5) B
+    hf = {p.key: p for p in estimate_memory(LLAMA31_8B, Scenario.build(method="lora", micro_batch_size=2,
+                                                                        seq_len=2048)).parts}
+    assert hf["logits_forward"].bytes == 2 * 2048 * 128_256 * 10  # transformers 4.50+: bf16 + fp32 + log-softmax
+    assert est.assumptions[0].endswith("loss: torchtune CEWithChunkedOutputLoss (8 chunks)")
+    assert "a6290a5b" in parts["logits_loss"].source
+
+
+def test_torchtune_cross_entropy_paths():
+    """torch.nn.CrossEntropyLoss under torchtune: 0.3+ (a6290a5b) the model returns self.output(h).float() and the
+    recipe deletes the logits before backward: 4 + 4 forward, log-softmax + two gradients backward; 0.1-0.2
+    (0217d44c) the recipe keeps logits[..., :-1, :].contiguous() through backward: 4 more at backward."""
+    new = _path(LLAMA31_8B, framework="torchtune", loss_implementation="torchtune_ce", precision="bf16")
+    old = _path(LLAMA31_8B, framework="torchtune", loss_implementation="torchtune_ce_v02", precision="bf16",
+                micro_batch_size=2)
+    assert (new.forward, new.backward) == (8, 12)
+    assert (old.forward, old.backward) == (8, 16)
+    assert "a6290a5b" in new.source and "0217d44c" in old.source
+
+
+def test_frameworks_count_their_own_loss_without_a_note():
+    for framework, loss in (("hf", "hf"), ("litgpt", "litgpt_chunked"), ("torchtune", "torchtune_chunked")):
+        sc = Scenario.build(framework=framework)
+        assert sc.loss.value == loss
+        assert "recipes run" not in estimate_memory(QWEN, sc).assumptions[0]
 
 
 def _probe(*args: str) -> dict:
