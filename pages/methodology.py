@@ -116,7 +116,10 @@ st.markdown(
   *transformers version* setting. The *fused cross-entropy* switch (Liger Kernel,
   `TrainingArguments(use_liger_kernel=True)`) computes the LM head and the loss in chunks: the hidden-state gradient
   and one chunk's logits instead. The *loss implementation* setting follows other stacks' code
-  (`engine/memory/loss_paths.py`): torchtune's chunked loss (4 B, every chunk's fp32 log-softmax), Megatron-LM's
+  (`engine/memory/loss_paths.py`): torchtune's chunked loss (4 B, every chunk's fp32 log-softmax, + one chunk's two
+  gradients; the torchtune framework's default, as its recipe configs name it since 0.3.0), torchtune's
+  `torch.nn.CrossEntropyLoss` path (the model upcasts its output: 12 B; 16 B in 0.1-0.2, whose recipes kept the
+  shifted fp32 logits through backward), Megatron-LM's
   vocab-parallel loss (one fp32 buffer, softmax and gradient in place: 4 + 2 B), torchtitan's (as transformers'), a
   fused in-place kernel (flash-attn, llm.c: the 16-bit logits only).
 - **Beyond tensors.** The estimate is `torch.cuda.max_memory_allocated()`. `max_memory_reserved()` adds the caching
@@ -127,7 +130,9 @@ st.markdown(
   GPU's memory.
 - **Frameworks.** The estimate follows the Hugging Face stack (transformers + PEFT + bitsandbytes + Trainer) unless the
   *Training framework* input says LitGPT (every parameter, adapters included, in the weight dtype; the loss in chunks
-  of 128 tokens on 16-bit logits; fused GELU) or torchtune (adapters in the weight dtype).
+  of 128 tokens on 16-bit logits; fused GELU) or torchtune (adapters in the weight dtype; the loss its recipes run,
+  `CEWithChunkedOutputLoss`: 8 chunks of 16-bit logits, each upcast on its own, counted eager; with torch.compile the
+  step time counts each chunk's upcast and cross-entropy fused, as the recipes compile it).
 - **Gradient accumulation** does not lower the peak at a given micro batch (ms-swift measures the same peak with and
   without it); it keeps the gradients alive between micro batches, which can raise a backward peak. It lets a smaller
   micro batch keep the effective batch size.
