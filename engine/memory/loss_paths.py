@@ -48,6 +48,8 @@ def loss_path(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> LossPath
         return _megatron(c)
     if loss is LossImplementation.TORCHTUNE_CHUNKED:
         return _torchtune(c)
+    if loss is LossImplementation.TORCHTUNE_CHUNKED_COMPILED:
+        return _torchtune_compiled(c)
     if loss is LossImplementation.TORCHTUNE_CE:
         return _torchtune_ce(c)
     if loss is LossImplementation.TORCHTUNE_CE_V02:
@@ -129,6 +131,31 @@ def _torchtune(c: float) -> LossPath:
                     f"torchtune torchtune/modules/loss/ce_chunked_output_loss.py CEWithChunkedOutputLoss "
                     f"(num_output_chunks=8, not compiled), modules/transformer.py chunked_output, the recipes' "
                     f"del logits before backward ({TORCHTUNE_SOURCE})")
+
+
+def _torchtune_compiled(c: float) -> LossPath:
+    """torchtune ``CEWithChunkedOutputLoss`` with ``compile: True`` (pytorch/torchtune@a6290a5b): the recipe's
+    ``training.compile_loss`` replaces ``compute_cross_entropy`` (one chunk's ``logits.float()`` + summed
+    ``F.cross_entropy``) by its ``torch.compile`` (Inductor). AOTAutograd's partitioner (min-cut rematerialisation,
+    the same code on CPU and CUDA) saves for backward the ``c``-byte chunk it was given and per-token fp32 statistics
+    (max, log-sum-exp: 8 B a token, nothing per logit), not the fp32 log-softmax an eager chunk keeps; backward
+    recomputes the softmax from the chunk. So the recipe's ``del logits`` frees nothing: every chunk (``c``) stays
+    alive until its backward; the compiled forward allocates only the per-token statistics (no fp32 copy of a chunk),
+    and each chunk's backward writes one ``c``-byte gradient (``c / 8``).
+
+    Measured (torch 2.13.0 CPU, Inductor; ``python scripts/loss_probe.py --batch 2 --loss
+    torchtune_chunked_compiled``, 8 bf16 chunks of 2 x 256 x 32,000): the pack hooks of saved-tensor hooks see 2.0 B
+    per logit of saved logit chunks and 0.001 B of others; the CPU allocator's tally (torch.profiler) 2.07 B at the
+    loss's forward peak and after the forward, + 0.25 B while the compiled backward runs. Not seen: memory a
+    generated kernel takes outside the allocator, and what CUDA's Triton kernels and caching allocator do (their
+    fusion can differ from the CPU's C++ kernels; the saved tensors are the partitioner's, not the device's)."""
+    n = TORCHTUNE_OUTPUT_CHUNKS
+    return LossPath(c, c + c / n,
+                    f"logit chunks ({c:g} B; the compiled loss saves them, no fp32 copy or log-softmax)",
+                    f"every chunk saved by the compiled loss + one chunk's {c:g}-byte gradient (1/{n})",
+                    f"torchtune torchtune/modules/loss/ce_chunked_output_loss.py CEWithChunkedOutputLoss, "
+                    f"training/_compile.py compile_loss (compute_cross_entropy under torch.compile) ({TORCHTUNE_SOURCE});"
+                    f" measured: scripts/loss_probe.py --loss torchtune_chunked_compiled (torch 2.13.0, Inductor, CPU)")
 
 
 def _torchtune_ce(c: float) -> LossPath:

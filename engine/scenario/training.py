@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from engine.errors import ScenarioError, explain_validation
 from engine.secrets import looks_like_token
 from engine.scenario.methods import Method
-from engine.scenario.loss import LossImplementation, TransformersVersion
+from engine.scenario.loss import COMPILED_FORMS, LossImplementation, TransformersVersion
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.precision import PrecisionMode
 
@@ -57,7 +57,8 @@ class Framework(str, Enum):
       (``chunked_cross_entropy``); GELU is torch's fused ``F.gelu``.
     - ``torchtune``: torchtune's single-device recipes: adapters in the weight dtype; the loss its recipe configs run
       since 0.3.0, ``CEWithChunkedOutputLoss`` (``torchtune_chunked``: 8 chunks of 16-bit logits, each upcast on its
-      own; :data:`FRAMEWORKS`); otherwise like ``hf``.
+      own; :data:`FRAMEWORKS`; compiled, ``torchtune_chunked_compiled``: :meth:`Scenario.loss_compiled`); otherwise
+      like ``hf``.
     """
 
     HF = "hf"
@@ -269,6 +270,15 @@ class Scenario(BaseModel):
         if self.loss_implementation is not None:
             return self.loss_implementation
         return self.framework.record.loss
+
+    def loss_compiled(self, compiled: bool) -> LossImplementation:
+        """The loss that runs when the run is torch.compiled (``compiled``; the step time's ``fused_kernels``, the
+        torchtune importer's ``compile: True``): :attr:`loss`, turned into its compiled form where its framework
+        compiles it (:data:`~engine.scenario.loss.COMPILED_FORMS`: torchtune's chunked loss, the framework's default
+        or chosen, becomes ``torchtune_chunked_compiled``); :attr:`loss` itself otherwise. The Scenario holds no
+        compile switch of its own: the memory estimate counts :attr:`loss`, so a compiled torchtune run states
+        ``loss_implementation="torchtune_chunked_compiled"``."""
+        return COMPILED_FORMS.get(self.loss, self.loss) if compiled else self.loss
 
     @property
     def tokens_per_micro_batch(self) -> int:

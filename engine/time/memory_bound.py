@@ -81,15 +81,11 @@ def _mlp_width(arch: Architecture) -> float:
 ON_CHIP_LOSSES = {
     LossImplementation.LIGER: "Liger's fused linear cross-entropy: every chunk's logits, softmax and gradient in one "
                               "kernel (liger-kernel 0.5)",
+    LossImplementation.TORCHTUNE_CHUNKED_COMPILED: "torchtune's recipes compile CEWithChunkedOutputLoss."
+                                                   "compute_cross_entropy (one chunk's upcast + F.cross_entropy: "
+                                                   "training.compile_loss, pytorch/torchtune@a6290a5b)",
 }
-"""Losses that keep each chunk's upcast, softmax and gradient on chip whatever the run: ``2c + 8`` bytes per logit."""
-
-COMPILED_ON_CHIP_LOSSES = {
-    LossImplementation.TORCHTUNE_CHUNKED: "torchtune's recipes compile CEWithChunkedOutputLoss.compute_cross_entropy "
-                                          "(one chunk's upcast + F.cross_entropy) when compile is on (training."
-                                          "compile_loss, pytorch/torchtune@a6290a5b)",
-}
-"""Losses whose chunk kernels are fused when the run compiles (``compiled``): ``2c + 8`` then, ``2c + 24`` eager."""
+"""Losses that keep each chunk's upcast, softmax and gradient on chip: ``2c + 8`` bytes per logit."""
 
 
 def loss_bytes(arch: Architecture, sc: Scenario, c: int, compiled: bool = False) -> float:
@@ -98,9 +94,10 @@ def loss_bytes(arch: Architecture, sc: Scenario, c: int, compiled: bool = False)
     An eager loss (transformers' ``ForCausalLMLoss``, torchtune's losses, torchtitan's, ...) upcasts the logits (read
     c, write 4), ``cross_entropy`` takes log-softmax (4+4) and its gradient (4+4), cast back (4+c): ``2c + 24`` per
     vocabulary entry, chunked or not. A fused cross-entropy (:data:`ON_CHIP_LOSSES`; with ``compiled``, i.e.
-    torch.compile on, also :data:`COMPILED_ON_CHIP_LOSSES`) keeps chunks on chip: ``2c + 8``.
+    torch.compile on, the loss's compiled form: :meth:`~engine.scenario.training.Scenario.loss_compiled`) keeps
+    chunks on chip: ``2c + 8``.
     """
-    on_chip = sc.loss in ON_CHIP_LOSSES or (compiled and sc.loss in COMPILED_ON_CHIP_LOSSES)
+    on_chip = sc.loss_compiled(compiled) in ON_CHIP_LOSSES
     per = (2 * c + 8) if on_chip else (2 * c + 24)
     return per * arch.vocab_size if arch.kind != "encoder" else 0.0
 

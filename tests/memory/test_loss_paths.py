@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -166,6 +168,43 @@ def test_torchtune_cross_entropy_paths():
     assert "a6290a5b" in new.source and "0217d44c" in old.source
 
 
+def test_torchtune_compiled_chunked_path():
+    """compile: True: the recipes compile each chunk's upcast + cross-entropy; AOTAutograd saves the c-byte chunk (not
+    the fp32 log-softmax), so every chunk stays alive to backward (c) and backward adds one chunk's gradient (c/8)."""
+    bf16 = _path(LLAMA31_8B, framework="torchtune", loss_implementation="torchtune_chunked_compiled", precision="bf16")
+    fp32 = _path(LLAMA31_8B, framework="torchtune", loss_implementation="torchtune_chunked_compiled", precision="fp32")
+    assert (bf16.forward, bf16.backward) == (2, 2.25)
+    assert (fp32.forward, fp32.backward) == (4, 4.5)
+    assert "loss_probe.py --loss torchtune_chunked_compiled" in bf16.source and "a6290a5b" in bf16.source
+    sc = Scenario.build(framework="torchtune", method="lora", micro_batch_size=2, seq_len=2048,
+                        loss_implementation="torchtune_chunked_compiled")
+    parts = {p.key: p for p in estimate_memory(LLAMA31_8B, sc).parts}
+    assert parts["logits_loss"].bytes == 2 * 2048 * 128_256 * 2.25
+    assert parts["logits_forward"].bytes == 2 * 2048 * 128_256 * 2
+
+
+def test_torchtune_default_under_compile_is_the_compiled_record():
+    """The loss's compiled form (COMPILED_FORMS): torchtune's chunked loss, its framework default or chosen, runs as
+    torchtune_chunked_compiled when the run is compiled; eager otherwise; other losses are what they are either way.
+    The step time's fused_kernels is the compile switch: the compiled chunked loss keeps its chunks on chip."""
+    from engine.time.memory_bound import loss_bytes
+
+    tt = Scenario.build(framework="torchtune")
+    assert tt.loss_compiled(False) is LossImplementation.TORCHTUNE_CHUNKED
+    assert tt.loss_compiled(True) is LossImplementation.TORCHTUNE_CHUNKED_COMPILED
+    chosen = Scenario.build(framework="torchtune", loss_implementation="torchtune_chunked")
+    assert chosen.loss_compiled(True) is LossImplementation.TORCHTUNE_CHUNKED_COMPILED
+    for fields in ({"framework": "torchtune", "loss_implementation": "torchtune_ce"}, {},
+                   {"framework": "litgpt"}, {"fused_cross_entropy": True}):
+        sc = Scenario.build(**fields)
+        assert sc.loss_compiled(True) is sc.loss
+    v = LLAMA31_8B.vocab_size
+    assert loss_bytes(LLAMA31_8B, tt, 2, compiled=False) == 28 * v
+    assert loss_bytes(LLAMA31_8B, tt, 2, compiled=True) == 12 * v
+    compiled = Scenario.build(framework="torchtune", loss_implementation="torchtune_chunked_compiled")
+    assert loss_bytes(LLAMA31_8B, compiled, 2) == 12 * v
+
+
 def test_frameworks_count_their_own_loss_without_a_note():
     for framework, loss in (("hf", "hf"), ("litgpt", "litgpt_chunked"), ("torchtune", "torchtune_chunked")):
         sc = Scenario.build(framework=framework)
@@ -180,8 +219,13 @@ def _probe(*args: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-needs_torch = pytest.mark.skipif(not (importlib.util.find_spec("torch") and importlib.util.find_spec("transformers")),
-                                 reason="torch and transformers (the [trace] extra) measure the loss")
+# Skipped without the [trace] extra, except under TRACE_REQUIRED=1 (.ci/run sets it once the extra is installed).
+_REQUIRED = os.environ.get("TRACE_REQUIRED") == "1"
+needs_torch = pytest.mark.skipif(
+    not _REQUIRED and not (importlib.util.find_spec("torch") and importlib.util.find_spec("transformers")),
+    reason="torch and transformers (the [trace] extra) measure the loss")
+needs_inductor = pytest.mark.skipif(not _REQUIRED and not (shutil.which("g++") or shutil.which("c++")),
+                                    reason="Inductor's CPU kernels need a C++ compiler")
 
 
 @needs_torch
@@ -200,6 +244,30 @@ def test_torchtune_chunked_measured():
     path = _path(QWEN, method="lora", micro_batch_size=2, precision="bf16", loss_implementation="torchtune_chunked")
     assert m["forward_peak_per_logit"] == pytest.approx(path.forward, abs=0.6)
     assert m["held_after_forward_per_logit"] + m["backward_extra_per_logit"] == pytest.approx(path.backward, abs=0.6)
+
+
+@needs_torch
+@needs_inductor
+def test_torchtune_chunked_compiled_measured():
+    """torchtune CEWithChunkedOutputLoss with compile: True (compute_cross_entropy under torch.compile, Inductor, CPU),
+    measured: the compiled chunk saves the 16-bit chunk it was given (2 B per logit in all, the recipe's del logits
+    then frees nothing) and per-token statistics only; no fp32 copy or log-softmax in the forward; one chunk's 16-bit
+    gradient in backward. The allocator tally of the same run's eager loss agrees with the eager record."""
+    m = _probe("--batch", "2", "--loss", "torchtune_chunked_compiled")
+    path = _path(QWEN, method="lora", micro_batch_size=2, precision="bf16",
+                 loss_implementation="torchtune_chunked_compiled")
+    assert (path.forward, path.backward) == (2, 2.25)
+    assert m["saved_logit_chunks_per_logit"] == pytest.approx(2.0, abs=0.01)
+    assert m["saved_other_per_logit"] < 0.01
+    assert m["loss_forward_peak_per_logit"] == pytest.approx(path.forward, abs=0.1)
+    assert m["held_after_forward_per_logit"] == pytest.approx(path.forward, abs=0.1)
+    assert m["held_after_forward_per_logit"] + m["loss_backward_extra_per_logit"] == pytest.approx(path.backward,
+                                                                                                   abs=0.1)
+    eager = _path(QWEN, method="lora", micro_batch_size=2, precision="bf16", loss_implementation="torchtune_chunked")
+    check = m["profiler_eager_check"]
+    assert check["forward_peak_per_logit"] == pytest.approx(eager.forward, abs=0.6)
+    assert check["held_after_forward_per_logit"] + check["backward_extra_per_logit"] == pytest.approx(eager.backward,
+                                                                                                      abs=0.6)
 
 
 def test_gpt2_124m_llmc_run_fits_with_a_fused_in_place_loss():
