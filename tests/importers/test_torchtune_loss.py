@@ -48,3 +48,24 @@ def test_linear_cross_entropy_is_said_unmodelled():
     r = _imported("torchtune.modules.loss.LinearCrossEntropyLoss")
     assert "loss_implementation" not in r.fields
     assert "LinearCrossEntropyLoss" in r.unsupported["loss._component_"]
+
+
+def test_compile_makes_the_chunked_loss_its_compiled_record():
+    """compile: True: the recipe's training.compile_loss compiles CEWithChunkedOutputLoss.compute_cross_entropy, so the
+    chunked loss, named or left to the framework's default, is torchtune_chunked_compiled; other losses stay."""
+    compiled = "\ncompile: True\n"
+    r = import_configs([("r.yaml", (RECIPE.format(loss="torchtune.modules.loss.CEWithChunkedOutputLoss")
+                                    + compiled).encode())])
+    assert r.fields["loss_implementation"] is LossImplementation.TORCHTUNE_CHUNKED_COMPILED
+    assert "compile" in r.unsupported  # the compiled model layers stay unmodelled
+    default = RECIPE.split("loss:")[0] + "dtype: bf16" + compiled
+    r = import_configs([("r.yaml", default.encode())])
+    assert r.fields["loss_implementation"] is LossImplementation.TORCHTUNE_CHUNKED_COMPILED
+    r = import_configs([("r.yaml", (RECIPE.format(loss="torch.nn.CrossEntropyLoss") + compiled).encode())])
+    assert r.fields["loss_implementation"] is LossImplementation.TORCHTUNE_CE
+    r = import_configs([("r.yaml", (RECIPE.format(loss="torchtune.modules.loss.LinearCrossEntropyLoss")
+                                    + compiled).encode())])
+    assert "loss_implementation" not in r.fields
+    r = import_configs([("r.yaml", (RECIPE.format(loss="torchtune.modules.loss.CEWithChunkedOutputLoss")
+                                    + "\ncompile: False\n").encode())])
+    assert r.fields["loss_implementation"] is LossImplementation.TORCHTUNE_CHUNKED
