@@ -117,7 +117,11 @@ st.markdown(
   *transformers version* setting. The *fused cross-entropy* switch (Liger Kernel,
   `TrainingArguments(use_liger_kernel=True)`) computes the LM head and the loss in chunks: the hidden-state gradient
   and one chunk's logits instead. The *loss implementation* setting follows other stacks' code
-  (`engine/memory/loss_paths.py`): torchtune's chunked loss (4 B, every chunk's fp32 log-softmax), Megatron-LM's
+  (`engine/memory/loss_paths.py`): torchtune's chunked loss (4 B, every chunk's fp32 log-softmax, + one chunk's two
+  gradients; the torchtune framework's default, as its recipe configs name it since 0.3.0; compiled, 2 B, every
+  16-bit chunk, + one chunk's 16-bit gradient), torchtune's
+  `torch.nn.CrossEntropyLoss` path (the model upcasts its output: 12 B; 16 B in 0.1-0.2, whose recipes kept the
+  shifted fp32 logits through backward), Megatron-LM's
   vocab-parallel loss (one fp32 buffer, softmax and gradient in place: 4 + 2 B), torchtitan's (as transformers'), a
   fused in-place kernel (flash-attn, llm.c: the 16-bit logits only).
 - **Beyond tensors.** The estimate is `torch.cuda.max_memory_allocated()`. `max_memory_reserved()` adds the caching
@@ -128,7 +132,12 @@ st.markdown(
   GPU's memory.
 - **Frameworks.** The estimate follows the Hugging Face stack (transformers + PEFT + bitsandbytes + Trainer) unless the
   *Training framework* input says LitGPT (every parameter, adapters included, in the weight dtype; the loss in chunks
-  of 128 tokens on 16-bit logits; fused GELU) or torchtune (adapters in the weight dtype).
+  of 128 tokens on 16-bit logits; fused GELU) or torchtune (adapters in the weight dtype; the loss its recipes run,
+  `CEWithChunkedOutputLoss`: 8 chunks of 16-bit logits, each upcast on its own; eager, every chunk's fp32
+  log-softmax is kept, 4 B per logit. A compiled run (`compile: True`; loss implementation
+  `torchtune_chunked_compiled`) compiles each chunk's upcast and cross-entropy, which then saves the 16-bit chunk
+  instead (2 B, measured with Inductor on CPU by `scripts/loss_probe.py`), and the step time counts those kernels
+  fused).
 - **Gradient accumulation** does not lower the peak at a given micro batch (ms-swift measures the same peak with and
   without it); it keeps the gradients alive between micro batches, which can raise a backward peak. It lets a smaller
   micro batch keep the effective batch size.

@@ -105,7 +105,7 @@ def _draw_more(applies: dict[str, bool]) -> dict[str, Any]:
     values["framework"] = st.selectbox(
         _LABELS["framework"], list(Framework), format_func=FRAMEWORK_LABELS.get, key="framework",
         help="Which stack runs the step: it decides the adapters' dtype (PEFT keeps them in fp32), the loss "
-        "(LitGPT: chunked, 16-bit logits) and whether GELU is fused. Generated code is for Hugging Face.",
+        "(LitGPT: chunked, 16-bit logits; torchtune: CEWithChunkedOutputLoss, 8 chunks of 16-bit logits) and whether GELU is fused. Generated code is for Hugging Face.",
     )
     fused = values["fused_ce"] = st.toggle(
         _LABELS["fused_ce"], key="fused_ce",
@@ -119,8 +119,6 @@ def _draw_more(applies: dict[str, bool]) -> dict[str, Any]:
         help="The cross-entropy code over the vocabulary (engine.memory.loss_paths): what it keeps "
         "per token and vocabulary entry. The Liger switch above is the fused linear cross-entropy.",
     )
-    if note := Framework(values["framework"]).record.loss_note(loss, fused):
-        st.caption(md_plain(note))
     values["transformers_version"] = st.selectbox(
         _LABELS["transformers_version"], list(TransformersVersion),
         format_func=lambda v: TRANSFORMERS_VERSION_LABELS[TransformersVersion(v)],

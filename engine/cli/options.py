@@ -91,8 +91,9 @@ def add_scenario_options(p: argparse.ArgumentParser) -> None:
                    help="chunked LM head + loss (Liger Kernel, TrainingArguments(use_liger_kernel=True)): no vocabulary-sized logits")
     p.add_argument("--loss-implementation", choices=[x.value for x in LossImplementation], default=None,
                    help="the cross-entropy code: hf, liger (= --fused-cross-entropy), litgpt_chunked, torchtune_chunked, "
-                        "megatron, torchtitan, inplace_fused (default: the framework's default, transformers' loss but "
-                        "LitGPT's for litgpt)")
+                        "torchtune_chunked_compiled (its recipes with compile: True), torchtune_ce, torchtune_ce_v02, "
+                        "megatron, torchtitan, inplace_fused (default: the framework's default: transformers' loss "
+                        "for hf, LitGPT's for litgpt, torchtune_chunked for torchtune; the step time's --fused-kernels counts torchtune_chunked as compiled)")
     p.add_argument("--transformers-version", default=d.transformers_version.value, metavar="VERSION",
                    help="transformers release whose loss path the hf loss follows, e.g. 4.41.2, or a range: "
                         + ", ".join(v.value for v in TransformersVersion) + " (default: %(default)s)")

@@ -5,8 +5,14 @@ Model: there is no Hub id in a recipe. ``model._component_`` names a builder (``
 come from ``checkpointer.checkpoint_dir``; the importer takes the directory's name when it is a known repo's name
 (``/tmp/Meta-Llama-3.1-8B-Instruct`` -> ``meta-llama/Llama-3.1-8B-Instruct``), else the builder's base model
 (:data:`BUILDERS`). Method from the builder: ``lora_*`` LoRA, ``qlora_*`` QLoRA (NF4 base, torchao), else full.
-``dtype`` is the dtype of every parameter (adapters too: the torchtune framework). The chunked loss
-``CEWithChunkedOutputLoss`` never materialises the full logits (the fused cross-entropy switch). Attention is SDPA.
+``dtype`` is the dtype of every parameter (adapters too: the torchtune framework). ``loss._component_`` names its
+loss implementation record (:data:`LOSSES`): ``CEWithChunkedOutputLoss`` is ``torchtune_chunked`` (8 chunks of 16-bit
+logits, each upcast on its own; this importer mapped it to Liger's fused linear cross-entropy before, an approximation
+that dropped the 16-bit logit chunks and log-softmaxes the recipe keeps), ``torch.nn.CrossEntropyLoss`` is
+``torchtune_ce`` (0.3+: the model upcasts its whole output). With ``compile: True`` the recipe compiles the chunked
+loss's per-chunk cross-entropy (``training.compile_loss``): CEWithChunkedOutputLoss, named or left to the framework's
+default, is then ``torchtune_chunked_compiled`` (:data:`engine.scenario.loss.COMPILED_FORMS`); the compiled model
+layers stay unmodelled. Attention is SDPA.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 from engine.errors import TrainingConfigError
 from engine.importers.table import IGNORE, Handling, Map, Reading, Unmodelled, Unsupported, collect
 from engine.importers.values import boolean, choice, integer, names, number, record_names, text
+from engine.scenario.loss import COMPILED_FORMS, LossImplementation
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.training import Attention, Framework, QuantType
 
@@ -46,8 +53,13 @@ OPTIMIZERS = {
     "torchao.optim.adamw4bit": Unmodelled("torchao 4-bit AdamW: not modelled"),
     **record_names("torchtune_components"),  # torch AdamW is the foreach one unless optimizer.fused; SGD takes momentum
 }
-LOSSES = {"torchtune.modules.loss.cewithchunkedoutputloss": True, "torch.nn.crossentropyloss": False,
-          "torchtune.modules.loss.linearcrossentropyloss": True}
+LOSSES = {"torchtune.modules.loss.cewithchunkedoutputloss": LossImplementation.TORCHTUNE_CHUNKED,
+          "torch.nn.crossentropyloss": LossImplementation.TORCHTUNE_CE,
+          "torchtune.modules.loss.linearcrossentropyloss": Unmodelled(
+              "LinearCrossEntropyLoss (after 0.6.1): the output projection and the loss in chunks inside the loss; "
+              "not modelled")}
+"""torchtune 0.6.1's loss components -> the loss implementation record of the code they run
+(engine.memory.loss_paths)."""
 DTYPES = {"bf16": "bf16", "fp32": "fp32", "bfloat16": "bf16", "float32": "fp32"}
 
 _NO_EFFECT = """
@@ -81,13 +93,15 @@ KEYS: dict[str, Handling] = {
     "optimizer.*": IGNORE,
     "optimizer_in_bwd": Unsupported("the optimizer steps inside backward, each gradient freed after its update: the "
                                     "whole model's gradients are never alive at once; not modelled"),
-    "loss._component_": Map("fused_cross_entropy", choice({**LOSSES})),
+    "loss._component_": Map("loss_implementation", choice(LOSSES)),
     "loss.num_output_chunks": IGNORE, "loss.*": IGNORE,
     "lr_scheduler.*": IGNORE, "metric_logger.*": IGNORE, "profiler.*": IGNORE,
     "dtype": Map("tt_dtype", choice(DTYPES)),
     "enable_activation_checkpointing": Map("gradient_checkpointing", boolean),
     "enable_activation_offloading": Map("tt_offload", boolean),
-    "compile": Unsupported("torch.compile fuses kernels: faster, and often fewer saved activations than eager"),
+    "compile": (Map("tt_compile", boolean),
+                Unsupported("torch.compile of the model's layers fuses kernels: faster, and often fewer saved "
+                            "activations than eager; not modelled (the compiled chunked loss is)")),
     "checkpointer.checkpoint_dir": Map("tt_checkpoint_dir", text),
     "checkpointer.*": IGNORE,
     "tensor_parallel_dim": Unsupported("tensor parallelism: not modelled"),
@@ -129,6 +143,11 @@ def read(doc: dict[str, Any]) -> Reading:
         s["optimizer"] = Optimizer.SGD_MOMENTUM
     elif opt is not None:
         s["optimizer"] = opt
+    if s.pop("tt_compile", False) and "loss._component_" not in r.unsupported:  # an unmodelled loss stays so
+        loss = s.get("loss_implementation", Framework.TORCHTUNE.record.loss)
+        if loss in COMPILED_FORMS:  # training.compile_loss: CEWithChunkedOutputLoss.compute_cross_entropy compiled
+            s["loss_implementation"] = COMPILED_FORMS[loss]
+            r.sources.setdefault("loss_implementation", "compile")
     dtype = s.pop("tt_dtype", None)
     if dtype is not None:
         s["weights_dtype"], s["mixed"] = dtype, "no"

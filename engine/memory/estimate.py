@@ -119,15 +119,12 @@ def estimate_memory(arch: Architecture, scenario: Scenario, gpu: Gpu | None = No
 
 
 def _loss_assumption(sc: Scenario) -> str:
-    """Which loss code the logits components follow (engine.memory.loss_paths), and the framework's own loss where
-    it is another (:meth:`engine.scenario.training.FrameworkRecord.loss_note`)."""
+    """Which loss code the logits components follow (engine.memory.loss_paths): the chosen one, else the
+    framework's default (:data:`engine.scenario.training.FRAMEWORKS`)."""
     if sc.loss is LossImplementation.HF:
-        text = (f"loss as in transformers {TRANSFORMERS_VERSION_LABELS[sc.transformers_version]} "
+        return (f"loss as in transformers {TRANSFORMERS_VERSION_LABELS[sc.transformers_version]} "
                 "(ForCausalLMLoss, or the model's forward up to 4.45)")
-    else:
-        text = f"loss: {LOSS_LABELS[sc.loss]}"
-    note = sc.framework.record.loss_note(sc.loss_implementation, sc.fused_cross_entropy)
-    return f"{text}; {note}" if note else text
+    return f"loss: {LOSS_LABELS[sc.loss]}"
 
 
 def _beyond_context(arch: Architecture) -> str:

@@ -19,6 +19,10 @@ from engine.scenario.training import Scenario
 TORCHTUNE_OUTPUT_CHUNKS = 8
 """torchtune ``CEWithChunkedOutputLoss(num_output_chunks=8)``, the default of its recipes' configs."""
 
+TORCHTUNE_SOURCE = "pytorch/torchtune@a6290a5b (v0.6.1)"
+"""The torchtune code the torchtune loss paths are read from (the chunked loss unchanged since it came in
+pytorch/torchtune@4fba6cd4, released in 0.3.0)."""
+
 
 class LossPath(NamedTuple):
     """Bytes per logit at the loss's forward and at the start of backward, with what they are and the source."""
@@ -44,6 +48,12 @@ def loss_path(arch: Architecture, sc: Scenario, spec: PrecisionSpec) -> LossPath
         return _megatron(c)
     if loss is LossImplementation.TORCHTUNE_CHUNKED:
         return _torchtune(c)
+    if loss is LossImplementation.TORCHTUNE_CHUNKED_COMPILED:
+        return _torchtune_compiled(c)
+    if loss is LossImplementation.TORCHTUNE_CE:
+        return _torchtune_ce(c)
+    if loss is LossImplementation.TORCHTUNE_CE_V02:
+        return _torchtune_ce_v02(c)
     if loss is LossImplementation.INPLACE_FUSED:
         return LossPath(c, c, f"the {c:g}-byte logits the kernel saves (fp32 log-sum-exp per token only)",
                         "the saved logits, overwritten in place by their gradient",
@@ -102,9 +112,12 @@ def _megatron(c: float) -> LossPath:
 
 
 def _torchtune(c: float) -> LossPath:
-    """torchtune ``CEWithChunkedOutputLoss`` (torchtune/modules/loss/ce_chunked_output_loss.py), not compiled: the
-    model returns its logits as 8 chunks; each chunk is upcast and ``F.cross_entropy`` saves its fp32 log-softmax,
-    so every chunk's log-softmax (4 B) is alive at backward; the recipe's ``del logits`` frees the 16-bit chunks
+    """torchtune ``CEWithChunkedOutputLoss``, not compiled (pytorch/torchtune@a6290a5b, v0.6.1; unchanged in what it
+    holds since 4fba6cd4, 0.3.0): the recipe calls ``model.set_num_output_chunks(8)``, so
+    ``TransformerDecoder.chunked_output`` returns the output projection of ``h.chunk(8, dim=1)`` as a list of 8
+    ``c``-byte logit chunks (no upcast in the model); the loss's ``compute_cross_entropy`` upcasts one chunk
+    (``logits.float()``) and ``F.cross_entropy`` saves that chunk's fp32 log-softmax, so after the loop every chunk's
+    log-softmax (4 B) is alive next to the 16-bit chunks. The recipe's ``del logits`` (``_loss_step``) frees the chunks
     before backward, which then works one chunk at a time (its two fp32 gradients)."""
     n = TORCHTUNE_OUTPUT_CHUNKS
     up = _upcast(c)
@@ -115,5 +128,60 @@ def _torchtune(c: float) -> LossPath:
     return LossPath(forward, backward,
                     f"logit chunks ({c:g} B), every chunk's fp32 log-softmax, one chunk's fp32 copy (1/{n})",
                     f"every chunk's fp32 log-softmax + one chunk's gradients (1/{n})",
-                    "torchtune torchtune/modules/loss/ce_chunked_output_loss.py CEWithChunkedOutputLoss "
-                    "(num_output_chunks=8, not compiled; the recipes del logits before backward)")
+                    f"torchtune torchtune/modules/loss/ce_chunked_output_loss.py CEWithChunkedOutputLoss "
+                    f"(num_output_chunks=8, not compiled), modules/transformer.py chunked_output, the recipes' "
+                    f"del logits before backward ({TORCHTUNE_SOURCE})")
+
+
+def _torchtune_compiled(c: float) -> LossPath:
+    """torchtune ``CEWithChunkedOutputLoss`` with ``compile: True`` (pytorch/torchtune@a6290a5b): the recipe's
+    ``training.compile_loss`` replaces ``compute_cross_entropy`` (one chunk's ``logits.float()`` + summed
+    ``F.cross_entropy``) by its ``torch.compile`` (Inductor). AOTAutograd's partitioner (min-cut rematerialisation,
+    the same code on CPU and CUDA) saves for backward the ``c``-byte chunk it was given and per-token fp32 statistics
+    (max, log-sum-exp: 8 B a token, nothing per logit), not the fp32 log-softmax an eager chunk keeps; backward
+    recomputes the softmax from the chunk. So the recipe's ``del logits`` frees nothing: every chunk (``c``) stays
+    alive until its backward; the compiled forward allocates only the per-token statistics (no fp32 copy of a chunk),
+    and each chunk's backward writes one ``c``-byte gradient (``c / 8``).
+
+    Measured (torch 2.13.0 CPU, Inductor; ``python scripts/loss_probe.py --batch 2 --loss
+    torchtune_chunked_compiled``, 8 bf16 chunks of 2 x 256 x 32,000): the pack hooks of saved-tensor hooks see 2.0 B
+    per logit of saved logit chunks and 0.001 B of others; the CPU allocator's tally (torch.profiler) 2.07 B at the
+    loss's forward peak and after the forward, + 0.25 B while the compiled backward runs. Not seen: memory a
+    generated kernel takes outside the allocator, and what CUDA's Triton kernels and caching allocator do (their
+    fusion can differ from the CPU's C++ kernels; the saved tensors are the partitioner's, not the device's)."""
+    n = TORCHTUNE_OUTPUT_CHUNKS
+    return LossPath(c, c + c / n,
+                    f"logit chunks ({c:g} B; the compiled loss saves them, no fp32 copy or log-softmax)",
+                    f"every chunk saved by the compiled loss + one chunk's {c:g}-byte gradient (1/{n})",
+                    f"torchtune torchtune/modules/loss/ce_chunked_output_loss.py CEWithChunkedOutputLoss, "
+                    f"training/_compile.py compile_loss (compute_cross_entropy under torch.compile) ({TORCHTUNE_SOURCE});"
+                    f" measured: scripts/loss_probe.py --loss torchtune_chunked_compiled (torch 2.13.0, Inductor, CPU)")
+
+
+def _torchtune_ce(c: float) -> LossPath:
+    """torchtune 0.3+ with ``loss: torch.nn.CrossEntropyLoss`` (pytorch/torchtune@a6290a5b): no output chunks, so
+    ``TransformerDecoder.forward`` returns ``self.output(h).float()`` (the ``c``-byte logits live only through that
+    cast); the recipe shifts the labels, not the logits, reshapes (a view) and ``del logits`` before backward
+    (since pytorch/torchtune@8a98fbaa, 0.3.0). Forward: fp32 logits + log-softmax (8 B; the cast's ``c + 4`` is
+    less); backward: the saved log-softmax + its two gradients (12 B)."""
+    return LossPath(max(c + _upcast(c), 8.0), 12.0, "fp32 logits (the model upcasts its output), log-softmax",
+                    "fp32 log-softmax + its gradients (the recipe deletes the logits before backward)",
+                    f"torchtune modules/transformer.py TransformerDecoder.forward (self.output(h).float()), "
+                    f"recipes/*_single_device.py _loss_step (labels shifted, del logits), torch.nn.CrossEntropyLoss "
+                    f"({TORCHTUNE_SOURCE})")
+
+
+def _torchtune_ce_v02(c: float) -> LossPath:
+    """torchtune 0.1-0.2 (``loss: torch.nn.CrossEntropyLoss`` in every config; pytorch/torchtune@0217d44c, v0.1.1):
+    the model returns ``self.output(h).float()``; the recipe runs ``logits = logits[..., :-1, :].contiguous()``
+    (a copy when the micro batch is > 1, the original then freed; for one sequence a view that keeps it) and
+    ``logits.transpose(1, 2)``, and keeps ``logits`` alive through ``loss.backward()`` (no ``del logits`` until
+    pytorch/torchtune@8a98fbaa, 0.3.0). Forward: the fp32 logits (or their copy) + log-softmax (8 B; during the copy
+    the original and the copy, 8 B too); backward: the kept fp32 logits + the log-softmax + its two gradients
+    (16 B)."""
+    return LossPath(max(c + _upcast(c), 8.0), 16.0,
+                    "fp32 logits (the model upcasts; their shifted copy replaces them), log-softmax",
+                    "the fp32 shifted logits the recipe keeps + fp32 log-softmax + its gradients",
+                    "torchtune 0.1-0.2 modules/transformer.py TransformerDecoder.forward (self.output(h).float()), "
+                    "recipes/*_finetune_*.py train loop (logits[..., :-1, :].contiguous(), kept through backward), "
+                    "torch.nn.CrossEntropyLoss (pytorch/torchtune@0217d44c)")

@@ -274,7 +274,7 @@ def _work(arch: Architecture, sc: Scenario, layout: Layout, gpu: Gpu, rates: Gpu
             hg.append(Gemm("lm_head", "backward", h, v, t, 1.0, c))
         hf = _gemm_seconds(hg[:1], mm, bw, sms)
         hb = _gemm_seconds(hg[1:], mm, bw, sms)
-        head_bytes = loss_bytes(arch, sc, c) * t / tp + 2 * resid * arch.hidden_size * t / sp
+        head_bytes = loss_bytes(arch, sc, c, fused) * t / tp + 2 * resid * arch.hidden_size * t / sp
         cf = cw_f * head_w / bw
         head = Passes((hf, hb, 0.0), (0.0,) * 3, (cf, (casts_b * head_w + head_bytes) / bw, cf if full else 0.0), (0.0,) * 3)
     if sc.method is Method.FULL:

@@ -18,7 +18,15 @@ class LossImplementation(str, Enum):
     - ``liger``: Liger Kernel's fused linear cross-entropy (``use_liger_kernel=True``; ``Scenario.fused_cross_entropy``).
     - ``litgpt_chunked``: LitGPT's ``chunked_cross_entropy`` on 16-bit logits in chunks of 128 tokens.
     - ``torchtune_chunked``: torchtune's ``CEWithChunkedOutputLoss`` (8 output chunks, each upcast on its own),
-      not compiled.
+      not compiled: the loss of its recipe configs since torchtune 0.3.0 (pytorch/torchtune@4fba6cd4) and the
+      torchtune framework's default when the run is not compiled.
+    - ``torchtune_chunked_compiled``: the same loss with ``compile: True``: the recipes ``torch.compile`` each
+      chunk's upcast + cross-entropy (``compute_cross_entropy``); the torchtune framework's default under
+      torch.compile (:data:`COMPILED_FORMS`).
+    - ``torchtune_ce``: torchtune 0.3+ with ``torch.nn.CrossEntropyLoss`` (the loss component set to it): the model
+      upcasts its whole output (``self.output(h).float()``) and the recipe deletes the logits before backward.
+    - ``torchtune_ce_v02``: torchtune 0.1-0.2 (``torch.nn.CrossEntropyLoss``, its configs' loss then): fp32 logits
+      from the model, a shifted copy ``logits[..., :-1, :].contiguous()`` that the recipe keeps through backward.
     - ``megatron``: Megatron-LM's ``_VocabParallelCrossEntropy`` (one fp32 copy, softmax and gradient in place).
     - ``torchtitan``: torchtitan's ``cross_entropy_loss`` (``F.cross_entropy(pred.float())``), not compiled.
     - ``inplace_fused``: a fused cross-entropy kernel that saves the 16-bit logits and writes the gradient into
@@ -29,6 +37,9 @@ class LossImplementation(str, Enum):
     LIGER = "liger"
     LITGPT_CHUNKED = "litgpt_chunked"
     TORCHTUNE_CHUNKED = "torchtune_chunked"
+    TORCHTUNE_CHUNKED_COMPILED = "torchtune_chunked_compiled"
+    TORCHTUNE_CE = "torchtune_ce"
+    TORCHTUNE_CE_V02 = "torchtune_ce_v02"
     MEGATRON = "megatron"
     TORCHTITAN = "torchtitan"
     INPLACE_FUSED = "inplace_fused"
@@ -39,10 +50,22 @@ LOSS_LABELS = {
     LossImplementation.LIGER: "Liger fused linear cross-entropy",
     LossImplementation.LITGPT_CHUNKED: "LitGPT chunked (16-bit logits)",
     LossImplementation.TORCHTUNE_CHUNKED: "torchtune CEWithChunkedOutputLoss (8 chunks)",
+    LossImplementation.TORCHTUNE_CHUNKED_COMPILED: "torchtune CEWithChunkedOutputLoss (8 chunks), compiled",
+    LossImplementation.TORCHTUNE_CE: "torchtune 0.3+ torch.nn.CrossEntropyLoss (fp32 logits)",
+    LossImplementation.TORCHTUNE_CE_V02: "torchtune 0.1-0.2 torch.nn.CrossEntropyLoss (fp32 logits kept)",
     LossImplementation.MEGATRON: "Megatron-LM vocab-parallel cross-entropy",
     LossImplementation.TORCHTITAN: "torchtitan cross_entropy_loss (eager)",
     LossImplementation.INPLACE_FUSED: "Fused in-place cross-entropy (flash-attn, llm.c)",
 }
+
+
+COMPILED_FORMS = {
+    # torchtune training.compile_loss (pytorch/torchtune@a6290a5b): for CEWithChunkedOutputLoss it compiles only
+    # compute_cross_entropy, the chunk's upcast + F.cross_entropy; the recipes call it when compile is on.
+    LossImplementation.TORCHTUNE_CHUNKED: LossImplementation.TORCHTUNE_CHUNKED_COMPILED,
+}
+"""The loss a run's torch.compile turns a loss into, where its framework compiles it and the compiled code holds
+other tensors (:meth:`engine.scenario.training.Scenario.loss_compiled`); a loss not listed runs as it is."""
 
 
 class TransformersVersion(str, Enum):

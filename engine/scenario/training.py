@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from engine.errors import ScenarioError, explain_validation
 from engine.secrets import looks_like_token
 from engine.scenario.methods import Method
-from engine.scenario.loss import LOSS_LABELS, LossImplementation, TransformersVersion
+from engine.scenario.loss import COMPILED_FORMS, LossImplementation, TransformersVersion
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.precision import PrecisionMode
 
@@ -55,9 +55,10 @@ class Framework(str, Enum):
     - ``litgpt``: LitGPT's ``finetune`` with ``precision=bf16-true``: every parameter, adapters included, in
       the weight dtype; the LM head and the loss in chunks of 128 tokens on 16-bit logits
       (``chunked_cross_entropy``); GELU is torch's fused ``F.gelu``.
-    - ``torchtune``: torchtune's single-device recipes: adapters in the weight dtype; otherwise like ``hf``. Its
-      recipes' own loss, ``CEWithChunkedOutputLoss``, is counted only when chosen (``loss_implementation``
-      ``torchtune_chunked``); by default the estimate counts transformers' loss (:data:`FRAMEWORKS`).
+    - ``torchtune``: torchtune's single-device recipes: adapters in the weight dtype; the loss its recipe configs run
+      since 0.3.0, ``CEWithChunkedOutputLoss`` (``torchtune_chunked``: 8 chunks of 16-bit logits, each upcast on its
+      own; :data:`FRAMEWORKS`; compiled, ``torchtune_chunked_compiled``: :meth:`Scenario.loss_compiled`); otherwise
+      like ``hf``.
     """
 
     HF = "hf"
@@ -74,35 +75,20 @@ class FrameworkRecord(NamedTuple):
     """What a one-GPU training framework is to the estimate.
 
     - ``label``: its name on the pages.
-    - ``loss``: the loss the estimate counts for it when none is chosen (``Scenario.loss``).
-    - ``own_loss`` / ``own_loss_source``: the loss its recipes run by default and where that is read, when it is not
-      ``loss`` (None otherwise): the texts name it, and that the figures count ``loss`` until it is chosen.
+    - ``loss``: the loss its recipes run by default, which the estimate counts when none is chosen (``Scenario.loss``).
     """
 
     label: str
     loss: LossImplementation
-    own_loss: LossImplementation | None = None
-    own_loss_source: str = ""
-
-    def loss_note(self, loss_implementation: LossImplementation | None, fused_cross_entropy: bool) -> str | None:
-        """What a loss text must add under this framework when the loss is left to it (no ``loss_implementation``,
-        no fused loss: ``Scenario``'s fields): its recipes' own loss, which the figures do not count; else None."""
-        if self.own_loss is None or loss_implementation is not None or fused_cross_entropy:
-            return None
-        return (f"{self.label}'s recipes run their own loss, {LOSS_LABELS[self.own_loss]} ({self.own_loss_source}), "
-                f"not {LOSS_LABELS[self.loss]}: the figures count it only when the loss implementation is set to it")
 
 
 FRAMEWORKS: dict[Framework, FrameworkRecord] = {
     Framework.HF: FrameworkRecord("Hugging Face (Trainer + PEFT)", LossImplementation.HF),
     Framework.LITGPT: FrameworkRecord("LitGPT", LossImplementation.LITGPT_CHUNKED),
-    # The estimate has counted transformers' loss for torchtune since before the chunked loss was modelled; the
-    # published torchtune rows of data/measured_memory.csv are set up on that default (their chunked loss as the
-    # fused switch), so the default is kept and the texts say what torchtune runs.
-    Framework.TORCHTUNE: FrameworkRecord(
-        "torchtune", LossImplementation.HF, own_loss=LossImplementation.TORCHTUNE_CHUNKED,
-        own_loss_source="torchtune/modules/loss/ce_chunked_output_loss.py, the loss component of its recipe "
-                        "configs, e.g. recipes/configs/llama3_1/8B_lora_single_device.yaml at 0.6.1"),
+    # torchtune's recipe configs name CEWithChunkedOutputLoss as their loss component since pytorch/torchtune@4fba6cd4
+    # (2024-08-28, released in 0.3.0; e.g. recipes/configs/llama3_1/8B_lora_single_device.yaml at a6290a5b, 0.6.1).
+    # A run with another loss says so (loss_implementation: torchtune_ce, or torchtune_ce_v02 for 0.1-0.2).
+    Framework.TORCHTUNE: FrameworkRecord("torchtune", LossImplementation.TORCHTUNE_CHUNKED),
 }
 """Every one-GPU training framework's record."""
 
@@ -163,7 +149,8 @@ class Scenario(BaseModel):
     (Liger Kernel's fused linear cross-entropy, ``TrainingArguments(use_liger_kernel=True)``).
     ``framework``: see :class:`Framework` (the Hugging Face stack by default).
     ``loss_implementation``: the cross-entropy code (:class:`~engine.scenario.loss.LossImplementation`); None = the
-    framework's default (transformers' for hf and torchtune, LitGPT's chunked loss for litgpt: :data:`FRAMEWORKS`); ``liger`` is the same
+    framework's default (transformers' for hf, LitGPT's chunked loss for litgpt, torchtune's CEWithChunkedOutputLoss
+    for torchtune: :data:`FRAMEWORKS`); ``liger`` is the same
     choice as ``fused_cross_entropy=True`` (and sets it). ``transformers_version``: the release range whose
     loss path the hf loss follows (:class:`~engine.scenario.loss.TransformersVersion`; a release number such as
     ``"4.41.2"`` is accepted and read as its range).
@@ -276,12 +263,22 @@ class Scenario(BaseModel):
     @property
     def loss(self) -> LossImplementation:
         """The loss that runs: Liger's with ``fused_cross_entropy``, else ``loss_implementation``, else the
-        framework's default (its record's ``loss``: LitGPT's chunked loss for litgpt, transformers' otherwise)."""
+        framework's default (its record's ``loss``: LitGPT's chunked loss for litgpt, torchtune's
+        CEWithChunkedOutputLoss for torchtune, transformers' for hf)."""
         if self.fused_cross_entropy:
             return LossImplementation.LIGER
         if self.loss_implementation is not None:
             return self.loss_implementation
         return self.framework.record.loss
+
+    def loss_compiled(self, compiled: bool) -> LossImplementation:
+        """The loss that runs when the run is torch.compiled (``compiled``; the step time's ``fused_kernels``, the
+        torchtune importer's ``compile: True``): :attr:`loss`, turned into its compiled form where its framework
+        compiles it (:data:`~engine.scenario.loss.COMPILED_FORMS`: torchtune's chunked loss, the framework's default
+        or chosen, becomes ``torchtune_chunked_compiled``); :attr:`loss` itself otherwise. The Scenario holds no
+        compile switch of its own: the memory estimate counts :attr:`loss`, so a compiled torchtune run states
+        ``loss_implementation="torchtune_chunked_compiled"``."""
+        return COMPILED_FORMS.get(self.loss, self.loss) if compiled else self.loss
 
     @property
     def tokens_per_micro_batch(self) -> int:

@@ -11,6 +11,7 @@ reads the saved input and the incoming gradient and writes the outgoing one: :da
 from __future__ import annotations
 
 from engine.model.architecture import Architecture
+from engine.scenario.loss import LossImplementation
 from engine.scenario.optimizer import Optimizer, StepKernel
 from engine.scenario.training import Method, QuantType, Scenario
 
@@ -77,14 +78,27 @@ def _mlp_width(arch: Architecture) -> float:
     return arch.intermediate_size
 
 
-def loss_bytes(arch: Architecture, sc: Scenario, c: int) -> float:
+ON_CHIP_LOSSES = {
+    LossImplementation.LIGER: "Liger's fused linear cross-entropy: every chunk's logits, softmax and gradient in one "
+                              "kernel (liger-kernel 0.5)",
+    LossImplementation.TORCHTUNE_CHUNKED_COMPILED: "torchtune's recipes compile CEWithChunkedOutputLoss."
+                                                   "compute_cross_entropy (one chunk's upcast + F.cross_entropy: "
+                                                   "training.compile_loss, pytorch/torchtune@a6290a5b)",
+}
+"""Losses that keep each chunk's upcast, softmax and gradient on chip: ``2c + 8`` bytes per logit."""
+
+
+def loss_bytes(arch: Architecture, sc: Scenario, c: int, compiled: bool = False) -> float:
     """Bytes per token of the loss over the vocabulary, forward and backward (the logits' GEMM not included).
 
-    transformers' ``ForCausalLMLoss`` upcasts the logits (read c, write 4), ``cross_entropy`` takes log-softmax
-    (4+4) and its gradient (4+4), cast back (4+c): ``2c + 24`` per vocabulary entry. Fused/chunked
-    cross-entropy (Liger, torchtune's chunked loss) keeps chunks on chip: ``2c + 8``.
+    An eager loss (transformers' ``ForCausalLMLoss``, torchtune's losses, torchtitan's, ...) upcasts the logits (read
+    c, write 4), ``cross_entropy`` takes log-softmax (4+4) and its gradient (4+4), cast back (4+c): ``2c + 24`` per
+    vocabulary entry, chunked or not. A fused cross-entropy (:data:`ON_CHIP_LOSSES`; with ``compiled``, i.e.
+    torch.compile on, the loss's compiled form: :meth:`~engine.scenario.training.Scenario.loss_compiled`) keeps
+    chunks on chip: ``2c + 8``.
     """
-    per = (2 * c + 8) if sc.fused_cross_entropy else (2 * c + 24)
+    on_chip = sc.loss_compiled(compiled) in ON_CHIP_LOSSES
+    per = (2 * c + 8) if on_chip else (2 * c + 24)
     return per * arch.vocab_size if arch.kind != "encoder" else 0.0
 
 

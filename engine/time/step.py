@@ -180,7 +180,7 @@ def _work(arch: Architecture, sc: Scenario, kernel: str, fused: bool) -> _Work:
         elem_fwd_bytes=layers * m.layer_bytes * t,
         casts_fwd_bytes=cast_f * m.linear_params * weight_share(arch, sc),  # freeze-tuning: the frozen rest is 16-bit
         casts_bwd_bytes=(cast_b * weight_share(arch, sc) if sc.method is Method.FULL else 0.0) * m.linear_params,
-        head_bytes=loss_bytes(arch, sc, c) * t + 2 * resid * arch.hidden_size * t,
+        head_bytes=loss_bytes(arch, sc, c, fused) * t + 2 * resid * arch.hidden_size * t,
         embed_grad_bytes=(2 * arch.vocab_size * arch.hidden_size * (4 if spec.weight_bytes == 4 else c)
                           if sc.method is Method.FULL and sc.trainable_layers is None else 0.0),
         dequant_bytes=dequant_bytes_per_use(sc, c) * m.linear_params,

@@ -23,6 +23,7 @@ from engine.errors import CatalogError, validated_row
 from engine.files import csv_rows, data_file, labelled_csv_rows
 from engine.hardware.gpus import find_gpu
 from engine.model.catalog import catalog_model
+from engine.scenario.loss import LossImplementation
 from engine.scenario.training import Scenario
 from engine.validation.run_configs import CONFIGS as RUN_CONFIGS
 
@@ -49,7 +50,9 @@ class ThroughputMeasurement(BaseModel):
     cannot represent; such a row may name a model or GPU outside the catalog and a method outside full/LoRA/QLoRA).
     The setting columns (precision, optimizer, attention, LoRA rank and targets, framework, fused kernels = torch
     .compile/Unsloth/Liger, or ``cuda_graphs``: torch.compile's reduce-overhead mode, fused and replayed as CUDA
-    graphs; fused cross-entropy, strategy, accumulation, activation offloading = the checkpointed blocks' inputs in
+    graphs; fused cross-entropy (Liger's), ``loss_implementation`` (the loss code the run ran, read from its config
+    at the source's commit; blank: the framework's default, :data:`engine.scenario.training.FRAMEWORKS`), strategy,
+    accumulation, activation offloading = the checkpointed blocks' inputs in
     CPU memory) are the row's, or assumptions the notes name (``strategy`` ``device_map``: the model split over the
     GPUs layer by layer, accelerate's naive model parallelism, one GPU busy at a time). A row's model is the bundled
     catalog's or one of :data:`engine.validation.run_configs.CONFIGS` (published architectures outside the catalog).
@@ -78,6 +81,7 @@ class ThroughputMeasurement(BaseModel):
     framework: str = "hf"
     fused_kernels: bool = False
     fused_cross_entropy: bool = False
+    loss_implementation: LossImplementation | None = None
     strategy: str = "ddp"
     gradient_accumulation_steps: int = Field(1, ge=1)
     activation_offload: bool = False
@@ -94,7 +98,7 @@ class ThroughputMeasurement(BaseModel):
             return {**data, "fused_kernels": True, "cuda_graphs": True}
         return data
 
-    @field_validator("lora_r", mode="before")
+    @field_validator("lora_r", "loss_implementation", mode="before")
     @classmethod
     def _empty_rank(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
@@ -163,8 +167,10 @@ class MeasuredMemory(BaseModel):
     names of :class:`engine.scenario.training.Scenario`; ``strategy`` is ``none`` on one GPU, else an
     :class:`engine.memory.parallel.Strategy` value (or a parallelism the engine does not model). ``unmodelled`` lists,
     separated by ``"; "``, the memory-relevant techniques of the run the engine has no switch for (torch.compile,
-    optimizer step in backward, activation offloading, chunked losses other than Liger's, Unsloth, Float8, unknown
-    padded lengths); ``deviations`` the ways a framework implements a technique the engine has differently from
+    optimizer step in backward, activation offloading, losses without a loss implementation record, Unsloth, Float8,
+    unknown padded lengths); ``loss_implementation`` the loss code the run ran (a
+    :class:`~engine.scenario.loss.LossImplementation` value read from the run's config at the source's commit; blank:
+    the framework's default); ``deviations`` the ways a framework implements a technique the engine has differently from
     the Hugging Face stack (adapter dtype, a classification loss instead of the vocabulary loss), which stay in the
     comparison and show in its error; ``assumptions`` the settings not stated by the source. ``expressible`` is False when no scenario can
     describe the row, and ``reason`` says why.
@@ -196,6 +202,7 @@ class MeasuredMemory(BaseModel):
     double_quant: bool | None = None
     prepare_kbit_training: bool | None = None
     fused_cross_entropy: bool = False
+    loss_implementation: LossImplementation | None = None
     n_gpus: int = Field(1, ge=1)
     strategy: str = "none"
     offload: str = "none"
@@ -240,7 +247,8 @@ class MeasuredMemory(BaseModel):
 
 
 _OPTIONAL_NUMBERS = {"measured_value", "micro_batch_size", "seq_len", "gradient_checkpointing", "lora_r", "lora_alpha",
-                     "double_quant", "prepare_kbit_training", "num_virtual_tokens", "use_rslora"}
+                     "double_quant", "prepare_kbit_training", "num_virtual_tokens", "use_rslora",
+                     "loss_implementation"}
 
 
 PEFT_MEASURED_MEMORY_FILE = "peft_measured_memory.csv"

@@ -94,7 +94,7 @@ def row_scenario(m: MeasuredMemory) -> Scenario:
         "attention": m.attention or None, "lora_r": m.lora_r, "lora_alpha": m.lora_alpha,
         "lora_targets": m.lora_targets or None, "double_quant": m.double_quant,
         "prepare_kbit_training": m.prepare_kbit_training, "num_virtual_tokens": m.num_virtual_tokens,
-        "use_rslora": m.use_rslora or None,
+        "use_rslora": m.use_rslora or None, "loss_implementation": m.loss_implementation,
     }
     fields.update({k: v for k, v in optional.items() if v is not None})
     return Scenario.build(**fields)
@@ -245,6 +245,8 @@ def _setting(m: MeasuredMemory, sc: Scenario) -> str:
         parts.append(f"r{sc.lora_r} {m.lora_targets or 'attention'}")
     if sc.fused_cross_entropy:
         parts.append("fused CE")
+    elif sc.loss_implementation is not None:
+        parts.append(f"loss {sc.loss_implementation.value}")
     if m.n_gpus > 1:
         parts.append(f"{m.n_gpus} GPUs {m.strategy}" + (f" offload {m.offload}" if m.offload != "none" else ""))
     return ", ".join(parts)

@@ -28,8 +28,9 @@ from engine.scaleout.frameworks import NANOTRON_DP_SYNC, Framework, framework
 from engine.scaleout.layout import Layout, Recompute
 from engine.scaleout.recompute import torchtitan_layer_sac_layers
 from engine.scaleout.step_time import Cluster
-from engine.time.fabrics import Fabric, fabric
+from engine.scenario.loss import LossImplementation
 from engine.scenario.training import Attention, Method, Scenario
+from engine.time.fabrics import Fabric, fabric
 from engine.time.rates import power_limited
 from engine.time.throughput import flops_per_token
 from engine.validation.run_configs import run_architecture
@@ -257,13 +258,16 @@ LORA_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
 def run_scenario(row: dict, seq: int, micro_batch: int, precision: str) -> tuple[Scenario, bool]:
     """(the scenario a rank runs, whether fp32 master weights are kept). Full training with master weights unless the
     notes say "LoRA r=<rank>": then LoRA of that rank on every linear (``*_proj``), the base in pure bf16
-    (``torch_dtype: bf16``, as NeMo Automodel's LoRA benchmark configs load it), no master copy."""
+    (``torch_dtype: bf16``, as NeMo Automodel's LoRA benchmark configs load it), no master copy; the adapters in bf16
+    (the torchtune framework's dtype) and the loss an fp32-upcast cross-entropy over the whole logits (``hf``, as
+    counted before the torchtune framework's default became its chunked loss; not re-read from NeMo Automodel)."""
     m = re.search(r"LoRA r=(\d+)", row["notes"])
     if not m:
         attention = Attention.EAGER if UNFUSED_ATTENTION in row["notes"] else Attention.SDPA
         return Scenario(seq_len=seq, micro_batch_size=micro_batch, precision=precision, attention=attention), True
     return Scenario.build(method=Method.LORA, lora_r=int(m.group(1)), lora_targets=LORA_TARGETS, precision="bf16",
-                          seq_len=seq, micro_batch_size=micro_batch, framework="torchtune"), False
+                          seq_len=seq, micro_batch_size=micro_batch, framework="torchtune",
+                          loss_implementation=LossImplementation.HF), False
 
 
 def compare_row(row: dict) -> list[RunComparison] | str:

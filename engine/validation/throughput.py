@@ -66,6 +66,7 @@ def measurement_scenario(m: ThroughputMeasurement) -> Scenario:
         micro_batch_size=m.micro_batch_size, seq_len=m.seq_len, gradient_checkpointing=m.gradient_checkpointing,
         gradient_accumulation_steps=m.gradient_accumulation_steps, framework=m.framework,
         fused_cross_entropy=m.fused_cross_entropy, gradient_checkpointing_offload=m.activation_offload,
+        loss_implementation=m.loss_implementation,
     )
     if freeze:
         fields["trainable_layers"], fields["frozen_input_grads"] = freeze

@@ -28,8 +28,9 @@ def test_loss_implementation_box_changes_the_logits_formula(new_app):
     assert at.selectbox(key="loss_implementation").value is None  # the framework's own loss by default
     assert _components(at)["Logits and loss"][0].startswith("12 B x batch x seq x vocab")
     box = at.selectbox(key="loss_implementation")
-    assert box.options[4] == "Megatron-LM vocab-parallel cross-entropy"
-    box.select_index(4).run()
+    megatron = box.options.index("Megatron-LM vocab-parallel cross-entropy")
+    assert "torchtune CEWithChunkedOutputLoss (8 chunks), compiled" in box.options
+    box.select_index(megatron).run()
     formula, source = _components(at)["Logits and loss"]
     assert not at.exception
     assert formula.startswith("6 B x batch x seq x vocab") and "Megatron-LM" in source
@@ -48,20 +49,21 @@ def test_transformers_version_box_shows_the_shifted_copy(new_app):
     assert formula.startswith("14 B x batch x seq x vocab") and "shifted copy" in formula and "4.46-4.49" in source
 
 
-def test_torchtune_says_its_own_loss_beside_the_one_counted(new_app):
-    # A fresh user's run: framework torchtune, loss left to the framework ("The framework's own"), and every loss text
-    # cited transformers' ForCausalLMLoss. The box now says which loss the default counts, and the sidebar and the
-    # Assumptions name torchtune's own CEWithChunkedOutputLoss (engine.scenario.training.FRAMEWORKS).
+def test_torchtune_counts_its_recipes_chunked_loss(new_app):
+    # Framework torchtune, loss left to the framework: the box names torchtune's CEWithChunkedOutputLoss (the loss of
+    # its recipe configs since 0.3.0, pytorch/torchtune@4fba6cd4) and the Memory page's components count it:
+    # Llama-3.1-8B-like vocab, every chunk's fp32 log-softmax + one chunk's two gradients = 4 + 8/8 B per logit.
     at = _more_options(new_app().run())
     assert at.selectbox(key="loss_implementation").options[0] == "Framework default: Hugging Face transformers (fp32 logits)"
-    assert not [c for c in at.sidebar.caption if "recipes run" in c.value]  # Hugging Face: its own loss is the one counted
     at.selectbox(key="framework").set_value("torchtune").run()
     assert not at.exception
-    note = [shown(c.value) for c in at.sidebar.caption if "recipes run" in c.value]
-    assert len(note) == 1 and note[0].startswith("torchtune's recipes run their own loss, torchtune "
-                                                 "CEWithChunkedOutputLoss (8 chunks) (torchtune/modules/loss/ce_chunked_output_loss.py")
-    assumptions = " ".join(shown(m.value) for m in at.markdown if "ForCausalLMLoss" in m.value)
-    assert "torchtune's recipes run their own loss, torchtune CEWithChunkedOutputLoss (8 chunks)" in assumptions
-    at.selectbox(key="loss_implementation").set_value("torchtune_chunked").run()
-    assert not [c for c in at.sidebar.caption if "recipes run" in c.value]
-    assert _components(at)["Logits and loss"][1].startswith("torchtune torchtune/modules/loss/ce_chunked_output_loss.py")
+    box = at.selectbox(key="loss_implementation")
+    assert box.value is None and box.options[0] == "Framework default: torchtune CEWithChunkedOutputLoss (8 chunks)"
+    assert not [c for c in at.sidebar.caption if "recipes run" in c.value]  # no "not counted" note any more
+    formula, source = _components(at)["Logits and loss"]
+    assert formula.startswith("5 B x batch x seq x vocab") and "every chunk's fp32 log-softmax" in formula
+    assert source.startswith("torchtune torchtune/modules/loss/ce_chunked_output_loss.py") and "a6290a5b" in source
+    assumptions = " ".join(shown(m.value) for m in at.markdown if "CEWithChunkedOutputLoss" in m.value)
+    assert "loss: torchtune CEWithChunkedOutputLoss (8 chunks)" in assumptions
+    at.selectbox(key="loss_implementation").set_value("torchtune_ce").run()  # a run that set torch.nn.CrossEntropyLoss
+    assert _components(at)["Logits and loss"][0].startswith("12 B x batch x seq x vocab")

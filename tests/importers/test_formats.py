@@ -14,6 +14,7 @@ import pytest
 from engine.importers import import_configs, parse_training_config
 from engine.memory.parallel import Offload, Strategy
 from engine.scenario.lora import ALL_LINEAR
+from engine.scenario.loss import LossImplementation
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.precision import PrecisionMode
 from engine.scenario.training import Attention, Framework, Method, QuantType
@@ -84,18 +85,21 @@ CASES = [
      {}, {"epochs": 1.0}, set()),
     ("torchtune_lora.yaml", "torchtune recipe", "meta-llama/Llama-3.1-8B-Instruct",
      dict(method=Method.LORA, lora_r=16, lora_alpha=32.0, lora_targets=SEVEN, precision=PrecisionMode.BF16,
-          optimizer=Optimizer.ADAMW_FUSED, fused_cross_entropy=True, micro_batch_size=4, seq_len=4096,
-          gradient_accumulation_steps=4, gradient_checkpointing=True, attention=Attention.SDPA,
+          optimizer=Optimizer.ADAMW_FUSED, loss_implementation=LossImplementation.TORCHTUNE_CHUNKED, micro_batch_size=4,
+          seq_len=4096, gradient_accumulation_steps=4, gradient_checkpointing=True, attention=Attention.SDPA,
           framework=Framework.TORCHTUNE),
      {}, {"epochs": 1.0, "packing": True}, set()),
     ("torchtune_qlora.yaml", "torchtune recipe", "meta-llama/Llama-3.1-8B-Instruct",
      dict(method=Method.QLORA, quant_type=QuantType.NF4, lora_r=8, lora_alpha=16.0,
           lora_targets=("q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"), precision=PrecisionMode.BF16,
-          micro_batch_size=2, seq_len=2048, gradient_accumulation_steps=8, framework=Framework.TORCHTUNE),
+          micro_batch_size=2, seq_len=2048, gradient_accumulation_steps=8, framework=Framework.TORCHTUNE,
+          loss_implementation=LossImplementation.TORCHTUNE_CHUNKED),
      {}, {"epochs": 1.0, "packing": False}, set()),
     ("torchtune_full.yaml", "torchtune recipe", "meta-llama/Llama-3.1-8B-Instruct",
      dict(method=Method.FULL, precision=PrecisionMode.BF16, optimizer=Optimizer.PAGED_ADAMW_8BIT, micro_batch_size=2,
-          seq_len=2048, gradient_accumulation_steps=1, gradient_checkpointing=True),
+          seq_len=2048, gradient_accumulation_steps=1, gradient_checkpointing=True,
+          # compile: True: the recipe compiles the chunked loss's per-chunk cross-entropy (training.compile_loss)
+          loss_implementation=LossImplementation.TORCHTUNE_CHUNKED_COMPILED),
      {}, {"epochs": 1.0, "packing": True}, {"optimizer_in_bwd", "compile"}),
     ("ds_zero2.json", "DeepSpeed config", None, {}, {"strategy": Strategy.ZERO2, "offload": Offload.NONE}, {},
      {"zero_optimization.reduce_bucket_size"}),

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -115,25 +117,99 @@ def test_torchtitan_eager_is_transformers_current():
     assert (a.forward, a.backward) == (b.forward, b.backward) == (10, 12)
 
 
-def test_torchtune_names_its_own_loss_and_what_the_figures_count():
-    """A fresh user's run: with the framework set to torchtune the loss text cited transformers' ForCausalLMLoss alone,
-    although torchtune's recipes run CEWithChunkedOutputLoss. The framework's record (engine.scenario.training.FRAMEWORKS)
-    names its own loss with its source, and says the figures count transformers' loss until it is chosen: the numbers
-    are unchanged (torchtune's default is still transformers' loss; see the record's comment)."""
-    default = estimate_memory(QWEN, Scenario.build(framework="torchtune", method="lora"))
-    text = default.assumptions[0]
-    assert text.startswith("torchtune single-device fine-tuning")
-    assert ("torchtune's recipes run their own loss, torchtune CEWithChunkedOutputLoss (8 chunks) "
-            "(torchtune/modules/loss/ce_chunked_output_loss.py, the loss component of its recipe configs") in text
-    assert "not Hugging Face transformers (fp32 logits): the figures count it only when the loss implementation is set" in text
-    hf = estimate_memory(QWEN, Scenario.build(framework="torchtune", method="lora", loss_implementation="hf"))
-    chunked = estimate_memory(QWEN, Scenario.build(framework="torchtune", method="lora",
-                                                   loss_implementation="torchtune_chunked"))
-    assert default.components["logits_loss"] == hf.components["logits_loss"] != chunked.components["logits_loss"]
-    assert "CEWithChunkedOutputLoss" not in hf.assumptions[0]  # a loss chosen: no note
-    assert chunked.assumptions[0].endswith("loss: torchtune CEWithChunkedOutputLoss (8 chunks)")
-    for framework in ("hf", "litgpt"):  # their default is their own loss: no note
-        assert "recipes run" not in estimate_memory(QWEN, Scenario.build(framework=framework)).assumptions[0]
+LLAMA31_8B = architecture_from_config(catalog_model("meta-llama/Llama-3.1-8B").config)  # vocab 128,256
+
+
+def _torchtune_chunked_bytes(batch: int, seq: int, vocab: int, chunks: int = 8, c: int = 2) -> tuple[int, int]:
+    """(forward, backward) bytes of torchtune's CEWithChunkedOutputLoss, eager, walked chunk by chunk as its code runs
+    (pytorch/torchtune@a6290a5b, v0.6.1: modules/transformer.py chunked_output = [self.output(chunk) for chunk in
+    h.chunk(8, dim=1)]; modules/loss/ce_chunked_output_loss.py: for each chunk F.cross_entropy(chunk.float(), ...),
+    which saves the chunk's fp32 log-softmax; the recipe's _loss_step then del logits before backward)."""
+    step = -(-seq // chunks)  # torch.chunk: ceil(seq / chunks) tokens per chunk, the last one shorter
+    sizes = [min(step, seq - k * step) for k in range(chunks) if seq > k * step]
+    logits16 = sum(batch * s * vocab * c for s in sizes)  # every chunk, alive until the recipe's del logits
+    peak_fwd, saved = 0, 0
+    for s in sizes:
+        n = batch * s * vocab
+        peak_fwd = max(peak_fwd, logits16 + saved + n * 4 + n * 4)  # the chunk's fp32 copy and its log-softmax
+        saved += n * 4  # the copy dies, the log-softmax stays for backward
+    first = batch * sizes[-1] * vocab  # autograd starts with the last chunk: its nll and log-softmax gradients
+    peak_bwd = saved + 2 * first * 4
+    return peak_fwd, peak_bwd
+
+
+def test_torchtune_default_loss_is_its_recipes_chunked_loss():
+    """torchtune's recipe configs name torchtune.modules.loss.CEWithChunkedOutputLoss as their loss since
+    pytorch/torchtune@4fba6cd4 (0.3.0; e.g. recipes/configs/llama3_1/8B_lora_single_device.yaml at a6290a5b, 0.6.1),
+    so the torchtune framework counts it without being told: Llama-3.1-8B, micro batch 2 x 2048, bf16."""
+    sc = Scenario.build(framework="torchtune", method="lora", micro_batch_size=2, seq_len=2048)
+    assert sc.loss is LossImplementation.TORCHTUNE_CHUNKED
+    est = estimate_memory(LLAMA31_8B, sc)
+    parts = {p.key: p for p in est.parts}
+    fwd, bwd = _torchtune_chunked_bytes(2, 2048, 128_256)
+    assert parts["logits_loss"].bytes == pytest.approx(bwd) == 2_626_682_880  # 2 x 2048 x 128,256 x (4 + 1) B
+    assert parts["logits_forward"].bytes == pytest.approx(fwd) == 3_414_687_744  # x (2 + 4 + 0.5) B
+    hf = {p.key: p for p in estimate_memory(LLAMA31_8B, Scenario.build(method="lora", micro_batch_size=2,
+                                                                        seq_len=2048)).parts}
+    assert hf["logits_forward"].bytes == 2 * 2048 * 128_256 * 10  # transformers 4.50+: bf16 + fp32 + log-softmax
+    assert est.assumptions[0].endswith("loss: torchtune CEWithChunkedOutputLoss (8 chunks)")
+    assert "a6290a5b" in parts["logits_loss"].source
+
+
+def test_torchtune_cross_entropy_paths():
+    """torch.nn.CrossEntropyLoss under torchtune: 0.3+ (a6290a5b) the model returns self.output(h).float() and the
+    recipe deletes the logits before backward: 4 + 4 forward, log-softmax + two gradients backward; 0.1-0.2
+    (0217d44c) the recipe keeps logits[..., :-1, :].contiguous() through backward: 4 more at backward."""
+    new = _path(LLAMA31_8B, framework="torchtune", loss_implementation="torchtune_ce", precision="bf16")
+    old = _path(LLAMA31_8B, framework="torchtune", loss_implementation="torchtune_ce_v02", precision="bf16",
+                micro_batch_size=2)
+    assert (new.forward, new.backward) == (8, 12)
+    assert (old.forward, old.backward) == (8, 16)
+    assert "a6290a5b" in new.source and "0217d44c" in old.source
+
+
+def test_torchtune_compiled_chunked_path():
+    """compile: True: the recipes compile each chunk's upcast + cross-entropy; AOTAutograd saves the c-byte chunk (not
+    the fp32 log-softmax), so every chunk stays alive to backward (c) and backward adds one chunk's gradient (c/8)."""
+    bf16 = _path(LLAMA31_8B, framework="torchtune", loss_implementation="torchtune_chunked_compiled", precision="bf16")
+    fp32 = _path(LLAMA31_8B, framework="torchtune", loss_implementation="torchtune_chunked_compiled", precision="fp32")
+    assert (bf16.forward, bf16.backward) == (2, 2.25)
+    assert (fp32.forward, fp32.backward) == (4, 4.5)
+    assert "loss_probe.py --loss torchtune_chunked_compiled" in bf16.source and "a6290a5b" in bf16.source
+    sc = Scenario.build(framework="torchtune", method="lora", micro_batch_size=2, seq_len=2048,
+                        loss_implementation="torchtune_chunked_compiled")
+    parts = {p.key: p for p in estimate_memory(LLAMA31_8B, sc).parts}
+    assert parts["logits_loss"].bytes == 2 * 2048 * 128_256 * 2.25
+    assert parts["logits_forward"].bytes == 2 * 2048 * 128_256 * 2
+
+
+def test_torchtune_default_under_compile_is_the_compiled_record():
+    """The loss's compiled form (COMPILED_FORMS): torchtune's chunked loss, its framework default or chosen, runs as
+    torchtune_chunked_compiled when the run is compiled; eager otherwise; other losses are what they are either way.
+    The step time's fused_kernels is the compile switch: the compiled chunked loss keeps its chunks on chip."""
+    from engine.time.memory_bound import loss_bytes
+
+    tt = Scenario.build(framework="torchtune")
+    assert tt.loss_compiled(False) is LossImplementation.TORCHTUNE_CHUNKED
+    assert tt.loss_compiled(True) is LossImplementation.TORCHTUNE_CHUNKED_COMPILED
+    chosen = Scenario.build(framework="torchtune", loss_implementation="torchtune_chunked")
+    assert chosen.loss_compiled(True) is LossImplementation.TORCHTUNE_CHUNKED_COMPILED
+    for fields in ({"framework": "torchtune", "loss_implementation": "torchtune_ce"}, {},
+                   {"framework": "litgpt"}, {"fused_cross_entropy": True}):
+        sc = Scenario.build(**fields)
+        assert sc.loss_compiled(True) is sc.loss
+    v = LLAMA31_8B.vocab_size
+    assert loss_bytes(LLAMA31_8B, tt, 2, compiled=False) == 28 * v
+    assert loss_bytes(LLAMA31_8B, tt, 2, compiled=True) == 12 * v
+    compiled = Scenario.build(framework="torchtune", loss_implementation="torchtune_chunked_compiled")
+    assert loss_bytes(LLAMA31_8B, compiled, 2) == 12 * v
+
+
+def test_frameworks_count_their_own_loss_without_a_note():
+    for framework, loss in (("hf", "hf"), ("litgpt", "litgpt_chunked"), ("torchtune", "torchtune_chunked")):
+        sc = Scenario.build(framework=framework)
+        assert sc.loss.value == loss
+        assert "recipes run" not in estimate_memory(QWEN, sc).assumptions[0]
 
 
 def _probe(*args: str) -> dict:
@@ -143,8 +219,13 @@ def _probe(*args: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-needs_torch = pytest.mark.skipif(not (importlib.util.find_spec("torch") and importlib.util.find_spec("transformers")),
-                                 reason="torch and transformers (the [trace] extra) measure the loss")
+# Skipped without the [trace] extra, except under TRACE_REQUIRED=1 (.ci/run sets it once the extra is installed).
+_REQUIRED = os.environ.get("TRACE_REQUIRED") == "1"
+needs_torch = pytest.mark.skipif(
+    not _REQUIRED and not (importlib.util.find_spec("torch") and importlib.util.find_spec("transformers")),
+    reason="torch and transformers (the [trace] extra) measure the loss")
+needs_inductor = pytest.mark.skipif(not _REQUIRED and not (shutil.which("g++") or shutil.which("c++")),
+                                    reason="Inductor's CPU kernels need a C++ compiler")
 
 
 @needs_torch
@@ -163,6 +244,30 @@ def test_torchtune_chunked_measured():
     path = _path(QWEN, method="lora", micro_batch_size=2, precision="bf16", loss_implementation="torchtune_chunked")
     assert m["forward_peak_per_logit"] == pytest.approx(path.forward, abs=0.6)
     assert m["held_after_forward_per_logit"] + m["backward_extra_per_logit"] == pytest.approx(path.backward, abs=0.6)
+
+
+@needs_torch
+@needs_inductor
+def test_torchtune_chunked_compiled_measured():
+    """torchtune CEWithChunkedOutputLoss with compile: True (compute_cross_entropy under torch.compile, Inductor, CPU),
+    measured: the compiled chunk saves the 16-bit chunk it was given (2 B per logit in all, the recipe's del logits
+    then frees nothing) and per-token statistics only; no fp32 copy or log-softmax in the forward; one chunk's 16-bit
+    gradient in backward. The allocator tally of the same run's eager loss agrees with the eager record."""
+    m = _probe("--batch", "2", "--loss", "torchtune_chunked_compiled")
+    path = _path(QWEN, method="lora", micro_batch_size=2, precision="bf16",
+                 loss_implementation="torchtune_chunked_compiled")
+    assert (path.forward, path.backward) == (2, 2.25)
+    assert m["saved_logit_chunks_per_logit"] == pytest.approx(2.0, abs=0.01)
+    assert m["saved_other_per_logit"] < 0.01
+    assert m["loss_forward_peak_per_logit"] == pytest.approx(path.forward, abs=0.1)
+    assert m["held_after_forward_per_logit"] == pytest.approx(path.forward, abs=0.1)
+    assert m["held_after_forward_per_logit"] + m["loss_backward_extra_per_logit"] == pytest.approx(path.backward,
+                                                                                                   abs=0.1)
+    eager = _path(QWEN, method="lora", micro_batch_size=2, precision="bf16", loss_implementation="torchtune_chunked")
+    check = m["profiler_eager_check"]
+    assert check["forward_peak_per_logit"] == pytest.approx(eager.forward, abs=0.6)
+    assert check["held_after_forward_per_logit"] + check["backward_extra_per_logit"] == pytest.approx(eager.backward,
+                                                                                                      abs=0.6)
 
 
 def test_gpt2_124m_llmc_run_fits_with_a_fused_in_place_loss():
