@@ -57,8 +57,10 @@ runs eager attention."""
 SdpaKv = Literal["enable_gqa", "expanded", "broadcast"]
 """How grouped key/value heads reach SDPA: ``enable_gqa`` = transformers' ``use_gqa_in_sdpa`` (``enable_gqa=True``
 without a mask and with head_dim <= 256, else ``repeat_kv`` copies them to every query head); ``expanded`` = the
-family copies them to every head itself (Falcon's new decoder architecture); ``broadcast`` = one key/value head
-passed as it is (Falcon's multi-query attention), which only SDPA's math kernel takes."""
+family copies them to every head itself; ``broadcast`` = one key/value head passed as it is, which only SDPA's math
+kernel takes. Falcon called SDPA those two ways (new decoder architecture / multi-query) up to transformers 5.24; since
+5.25.0 it goes through the shared attention interface like the other families (``enable_gqa``), and no bundled family
+uses the other two now."""
 """Roles every :attr:`Architecture.parameter_counts` lists; ``head`` and ``vision`` appear when present."""
 
 

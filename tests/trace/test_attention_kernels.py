@@ -154,8 +154,6 @@ def test_kernel_per_family_matches_the_tracer(traced, name, run):
 # at the end of the forward, where every saved tensor is alive: the step's peak of these tiny models is set by the
 # math kernel's backward transients of one layer (two s x s gradients), which the estimate leaves out (NOT_MODELLED:
 # transients in the middle of backward; at real vocabularies the loss gradients, modelled, are larger).
-# Falcon's multi-query head broadcast to the math kernel is traced 25% above the estimate's forward (11.6 vs 15.6 MB):
-# a difference that remains (the kernel choice itself, math, is right; test_kernel_per_family_matches_the_tracer).
 LONG = dict(micro_batch_size=1, seq_len=512, method="lora", lora_dropout=0.0, attention="sdpa")
 MEMORY_CASES = {"llama_fp32_math": ("meta-llama/Llama-3.2-1B", "fp32"), "gpt2_fp32_me": ("openai-community/gpt2", "fp32"),
                 "gemma_fp32_math": ("google/gemma-2b", "fp32"), "falcon_new_bf16_me": ("falcon_new_arch", "bf16")}

@@ -156,12 +156,13 @@ def falcon(config: dict[str, Any], model_type: str) -> Architecture:
                 norm="layernorm", norms_per_layer=n_norms, mlp="plain",
                 positional="alibi" if read_flag(config, "alibi", False) else "rope",
                 parallel_attention=read_flag(config, "parallel_attn", True),
-                # FalconModel builds its causal mask with allow_is_causal_skip=False (ALiBi is added to it), and
-                # FalconAttention hands SDPA key/value broadcast to every head (new decoder architecture) or one
-                # multi-query head as it is (transformers 5.x modeling_falcon.py).
+                # FalconModel builds its causal mask with allow_is_causal_skip=False (ALiBi is added to it), so every
+                # SDPA call gets an explicit mask. Since transformers 5.25.0 FalconAttention calls the shared attention
+                # interface (integrations/sdpa_attention.py) with its num_kv_heads (new decoder architecture) or one
+                # (multi-query) key/value heads, which repeat_kv copies to every query head when a mask is passed
+                # (use_gqa_in_sdpa: no mask only): the default "enable_gqa" path. Up to 5.24 FalconAttention called
+                # SDPA itself and handed a multi-query model its one key/value head broadcast ("broadcast": math).
                 sdpa_mask="always",
-                sdpa_kv="expanded" if read_flag(config, "new_decoder_architecture", False)
-                or not read_flag(config, "multi_query", True) else "broadcast",
                 activation=activation(config, "activation", default="gelu"),
                 attention_dropout=dropout(config, "attention_dropout"), hidden_dropout=dropout(config, "hidden_dropout"))
 
