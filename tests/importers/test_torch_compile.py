@@ -35,3 +35,22 @@ def test_axolotl_auto_is_said_not_guessed():
     assert "torch_compile" not in r.fields and "2.5.1" in r.unsupported["torch_compile"]
     with pytest.raises(TrainingConfigError):
         import_configs([("axolotl.yaml", AXOLOTL.format(value="maybe").encode())])
+
+
+def test_exports_say_torch_compile_and_import_back():
+    """A plan with torch_compile: the TRL, axolotl and LLaMA-Factory files and the training code say it, and each file
+    imports back to the switch."""
+    from engine.plan.config_export import config_files
+    from engine.plan.plans import Plan
+    from engine.plan.training_code import training_code
+
+    plan = Plan(name="c", model_repo_id="meta-llama/Llama-3.1-8B", gpu="H100 SXM", method="lora", torch_compile=True,
+                dataset_total_tokens=1_000_000)
+    files = {f.name: f for f in config_files(plan)}
+    for name in ("sft_config.yaml", "axolotl.yaml", "llamafactory.yaml"):
+        f = next(v for k, v in files.items() if k.startswith(name.split(".")[0]))
+        assert "torch_compile: true" in f.text
+        assert import_configs([(f.name, f.text.encode())]).fields["torch_compile"] is True
+    assert "torch_compile=True" in training_code(plan)
+    plain = {f.name: f.text for f in config_files(plan.model_copy(update={"torch_compile": False}))}
+    assert not any("torch_compile" in text for text in plain.values())
