@@ -134,10 +134,12 @@ st.markdown(
   *Training framework* input says LitGPT (every parameter, adapters included, in the weight dtype; the loss in chunks
   of 128 tokens on 16-bit logits; fused GELU) or torchtune (adapters in the weight dtype; the loss its recipes run,
   `CEWithChunkedOutputLoss`: 8 chunks of 16-bit logits, each upcast on its own; eager, every chunk's fp32
-  log-softmax is kept, 4 B per logit. A compiled run (`compile: True`; loss implementation
-  `torchtune_chunked_compiled`) compiles each chunk's upcast and cross-entropy, which then saves the 16-bit chunk
-  instead (2 B, measured with Inductor on CPU by `scripts/loss_probe.py`), and the step time counts those kernels
-  fused).
+  log-softmax is kept, 4 B per logit. A compiled run (the *torch.compile* switch, `compile: True`; loss
+  implementation `torchtune_chunked_compiled`) compiles each chunk's upcast and cross-entropy, which then saves the
+  16-bit chunk instead (2 B, measured with Inductor on CPU by `scripts/loss_probe.py`), and the step time counts
+  those kernels fused). *torch.compile* is one setting of the run that memory and time both read: the loss's
+  compiled form where one is measured (torchtune's chunked loss; other losses are counted as they run eager), fused
+  kernels in the step time; the compiled layers' saved activations are counted as eager.
 - **Gradient accumulation** does not lower the peak at a given micro batch (ms-swift measures the same peak with and
   without it); it keeps the gradients alive between micro batches, which can raise a backward peak. It lets a smaller
   micro batch keep the effective batch size.
@@ -201,7 +203,9 @@ the memory estimate uses, every term with a shape and a source:
   forward, {fused_softmax_score_bytes(2, True)[1]:g} B backward per score with dropout 0.1).
 - **Memory-bound work** (`memory_bound.py`): norms, residual adds, RoPE, activations, dropout, autocast's weight casts,
   the loss over the vocabulary (fp32 upcast), the embedding gradient; bytes per op as transformers' eager code moves
-  them, fewer with fused kernels (torch.compile, Unsloth, Liger); backward {BACKWARD_FACTOR:g}x forward. Time =
+  them, fewer with fused kernels (the run's torch.compile switch, or Time & cost's other fused kernels: Unsloth,
+  Liger; only a compiled run's loss is its compiled form, the one the Memory page counts); backward
+  {BACKWARD_FACTOR:g}x forward. Time =
   bytes / ({HBM_FRACTION:g} x datasheet HBM bandwidth).
 - **Dequantization**: bitsandbytes dequantizes each 4-bit weight to 16 bits on every forward and backward use (and the
   recompute): 0.5 B read + 2 B written per weight per use.
@@ -389,7 +393,8 @@ def _accuracy() -> None:
 
     **Target rows** ({_t.rows}): one GPU, the source's confidence tag *high*, a stated memory kind, a framework whose
     memory behaviour the engine models (Hugging Face stack, torchtune, LitGPT) and no technique the engine has no switch for
-    (torch.compile, the optimizer step in backward, activation offloading, chunked losses other than Liger's, Unsloth,
+    (torch.compile, whose compiled layers' activations are counted as eager, the optimizer step in backward,
+    activation offloading, chunked losses other than Liger's, Unsloth,
     Float8). Median absolute error **{_t.median_abs_error_pct:.1f}%**, largest **{_t.max_abs_error_pct:.1f}%** ({_t.worst_id});
     the seed's `estimate_memory` on the same rows: median {_t.seed_median_abs_error_pct:.0f}%. The project's target is a
     median within 10% and every target row within 25%: {"met" if _t.meets_target else "**not met yet**"}.

@@ -34,7 +34,7 @@ WIDGET_KEYS = {
     "loss_implementation": "loss_implementation", "transformers_version": "transformers_version",
     # PEFT methods and tricks (ui/peft_form.py)
     "num_virtual_tokens": "num_virtual_tokens", "modules_to_save": "modules_to_save", "use_rslora": "use_rslora",
-    "galore_rank": "galore_rank", "liger_kernels": "liger_kernels", "gradient_checkpointing_offload": "gc_offload",
+    "galore_rank": "galore_rank", "liger_kernels": "liger_kernels", "torch_compile": "torch_compile", "gradient_checkpointing_offload": "gc_offload",
     "trainable_layers": "trainable_layers_n", "frozen_input_grads": "frozen_input_grads",
 }
 """Scenario field -> its sidebar widget's key. ``loraplus_lr_ratio`` has none: it changes learning rates only (no memory

@@ -63,7 +63,7 @@ _KEPT_KEYS = (
     "attention", "lora_r", "lora_alpha", "lora_dropout", "quant_type", "double_quant", "prepare_kbit", "fused_ce", "framework",
     "loss_implementation", "transformers_version",
     # "More training options" (ui.peft_form): drawn only while the toggle is on, so kept here while they are not
-    MORE_OPTIONS, "modules_to_save", "use_rslora", "liger_kernels", "gc_offload",
+    MORE_OPTIONS, "modules_to_save", "use_rslora", "liger_kernels", "gc_offload", "torch_compile",
     "model_source", "catalog_repo", "hub_repo_id", "hub_revision",
     *HARDWARE_KEYS,  # the sidebar's hardware, shared by every page (ui.hardware)
     # Time & cost inputs (ui.scenario_form.time_cost_sidebar)

@@ -20,12 +20,13 @@ they are not drawn (each widget drawn costs the server and the browser on every 
 apply, stay in the session (ui.layout keeps them) and in the link, and any that is not at its default is listed
 under the toggle."""
 
-MORE_KEYS = ("attention", "framework", "fused_ce", "loss_implementation", "transformers_version", "modules_to_save",
-             "use_rslora", "liger_kernels", "gc_offload")
+MORE_KEYS = ("attention", "framework", "torch_compile", "fused_ce", "loss_implementation", "transformers_version",
+             "modules_to_save", "use_rslora", "liger_kernels", "gc_offload")
 """Widget keys of the inputs drawn only while :data:`MORE_OPTIONS` is on."""
 
 _LABELS = {
-    "attention": "Attention implementation", "framework": "Training framework", "fused_ce": "Fused cross-entropy (Liger)",
+    "attention": "Attention implementation", "framework": "Training framework", "torch_compile": "torch.compile",
+    "fused_ce": "Fused cross-entropy (Liger)",
     "loss_implementation": "Loss implementation", "transformers_version": "transformers version",
     "modules_to_save": "Modules to save", "use_rslora": "rsLoRA scaling", "liger_kernels": "Liger RMSNorm / SwiGLU / RoPE",
     "gc_offload": "Offload checkpointed inputs to CPU",
@@ -34,7 +35,8 @@ _LABELS = {
 
 def _more_defaults() -> dict[str, Any]:
     d = Scenario()
-    return {"attention": d.attention, "framework": d.framework, "fused_ce": d.fused_cross_entropy,
+    return {"attention": d.attention, "framework": d.framework, "torch_compile": d.torch_compile,
+            "fused_ce": d.fused_cross_entropy,
             "loss_implementation": d.loss_implementation, "transformers_version": d.transformers_version,
             "modules_to_save": [], "use_rslora": d.use_rslora, "liger_kernels": d.liger_kernels,
             "gc_offload": d.gradient_checkpointing_offload}
@@ -62,7 +64,7 @@ def more_training_options(method: Method, checkpointing: bool) -> dict[str, Any]
         st.session_state.setdefault(key, value)
     st.session_state.setdefault(MORE_OPTIONS, False)
     more = st.toggle("More training options", key=MORE_OPTIONS,
-                     help="Attention, training framework, loss, kernels, modules to save, rsLoRA. Hidden, they keep "
+                     help="Attention, training framework, torch.compile, loss, kernels, modules to save, rsLoRA. Hidden, they keep "
                           "their values, which apply and are in the link.")
     # the inputs that apply to this scenario (the others are neither drawn nor read into it)
     applies = {"modules_to_save": method is not Method.FULL, "use_rslora": bool(method.record.lora_pairs),
@@ -83,6 +85,7 @@ def more_training_options(method: Method, checkpointing: bool) -> dict[str, Any]
         "attention": values["attention"], "framework": values["framework"], "fused_cross_entropy": fused,
         "loss_implementation": None if fused else values["loss_implementation"],
         "transformers_version": values["transformers_version"], "liger_kernels": bool(values["liger_kernels"]),
+        "torch_compile": bool(values["torch_compile"]),
     }
     if applies["modules_to_save"]:
         out["modules_to_save"] = tuple(values["modules_to_save"] or ()) or None
@@ -93,9 +96,10 @@ def more_training_options(method: Method, checkpointing: bool) -> dict[str, Any]
     return out
 
 
-def _framework_default(framework: Any) -> str:
-    """The label of "no loss implementation chosen": the loss the estimate counts for ``framework``."""
-    return f"Framework default: {LOSS_LABELS[Framework(framework).record.loss]}"
+def _framework_default(framework: Any, compiled: bool) -> str:
+    """The label of "no loss implementation chosen": the loss the estimate counts for ``framework``, compiled or not
+    (``Scenario.loss``)."""
+    return f"Framework default: {LOSS_LABELS[Scenario(framework=Framework(framework), torch_compile=compiled).loss]}"
 
 
 def _draw_more(applies: dict[str, bool]) -> dict[str, Any]:
@@ -107,6 +111,12 @@ def _draw_more(applies: dict[str, bool]) -> dict[str, Any]:
         help="Which stack runs the step: it decides the adapters' dtype (PEFT keeps them in fp32), the loss "
         "(LitGPT: chunked, 16-bit logits; torchtune: CEWithChunkedOutputLoss, 8 chunks of 16-bit logits) and whether GELU is fused. Generated code is for Hugging Face.",
     )
+    values["torch_compile"] = st.toggle(
+        _LABELS["torch_compile"], key="torch_compile",
+        help="The run is torch.compiled (TrainingArguments(torch_compile=True), torchtune compile: True, axolotl "
+        "torch_compile). Memory counts the loss's compiled form where it is measured (torchtune's chunked loss: "
+        "its chunks saved, no fp32 copy); the step time counts fused kernels. Every page reads this one switch.",
+    )
     fused = values["fused_ce"] = st.toggle(
         _LABELS["fused_ce"], key="fused_ce",
         help="TrainingArguments(use_liger_kernel=True): the LM head and the loss run in chunks, so the "
@@ -114,7 +124,7 @@ def _draw_more(applies: dict[str, bool]) -> dict[str, Any]:
     )
     loss = values["loss_implementation"] = st.selectbox(
         _LABELS["loss_implementation"], [None, *(x for x in LossImplementation if x is not LossImplementation.LIGER)],
-        format_func=lambda x: _framework_default(values["framework"]) if x is None else LOSS_LABELS[LossImplementation(x)],
+        format_func=lambda x: _framework_default(values["framework"], values["torch_compile"]) if x is None else LOSS_LABELS[LossImplementation(x)],
         key="loss_implementation", disabled=fused,
         help="The cross-entropy code over the vocabulary (engine.memory.loss_paths): what it keeps "
         "per token and vocabulary entry. The Liger switch above is the fused linear cross-entropy.",

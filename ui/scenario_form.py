@@ -227,10 +227,13 @@ def time_cost_sidebar(hw: Hardware) -> TimeCostInputs | None:
                                  "sequence length, and the padding costs compute like real tokens.")
         # Drawn only while "More run options" is on (fewer widgets per rerun, issue 26); kept values apply either way.
         if st.toggle("More run options", key=TC_MORE,
-                     help="Fused kernels, calibration to a measured run, the plan search's largest GPU count. Hidden, "
+                     help="Other fused kernels, calibration to a measured run, the plan search's largest GPU count. Hidden, "
                           "they keep their values, which apply and are in the link."):
-            fused = st.toggle("Fused kernels (torch.compile, Unsloth, Liger)", key="tc_fused",
-                              help="Fused elementwise kernels: fewer bytes through memory and fewer kernel launches.")
+            fused = st.toggle("Other fused kernels (Unsloth, Liger)", key="tc_fused",
+                              help="Fused elementwise kernels other than torch.compile's: fewer bytes through memory and "
+                                   "fewer kernel launches; the loss stays as the Memory page counts it. A compiled run is "
+                                   "the sidebar's torch.compile (More training options), which memory and time both "
+                                   "read and which fuses the kernels whatever this says.")
             measured = float(checked_number(
                 st, "Calibrate to my run: measured tokens/s", "tc_measured", 0.0, step=100.0,
                 help="Tokens/s you measured for this model, scenario and GPU plan (all GPUs together); 0 = none. The "
@@ -243,7 +246,7 @@ def time_cost_sidebar(hw: Hardware) -> TimeCostInputs | None:
         else:
             fused, max_gpus = st.session_state["tc_fused"], st.session_state["tc_max_gpus"]
             measured = float(valid_value("tc_measured") or 0.0)  # the last valid value, as the drawn input returns
-            hidden = ([] if not fused else ["Fused kernels on"]) + (
+            hidden = ([] if not fused else ["Other fused kernels on"]) + (
                 [f"Calibrate to my run {measured:,.0f} tokens/s"] if measured else []) + (
                 [f"Plan search up to {max_gpus} GPUs"] if max_gpus != TC_DEFAULTS["tc_max_gpus"] else [])
             if hidden:

@@ -192,6 +192,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "transformers_version": _enum(TransformersVersion),
     MORE_OPTIONS: _bool,  # whether the sidebar draws its less-used training inputs (ui.peft_form)
     "modules_to_save": _saveable, "use_rslora": _bool, "liger_kernels": _bool, "gc_offload": _bool,
+    "torch_compile": _bool,
     # the sidebar's hardware (ui.hardware), shared by every page
     "gpu": _gpu, "num_gpus": _limited("num_gpus"), "gpus_per_node": _limited("gpus_per_node"),
     "strategy": _enum(Strategy), "offload": _enum(Offload), "unit": _enum_values(("GB", "GiB")),

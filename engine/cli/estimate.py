@@ -277,6 +277,7 @@ def _time_cost_json(arch: Architecture, scenario: Scenario, dataset: Any, args: 
             "attention_kernel": tp.attention_kernel,
             "link": tp.step.link,
             "fused_kernels": tp.fused_kernels,
+            "loss_implementation": tp.loss.value if tp.loss else None,
             "cuda_graphs": args.cuda_graphs,
             "peak_flops": tp.peak.flops,
             "peak_dtype": tp.peak.dtype,

@@ -93,7 +93,12 @@ def add_scenario_options(p: argparse.ArgumentParser) -> None:
                    help="the cross-entropy code: hf, liger (= --fused-cross-entropy), litgpt_chunked, torchtune_chunked, "
                         "torchtune_chunked_compiled (its recipes with compile: True), torchtune_ce, torchtune_ce_v02, "
                         "megatron, torchtitan, inplace_fused (default: the framework's default: transformers' loss "
-                        "for hf, LitGPT's for litgpt, torchtune_chunked for torchtune; the step time's --fused-kernels counts torchtune_chunked as compiled)")
+                        "for hf, LitGPT's for litgpt, torchtune_chunked for torchtune; --torch-compile turns "
+                        "torchtune_chunked into torchtune_chunked_compiled)")
+    p.add_argument("--torch-compile", action="store_true",
+                   help="the run is torch.compiled (TrainingArguments(torch_compile=True), torchtune compile: True): "
+                        "memory counts the loss's compiled form (torchtune's chunked loss: torchtune_chunked_compiled) "
+                        "and the step time fused kernels, the same run for both")
     p.add_argument("--transformers-version", default=d.transformers_version.value, metavar="VERSION",
                    help="transformers release whose loss path the hf loss follows, e.g. 4.41.2, or a range: "
                         + ", ".join(v.value for v in TransformersVersion) + " (default: %(default)s)")
@@ -104,6 +109,7 @@ SCENARIO_FIELDS = (
     "method", "precision", "optimizer", "micro_batch_size", "seq_len", "gradient_accumulation_steps",
     "gradient_checkpointing", "attention", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "quant_type",
     "fused_cross_entropy", "framework", "quant_storage", "loss_implementation", "transformers_version",
+    "torch_compile",
 )
 
 
@@ -231,7 +237,8 @@ def add_time_cost_options(p: argparse.ArgumentParser) -> None:
                    help="calibrate to your run: the tokens/s you measured for this configuration (all GPUs together); "
                         "the step-time model's prediction is scaled by measured / predicted")
     g.add_argument("--fused-kernels", action="store_true",
-                   help="the run uses torch.compile, Unsloth or Liger kernels (fused elementwise ops: fewer bytes and launches)")
+                   help="the run uses other fused kernels: Unsloth's or Liger's (fused elementwise ops: fewer bytes "
+                        "and launches; a compiled run is --torch-compile, which memory reads too)")
     g.add_argument("--cuda-graphs", action="store_true",
                    help="torch.compile(mode='reduce-overhead'): the fused forward and backward replayed as CUDA graphs, "
                         "no per-kernel launch time (implies --fused-kernels)")

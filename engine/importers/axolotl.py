@@ -15,7 +15,7 @@ from engine.errors import ConflictingKeysError, TrainingConfigError
 import engine.importers.bnb as bnb
 import engine.importers.deepspeed as deepspeed
 from engine.importers.table import IGNORE, Handling, Map, Reading, Several, Sub, Unmodelled, Unsupported, check, collect
-from engine.importers.trainer import _DS_FILE, finish_galore, liger_kernels
+from engine.importers.trainer import _DS_FILE, COMPILE_EFFECT, finish_galore, liger_kernels
 from engine.importers.values import (
     boolean, choice, galore_targets, hf_fsdp, hf_optimizer, integer, names, number, optim_args, positive, saveable,
     sgd_momentum, sharding, text,
@@ -116,7 +116,10 @@ KEYS: dict[str, Handling] = {
     "fsdp_config.activation_checkpointing": Map("ax_fsdp_gc", boolean),
     "fsdp_config.fsdp_activation_checkpointing": Map("ax_fsdp_gc", boolean),
     "fsdp_config.*": IGNORE,
-    "torch_compile": Unsupported("torch.compile fuses kernels: faster, and often fewer saved activations than eager"),
+    # Unsupported first: "auto"'s own note (the converter's Unmodelled) replaces it
+    "torch_compile": (Unsupported(COMPILE_EFFECT), Map("torch_compile", choice({True: True, False: False, "auto": Unmodelled(
+        "auto: axolotl compiles when the installed torch supports it (2.5.1+), which the file does not say; set true or "
+        "false")}))),
     "torch_compile_backend": IGNORE, "torch_compile_mode": IGNORE,
     "liger_fused_linear_cross_entropy": Map("fused_cross_entropy", boolean),
     "liger_cross_entropy": Unsupported("Liger's cross-entropy without the fused LM head: saves the fp32 copies of the "

@@ -10,9 +10,10 @@ loss implementation record (:data:`LOSSES`): ``CEWithChunkedOutputLoss`` is ``to
 logits, each upcast on its own; this importer mapped it to Liger's fused linear cross-entropy before, an approximation
 that dropped the 16-bit logit chunks and log-softmaxes the recipe keeps), ``torch.nn.CrossEntropyLoss`` is
 ``torchtune_ce`` (0.3+: the model upcasts its whole output). With ``compile: True`` the recipe compiles the chunked
-loss's per-chunk cross-entropy (``training.compile_loss``): CEWithChunkedOutputLoss, named or left to the framework's
-default, is then ``torchtune_chunked_compiled`` (:data:`engine.scenario.loss.COMPILED_FORMS`); the compiled model
-layers stay unmodelled. Attention is SDPA.
+loss's per-chunk cross-entropy (``training.compile_loss``): ``compile`` is ``Scenario.torch_compile``, so
+CEWithChunkedOutputLoss, named or left to the framework's default, runs as ``torchtune_chunked_compiled``
+(:data:`engine.scenario.loss.COMPILED_FORMS`, ``Scenario.loss``) for memory and time alike; the compiled model
+layers' activations stay counted as eager (said as unsupported). Attention is SDPA.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from typing import Any
 from engine.errors import TrainingConfigError
 from engine.importers.table import IGNORE, Handling, Map, Reading, Unmodelled, Unsupported, collect
 from engine.importers.values import boolean, choice, integer, names, number, record_names, text
-from engine.scenario.loss import COMPILED_FORMS, LossImplementation
+from engine.importers.trainer import COMPILE_EFFECT
+from engine.scenario.loss import LossImplementation
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.training import Attention, Framework, QuantType
 
@@ -99,9 +101,7 @@ KEYS: dict[str, Handling] = {
     "dtype": Map("tt_dtype", choice(DTYPES)),
     "enable_activation_checkpointing": Map("gradient_checkpointing", boolean),
     "enable_activation_offloading": Map("tt_offload", boolean),
-    "compile": (Map("tt_compile", boolean),
-                Unsupported("torch.compile of the model's layers fuses kernels: faster, and often fewer saved "
-                            "activations than eager; not modelled (the compiled chunked loss is)")),
+    "compile": (Map("torch_compile", boolean), Unsupported(COMPILE_EFFECT)),
     "checkpointer.checkpoint_dir": Map("tt_checkpoint_dir", text),
     "checkpointer.*": IGNORE,
     "tensor_parallel_dim": Unsupported("tensor parallelism: not modelled"),
@@ -143,11 +143,6 @@ def read(doc: dict[str, Any]) -> Reading:
         s["optimizer"] = Optimizer.SGD_MOMENTUM
     elif opt is not None:
         s["optimizer"] = opt
-    if s.pop("tt_compile", False) and "loss._component_" not in r.unsupported:  # an unmodelled loss stays so
-        loss = s.get("loss_implementation", Framework.TORCHTUNE.record.loss)
-        if loss in COMPILED_FORMS:  # training.compile_loss: CEWithChunkedOutputLoss.compute_cross_entropy compiled
-            s["loss_implementation"] = COMPILED_FORMS[loss]
-            r.sources.setdefault("loss_implementation", "compile")
     dtype = s.pop("tt_dtype", None)
     if dtype is not None:
         s["weights_dtype"], s["mixed"] = dtype, "no"

@@ -69,6 +69,10 @@ model_init_kwargs.trust_remote_code model_init_kwargs.revision model_init_kwargs
 model_init_kwargs.low_cpu_mem_usage model_init_kwargs.device_map bnb_4bit_quant_storage padding_free
 """.split()
 
+COMPILE_EFFECT = ("torch.compile of the model's layers: its saved activations (often fewer than eager's) are counted as "
+                  "eager; the loss's compiled form and the step time's fused kernels are modelled (torch_compile)")
+"""What a compiled run's estimate does not model (the importers' ``torch_compile`` / ``compile`` entries)."""
+
 HF_KEYS: dict[str, Handling] = {
     **{k: IGNORE for k in _NO_EFFECT},
     "per_device_train_batch_size": Map("micro_batch_size", integer()),
@@ -88,8 +92,7 @@ HF_KEYS: dict[str, Handling] = {
                                                                 "than full checkpointing; not modelled"),
     "activation_checkpointing_kwargs.every_n_layers": Unsupported("checkpoints only every n-th layer: more activations "
                                                                   "kept than full checkpointing; not modelled"),
-    "torch_compile": Unsupported("torch.compile fuses kernels: faster, and often fewer saved activations than the eager "
-                                 "PyTorch step the estimate models"),
+    "torch_compile": (Map("torch_compile", boolean), Unsupported(COMPILE_EFFECT)),
     "use_liger_kernel": Map("liger", boolean), "use_liger": Map("liger", boolean),
     "liger_kernel_config.fused_linear_cross_entropy": Map("liger_flce", boolean),
     "liger_kernel_config.rms_norm": Map("liger_rms_norm", boolean),

@@ -139,6 +139,8 @@ def sft_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
     if plan.optimizer.record.galore:  # transformers refuses GaLore without its target modules
         body.update(optim_args=f"rank={plan.galore_rank}", optim_target_modules="all-linear")
     body.update(_hf_liger(plan))
+    if plan.torch_compile:
+        body["torch_compile"] = True
     if plan.gradient_checkpointing_offload:
         body["activation_offloading"] = True  # TRL: under checkpointing, the layer inputs wait in CPU memory
     if _deepspeed(plan):
@@ -295,6 +297,8 @@ def axolotl_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
     body["gradient_checkpointing"] = plan.gradient_checkpointing
     if plan.gradient_checkpointing_offload:
         body["activation_offloading"] = True  # axolotl 0.19 (it requires gradient_checkpointing)
+    if plan.torch_compile:
+        body["torch_compile"] = True
     if plan.fused_cross_entropy or plan.liger_kernels:
         body["plugins"] = ["axolotl.integrations.liger.LigerPlugin"]
     if plan.liger_kernels:
@@ -366,6 +370,8 @@ def llamafactory_config(plan: Plan, targets: list[str] | str) -> ConfigFile:
     body["disable_gradient_checkpointing"] = not plan.gradient_checkpointing
     if plan.gradient_checkpointing_offload:
         body["use_unsloth_gc"] = True
+    if plan.torch_compile:
+        body["torch_compile"] = True  # a TrainingArguments key LLaMA-Factory passes through
     # enable_liger_kernel patches the fused linear cross-entropy and the other kernels together
     body["enable_liger_kernel"] = plan.fused_cross_entropy and plan.liger_kernels
     if plan.fused_cross_entropy != plan.liger_kernels:

@@ -183,6 +183,8 @@ def training_code(plan: Plan, config: dict[str, Any] | None = None) -> str:
         lines.append(f"    optim_args={plan.optimizer.hf_optim_args!r},")
     if plan.fused_cross_entropy:
         lines.append("    use_liger_kernel=True,  # fused linear cross-entropy (pip install liger-kernel)")
+    if plan.torch_compile:
+        lines.append("    torch_compile=True,")
     if zero_stage(plan):
         lines.append("    deepspeed=deepspeed_config,")
     elif plan.strategy.value in _FSDP:

@@ -45,7 +45,7 @@ from engine.time.constants import current
 from engine.time.attention import FUSED_KERNELS, attention_seconds, attention_work
 from engine.time.gemm import Gemm, Roofline, gemm_seconds, gemm_work, occupancy_flops, output_tiles, step_gemms
 from engine.time.memory_bound import (
-    BACKWARD_FACTOR, cast_bytes_per_use, dequant_bytes_per_use, layer_forward_bytes_by_width, loss_bytes,
+    BACKWARD_FACTOR, cast_bytes_per_use, dequant_bytes_per_use, layer_forward_bytes_by_width, loss_bytes, runs_fused,
 )
 from engine.time.overhead import SECONDS_PER_KERNEL, backward_host_factor, layer_kernels
 from engine.time.rates import GpuRates, fp8_matmul_flops, gpu_rates
@@ -274,7 +274,7 @@ def _work(arch: Architecture, sc: Scenario, layout: Layout, gpu: Gpu, rates: Gpu
             hg.append(Gemm("lm_head", "backward", h, v, t, 1.0, c))
         hf = _gemm_seconds(hg[:1], mm, bw, sms)
         hb = _gemm_seconds(hg[1:], mm, bw, sms)
-        head_bytes = loss_bytes(arch, sc, c, fused) * t / tp + 2 * resid * arch.hidden_size * t / sp
+        head_bytes = loss_bytes(arch, sc, c) * t / tp + 2 * resid * arch.hidden_size * t / sp
         cf = cw_f * head_w / bw
         head = Passes((hf, hb, 0.0), (0.0,) * 3, (cf, (casts_b * head_w + head_bytes) / bw, cf if full else 0.0), (0.0,) * 3)
     if sc.method is Method.FULL:
@@ -285,7 +285,7 @@ def _work(arch: Architecture, sc: Scenario, layout: Layout, gpu: Gpu, rates: Gpu
     rec_k = k if (full or op_sac) else (1.0 if kernel in FUSED_KERNELS else 6.0) if rec is Recompute.SELECTIVE else 0.0
     wins = tp_windows(arch, sc, layout, 1 if fp8_rate else c, fp8_rate or mm, bw, sms) if layout.sequence_parallel \
         else NO_TP_WINDOWS
-    w = _Work(block, head, embed, k, rec_k, backward_host_factor(sc.framework is Framework.HF, fused), wins)
+    w = _Work(block, head, embed, k, rec_k, backward_host_factor(sc.framework is Framework.HF, fused, sc.torch_compile), wins)
     if len(_CACHE) >= _CACHE_SIZE:
         _CACHE.clear()
     _CACHE[key] = (arch, w)
@@ -297,14 +297,15 @@ def stage_compute(arch: Architecture, sc: Scenario, layout: Layout, gpu: Gpu, st
     """One micro batch of pipeline stage ``stage`` on one of its ranks (see the module docstring). ``sc`` is the
     scenario the rank computes in (:func:`engine.scaleout.memory.effective_scenario`; the 16-bit one with master
     weights), ``kernel`` its attention kernel, ``fused`` torch.compile / Megatron's fused kernels (with an unfused
-    attention kernel, Megatron's fused softmax: :func:`engine.time.attention.fused_softmax_score_bytes`).
+    attention kernel, Megatron's fused softmax: :func:`engine.time.attention.fused_softmax_score_bytes`); the
+    scenario's own ``torch_compile`` turns them on too (:func:`engine.time.memory_bound.runs_fused`).
 
     Raises:
         ValueError: the catalog has no peak for the compute dtype on ``gpu``.
     """
     fp8 = Fp8Recipe.of(fp8)
     rates = gpu_rates(gpu, sc.precision)
-    w = _work(arch, sc, layout, gpu, rates, fp8, kernel, fused)
+    w = _work(arch, sc, layout, gpu, rates, fp8, kernel, runs_fused(sc, fused))
     layers = layout.stage_layers(arch.num_layers)
     n, p = layers[stage], layout.pipeline_parallel
     first, last = stage == 0, stage == p - 1

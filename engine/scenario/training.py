@@ -163,6 +163,12 @@ class Scenario(BaseModel):
     ``trainable_layers``: freeze-tuning, full fine-tuning of only the last N decoder blocks (None: every parameter
     trains; see :mod:`engine.scenario.freeze`); ``frozen_input_grads``: with it, the embeddings' output requires
     grad (transformers' ``enable_input_require_grads``), so backward also runs through the frozen blocks.
+    ``torch_compile``: the run is ``torch.compile``d (``TrainingArguments(torch_compile=True)``, axolotl's
+    ``torch_compile``, torchtune's ``compile: True``): the one switch both the memory estimate and the step time read.
+    Memory: :attr:`loss` is the loss's compiled form where its framework compiles it and it was measured
+    (:data:`~engine.scenario.loss.COMPILED_FORMS`: torchtune's chunked loss -> ``torchtune_chunked_compiled``); the
+    compiled model's other tensors are counted as eager. Time: fused elementwise kernels and, off the Hugging Face
+    stack's eager hooks, a compiled backward's launches (:func:`engine.time.memory_bound.runs_fused`).
     """
 
     # allow_inf_nan=False: NaN or Infinity in a file or a link is an error, never a number (every float field).
@@ -197,6 +203,7 @@ class Scenario(BaseModel):
     transformers_version: TransformersVersion = TransformersVersion.V4_50_PLUS
     trainable_layers: int | None = Field(None, ge=1, le=100_000)
     frozen_input_grads: bool = False
+    torch_compile: bool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -264,21 +271,24 @@ class Scenario(BaseModel):
     def loss(self) -> LossImplementation:
         """The loss that runs: Liger's with ``fused_cross_entropy``, else ``loss_implementation``, else the
         framework's default (its record's ``loss``: LitGPT's chunked loss for litgpt, torchtune's
-        CEWithChunkedOutputLoss for torchtune, transformers' for hf)."""
-        if self.fused_cross_entropy:
-            return LossImplementation.LIGER
-        if self.loss_implementation is not None:
-            return self.loss_implementation
-        return self.framework.record.loss
+        CEWithChunkedOutputLoss for torchtune, transformers' for hf); with ``torch_compile``, its compiled form where
+        there is one (:meth:`loss_compiled`)."""
+        return self.loss_compiled(self.torch_compile)
 
     def loss_compiled(self, compiled: bool) -> LossImplementation:
-        """The loss that runs when the run is torch.compiled (``compiled``; the step time's ``fused_kernels``, the
-        torchtune importer's ``compile: True``): :attr:`loss`, turned into its compiled form where its framework
-        compiles it (:data:`~engine.scenario.loss.COMPILED_FORMS`: torchtune's chunked loss, the framework's default
-        or chosen, becomes ``torchtune_chunked_compiled``); :attr:`loss` itself otherwise. The Scenario holds no
-        compile switch of its own: the memory estimate counts :attr:`loss`, so a compiled torchtune run states
-        ``loss_implementation="torchtune_chunked_compiled"``."""
-        return COMPILED_FORMS.get(self.loss, self.loss) if compiled else self.loss
+        """The loss that runs when the run is torch.compiled (``compiled``) or not: the chosen or default loss
+        (Liger's with ``fused_cross_entropy``, else ``loss_implementation``, else the framework's record), turned
+        into its compiled form where its framework compiles it (:data:`~engine.scenario.loss.COMPILED_FORMS`:
+        torchtune's chunked loss, the framework's default or chosen, becomes ``torchtune_chunked_compiled``).
+        :attr:`loss` is this at the run's own ``torch_compile``; a ``loss_implementation`` that already names a
+        compiled form stays that form either way."""
+        if self.fused_cross_entropy:
+            chosen = LossImplementation.LIGER
+        elif self.loss_implementation is not None:
+            chosen = self.loss_implementation
+        else:
+            chosen = self.framework.record.loss
+        return COMPILED_FORMS.get(chosen, chosen) if compiled else chosen
 
     @property
     def tokens_per_micro_batch(self) -> int:

@@ -88,16 +88,25 @@ ON_CHIP_LOSSES = {
 """Losses that keep each chunk's upcast, softmax and gradient on chip: ``2c + 8`` bytes per logit."""
 
 
-def loss_bytes(arch: Architecture, sc: Scenario, c: int, compiled: bool = False) -> float:
+def runs_fused(sc: Scenario, other: bool = False) -> bool:
+    """Whether the step's elementwise chains run fused: the run is ``torch.compile``d (``sc.torch_compile``, the
+    scenario's one compile switch, which the memory estimate reads too) or it runs other fused kernels (``other``:
+    Unsloth's or Liger's kernels, a NeMo / plain loop's Triton kernels, a parallel framework's own: the Time & cost
+    page's "Other fused kernels", the CLI's ``--fused-kernels``, a measured row's ``fused_kernels``)."""
+    return bool(other or sc.torch_compile)
+
+
+def loss_bytes(arch: Architecture, sc: Scenario, c: int) -> float:
     """Bytes per token of the loss over the vocabulary, forward and backward (the logits' GEMM not included).
 
     An eager loss (transformers' ``ForCausalLMLoss``, torchtune's losses, torchtitan's, ...) upcasts the logits (read
     c, write 4), ``cross_entropy`` takes log-softmax (4+4) and its gradient (4+4), cast back (4+c): ``2c + 24`` per
-    vocabulary entry, chunked or not. A fused cross-entropy (:data:`ON_CHIP_LOSSES`; with ``compiled``, i.e.
-    torch.compile on, the loss's compiled form: :meth:`~engine.scenario.training.Scenario.loss_compiled`) keeps
-    chunks on chip: ``2c + 8``.
+    vocabulary entry, chunked or not. A fused cross-entropy (:data:`ON_CHIP_LOSSES`) keeps chunks on chip:
+    ``2c + 8``. The loss is the run's own, :attr:`~engine.scenario.training.Scenario.loss`, the one the memory
+    estimate counts: its compiled form when the run compiles (``Scenario.torch_compile``), not the step time's other
+    fused kernels (:func:`runs_fused`), which do not compile a loss.
     """
-    on_chip = sc.loss_compiled(compiled) in ON_CHIP_LOSSES
+    on_chip = sc.loss in ON_CHIP_LOSSES
     per = (2 * c + 8) if on_chip else (2 * c + 24)
     return per * arch.vocab_size if arch.kind != "encoder" else 0.0
 

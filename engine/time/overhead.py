@@ -37,12 +37,14 @@ checkpointing 12.6 ms = forward 3.4 + recompute 3.4 + backward 5.8 ms, i.e. 1.7 
 (stas00/ml-engineering@744d01e1 training/performance/README.md, "torch.compile", the Llama 3.2 1B table)."""
 
 
-def backward_host_factor(hf_stack: bool, fused: bool) -> float:
-    """Host time of a backward pass / its forward's: :data:`COMPILED_BACKWARD_HOST_FACTOR` where ``fused`` kernels
-    off the Hugging Face stack are torch.compile's (torchtune's ``compile: True``, a plain loop's ``torch.compile``),
-    else :data:`BACKWARD_HOST_FACTOR`: Unsloth and Liger (``fused`` on the HF stack) fuse kernels inside eager
-    autograd Functions, so their backward still runs autograd's engine per op."""
-    return COMPILED_BACKWARD_HOST_FACTOR if fused and not hf_stack else BACKWARD_HOST_FACTOR
+def backward_host_factor(hf_stack: bool, fused: bool, compiled: bool = False) -> float:
+    """Host time of a backward pass / its forward's: :data:`COMPILED_BACKWARD_HOST_FACTOR` where the run is
+    torch.compiled (``compiled``: ``Scenario.torch_compile``, on any stack: AOTAutograd compiles the backward whoever
+    calls it) or its ``fused`` kernels off the Hugging Face stack are torch.compile's (a measured row's plain loop or
+    torchtune run with ``torch.compile``, stated as fused kernels), else :data:`BACKWARD_HOST_FACTOR`: Unsloth and
+    Liger (``fused`` on the HF stack) fuse kernels inside eager autograd Functions, so their backward still runs
+    autograd's engine per op."""
+    return COMPILED_BACKWARD_HOST_FACTOR if compiled or (fused and not hf_stack) else BACKWARD_HOST_FACTOR
 
 STEP_SECONDS = 0.004
 """Host work once per optimizer step outside the kernels (learning-rate scheduler, ``zero_grad``, logging,

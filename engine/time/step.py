@@ -39,6 +39,7 @@ from engine.time.attention import attention_seconds, attention_work
 from engine.time.gemm import GemmTable, GemmWork, gemm_shapes, routed_tokens
 from engine.time.memory_bound import (
     BACKWARD_FACTOR, cast_bytes_per_use, dequant_bytes_per_use, layer_forward_bytes, loss_bytes, optimizer_bytes,
+    runs_fused,
 )
 from engine.time.overhead import (
     STEP_SECONDS, backward_host_factor, host_seconds_per_kernel, layer_kernels, optimizer_step_seconds,
@@ -180,12 +181,12 @@ def _work(arch: Architecture, sc: Scenario, kernel: str, fused: bool) -> _Work:
         elem_fwd_bytes=layers * m.layer_bytes * t,
         casts_fwd_bytes=cast_f * m.linear_params * weight_share(arch, sc),  # freeze-tuning: the frozen rest is 16-bit
         casts_bwd_bytes=(cast_b * weight_share(arch, sc) if sc.method is Method.FULL else 0.0) * m.linear_params,
-        head_bytes=loss_bytes(arch, sc, c, fused) * t + 2 * resid * arch.hidden_size * t,
+        head_bytes=loss_bytes(arch, sc, c) * t + 2 * resid * arch.hidden_size * t,
         embed_grad_bytes=(2 * arch.vocab_size * arch.hidden_size * (4 if spec.weight_bytes == 4 else c)
                           if sc.method is Method.FULL and sc.trainable_layers is None else 0.0),
         dequant_bytes=dequant_bytes_per_use(sc, c) * m.linear_params,
         kernels_fwd=k_fwd,
-        kernels_bwd=(backward_host_factor(sc.framework is Framework.HF, fused)
+        kernels_bwd=(backward_host_factor(sc.framework is Framework.HF, fused, sc.torch_compile)
                      * (layers * m.layer_kernels * share + HEAD_KERNELS)
                      + (layers * m.layer_kernels * share if ckpt else 0.0)),
         tensors=m.tensors,
@@ -206,8 +207,10 @@ def step_time(
     """The step of ``sc`` on one of ``num_gpus`` x ``gpu`` with ``strategy`` (see the module docstring).
 
     ``est`` is the memory estimate of ``sc`` (its attention kernel is the one timed); ``rates`` the GPU's
-    :func:`engine.time.rates.gpu_rates`; ``fused_kernels``: torch.compile, Unsloth or Liger fuse the elementwise
-    chains (fewer bytes and kernels, :mod:`engine.time.memory_bound`, :mod:`engine.time.overhead`).
+    :func:`engine.time.rates.gpu_rates`; fused elementwise chains (fewer bytes and kernels,
+    :mod:`engine.time.memory_bound`, :mod:`engine.time.overhead`) when the run compiles (``sc.torch_compile``) or
+    ``fused_kernels`` says it runs other fused kernels (Unsloth, Liger, Triton kernels:
+    :func:`engine.time.memory_bound.runs_fused`).
     ``cuda_graphs``: the forward and backward are replayed as CUDA graphs (``torch.compile(mode="reduce-overhead")``,
     PyTorch's torch.compile docs: "reduces the overhead of Python with CUDA graphs"): one graph launch replaces the
     host's per-kernel launches, so the passes take their GPU time only (the host term below is 0; the GPU-side cost
@@ -219,7 +222,8 @@ def step_time(
     user_tokens = sc.tokens_per_micro_batch
     if effective_seq_len(sc) != sc.seq_len:
         sc = sc.model_copy(update={"seq_len": effective_seq_len(sc)})
-    w = _work(arch, sc, kernel, fused_kernels)
+    fused = runs_fused(sc, fused_kernels)
+    w = _work(arch, sc, kernel, fused)
     bw, mm = rates.hbm_bytes_per_s, rates.matmul_flops
     g_block, g_head, g_bwd = w.gemms.seconds(mm, bw, rates.sm_count)
     g_fwd = g_block + g_head
@@ -244,7 +248,7 @@ def step_time(
     ad_fwd, ad_bwd = ad / 3, 2 * ad / 3 + (ad / 3 if ckpt else 0.0)
     gpu_fwd = g_fwd + a_fwd + mb_fwd + dq + ad_fwd
     gpu_bwd = g_bwd + g_rec + a_bwd + a_rec + mb_bwd + mb_rec + dq + dq_rec + ad_bwd
-    spk = host_seconds_per_kernel(sc.framework is Framework.HF, fused_kernels)
+    spk = host_seconds_per_kernel(sc.framework is Framework.HF, fused)
     # An optimizer stepped per parameter inside backward that waits for the GPU after each one (layer-wise GaLore
     # 8-bit: GaLoreAdamW8bit.step's torch.cuda.synchronize() in every post-accumulate-grad hook) empties the launch
     # queue at each parameter: the backward's host launches no longer run ahead of its kernels, so the two add.

@@ -28,10 +28,12 @@ from engine.memory.estimate import estimate_memory
 from engine.memory.parallel import Strategy
 from engine.memory.result import MemoryEstimate
 from engine.model.architecture import Architecture
+from engine.scenario.loss import LossImplementation
 from engine.scenario.training import Framework, Scenario
 from engine.time.band import Band, band_for
 from engine.time.flops import FlopsPerToken, flops_per_token, matmul_parameters
 from engine.time.rates import GpuRates, PeakFlops, gpu_rates, peak_flops_for
+from engine.time.memory_bound import runs_fused
 from engine.time.seed import (
     SEED_SIZE_TOLERANCE, SEED_THROUGHPUT, SEED_THROUGHPUT_SOURCE, SeedThroughput, seed_throughput,
     seed_tokens_per_second, seed_training_hours,
@@ -86,7 +88,9 @@ class Throughput:
     ``calibration``; ``step_time_s`` and ``breakdown_s`` are the calibrated step (the raw one / calibration). Only
     the inputs are stored: every figure derived from them is a property, so they cannot disagree. A frozen
     dataclass like :class:`~engine.time.step.StepTime` (built only by :func:`estimate_throughput`, on the plan
-    search's hot path).
+    search's hot path). ``fused_kernels``: whether the step was timed with fused elementwise kernels (the run's
+    ``torch_compile`` or other fused kernels); ``loss``: the loss it timed, the scenario's
+    :attr:`~engine.scenario.training.Scenario.loss` (the one the memory estimate counts).
     """
 
     gpu: str
@@ -98,6 +102,7 @@ class Throughput:
     step: StepTime
     fused_kernels: bool = False
     hf_stack: bool = True
+    loss: LossImplementation | None = None
 
     @property
     def band(self) -> Band:
@@ -177,7 +182,8 @@ def estimate_throughput(
 
     Pass ``estimate`` to reuse the memory estimate of the same scenario on this GPU (its bytes and attention
     kernel are timed); ``calibration`` from :func:`calibrate` (1 = the model as is); ``fused_kernels`` for
-    torch.compile / Unsloth / Liger runs; ``cuda_graphs`` for ``torch.compile(mode="reduce-overhead")`` (the passes'
+    runs with other fused kernels (Unsloth, Liger; a compiled run, ``sc.torch_compile``, has them anyway:
+    :func:`engine.time.memory_bound.runs_fused`, which the result's ``fused_kernels`` reports); ``cuda_graphs`` for ``torch.compile(mode="reduce-overhead")`` (the passes'
     kernels replayed as CUDA graphs: no per-kernel host time, :func:`engine.time.step.step_time`).
 
     Raises:
@@ -200,7 +206,7 @@ def estimate_throughput(
                      cuda_graphs=cuda_graphs)
     return Throughput(
         gpu=gpu.name, num_gpus=num_gpus, strategy=strategy, calibration=calibration, peak=peak, rates=rates,
-        step=step, fused_kernels=fused_kernels, hf_stack=sc.framework is Framework.HF,
+        step=step, fused_kernels=runs_fused(sc, fused_kernels), hf_stack=sc.framework is Framework.HF, loss=sc.loss,
     )
 
 

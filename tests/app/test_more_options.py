@@ -71,7 +71,7 @@ def test_time_cost_run_options_hidden_apply_from_a_link(new_app):
     assert at_key_absent(at, "tc_measured")
     assert any("Calibrated to your run" in i.value for i in at.info)
     caption = next(c.value for c in at.caption if "Set under More run options" in c.value)
-    assert "Fused kernels on" in caption and "Plan search up to 16 GPUs" in caption
+    assert "Other fused kernels on" in caption and "Plan search up to 16 GPUs" in caption
     url = dict(at.query_params)
     assert float(url["tc_measured"]) == round(2 * tps) and (url["tc_fused"], url["tc_max_gpus"]) == ("true", "16")
     at.toggle(key="tc_more").set_value(True).run()

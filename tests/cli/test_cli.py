@@ -334,3 +334,22 @@ def test_a_plan_that_does_not_fit_says_so_at_the_top_level():
     assert any(f"the fewest that fit with zero3 is {out['min_gpus']}" in w for w in out["warnings"])
     bad = run_cli("estimate", "--offline", "--model", LLAMA_8B, "--gpu", "a100 80gb", "--num-gpus", "0")
     assert "at least 1" in assert_one_line_error(bad)
+
+
+def test_torch_compile_is_one_switch_for_memory_and_time():
+    """--torch-compile on a torchtune run: the memory estimate counts the compiled chunked loss (2 B x logits at the
+    forward, the measured record; 2.25 B at backward) and the step time names the same loss with fused kernels on; without it both
+    count the eager chunked loss (6.5 B x logits, 5 B at backward)."""
+    common = ("estimate", "--model", LLAMA_8B, "--offline", "--framework", "torchtune", "--method", "lora",
+              "--micro-batch-size", "2", "--seq-len", "2048", "--gpu", "H100 SXM", "--dataset-tokens", "1000000")
+    logits = 2 * 2048 * 128_256
+    on, off = ok_json(run_cli(*common, "--torch-compile")), ok_json(run_cli(*common))
+    assert on["scenario"]["torch_compile"] is True and off["scenario"]["torch_compile"] is False
+    assert on["formulas"]["logits_forward"].startswith("2 B x batch x seq x vocab")
+    assert off["formulas"]["logits_forward"].startswith("6.5 B x batch x seq x vocab")
+    assert on["formulas"]["logits_loss"].startswith("2.25 B x batch x seq x vocab")
+    assert off["formulas"]["logits_loss"].startswith("5 B x batch x seq x vocab")
+    assert on["components"]["logits_loss"] == 2.25 * logits  # alive at the peak (backward's start)
+    assert on["time_cost"]["loss_implementation"] == "torchtune_chunked_compiled" and on["time_cost"]["fused_kernels"]
+    assert off["time_cost"]["loss_implementation"] == "torchtune_chunked" and not off["time_cost"]["fused_kernels"]
+    assert on["assumptions"][0].endswith("(8 chunks), compiled")

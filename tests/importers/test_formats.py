@@ -98,8 +98,8 @@ CASES = [
     ("torchtune_full.yaml", "torchtune recipe", "meta-llama/Llama-3.1-8B-Instruct",
      dict(method=Method.FULL, precision=PrecisionMode.BF16, optimizer=Optimizer.PAGED_ADAMW_8BIT, micro_batch_size=2,
           seq_len=2048, gradient_accumulation_steps=1, gradient_checkpointing=True,
-          # compile: True: the recipe compiles the chunked loss's per-chunk cross-entropy (training.compile_loss)
-          loss_implementation=LossImplementation.TORCHTUNE_CHUNKED_COMPILED),
+          # compile: True: the run is compiled (its chunked loss runs as torchtune_chunked_compiled: Scenario.loss)
+          torch_compile=True),
      {}, {"epochs": 1.0, "packing": True}, {"optimizer_in_bwd", "compile"}),
     ("ds_zero2.json", "DeepSpeed config", None, {}, {"strategy": Strategy.ZERO2, "offload": Offload.NONE}, {},
      {"zero_optimization.reduce_bucket_size"}),

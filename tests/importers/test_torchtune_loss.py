@@ -51,21 +51,24 @@ def test_linear_cross_entropy_is_said_unmodelled():
 
 
 def test_compile_makes_the_chunked_loss_its_compiled_record():
-    """compile: True: the recipe's training.compile_loss compiles CEWithChunkedOutputLoss.compute_cross_entropy, so the
-    chunked loss, named or left to the framework's default, is torchtune_chunked_compiled; other losses stay."""
+    """compile: True is Scenario.torch_compile: the recipe's training.compile_loss compiles
+    CEWithChunkedOutputLoss.compute_cross_entropy, so the chunked loss, named or left to the framework's default, runs
+    as torchtune_chunked_compiled (Scenario.loss, which memory and time read); other losses stay."""
     compiled = "\ncompile: True\n"
-    r = import_configs([("r.yaml", (RECIPE.format(loss="torchtune.modules.loss.CEWithChunkedOutputLoss")
-                                    + compiled).encode())])
-    assert r.fields["loss_implementation"] is LossImplementation.TORCHTUNE_CHUNKED_COMPILED
-    assert "compile" in r.unsupported  # the compiled model layers stay unmodelled
-    default = RECIPE.split("loss:")[0] + "dtype: bf16" + compiled
-    r = import_configs([("r.yaml", default.encode())])
-    assert r.fields["loss_implementation"] is LossImplementation.TORCHTUNE_CHUNKED_COMPILED
-    r = import_configs([("r.yaml", (RECIPE.format(loss="torch.nn.CrossEntropyLoss") + compiled).encode())])
-    assert r.fields["loss_implementation"] is LossImplementation.TORCHTUNE_CE
-    r = import_configs([("r.yaml", (RECIPE.format(loss="torchtune.modules.loss.LinearCrossEntropyLoss")
-                                    + compiled).encode())])
-    assert "loss_implementation" not in r.fields
-    r = import_configs([("r.yaml", (RECIPE.format(loss="torchtune.modules.loss.CEWithChunkedOutputLoss")
-                                    + "\ncompile: False\n").encode())])
-    assert r.fields["loss_implementation"] is LossImplementation.TORCHTUNE_CHUNKED
+
+    def loss_of(text: str):
+        r = import_configs([("r.yaml", text.encode())])
+        return r, Scenario.build(**r.fields).loss
+
+    r, loss = loss_of(RECIPE.format(loss="torchtune.modules.loss.CEWithChunkedOutputLoss") + compiled)
+    assert r.fields["torch_compile"] is True and r.fields["loss_implementation"] is LossImplementation.TORCHTUNE_CHUNKED
+    assert loss is LossImplementation.TORCHTUNE_CHUNKED_COMPILED
+    assert "compile" in r.unsupported  # the compiled model layers' activations stay counted as eager
+    r, loss = loss_of(RECIPE.split("loss:")[0] + "dtype: bf16" + compiled)
+    assert "loss_implementation" not in r.fields and loss is LossImplementation.TORCHTUNE_CHUNKED_COMPILED
+    assert loss_of(RECIPE.format(loss="torch.nn.CrossEntropyLoss") + compiled)[1] is LossImplementation.TORCHTUNE_CE
+    r, _ = loss_of(RECIPE.format(loss="torchtune.modules.loss.LinearCrossEntropyLoss") + compiled)
+    assert "loss_implementation" not in r.fields and "loss._component_" in r.unsupported
+    r, loss = loss_of(RECIPE.format(loss="torchtune.modules.loss.CEWithChunkedOutputLoss") + "\ncompile: False\n")
+    assert r.fields["torch_compile"] is False and loss is LossImplementation.TORCHTUNE_CHUNKED
+    assert "compile" not in r.unsupported

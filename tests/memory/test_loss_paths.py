@@ -185,24 +185,47 @@ def test_torchtune_compiled_chunked_path():
 
 def test_torchtune_default_under_compile_is_the_compiled_record():
     """The loss's compiled form (COMPILED_FORMS): torchtune's chunked loss, its framework default or chosen, runs as
-    torchtune_chunked_compiled when the run is compiled; eager otherwise; other losses are what they are either way.
-    The step time's fused_kernels is the compile switch: the compiled chunked loss keeps its chunks on chip."""
+    torchtune_chunked_compiled when the run is compiled (Scenario.torch_compile); eager otherwise; other losses are
+    what they are either way. The step time reads the same loss: the compiled chunked loss keeps its chunks on chip;
+    the step time's other fused kernels (Unsloth, Liger) do not compile the loss."""
     from engine.time.memory_bound import loss_bytes
 
     tt = Scenario.build(framework="torchtune")
-    assert tt.loss_compiled(False) is LossImplementation.TORCHTUNE_CHUNKED
+    assert tt.loss_compiled(False) is tt.loss is LossImplementation.TORCHTUNE_CHUNKED
     assert tt.loss_compiled(True) is LossImplementation.TORCHTUNE_CHUNKED_COMPILED
-    chosen = Scenario.build(framework="torchtune", loss_implementation="torchtune_chunked")
-    assert chosen.loss_compiled(True) is LossImplementation.TORCHTUNE_CHUNKED_COMPILED
+    compiled_run = Scenario.build(framework="torchtune", torch_compile=True)
+    assert compiled_run.loss is LossImplementation.TORCHTUNE_CHUNKED_COMPILED
+    assert compiled_run.loss_compiled(False) is LossImplementation.TORCHTUNE_CHUNKED  # the same run not compiled
+    chosen = Scenario.build(framework="torchtune", loss_implementation="torchtune_chunked", torch_compile=True)
+    assert chosen.loss is LossImplementation.TORCHTUNE_CHUNKED_COMPILED
     for fields in ({"framework": "torchtune", "loss_implementation": "torchtune_ce"}, {},
                    {"framework": "litgpt"}, {"fused_cross_entropy": True}):
         sc = Scenario.build(**fields)
         assert sc.loss_compiled(True) is sc.loss
+        assert Scenario.build(**fields, torch_compile=True).loss is sc.loss
     v = LLAMA31_8B.vocab_size
-    assert loss_bytes(LLAMA31_8B, tt, 2, compiled=False) == 28 * v
-    assert loss_bytes(LLAMA31_8B, tt, 2, compiled=True) == 12 * v
-    compiled = Scenario.build(framework="torchtune", loss_implementation="torchtune_chunked_compiled")
-    assert loss_bytes(LLAMA31_8B, compiled, 2) == 12 * v
+    assert loss_bytes(LLAMA31_8B, tt, 2) == 28 * v
+    assert loss_bytes(LLAMA31_8B, compiled_run, 2) == 12 * v
+    stated = Scenario.build(framework="torchtune", loss_implementation="torchtune_chunked_compiled")
+    assert loss_bytes(LLAMA31_8B, stated, 2) == 12 * v
+
+
+def test_llama31_8b_torchtune_compile_switch_counts_the_measured_compiled_loss():
+    """Llama-3.1-8B, torchtune, LoRA, micro batch 2 x 2048, bf16: with torch_compile the loss component is the
+    measured compiled record (scripts/loss_probe.py: 2 B per logit at the forward, every chunk saved, + one chunk's
+    2-byte gradient at backward), without it the eager chunked loss (2 + 4 + 0.5 B at the forward)."""
+    logits = 2 * 2048 * 128_256
+    common = dict(framework="torchtune", method="lora", micro_batch_size=2, seq_len=2048)
+    on = {p.key: p for p in estimate_memory(LLAMA31_8B, Scenario.build(**common, torch_compile=True)).parts}
+    off = {p.key: p for p in estimate_memory(LLAMA31_8B, Scenario.build(**common)).parts}
+    assert on["logits_forward"].bytes == 2 * logits == 1_050_673_152
+    assert on["logits_loss"].bytes == 2.25 * logits
+    assert "loss_probe.py --loss torchtune_chunked_compiled" in on["logits_loss"].source
+    fwd, bwd = _torchtune_chunked_bytes(2, 2048, 128_256)
+    assert off["logits_forward"].bytes == fwd == 6.5 * logits
+    assert off["logits_loss"].bytes == bwd
+    est = estimate_memory(LLAMA31_8B, Scenario.build(**common, torch_compile=True))
+    assert est.assumptions[0].endswith("loss: torchtune CEWithChunkedOutputLoss (8 chunks), compiled")
 
 
 def test_frameworks_count_their_own_loss_without_a_note():

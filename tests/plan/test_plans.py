@@ -316,3 +316,23 @@ def test_cli_plan_needs_a_gpu_and_a_dataset():
     proc = subprocess.run([sys.executable, "-m", "engine", "plan", "--model", LLAMA_8B, "--offline"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2 and "needs --gpu" in proc.stderr
+
+
+def test_torch_compile_column_round_trips_and_old_files_load_without_it():
+    """Scenario.torch_compile is a plan column (a Scenario field): a compiled torchtune plan exports and imports back
+    with its compiled loss counted; a file from before the column loads every plan uncompiled, and says so."""
+    plan = qlora_plan(name="tt compile", method="lora", optimizer="adamw_fused", framework="torchtune",
+                      torch_compile=True, strategy="ddp", num_gpus=1)
+    result = evaluate_plan(plan)
+    assert "torch_compile" in CSV_COLUMNS
+    data = plans_to_csv([(plan, result)], version="0.1.0", exported_at=STAMP)
+    (back, back_result), = plans_from_csv(data).plans
+    assert back.torch_compile is True and back.scenario().loss.value == "torchtune_chunked_compiled"
+    assert back_result.total_bytes == result.total_bytes
+    rows = list(csv.reader(io.StringIO(data.decode())))
+    col = rows[0].index("torch_compile")
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows([r[:col] + r[col + 1:] for r in rows])
+    old = plans_from_csv(buf.getvalue().encode())
+    assert old.errors == () and old.plans[0][0].torch_compile is False
+    assert old.warnings == ("column 'torch_compile' is missing: every plan uses its default, 'false'",)
