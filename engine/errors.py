@@ -108,6 +108,19 @@ def validated_row(model: Any, row: dict[str, Any], label: str) -> Any:
     except ValidationError as exc:
         raise CatalogError(f"{label}: {explain_validation(exc)}") from None
 
+def named_record(records: dict[str, Any], name: str | None, default: str, kind: str) -> Any:
+    """The record of a registry (``records``: name -> record) called ``name``, case and spacing ignored; None:
+    ``default``'s. One lookup for every registry (frameworks, network fabrics).
+
+    Raises:
+        ScenarioError: no record of that name (the message names ``kind`` and lists the known names).
+    """
+    key = (name or default).strip().lower()
+    if key not in records:
+        raise ScenarioError(f"unknown {kind} {name!r}: one of {', '.join(records)}")
+    return records[key]
+
+
 class TraceError(EngineError):
     """Base class of the errors of the fake-tensor tracer (:mod:`engine.trace`)."""
 

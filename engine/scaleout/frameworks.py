@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.errors import ScenarioError
+from engine.errors import ScenarioError, named_record
 from engine.scaleout.comm_volumes import DataParallelSync
 from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.estimate import ALL_METHODS
@@ -188,7 +188,4 @@ def framework(name: str | None) -> Framework:
     Raises:
         ScenarioError: no framework of that name (the message lists the known ones).
     """
-    key = (name or DEFAULT_FRAMEWORK).strip().lower()
-    if key not in FRAMEWORKS:
-        raise ScenarioError(f"unknown framework {name!r}: one of {', '.join(FRAMEWORKS)}")
-    return FRAMEWORKS[key]
+    return named_record(FRAMEWORKS, name, DEFAULT_FRAMEWORK, "framework")

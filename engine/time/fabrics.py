@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.errors import ScenarioError
+from engine.errors import named_record
 from engine.time.collectives import HOP_LATENCY_S
 from engine.time.constants import current
 
@@ -87,7 +87,4 @@ def fabric(name: str | None) -> Fabric:
     Raises:
         ScenarioError: no fabric of that name (the message lists the known ones).
     """
-    key = (name or DEFAULT_FABRIC).strip().lower()
-    if key not in FABRICS:
-        raise ScenarioError(f"unknown network fabric {name!r}: one of {', '.join(FABRICS)}")
-    return FABRICS[key]
+    return named_record(FABRICS, name, DEFAULT_FABRIC, "network fabric")
