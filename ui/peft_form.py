@@ -24,6 +24,18 @@ MORE_KEYS = ("attention", "framework", "torch_compile", "fused_ce", "loss_implem
              "modules_to_save", "use_rslora", "liger_kernels", "gc_offload")
 """Widget keys of the inputs drawn only while :data:`MORE_OPTIONS` is on."""
 
+FRAMEWORK_LOSS = "framework_default"
+"""The loss box's option (and kept value) for "no loss implementation chosen": the framework's own loss
+(``Scenario.loss_implementation`` None). Not None itself: Streamlit's selectbox sends a None value to the browser as
+no selection, which shows its "Choose an option" placeholder instead of the loss in effect. Never in the URL (a link
+without ``loss_implementation`` means it, as links always did)."""
+
+
+def chosen_loss(value: Any) -> LossImplementation | None:
+    """The Scenario's ``loss_implementation`` of the loss box's value: None for the framework's own
+    (:data:`FRAMEWORK_LOSS`, or None as kept by older sessions and config imports)."""
+    return None if value in (None, FRAMEWORK_LOSS) else LossImplementation(value)
+
 _LABELS = {
     "attention": "Attention implementation", "framework": "Training framework", "torch_compile": "torch.compile",
     "fused_ce": "Fused cross-entropy (Liger)",
@@ -37,7 +49,7 @@ def _more_defaults() -> dict[str, Any]:
     d = Scenario()
     return {"attention": d.attention, "framework": d.framework, "torch_compile": d.torch_compile,
             "fused_ce": d.fused_cross_entropy,
-            "loss_implementation": d.loss_implementation, "transformers_version": d.transformers_version,
+            "loss_implementation": d.loss_implementation or FRAMEWORK_LOSS, "transformers_version": d.transformers_version,
             "modules_to_save": [], "use_rslora": d.use_rslora, "liger_kernels": d.liger_kernels,
             "gc_offload": d.gradient_checkpointing_offload}
 
@@ -46,7 +58,8 @@ def _shown(key: str, value: Any) -> str:
     if key == "framework":
         return FRAMEWORK_LABELS[Framework(value)]
     if key == "loss_implementation":
-        return LOSS_LABELS[LossImplementation(value)]
+        loss = chosen_loss(value)
+        return "framework default" if loss is None else LOSS_LABELS[loss]
     if key == "transformers_version":
         return TRANSFORMERS_VERSION_LABELS[TransformersVersion(value)]
     if isinstance(value, bool):
@@ -62,6 +75,8 @@ def more_training_options(method: Method, checkpointing: bool) -> dict[str, Any]
     defaults = _more_defaults()
     for key, value in defaults.items():
         st.session_state.setdefault(key, value)
+    if st.session_state["loss_implementation"] is None:  # set so by a config import or the sidebar's first defaults
+        st.session_state["loss_implementation"] = FRAMEWORK_LOSS
     st.session_state.setdefault(MORE_OPTIONS, False)
     more = st.toggle("More training options", key=MORE_OPTIONS,
                      help="Attention, training framework, torch.compile, loss, kernels, modules to save, rsLoRA. Hidden, they keep "
@@ -83,7 +98,7 @@ def more_training_options(method: Method, checkpointing: bool) -> dict[str, Any]
     fused = bool(values["fused_ce"])
     out: dict[str, Any] = {
         "attention": values["attention"], "framework": values["framework"], "fused_cross_entropy": fused,
-        "loss_implementation": None if fused else values["loss_implementation"],
+        "loss_implementation": None if fused else chosen_loss(values["loss_implementation"]),
         "transformers_version": values["transformers_version"], "liger_kernels": bool(values["liger_kernels"]),
         "torch_compile": bool(values["torch_compile"]),
     }
@@ -123,8 +138,10 @@ def _draw_more(applies: dict[str, bool]) -> dict[str, Any]:
         "batch x sequence x vocabulary logits and their fp32 gradients are never materialised.",
     )
     loss = values["loss_implementation"] = st.selectbox(
-        _LABELS["loss_implementation"], [None, *(x for x in LossImplementation if x is not LossImplementation.LIGER)],
-        format_func=lambda x: _framework_default(values["framework"], values["torch_compile"]) if x is None else LOSS_LABELS[LossImplementation(x)],
+        _LABELS["loss_implementation"],
+        [FRAMEWORK_LOSS, *(x for x in LossImplementation if x is not LossImplementation.LIGER)],
+        format_func=lambda x: (_framework_default(values["framework"], values["torch_compile"]) if x == FRAMEWORK_LOSS
+                               else LOSS_LABELS[LossImplementation(x)]),
         key="loss_implementation", disabled=fused,
         help="The cross-entropy code over the vocabulary (engine.memory.loss_paths): what it keeps "
         "per token and vocabulary entry. The Liger switch above is the fused linear cross-entropy.",
@@ -132,7 +149,7 @@ def _draw_more(applies: dict[str, bool]) -> dict[str, Any]:
     values["transformers_version"] = st.selectbox(
         _LABELS["transformers_version"], list(TransformersVersion),
         format_func=lambda v: TRANSFORMERS_VERSION_LABELS[TransformersVersion(v)],
-        key="transformers_version", disabled=fused or loss not in (None, LossImplementation.HF),
+        key="transformers_version", disabled=fused or chosen_loss(loss) not in (None, LossImplementation.HF),
         help="Releases whose loss path holds different tensors: up to 4.49 a shifted copy of the fp32 logits "
         "(micro batch > 1), up to 4.45 the upcast in the model's forward.",
     )

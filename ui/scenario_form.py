@@ -23,7 +23,7 @@ from engine.memory.inference import WEIGHT_LABELS, InferenceScenario, KvCacheDty
 from engine.memory.parallel import Strategy
 from engine.scenario.precision import PrecisionMode, precision_spec
 from engine.scenario.peft import uses_targets
-from ui.peft_form import more_training_options, peft_inputs
+from ui.peft_form import FRAMEWORK_LOSS, more_training_options, peft_inputs
 from engine.scenario.training import METHOD_LABELS, Method, QuantType, Scenario, default_precision
 from ui.formats import md_plain
 
@@ -41,7 +41,7 @@ def _init_defaults(arch: Architecture) -> None:
         "attention": d.attention, "lora_r": d.lora_r, "lora_alpha": d.lora_alpha, "lora_dropout": d.lora_dropout,
         "quant_type": d.quant_type, "double_quant": d.double_quant, "prepare_kbit": d.prepare_kbit_training,
         "fused_ce": d.fused_cross_entropy, "framework": d.framework,
-        "loss_implementation": d.loss_implementation, "transformers_version": d.transformers_version,
+        "loss_implementation": d.loss_implementation or FRAMEWORK_LOSS, "transformers_version": d.transformers_version,
         _targets_key(arch): list(default_targets(arch)),
     }
     for key, value in defaults.items():

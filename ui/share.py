@@ -27,7 +27,7 @@ from engine.secrets import REDACTED, looks_like_token, redact_tokens
 from engine.scenario.training import Attention, Framework, Method, QuantType, Scenario
 from engine.memory.inference import KvCacheDtype, WeightPrecision
 from ui.inputs import LIMITS, valid_value
-from ui.peft_form import MORE_OPTIONS
+from ui.peft_form import FRAMEWORK_LOSS, MORE_OPTIONS, chosen_loss
 from ui.scaleout import CHOICES as SCALEOUT_CHOICES, FLAGS as SCALEOUT_FLAGS, NUMBERS as SCALEOUT_NUMBERS
 from ui.scenario_form import AS_STORED, INFERENCE, SIZE_EXAMPLES, SIZE_TOKENS, TC_MORE, WORKLOADS
 from ui.views import VIEWS
@@ -256,7 +256,7 @@ def _unused_by_the_link(given: dict[str, tuple[str, str]], notes: list[str]) -> 
     decides the Hugging Face loss. Without the note, ``loss_implementation=megatron`` would read as the estimate's."""
     state = st.session_state
     fused = bool(state.get("fused_ce"))
-    loss = state.get("loss_implementation")
+    loss = chosen_loss(state.get("loss_implementation"))
     if fused and "loss_implementation" in given and loss not in (None, LossImplementation.HF):
         notes.append(f"{given['loss_implementation'][0]}={_quoted(given['loss_implementation'][1])}: not used, "
                      "fused_ce=true runs Liger's fused loss")
@@ -384,7 +384,7 @@ def write_query_params(scenario: Scenario | None) -> None:
                 out["rev"] = rev
     for key in PARSERS:
         value = valid_value(key, state) if key in state else None
-        if value is not None and value != []:
+        if value is not None and value != [] and value != FRAMEWORK_LOSS:  # the framework's loss: no parameter
             out[key] = _encode(value)
     if scenario is not None and scenario.lora_targets is not None and scenario.method is not Method.FULL:
         out["lora_targets"] = ",".join(scenario.lora_targets)
