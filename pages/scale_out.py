@@ -92,11 +92,15 @@ m1.metric("Most loaded rank (allocated)", fmt_bytes(worst.peak_allocated_bytes, 
 m2.metric("nvidia-smi on that rank", fmt_bytes(worst.device_used_bytes, unit, 1),
           delta=f"{fmt_bytes(abs(headroom), unit, 1)} {'to spare' if headroom >= 0 else 'short: does not fit'}",
           delta_color="normal" if headroom >= 0 else "inverse")
-caveat = est.megatron.caveat(sc.method.value)
-m3.metric("Megatron-LM's formula (first stage)" + (", full training" if caveat else ""),
-          fmt_bytes(est.megatron.total_bytes, unit, 1), help=est.megatron.note)
-if caveat:
-    st.caption(md_plain(caveat) + ".")
+meg, first = est.megatron, mem.stages[0]
+caveat = meg.caveat(sc.method.value)
+m3.metric("Megatron-LM's formula", fmt_bytes(meg.total_bytes, unit, 1),
+          help=f"Megatron-LM's theoretical_memory_usage for this layout's first pipeline stage"
+               f"{', as full training' if caveat else ''} (ours for that stage: "
+               f"{fmt_bytes(first.peak_allocated_bytes, unit, 1)} allocated). {meg.note}.")
+apart = meg.apart(first.peak_allocated_bytes, sc.method.value)
+if apart or caveat:
+    st.caption(md_plain(apart or caveat) + ".")
 if est.time and run.fits:
     r, price = run.run, run.price  # every figure with its 80% band (engine.plan.layout_cost.layout_band)
     m4.metric("Tokens/s", f"{r.tokens_per_second:,.0f}",

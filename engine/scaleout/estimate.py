@@ -10,7 +10,7 @@ from engine.errors import ScenarioError
 from engine.scaleout.comm_volumes import Collective, DataParallelSync, bubble_fraction, step_collectives
 from engine.scaleout.fp8 import Fp8Recipe, check_fp8_gpu
 from engine.scaleout.layout import ZERO_STAGES, Layout, Recompute
-from engine.scaleout.megatron import MegatronEstimate, megatron_estimate
+from engine.scaleout.megatron import MegatronEstimate, departures, megatron_estimate
 from engine.scaleout.memory import Context, ScaleoutMemory, context, scaleout_memory
 from engine.scaleout.step_time import Cluster, StepTime, step_time
 from engine.scenario.training import METHOD_LABELS, Method, Scenario
@@ -33,14 +33,17 @@ class LayoutEstimate(BaseModel):
 
 
 def megatron_for(arch: Architecture, scenario: Scenario, layout: Layout) -> MegatronEstimate:
-    """Megatron-LM's formula for the same settings."""
-    return megatron_estimate(
+    """Megatron-LM's formula for the same settings, with what it counts that this layout does not hold."""
+    meg = megatron_estimate(
         arch, seq_len=scenario.seq_len, micro_batch=layout.micro_batch_size, tp=layout.tensor_parallel,
         pp=layout.pipeline_parallel, dp=layout.data_parallel, cp=layout.context_parallel,
         sequence_parallel=layout.sequence_parallel, selective=layout.recompute is Recompute.SELECTIVE,
         distributed_optimizer=layout.zero >= 1, virtual=layout.virtual_pipeline if layout.virtual_pipeline > 1 else None,
         micro_batches=layout.micro_batches if layout.global_batch_size else None, ep=layout.expert_parallel,
         etp=layout.expert_tensor_parallel)
+    return meg.model_copy(update={"counts_more": departures(
+        zero=layout.zero, shards=layout.optimizer_shards, recompute=layout.recompute.value,
+        context_parallel=layout.context_parallel)})
 
 
 def check_zero_stage(zero: int, zero_stages: tuple[int, ...]) -> None:

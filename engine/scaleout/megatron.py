@@ -19,6 +19,9 @@ Known differences from the runtime (why our estimate differs): it ignores CP (ac
 shards the distributed optimizer over DP, not DP x CP; it counts SwiGLU's MLP as a GeLU one (one f-wide tensor
 fewer); it leaves out the CUDA context, NCCL and allocator reserve, the logits of the last stage (PP > 1), the
 attention scores without flash/selective, full recompute (the fallback assumes selective) and FP8 copies.
+Its distributed optimizer is ZeRO-1: a layout with ZeRO-2 / ZeRO-3 (FSDP) also shards the gradients / the weights,
+which the formula keeps whole. Where the two figures are more than 2x apart, :meth:`MegatronEstimate.apart` says why in
+words (the Scale out page's caption).
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ from engine.model.architecture import Architecture
 
 MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 MEGATRON_FILE = "megatron/training/theoretical_memory_usage.py"
+
+
+APART = 2.0
+"""How far apart (either way) the formula and our estimate are before the page says why (:meth:`MegatronEstimate.apart`)."""
 
 
 class MegatronEstimate(BaseModel):
@@ -45,6 +52,10 @@ class MegatronEstimate(BaseModel):
     """What the formula describes: Megatron-LM trains every parameter (16-bit weights, fp32 gradients and Adam),
     so for a PEFT run it is the full-training figure of the same model and layout, not an estimate of that run."""
 
+    counts_more: tuple[str, ...] = ()
+    """What the formula counts that this layout's run does not hold (:func:`departures`): why it can be far above
+    our estimate."""
+
     @property
     def total_bytes(self) -> float:
         return self.weight_and_optimizer_bytes + (self.activation_bytes or 0.0)
@@ -55,6 +66,43 @@ class MegatronEstimate(BaseModel):
             return None
         return (f"Megatron-LM's formula is for full training (every parameter's weights, gradients and Adam states); "
                 f"this run trains {method} adapters, so the formula is the full-training figure, not this run's")
+
+    def apart(self, ours_bytes: float, method: str, factor: float = APART) -> str | None:
+        """Why the formula and our estimate of the same first stage (``ours_bytes`` allocated) differ, when one is more
+        than ``factor`` times the other; None when they are closer. The reasons are this run's departures from what
+        the formula assumes (:attr:`counts_more`, the full-training :meth:`caveat`), or what it leaves out."""
+        if ours_bytes <= 0 or 1 / factor <= self.total_bytes / ours_bytes <= factor:
+            return None
+        ratio = self.total_bytes / ours_bytes
+        if ratio > factor:
+            full = None if method == "full" else (f"it counts full training (every parameter's weights, gradients "
+                                                  f"and Adam states), while this run trains {method} adapters")
+            reasons = [r for r in (full, *self.counts_more) if r]
+            return (f"Megatron-LM's formula is {ratio:.1f}x our estimate of the same first stage: "
+                    + ("; ".join(reasons) if reasons else "no assumption of the formula that this run departs from "
+                       "explains it"))
+        return (f"Megatron-LM's formula is {1 / ratio:.1f}x below our estimate of the same first stage: it leaves out "
+                "what the runtime adds beside its weights, optimizer and Korthikanti activations (the logits and loss, "
+                "the attention scores without flash attention, FP8 copies, the communication buffers)")
+
+
+def departures(*, zero: int, shards: int, recompute: str, context_parallel: int) -> tuple[str, ...]:
+    """What the formula counts that a run with this ZeRO stage (``shards``: the ranks it divides over), recompute
+    (``none``, ``selective``, ``selective_op``, ``full``) and CP does not hold, in words
+    (:attr:`MegatronEstimate.counts_more`)."""
+    out = []
+    if zero >= 2 and shards > 1:
+        sharded = "the 16-bit weights and the gradients" if zero == 3 else "the gradients"
+        out.append(f"its distributed optimizer (ZeRO-1) shards only the fp32 master weights and Adam states (12 B per "
+                   f"parameter) and keeps every rank's 16-bit weights and fp32 gradients whole (6 B per parameter of "
+                   f"the stage), while this layout's ZeRO-{zero} also shards {sharded} over its {shards} "
+                   "data-parallel ranks")
+    if recompute == "full":
+        out.append("it counts every layer's activations as selective recompute keeps them, while full recompute keeps "
+                   "only each layer's input")
+    if context_parallel > 1:
+        out.append(f"it ignores context parallelism: its activations are not divided by CP {context_parallel}")
+    return tuple(out)
 
 
 def padded_vocab(vocab: int, tp: int, divisible_by: int = 128) -> int:
