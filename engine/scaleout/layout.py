@@ -121,8 +121,11 @@ class Layout(BaseModel):
         if self.schedule is Schedule.INTERLEAVED and self.pipeline_parallel == 1:
             raise ValueError("an interleaved (virtual) pipeline needs pipeline_parallel > 1")
         if self.global_batch_size is not None and self.global_batch_size % (self.micro_batch_size * self.data_parallel):
-            raise ValueError(f"global batch {self.global_batch_size} is not a multiple of micro batch x DP = "
-                             f"{self.micro_batch_size} x {self.data_parallel}")
+            step = self.micro_batch_size * self.data_parallel
+            raise ValueError(f"Global batch {self.global_batch_size} is not a multiple of micro batch x DP = "
+                             f"{self.micro_batch_size} x {self.data_parallel} = {step}: every data-parallel rank runs "
+                             f"the same number of micro batches per step, so use a multiple of {step} (such as "
+                             f"{max(step, self.global_batch_size // step * step):,}) or change the micro batch or DP.")
         if (self.data_parallel * self.context_parallel) % self.expert_parallel:
             raise ValueError(f"expert parallel {self.expert_parallel} must divide DP x CP = "
                              f"{self.data_parallel * self.context_parallel} (EP is carved out of the data-parallel ranks)")

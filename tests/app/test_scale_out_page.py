@@ -48,6 +48,15 @@ def test_bad_layout_says_why(page):
     assert any("mixture-of-experts" in shown(e.value) for e in at.error)
 
 
+def test_a_global_batch_the_layout_cannot_divide_is_said_in_a_sentence(page):
+    at = page
+    at.number_input(key="so_gbs").set_value(7).run()
+    no_exception(at)
+    assert [shown(e.value) for e in at.error] == [
+        "Global batch 7 is not a multiple of micro batch x DP = 1 x 8 = 8: every data-parallel rank runs the same "
+        "number of micro batches per step, so use a multiple of 8 (such as 8) or change the micro batch or DP."]
+
+
 def test_search_lists_fits_and_reasons(page):
     at = page
     at.button(key="so_search").click().run(timeout=120)
