@@ -25,7 +25,7 @@ from ui.shared_results import memory_techniques  # kept for every session, keyed
 from ui.trace_panel import trace_panel
 from ui.verdict import TIGHT_NOTE, verdict_box
 from engine.plan.verdict import Verdict, fit_verdict
-from ui.formats import md_plain
+from ui.formats import md_plain, sequences
 
 
 TITLES = {TRAINING: "GPU memory of a fine-tuning step", INFERENCE: "GPU memory of serving the model"}
@@ -87,7 +87,7 @@ def inference_view() -> None:
         f"{'Fits on' if headroom >= 0 else 'Does not fit on'} {where} "
         f"{'(tight: may not fit) ' if verdict is Verdict.TIGHT else ''}"
         f"({'headroom' if headroom >= 0 else 'short by'} {fmt_bytes(abs(headroom), unit)}). Longest context at "
-        f"{isc.concurrency} sequences: {lim.max_seq_len or 0:,} tokens; most sequences at {isc.seq_len:,} tokens: "
+        f"{sequences(isc.concurrency)}: {lim.max_seq_len or 0:,} tokens; most sequences at {isc.seq_len:,} tokens: "
         f"{lim.max_concurrency or 0:,}."
         + ("" if plan.fit.fits or not plan.min_tensor_parallel else
            f" Tensor parallel {plan.min_tensor_parallel} fits.")
@@ -100,7 +100,7 @@ def inference_view() -> None:
               help=f"{lim.kv_cache_tokens:,} tokens per GPU beside the weights and the workspace")
     if plan.fit.fits and plan.speed is not None:
         s3.metric("Decode tokens/s", f"{plan.decode_tokens_per_second:,.0f}",
-                  help=f"{isc.concurrency} sequences at {isc.seq_len:,} tokens of context, {plan.speed.decode_bound} bound "
+                  help=f"{sequences(isc.concurrency)} at {isc.seq_len:,} tokens of context, {plan.speed.decode_bound} bound "
                        f"({plan.speed.decode_tokens_per_second_per_sequence:,.1f} tokens/s per sequence)")
         s4.metric("Prefill tokens/s", f"{plan.prefill_tokens_per_second:,.0f}", help="one prefill chunk, compute-bound")
     else:

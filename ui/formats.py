@@ -52,6 +52,11 @@ def fmt_usd(usd: float | None) -> str:
     return f"${usd:,.2f}"
 
 
+def sequences(n: int) -> str:
+    """``n`` sequences, singular for one ("1 sequence", "2 sequences")."""
+    return f"{n:,} sequence{'' if n == 1 else 's'}"
+
+
 def plain(text: str, limit: int | None = None) -> str:
     """User text (a plan name, a file name) for a Plotly label: HTML-escaped, so ``<b>`` is shown, not applied, and
     cut to ``limit`` characters with an ellipsis (the hover keeps the whole text)."""

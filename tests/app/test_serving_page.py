@@ -30,3 +30,19 @@ def test_serving_70b_over_two_a100s_fits_and_shows_concurrency_and_decode_speed(
     assert metric(at, "Max concurrency") == f"{plan.limits.max_concurrency:,}"
     assert metric(at, "Decode tokens/s") == f"{plan.decode_tokens_per_second:,.0f}"
     assert at.query_params["inf_tp"] == "2"
+
+
+def test_one_sequence_is_singular(new_app):
+    # "Longest context at 1 sequences" read wrong: one sequence is singular, more are plural (ui.formats.sequences).
+    from apptest_support import shown
+
+    at = new_app()
+    at.query_params.update({"mem_workload": "Inference", "inf_concurrency": "1"})
+    at.run()
+    no_exception(at)
+    verdict = " ".join(shown(x.value) for x in [*at.success, *at.warning, *at.error] if "Longest context" in x.value)
+    assert "Longest context at 1 sequence: " in verdict and "1 sequences" not in verdict
+    assert "1 sequence at " in next(m.help for m in at.metric if m.label == "Decode tokens/s")
+    at.number_input(key="inf_concurrency").set_value(2).run()
+    verdict = " ".join(shown(x.value) for x in [*at.success, *at.warning, *at.error] if "Longest context" in x.value)
+    assert "Longest context at 2 sequences: " in verdict
