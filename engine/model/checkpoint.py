@@ -16,7 +16,7 @@ from huggingface_hub import errors as hf_errors
 from pydantic import BaseModel, ConfigDict
 
 from engine.model.architecture import Architecture
-from engine.model.hub import _endpoint, validate_repo_id
+from engine.model.hub import _endpoint, _offline, validate_repo_id
 
 
 class CheckpointCount(BaseModel):
@@ -47,6 +47,9 @@ def fetch_checkpoint_count(
         InvalidRepoIdError: malformed ``repo_id`` (no request made).
     """
     repo_id = validate_repo_id(repo_id)
+    offline = CheckpointCount(total=None, reason="the Hub could not be read (offline mode is on: HF_HUB_OFFLINE is set)")
+    if _offline():  # as the config read says it, and no request is made
+        return offline
     api = HfApi(endpoint=_endpoint())
     try:
         meta = api.get_safetensors_metadata(repo_id, revision=revision or None, token=token, timeout=timeout_s)
@@ -56,9 +59,15 @@ def fetch_checkpoint_count(
         return CheckpointCount(total=None, reason="a safetensors header could not be parsed")
     except hf_errors.GatedRepoError:
         return CheckpointCount(total=None, reason="the repo is gated and no token with access was given")
+    except hf_errors.OfflineModeIsEnabled:  # offline mode turned on by huggingface_hub's own flag
+        return offline
     except hf_errors.HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else "?"
         return CheckpointCount(total=None, reason=f"the Hub refused the request (HTTP {status})")
+    except httpx2.TimeoutException:
+        return CheckpointCount(total=None, reason=f"the Hub could not be read (no answer within {timeout_s:g} s)")
+    except httpx2.ConnectError:
+        return CheckpointCount(total=None, reason="the Hub could not be read (connection failed)")
     except (httpx2.HTTPError, OSError, ValueError) as exc:
         return CheckpointCount(total=None, reason=f"the Hub could not be read ({type(exc).__name__})")
     by_dtype = {str(k): int(v) for k, v in meta.parameter_count.items()}

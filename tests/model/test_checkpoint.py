@@ -133,3 +133,18 @@ def test_model_page_shows_both_counts_for_a_hub_model(hub_stub):
     assert metrics["Difference"] == "+155,582,464"
     assert any("tied LM head" in m.value for m in at.markdown)
     st.cache_data.clear()
+
+
+def test_offline_mode_is_said_in_words_not_an_exception_name(hub_stub, monkeypatch, new_app):
+    # HF_HUB_OFFLINE=1: the count said "the Hub could not be read (OfflineModeIsEnabled)"; now the words the config
+    # read uses, and no request is made.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    count = fetch_checkpoint_count("Qwen/Qwen3-0.6B", timeout_s=5)
+    assert count.total is None
+    assert count.reason == "the Hub could not be read (offline mode is on: HF_HUB_OFFLINE is set)"
+    assert not hub_stub.requests
+    at = new_app().switch_page("pages/model.py").run()
+    at.button(key="read_checkpoint").click().run()  # a catalog model: read on demand
+    assert not at.exception
+    said = " ".join(i.value for i in at.info if "No checkpoint count" in i.value)
+    assert "offline mode is on" in said and "OfflineModeIsEnabled" not in said, said
