@@ -147,12 +147,13 @@ def compare_table(plans: list[tuple[Plan, PlanResult]], unit: Unit) -> None:
                  column_config=number_columns(COMPARE_COLUMNS, unit))
 
 
-def remove_plan(store: PlanStore, name: str) -> None:
-    """Delete the plan this session was shown under ``name``. Raises PlanChanged if someone changed it since."""
+def remove_plan(store: PlanStore, name: str, version: int | None = None) -> None:
+    """Delete the plan this session was shown under ``name``, if it is still at ``version`` (default: the version
+    last shown). Raises PlanChanged if someone changed, renamed or deleted it since."""
     seen = seen_plan(name)
-    if seen is None:
+    if seen is None and version is None:
         raise PlanChanged(f"the plan '{name}' is no longer in the library")
-    store.delete(name, seen.version)
+    store.delete(name, seen.version if version is None else version)
     st.session_state[STAMP_KEY] = None
 
 
