@@ -20,8 +20,8 @@ from ui.layout import scenario_page
 from ui.plan_store import PlanStoreError, current_author, plan_store, unavailable
 from ui.plan_actions import choose_plan, remove_control, rename_control, show_notice
 from ui.plans import (
-    add_plans, compare_table, export_stamp, memory_compare_figure, refresh_plans, resolve_config, save_plan,
-    saved_names, saved_plans, seen_plan, time_cost_compare_figure,
+    add_plans, compare_table, export_stamp, import_messages, memory_compare_figure, refresh_plans, resolve_config,
+    save_plan, saved_names, saved_plans, seen_plan, time_cost_compare_figure,
 )
 from ui.scenario_form import time_cost_sidebar
 from ui.share import write_query_params
@@ -102,22 +102,11 @@ with st.expander("Import plans from CSV", expanded=not saved_plans()):
     if upload is not None and st.session_state.get("_plans_import_id") != upload.file_id:
         st.session_state["_plans_import_id"] = upload.file_id
         imported = plans_from_csv(upload.getvalue(), resolve_config, gpus=session_gpus(), prices=session_prices())
-        renamed = add_plans(store, list(imported.plans), (imported.app_version, imported.exported_at), author=author)
+        outcome = add_plans(store, list(imported.plans), (imported.app_version, imported.exported_at), author=author)
         unreadable = refresh_plans(store)
-        st.session_state["_plans_import_report"] = (len(imported.plans), [(e.row, e.reason) for e in imported.errors if e.row],
-                                                    imported.file_error, imported.warnings, renamed)
-    report = st.session_state.get("_plans_import_report")
-    if report:
-        count, rows, file_error, file_warnings, renamed = report
-        if file_error:
-            st.error(f"The file was not loaded: {md_plain(file_error)}.")
-        for warning in file_warnings:
-            st.warning(f"In the file, {md_plain(warning)}.")
-        if count:
-            st.success(f"Loaded {count} plan(s), each recomputed from its inputs."
-                       + "".join(f" '{md_plain(old)}' was saved as '{md_plain(new)}' (a plan of that name exists)." for old, new in renamed))
-        if rows:
-            st.error("Rows not loaded:\n" + "\n".join(f"- row {row}: {md_plain(reason)}" for row, reason in rows))
+        st.session_state["_plans_import_report"] = import_messages(upload.name, imported, outcome)
+    for kind, text in st.session_state.get("_plans_import_report") or ():
+        getattr(st, kind)(text)
 
 for row, reason in unreadable:
     st.warning(f"The saved plan '{md_plain(row.plan.name)}' cannot be recomputed in this session: {md_plain(reason)}")

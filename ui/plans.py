@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -12,11 +13,11 @@ import streamlit as st
 from plotly.subplots import make_subplots
 
 from engine.errors import EngineError
-from engine.plan.plans import COMPONENT_KEYS, Plan, PlanResult, evaluate_plan, plan_record
+from engine.plan.plans import COMPONENT_KEYS, Plan, PlanImport, PlanResult, evaluate_plan, plan_record
 from engine.model.sources import config_from_catalog
 from engine.units import Unit, to_unit
 from ui.catalog_session import session_gpus, session_prices, table_key
-from ui.formats import plain
+from ui.formats import md_plain, plain
 from ui.model_picker import shared_architecture
 from ui.plan_store import ANONYMOUS, PlanChanged, PlanStore, StoredPlan
 from ui.tables import bytes_in, number_columns
@@ -24,6 +25,7 @@ from ui.tables import bytes_in, number_columns
 PLANS_KEY = "saved_plans"  # this run's view of the library, recomputed: [(Plan, PlanResult)], oldest first
 STAMP_KEY = "saved_plans_stamp"  # (app_version, exported_at, {(id, version)}) of an imported file, while the library is it
 _SEEN_KEY = "_plans_seen"  # name -> the StoredPlan this session last showed (the version a replace/rename/delete names)
+_COPY_SUFFIX = re.compile(r" \(\d+\)$")  # the " (2)" engine.plan.plans.unique_plan_name appends to a taken name
 
 
 def saved_plans() -> list[tuple[Plan, PlanResult]]:
@@ -91,22 +93,84 @@ def export_stamp() -> tuple[str | None, str | None]:
     return (stamp[0], stamp[1]) if {(r.id, r.version) for r in seen.values()} == stamp[2] else (None, None)
 
 
+@dataclass(frozen=True)
+class ImportOutcome:
+    """What :func:`add_plans` did with a file's plans: the names saved as they were, the names skipped as already in
+    the library, and the (file name, saved name) of plans saved under a numbered name."""
+
+    saved: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+    renamed: tuple[tuple[str, str], ...] = ()
+
+
+def _copy_of(name: str, base: str) -> bool:
+    """``name`` is ``base`` or a numbered copy of it, ``base (2)`` ... (engine.plan.plans.unique_plan_name)."""
+    return name == base or (name.startswith(base) and _COPY_SUFFIX.fullmatch(name[len(base):]) is not None)
+
+
+def _already_saved(plan: Plan, library: list[Plan]) -> bool:
+    """A plan of the library is ``plan``: the same inputs (the plan models compared, not CSV text) under its name or
+    a numbered copy of it (a file imported twice is not saved twice)."""
+    return any(_copy_of(kept.name, plan.name) and kept == plan.model_copy(update={"name": kept.name})
+               for kept in library)
+
+
 def add_plans(store: PlanStore, items: list[tuple[Plan, PlanResult]], stamp: tuple[str | None, str | None] | None = None,
-              *, author: str = ANONYMOUS) -> list[tuple[str, str]]:
-    """Add imported plans to the library, each under its name or, when taken, ``name (2)`` ...
-    (engine.plan.plans.unique_plan_name): an import never replaces a plan. Returns the (old, new) names of renamed
-    plans. ``stamp``: keep an imported file's version and time for re-export while the library is exactly that file's."""
-    fresh = not store.plans()
+              *, author: str = ANONYMOUS) -> ImportOutcome:
+    """Add imported plans to the library: a plan the library already holds (:func:`_already_saved`) is skipped; a
+    new one is saved under its name or, when taken by a different plan, ``name (2)`` ...
+    (engine.plan.plans.unique_plan_name): an import never replaces a plan. ``stamp``: keep an imported file's
+    version and time for re-export while the library is exactly that file's."""
+    library = [p.plan for p in store.plans()]
+    fresh = not library
+    saved: list[str] = []
+    skipped: list[str] = []
     renamed: list[tuple[str, str]] = []
     rows = []
     for plan, _result in items:
+        if _already_saved(plan, library):
+            skipped.append(plan.name)
+            continue
         row = store.create_unique(plan, author=author)
         rows.append(row)
+        library.append(row.plan)
         if row.plan.name != plan.name:
             renamed.append((plan.name, row.plan.name))
-    keep = stamp and fresh and all(stamp) and not renamed
+        else:
+            saved.append(plan.name)
+    keep = stamp and fresh and all(stamp) and not renamed and not skipped
     st.session_state[STAMP_KEY] = (*stamp, frozenset((r.id, r.version) for r in rows)) if keep else None
-    return renamed
+    return ImportOutcome(tuple(saved), tuple(skipped), tuple(renamed))
+
+
+def _names(names: list[str] | tuple[str, ...], most: int = 10) -> str:
+    shown = ", ".join(f"'{md_plain(n)}'" for n in names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def import_messages(file_name: str, imported: PlanImport, outcome: ImportOutcome) -> list[tuple[str, str]]:
+    """What an import did, as (st function name, Markdown) lines: the file refused, its warnings, then one summary
+    (saved N, already in the library and skipped M, saved under a new name K, each named) and the rows not loaded.
+    User text is escaped (:func:`ui.formats.md_plain`)."""
+    out = []
+    if imported.file_error:
+        out.append(("error", f"The file was not loaded: {md_plain(imported.file_error)}."))
+    out += [("warning", f"In the file, {md_plain(w)}.") for w in imported.warnings]
+    if imported.plans:
+        new = len(outcome.saved) + len(outcome.renamed)
+        parts = [f"saved {new} plan(s), each recomputed from its inputs"]
+        if outcome.skipped:
+            parts.append(f"{len(outcome.skipped)} already in the library, skipped (the same plan under the same name: "
+                         f"{_names(outcome.skipped)})")
+        if outcome.renamed:
+            renamed = [f"'{md_plain(old)}' was saved as '{md_plain(saved)}'" for old, saved in outcome.renamed[:10]]
+            more = f" and {len(outcome.renamed) - 10} more" if len(outcome.renamed) > 10 else ""
+            parts.append(f"{len(outcome.renamed)} renamed, as a different plan has the name: {', '.join(renamed)}{more}")
+        out.append(("success" if new else "info", f"Imported '{md_plain(file_name)}': " + "; ".join(parts) + "."))
+    rows = [(e.row, e.reason) for e in imported.errors if e.row]
+    if rows:
+        out.append(("error", "Rows not loaded:\n" + "\n".join(f"- row {row}: {md_plain(reason)}" for row, reason in rows)))
+    return out
 
 
 def save_plan(store: PlanStore, plan: Plan, config: dict[str, Any] | None, *, replace: bool, author: str) -> None:
@@ -182,9 +246,6 @@ def resolve_config(repo_id: str, revision: str | None) -> dict[str, Any]:
 
 NAME_CHARS = 28
 """Characters of a plan name on an axis; the hover shows the whole name."""
-
-
-_COPY_SUFFIX = re.compile(r" \(\d+\)$")  # the " (2)" engine.plan.plans.unique_plan_name appends to a taken name
 
 
 def _short_name(name: str) -> str:

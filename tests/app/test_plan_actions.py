@@ -115,3 +115,26 @@ def test_rename_says_what_it_did_and_empties_the_box(page):
     assert page.selectbox(key="plans_chosen").value == "alpha <2>"
     page.button(key="plans_rename").click().run()  # an empty box: said, not ignored
     assert any("type the new name of 'alpha <2>' in the box first" in w for w in warnings_shown(page))
+
+
+def _upload(at, data: bytes) -> None:
+    at.file_uploader(key="plans_import").set_value(("plans.csv", data, "text/csv")).run()
+    no_exception(at)
+
+
+def test_reimporting_an_exported_file_skips_the_plans_already_there(page):
+    exported = plans_to_csv(page.session_state["saved_plans"], version="0.1.0", exported_at="2026-01-01T00:00:00Z")
+    _upload(page, exported)
+    assert names() == ["alpha", "beta *b*", "gamma"]  # no "(2)" copies
+    assert infos(page) == ["Imported 'plans.csv': saved 0 plan(s), each recomputed from its inputs; 3 already in the "
+                           "library, skipped (the same plan under the same name: 'alpha', 'beta *b*', 'gamma')."]
+
+    # a same-name plan with other content is still saved, numbered; the same plans again are still skipped
+    changed = [(p, evaluate_plan(p)) for p in (plan("alpha", method=Method.QLORA), plan("delta"))]
+    _upload(page, plans_to_csv(changed) + b"")
+    assert names() == ["alpha", "beta *b*", "gamma", "alpha (2)", "delta"]
+    assert successes(page) == ["Imported 'plans.csv': saved 2 plan(s), each recomputed from its inputs; 1 renamed, as "
+                               "a different plan has the name: 'alpha' was saved as 'alpha (2)'."]
+    _upload(page, plans_to_csv(changed))  # a second import of that file: its "alpha" is "alpha (2)" now
+    assert names() == ["alpha", "beta *b*", "gamma", "alpha (2)", "delta"]
+    assert any("2 already in the library, skipped" in i for i in infos(page))

@@ -235,7 +235,9 @@ def test_chart_labels_after_an_import_read_as_the_names_listed(page):
         page.text_input(key="plan_name").input(name).run()
         page.button(key="plan_save").click().run()
         no_exception(page)
-    data = plans_to_csv(page.session_state["saved_plans"], version="0.1.0", exported_at="2026-01-01T00:00:00Z")
+    # the same names, other plans (QLoRA): saved as numbered copies (the same plans would be skipped)
+    others = [p.model_copy(update={"method": Method.QLORA}) for p, _ in page.session_state["saved_plans"]]
+    data = plans_to_csv([(p, evaluate_plan(p)) for p in others], version="0.1.0", exported_at="2026-01-01T00:00:00Z")
     page.file_uploader(key="plans_import").set_value(("plans.csv", data, "text/csv")).run()
     no_exception(page)
     listed = [p.name for p, _ in page.session_state["saved_plans"]]
