@@ -21,7 +21,7 @@ from ui.plan_store import PlanStoreError, current_author, plan_store, unavailabl
 from ui.plan_actions import choose_plan, remove_control, rename_control, show_notice
 from ui.plans import (
     add_plans, compare_table, export_stamp, import_messages, memory_compare_figure, refresh_plans, resolve_config,
-    save_plan, saved_names, saved_plans, seen_plan, time_cost_compare_figure,
+    save_plan, saved_names, saved_plans, seen_plan, time_cost_compare_figure, time_cost_notes,
 )
 from ui.scenario_form import time_cost_sidebar
 from ui.share import write_query_params
@@ -122,6 +122,8 @@ compare_table(plans, unit)
 st.plotly_chart(memory_compare_figure(plans, unit), width="stretch", key="plans_memory_chart")
 st.caption("Components at each plan's peak on one GPU, before any ZeRO / FSDP sharding over its GPUs; ◆ = the per-GPU peak of the plan's GPUs and strategy.")
 st.plotly_chart(time_cost_compare_figure(plans), width="stretch", key="plans_time_cost_chart")
+for note in time_cost_notes(plans):
+    st.caption(note)
 
 # --- Export ----------------------------------------------------------------------------------------------------------
 st.subheader("Export")

@@ -267,41 +267,65 @@ def _axis_names(plans: list[tuple[Plan, PlanResult]]) -> tuple[list[str], list[s
     return ticks, full
 
 
-def _layout(fig: go.Figure, height: int, **extra: object) -> None:
-    # The legend above the plot, so long (slanted) names below it never run into it.
-    fig.update_layout(height=height, margin={"t": 60, "b": 10}, xaxis={"tickangle": -30, "automargin": True},
-                      legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0}, **extra)
+ROW_PX = 26
+"""Height of one plan's row in the comparison charts (its name on the y axis, horizontal: 30 plans stay readable)."""
+
+
+def _layout(fig: go.Figure, count: int, **extra: object) -> None:
+    # Horizontal bars, one row per plan, the first plan on top; the figure grows with the plans. The legend above the
+    # plot, in the figure's own coordinates (above any subplot title).
+    fig.update_layout(height=150 + ROW_PX * max(count, 3), margin={"t": 90, "b": 10},
+                      legend={"orientation": "h", "yref": "container", "y": 1, "yanchor": "top", "x": 0}, **extra)
+    fig.update_yaxes(autorange="reversed", automargin=True, type="category")
+    fig.update_xaxes(automargin=True)
 
 
 def memory_compare_figure(plans: list[tuple[Plan, PlanResult]], unit: Unit) -> go.Figure:
-    """Stacked bars of each plan's memory components at its peak (one GPU, before sharding)."""
+    """Stacked horizontal bars of each plan's memory components at its peak (one GPU, before sharding)."""
     fig = go.Figure()
     names, full = _axis_names(plans)
     extra = [k for _, r in plans for k in r.components_bytes if k not in COMPONENT_KEYS]
     for key in (*COMPONENT_KEYS, *dict.fromkeys(extra)):
         values = [round(to_unit(r.components_bytes.get(key, 0.0), unit), 3) for _, r in plans]
         if any(values):
-            fig.add_bar(name=key.replace("_", " "), x=names, y=values, customdata=full,
-                        hovertemplate=f"%{{customdata}}<br>{key.replace('_', ' ')}: %{{y:,.2f}} {unit}<extra></extra>")
-    fig.add_scatter(name=f"per-GPU peak ({unit})", x=names, y=[round(to_unit(r.per_gpu_peak_bytes, unit), 3) for _, r in plans],
+            fig.add_bar(name=key.replace("_", " "), y=names, x=values, orientation="h", customdata=full,
+                        hovertemplate=f"%{{customdata}}<br>{key.replace('_', ' ')}: %{{x:,.2f}} {unit}<extra></extra>")
+    fig.add_scatter(name=f"per-GPU peak ({unit})", y=names, x=[round(to_unit(r.per_gpu_peak_bytes, unit), 3) for _, r in plans],
                     mode="markers", marker={"symbol": "diamond", "size": 12, "color": "black"}, customdata=full,
-                    hovertemplate=f"%{{customdata}}<br>per-GPU peak: %{{y:,.2f}} {unit}<extra></extra>")
-    _layout(fig, 460, barmode="stack", yaxis_title=unit)
+                    hovertemplate=f"%{{customdata}}<br>per-GPU peak: %{{x:,.2f}} {unit}<extra></extra>")
+    _layout(fig, len(plans), barmode="stack", xaxis_title=unit)
     return fig
+
+
+def _costs(plans: list[tuple[Plan, PlanResult]]) -> dict[str, list[float | None]]:
+    return {"on demand": [r.cost_usd_on_demand for _, r in plans], "spot": [r.cost_usd_spot for _, r in plans]}
 
 
 def time_cost_compare_figure(plans: list[tuple[Plan, PlanResult]]) -> go.Figure:
-    """Hours (left) and cost on demand and spot in USD (right) of each plan."""
+    """Hours (left) and cost on demand and spot in USD (right) of each plan, as horizontal bars; a cost series no
+    plan has a price for is left out (:func:`time_cost_notes` says so)."""
     names, full = _axis_names(plans)
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("Wall time (hours)", "Cost (USD)"))
-    fig.add_bar(name="hours", x=names, y=[r.hours for _, r in plans], row=1, col=1, customdata=full,
-                hovertemplate="%{customdata}<br>%{y:,.3g} h<extra></extra>")
-    for label, values in (("on demand", [r.cost_usd_on_demand for _, r in plans]), ("spot", [r.cost_usd_spot for _, r in plans])):
-        fig.add_bar(name=label, x=names, y=values, row=1, col=2, customdata=full,
-                    hovertemplate=f"%{{customdata}}<br>{label}: $%{{y:,.2f}}<extra></extra>")
-    _layout(fig, 450, barmode="group")
-    # The subplot titles sit on the plots' top edge, where _layout puts the legend: the legend goes to the top of the
-    # figure instead (container coordinates), a line above the titles, so neither covers the other.
-    fig.update_layout(margin={"t": 90}, legend={"yref": "container", "y": 1, "yanchor": "top"})
-    fig.update_xaxes(tickangle=-30, automargin=True)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Wall time (hours)", "Cost (USD)"), shared_yaxes=True,
+                        horizontal_spacing=0.04)
+    fig.add_bar(name="hours", y=names, x=[r.hours for _, r in plans], orientation="h", row=1, col=1, customdata=full,
+                hovertemplate="%{customdata}<br>%{x:,.3g} h<extra></extra>")
+    for label, values in _costs(plans).items():
+        if any(v is not None for v in values):
+            fig.add_bar(name=label, y=names, x=values, orientation="h", row=1, col=2, customdata=full,
+                        hovertemplate=f"%{{customdata}}<br>{label}: $%{{x:,.2f}}<extra></extra>")
+    _layout(fig, len(plans), barmode="group")
     return fig
+
+
+def time_cost_notes(plans: list[tuple[Plan, PlanResult]]) -> list[str]:
+    """Why a cost bar is missing from :func:`time_cost_compare_figure` (Markdown, names escaped): no plan has that
+    price, or which plans lack it."""
+    notes = []
+    for label, values in _costs(plans).items():
+        missing = [p.name for (p, _), v in zip(plans, values) if v is None]
+        if len(missing) == len(plans):
+            notes.append(f"No {label} bars: no plan's price source lists a {label} price for its GPU.")
+        elif missing:
+            shown = ", ".join(f"'{md_plain(n)}'" for n in missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+            notes.append(f"No {label} bar for {shown}: the plan's price source lists no {label} price for its GPU.")
+    return notes

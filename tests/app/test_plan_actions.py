@@ -138,3 +138,26 @@ def test_reimporting_an_exported_file_skips_the_plans_already_there(page):
     _upload(page, plans_to_csv(changed))  # a second import of that file: its "alpha" is "alpha (2)" now
     assert names() == ["alpha", "beta *b*", "gamma", "alpha (2)", "delta"]
     assert any("2 already in the library, skipped" in i for i in infos(page))
+
+
+def test_the_compare_charts_read_with_many_plans_and_list_only_drawn_series(page):
+    store = library()
+    for i in range(13):  # 17 plans, some names long, one a numbered copy
+        store.create(plan(f"qwen 0.5B LoRA run {i:02d} on a long descriptive name" if i % 3 else f"run {i}",
+                          method=Method.LORA, seq_len=256 * (i + 1)))
+    store.create_unique(plan("run 0", method=Method.QLORA))  # "run 0 (2)"
+    page.run()
+    no_exception(page)
+    memory, time_cost = (json.loads(c.proto.spec) for c in page.get("plotly_chart"))
+    for fig in (memory, time_cost):
+        bars = [t for t in fig["data"] if t["type"] == "bar"]
+        assert all(b["orientation"] == "h" for b in bars)  # names on the y axis: horizontal, never overlapping
+        ticks = bars[0]["y"]
+        assert len(ticks) == 17 and "run 0 (2)" in ticks and all(len(t) <= 28 for t in ticks)
+        assert fig["layout"]["height"] >= 17 * 24  # a row per plan
+        assert fig["layout"]["yaxis"]["autorange"] == "reversed"  # the first plan on top, as in the table
+    # the default price source lists no spot price for the A100 80GB: no "spot" series in the legend, and why
+    series = [t["name"] for t in time_cost["data"]]
+    assert series == ["hours", "on demand"]
+    captions = [c.value for c in page.caption]
+    assert any(c.startswith("No spot bars: no plan's price source lists a spot price") for c in captions)
