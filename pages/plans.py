@@ -60,7 +60,7 @@ else:
         current = Plan(
             # The default name is never a saved plan's (a typed one may be: replacing it needs the explicit choice).
             name=st.session_state.get("plan_name") or unique_plan_name(
-                f"{repo_id.split('/')[-1]} {scenario.method.value} {num_gpus}x{tc.gpu.name}", saved_names()),
+                f"{repo_id.split('/')[-1]} {scenario.method.value} {num_gpus} x {tc.gpu.name}", saved_names()),
             model_repo_id=repo_id, model_revision=model.origin.revision,
             **scenario.model_dump(),  # every scenario field is a plan input of the same name
             # one GPU trains without sharding (no DeepSpeed config for a single GPU)

@@ -161,3 +161,12 @@ def test_the_compare_charts_read_with_many_plans_and_list_only_drawn_series(page
     assert series == ["hours", "on demand"]
     captions = [c.value for c in page.caption]
     assert any(c.startswith("No spot bars: no plan's price source lists a spot price") for c in captions)
+
+
+def test_the_default_plan_name_writes_the_gpu_count_as_the_app_does(new_app):
+    at = new_app()
+    at.query_params["model"] = QWEN_05B
+    at.switch_page(PAGE).run()
+    no_exception(at)
+    placeholder = at.text_input(key="plan_name").placeholder
+    assert " 1 x NVIDIA " in placeholder and "1xNVIDIA" not in placeholder, placeholder
