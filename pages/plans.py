@@ -20,8 +20,9 @@ from ui.layout import scenario_page
 from ui.plan_store import PlanStoreError, current_author, plan_store, unavailable
 from ui.plan_actions import choose_plan, remove_control, rename_control, show_notice
 from ui.plans import (
-    add_plans, compare_table, export_stamp, import_messages, memory_compare_figure, refresh_plans, resolve_config,
-    save_plan, saved_names, saved_plans, seen_plan, time_cost_compare_figure, time_cost_notes,
+    add_plans, compare_table, export_stamp, memory_compare_figure, refresh_plans, resolve_config,
+    save_plan, saved_names, saved_plans, seen_plan, show_import_report, time_cost_compare_figure,
+    time_cost_notes,
 )
 from ui.scenario_form import time_cost_sidebar
 from ui.share import write_query_params
@@ -104,9 +105,9 @@ with st.expander("Import plans from CSV", expanded=not saved_plans()):
         imported = plans_from_csv(upload.getvalue(), resolve_config, gpus=session_gpus(), prices=session_prices())
         outcome = add_plans(store, list(imported.plans), (imported.app_version, imported.exported_at), author=author)
         unreadable = refresh_plans(store)
-        st.session_state["_plans_import_report"] = import_messages(upload.name, imported, outcome)
-    for kind, text in st.session_state.get("_plans_import_report") or ():
-        getattr(st, kind)(text)
+        st.session_state["_plans_import_report"] = (upload.name, imported, outcome)
+    if report := st.session_state.get("_plans_import_report"):
+        show_import_report(*report)
 
 for row, reason in unreadable:
     st.warning(f"The saved plan '{md_plain(row.plan.name)}' cannot be recomputed in this session: {md_plain(reason)}")
@@ -122,8 +123,7 @@ compare_table(plans, unit)
 st.plotly_chart(memory_compare_figure(plans, unit), width="stretch", key="plans_memory_chart")
 st.caption("Components at each plan's peak on one GPU, before any ZeRO / FSDP sharding over its GPUs; ◆ = the per-GPU peak of the plan's GPUs and strategy.")
 st.plotly_chart(time_cost_compare_figure(plans), width="stretch", key="plans_time_cost_chart")
-for note in time_cost_notes(plans):
-    st.caption(note)
+time_cost_notes(plans)
 
 # --- Export ----------------------------------------------------------------------------------------------------------
 st.subheader("Export")

@@ -23,33 +23,37 @@ from ui.plans import remove_plan, rename_plan, seen_plan
 CHOSEN_KEY = "plans_chosen"  # the selectbox of the plan acted on
 NEW_NAME_KEY = "plans_new_name"  # the rename box
 ARMED_KEY = "_plans_remove_armed"  # (name, version) a first "Remove this plan" click asked to remove
-NOTICE_KEY = "_plans_notice"  # (kind, Markdown) an action leaves for the rerun it causes
-
-
-def _notice(kind: str, text: str) -> None:
-    st.session_state[NOTICE_KEY] = (kind, text)
+NOTICE_KEY = "_plans_notice"  # what an action did, for the rerun it causes: (what, *names or reason)
 
 
 def show_notice() -> None:
-    """The last action's message (success, warning or error), once."""
-    kind, text = st.session_state.pop(NOTICE_KEY, (None, None))
-    if kind:
-        getattr(st, kind)(text)
+    """The last action's message, once (each drawn here, user text escaped)."""
+    what, *args = st.session_state.pop(NOTICE_KEY, None) or (None,)
+    if what == "renamed":
+        st.success(f"Renamed '{md_plain(args[0])}' to '{md_plain(args[1])}'.")
+    elif what == "removed":
+        st.success(f"Removed '{md_plain(args[0])}'.")
+    elif what == "no_name":
+        st.warning(f"Not renamed: type the new name of '{md_plain(args[0])}' in the box first.")
+    elif what in ("not_renamed", "not_removed"):
+        st.warning(f"Not {'renamed' if what == 'not_renamed' else 'removed'}: {md_plain(args[0])}.")
+    elif what == "unavailable":
+        st.error(f"Not {'renamed' if args[0] == 'renamed' else 'removed'}: {md_plain(args[1])}.")
 
 
 def _failed(verb: str, exc: Exception) -> None:
     if isinstance(exc, ValidationError):
-        _notice("warning", f"Not {verb}: {md_plain(explain_validation(exc))}.")
+        st.session_state[NOTICE_KEY] = (f"not_{verb}", explain_validation(exc))
     elif isinstance(exc, SQLAlchemyError):
-        _notice("error", f"Not {verb}: {md_plain(str(unavailable(exc)))}.")
+        st.session_state[NOTICE_KEY] = ("unavailable", verb, str(unavailable(exc)))
     else:
-        _notice("warning", f"Not {verb}: {md_plain(str(exc))}.")
+        st.session_state[NOTICE_KEY] = (f"not_{verb}", str(exc))
 
 
 def _rename(store: PlanStore, name: str) -> None:
     new_name = (st.session_state.get(NEW_NAME_KEY) or "").strip()
     if not new_name:
-        _notice("warning", f"Not renamed: type the new name of '{md_plain(name)}' in the box first.")
+        st.session_state[NOTICE_KEY] = ("no_name", name)
         return
     try:
         rename_plan(store, name, new_name)
@@ -58,7 +62,7 @@ def _rename(store: PlanStore, name: str) -> None:
         return
     st.session_state[CHOSEN_KEY] = new_name  # the renamed plan stays the chosen one
     st.session_state[NEW_NAME_KEY] = ""
-    _notice("success", f"Renamed '{md_plain(name)}' to '{md_plain(new_name)}'.")
+    st.session_state[NOTICE_KEY] = ("renamed", name, new_name)
 
 
 def _arm(name: str) -> None:
@@ -72,14 +76,17 @@ def _disarm() -> None:
 
 
 def _remove(store: PlanStore) -> None:
-    name, version = st.session_state.pop(ARMED_KEY)
+    armed = st.session_state.pop(ARMED_KEY, None)
+    if armed is None:  # a second click on a confirmation already acted on: nothing more to remove
+        return
+    name, version = armed
     try:
         remove_plan(store, name, version)
     except (PlanStoreError, SQLAlchemyError) as exc:  # changed, renamed or deleted by someone else since: kept
         _failed("removed", exc)
         return
     st.session_state[CHOSEN_KEY] = None  # nothing chosen: no other plan takes its place under the buttons
-    _notice("success", f"Removed '{md_plain(name)}'.")
+    st.session_state[NOTICE_KEY] = ("removed", name)
 
 
 def choose_plan(names: list[str]) -> str | None:

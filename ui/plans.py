@@ -143,34 +143,31 @@ def add_plans(store: PlanStore, items: list[tuple[Plan, PlanResult]], stamp: tup
     return ImportOutcome(tuple(saved), tuple(skipped), tuple(renamed))
 
 
-def _names(names: list[str] | tuple[str, ...], most: int = 10) -> str:
-    shown = ", ".join(f"'{md_plain(n)}'" for n in names[:most])
-    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
-
-
-def import_messages(file_name: str, imported: PlanImport, outcome: ImportOutcome) -> list[tuple[str, str]]:
-    """What an import did, as (st function name, Markdown) lines: the file refused, its warnings, then one summary
-    (saved N, already in the library and skipped M, saved under a new name K, each named) and the rows not loaded.
-    User text is escaped (:func:`ui.formats.md_plain`)."""
-    out = []
+def show_import_report(file_name: str, imported: PlanImport, outcome: ImportOutcome) -> None:
+    """What an import did: the file refused, its warnings, then one summary (saved N, M already in the library and
+    skipped, K renamed), the skipped and renamed plans named (10 of each at most), and the rows not loaded. User text
+    escaped (:func:`ui.formats.md_plain`)."""
     if imported.file_error:
-        out.append(("error", f"The file was not loaded: {md_plain(imported.file_error)}."))
-    out += [("warning", f"In the file, {md_plain(w)}.") for w in imported.warnings]
+        st.error(f"The file was not loaded: {md_plain(imported.file_error)}.")
+    for warning in imported.warnings:
+        st.warning(f"In the file, {md_plain(warning)}.")
     if imported.plans:
-        new = len(outcome.saved) + len(outcome.renamed)
-        parts = [f"saved {new} plan(s), each recomputed from its inputs"]
-        if outcome.skipped:
-            parts.append(f"{len(outcome.skipped)} already in the library, skipped (the same plan under the same name: "
-                         f"{_names(outcome.skipped)})")
-        if outcome.renamed:
-            renamed = [f"'{md_plain(old)}' was saved as '{md_plain(saved)}'" for old, saved in outcome.renamed[:10]]
-            more = f" and {len(outcome.renamed) - 10} more" if len(outcome.renamed) > 10 else ""
-            parts.append(f"{len(outcome.renamed)} renamed, as a different plan has the name: {', '.join(renamed)}{more}")
-        out.append(("success" if new else "info", f"Imported '{md_plain(file_name)}': " + "; ".join(parts) + "."))
+        new, skipped, renamed = len(outcome.saved) + len(outcome.renamed), outcome.skipped, outcome.renamed
+        if new:
+            st.success(f"Imported '{md_plain(file_name)}': saved {new:,} plan(s), each recomputed from its inputs; "
+                       f"{len(skipped):,} already in the library, skipped; {len(renamed):,} renamed.")
+        else:
+            st.info(f"Imported '{md_plain(file_name)}': nothing new; {len(skipped):,} already in the library, skipped.")
+        if skipped:
+            st.caption("Skipped, the same plan is saved under that name: " + ", ".join(f"'{md_plain(n)}'" for n in skipped[:10])
+                       + (f" and {len(skipped) - 10:,} more" if len(skipped) > 10 else "") + ".")
+        if renamed:
+            st.info("Saved under a new name, as a different plan has the name: " + ", ".join(
+                f"'{md_plain(old)}' as '{md_plain(saved)}'" for old, saved in renamed[:10])
+                + (f" and {len(renamed) - 10:,} more" if len(renamed) > 10 else "") + ".")
     rows = [(e.row, e.reason) for e in imported.errors if e.row]
     if rows:
-        out.append(("error", "Rows not loaded:\n" + "\n".join(f"- row {row}: {md_plain(reason)}" for row, reason in rows)))
-    return out
+        st.error("Rows not loaded:\n" + "\n".join(f"- row {row}: {md_plain(reason)}" for row, reason in rows))
 
 
 def save_plan(store: PlanStore, plan: Plan, config: dict[str, Any] | None, *, replace: bool, author: str) -> None:
@@ -317,15 +314,14 @@ def time_cost_compare_figure(plans: list[tuple[Plan, PlanResult]]) -> go.Figure:
     return fig
 
 
-def time_cost_notes(plans: list[tuple[Plan, PlanResult]]) -> list[str]:
-    """Why a cost bar is missing from :func:`time_cost_compare_figure` (Markdown, names escaped): no plan has that
-    price, or which plans lack it."""
-    notes = []
+def time_cost_notes(plans: list[tuple[Plan, PlanResult]]) -> None:
+    """Captions under :func:`time_cost_compare_figure` saying why a cost bar is missing: no plan has that price, or
+    which plans lack it (names escaped)."""
     for label, values in _costs(plans).items():
         missing = [p.name for (p, _), v in zip(plans, values) if v is None]
         if len(missing) == len(plans):
-            notes.append(f"No {label} bars: no plan's price source lists a {label} price for its GPU.")
+            st.caption(f"No {label} bars: no plan's price source lists a {label} price for its GPU.")
         elif missing:
-            shown = ", ".join(f"'{md_plain(n)}'" for n in missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
-            notes.append(f"No {label} bar for {shown}: the plan's price source lists no {label} price for its GPU.")
-    return notes
+            st.caption(f"No {label} bar for " + ", ".join(f"'{md_plain(n)}'" for n in missing[:10])
+                       + (f" and {len(missing) - 10:,} more" if len(missing) > 10 else "")
+                       + f": the plan's price source lists no {label} price for its GPU.")

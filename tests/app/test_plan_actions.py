@@ -126,18 +126,20 @@ def test_reimporting_an_exported_file_skips_the_plans_already_there(page):
     exported = plans_to_csv(page.session_state["saved_plans"], version="0.1.0", exported_at="2026-01-01T00:00:00Z")
     _upload(page, exported)
     assert names() == ["alpha", "beta *b*", "gamma"]  # no "(2)" copies
-    assert infos(page) == ["Imported 'plans.csv': saved 0 plan(s), each recomputed from its inputs; 3 already in the "
-                           "library, skipped (the same plan under the same name: 'alpha', 'beta *b*', 'gamma')."]
+    assert infos(page) == ["Imported 'plans.csv': nothing new; 3 already in the library, skipped."]
+    assert "Skipped, the same plan is saved under that name: 'alpha', 'beta *b*', 'gamma'." in [
+        shown(c.value) for c in page.caption]
 
     # a same-name plan with other content is still saved, numbered; the same plans again are still skipped
     changed = [(p, evaluate_plan(p)) for p in (plan("alpha", method=Method.QLORA), plan("delta"))]
-    _upload(page, plans_to_csv(changed) + b"")
+    _upload(page, plans_to_csv(changed))
     assert names() == ["alpha", "beta *b*", "gamma", "alpha (2)", "delta"]
-    assert successes(page) == ["Imported 'plans.csv': saved 2 plan(s), each recomputed from its inputs; 1 renamed, as "
-                               "a different plan has the name: 'alpha' was saved as 'alpha (2)'."]
+    assert successes(page) == ["Imported 'plans.csv': saved 2 plan(s), each recomputed from its inputs; 0 already in "
+                               "the library, skipped; 1 renamed."]
+    assert "Saved under a new name, as a different plan has the name: 'alpha' as 'alpha (2)'." in infos(page)
     _upload(page, plans_to_csv(changed))  # a second import of that file: its "alpha" is "alpha (2)" now
     assert names() == ["alpha", "beta *b*", "gamma", "alpha (2)", "delta"]
-    assert any("2 already in the library, skipped" in i for i in infos(page))
+    assert infos(page) == ["Imported 'plans.csv': nothing new; 2 already in the library, skipped."]
 
 
 def test_the_compare_charts_read_with_many_plans_and_list_only_drawn_series(page):
