@@ -4,10 +4,9 @@ replica shares), compare, rename and delete plans, export/import them as CSV, an
 
 import streamlit as st
 
-from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
-from engine.errors import EngineError, explain_validation
+from engine.errors import EngineError
 from engine.plan.cost import calibration_for
 from engine.plan.code_summary import training_code_summary
 from engine.plan.config_export import config_files
@@ -19,9 +18,11 @@ from ui.charts import fmt_hours, fmt_usd
 from ui.formats import md_plain
 from ui.layout import scenario_page
 from ui.plan_store import PlanStoreError, current_author, plan_store, unavailable
+from ui.plan_actions import choose_plan, remove_control, rename_control, show_notice
 from ui.plans import (
-    add_plans, compare_table, export_stamp, memory_compare_figure, refresh_plans, remove_plan, rename_plan,
-    resolve_config, save_plan, saved_names, saved_plans, seen_plan, time_cost_compare_figure,
+    add_plans, compare_table, export_stamp, memory_compare_figure, refresh_plans, resolve_config,
+    save_plan, saved_names, saved_plans, seen_plan, show_import_report, time_cost_compare_figure,
+    time_cost_notes,
 )
 from ui.scenario_form import time_cost_sidebar
 from ui.share import write_query_params
@@ -60,7 +61,7 @@ else:
         current = Plan(
             # The default name is never a saved plan's (a typed one may be: replacing it needs the explicit choice).
             name=st.session_state.get("plan_name") or unique_plan_name(
-                f"{repo_id.split('/')[-1]} {scenario.method.value} {num_gpus}x{tc.gpu.name}", saved_names()),
+                f"{repo_id.split('/')[-1]} {scenario.method.value} {num_gpus} x {tc.gpu.name}", saved_names()),
             model_repo_id=repo_id, model_revision=model.origin.revision,
             **scenario.model_dump(),  # every scenario field is a plan input of the same name
             # one GPU trains without sharding (no DeepSpeed config for a single GPU)
@@ -102,27 +103,17 @@ with st.expander("Import plans from CSV", expanded=not saved_plans()):
     if upload is not None and st.session_state.get("_plans_import_id") != upload.file_id:
         st.session_state["_plans_import_id"] = upload.file_id
         imported = plans_from_csv(upload.getvalue(), resolve_config, gpus=session_gpus(), prices=session_prices())
-        renamed = add_plans(store, list(imported.plans), (imported.app_version, imported.exported_at), author=author)
+        outcome = add_plans(store, list(imported.plans), (imported.app_version, imported.exported_at), author=author)
         unreadable = refresh_plans(store)
-        st.session_state["_plans_import_report"] = (len(imported.plans), [(e.row, e.reason) for e in imported.errors if e.row],
-                                                    imported.file_error, imported.warnings, renamed)
-    report = st.session_state.get("_plans_import_report")
-    if report:
-        count, rows, file_error, file_warnings, renamed = report
-        if file_error:
-            st.error(f"The file was not loaded: {md_plain(file_error)}.")
-        for warning in file_warnings:
-            st.warning(f"In the file, {md_plain(warning)}.")
-        if count:
-            st.success(f"Loaded {count} plan(s), each recomputed from its inputs."
-                       + "".join(f" '{md_plain(old)}' was saved as '{md_plain(new)}' (a plan of that name exists)." for old, new in renamed))
-        if rows:
-            st.error("Rows not loaded:\n" + "\n".join(f"- row {row}: {md_plain(reason)}" for row, reason in rows))
+        st.session_state["_plans_import_report"] = (upload.name, imported, outcome)
+    if report := st.session_state.get("_plans_import_report"):
+        show_import_report(*report)
 
 for row, reason in unreadable:
     st.warning(f"The saved plan '{md_plain(row.plan.name)}' cannot be recomputed in this session: {md_plain(reason)}")
 plans = saved_plans()
 if not plans:
+    show_notice()  # "Removed 'NAME'." of the last plan
     st.info("No saved plans yet: set the scenario in the sidebar and save it, or import a CSV.")
     st.stop()
 
@@ -132,6 +123,7 @@ compare_table(plans, unit)
 st.plotly_chart(memory_compare_figure(plans, unit), width="stretch", key="plans_memory_chart")
 st.caption("Components at each plan's peak on one GPU, before any ZeRO / FSDP sharding over its GPUs; ◆ = the per-GPU peak of the plan's GPUs and strategy.")
 st.plotly_chart(time_cost_compare_figure(plans), width="stretch", key="plans_time_cost_chart")
+time_cost_notes(plans)
 
 # --- Export ----------------------------------------------------------------------------------------------------------
 st.subheader("Export")
@@ -140,29 +132,16 @@ st.download_button("Download all plans (CSV)", plans_to_csv(plans, version=stamp
                    file_name="plans.csv", mime="text/csv", key="plans_csv_all")
 st.caption("One row per plan, every input and output in its own column, with the app version and export time. A file "
            "imported and not changed re-exports with its own version and time (byte for byte); otherwise the time is now.")
-if "plans_chosen_next" in st.session_state:  # a renamed plan stays the chosen one
-    st.session_state["plans_chosen"] = st.session_state.pop("plans_chosen_next")
-chosen = st.selectbox("Plan", [p.name for p, _ in plans], key="plans_chosen")
+show_notice()  # what the last rename or removal did
+chosen = choose_plan([p.name for p, _ in plans])
+if chosen is None:
+    st.stop()
 plan, result = next(x for x in plans if x[0].name == chosen)
 c1, c2, c3 = st.columns([2, 2, 1])
 c1.download_button("Download this plan (CSV)", plans_to_csv([(plan, result)]), file_name=f"plan_{chosen}.csv"[:120],
                    mime="text/csv", key="plans_csv_one")
-new_name = c2.text_input("New name", key="plans_new_name", placeholder=chosen, label_visibility="collapsed")
-if c2.button("Rename this plan", key="plans_rename") and new_name.strip():
-    try:
-        rename_plan(store, chosen, new_name.strip())
-        st.session_state["plans_chosen_next"] = new_name.strip()
-        st.rerun()
-    except PlanStoreError as exc:
-        st.warning(f"Not renamed: {md_plain(str(exc))}.")
-    except ValidationError as exc:
-        st.warning(f"Not renamed: {md_plain(explain_validation(exc))}.")
-if c3.button("Remove this plan", key="plans_remove"):
-    try:
-        remove_plan(store, chosen)
-        st.rerun()
-    except PlanStoreError as exc:
-        st.warning(f"Not removed: {md_plain(str(exc))}.")
+rename_control(store, chosen, c2)
+remove_control(store, chosen, c3)
 snippet = training_code_summary(plan)
 st.markdown(f"**{md_plain(snippet.title)}** for plan '{md_plain(plan.name)}': a starting point to copy, not a full script")
 for gap in snippet.not_expressed:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -12,11 +13,11 @@ import streamlit as st
 from plotly.subplots import make_subplots
 
 from engine.errors import EngineError
-from engine.plan.plans import COMPONENT_KEYS, Plan, PlanResult, evaluate_plan, plan_record
+from engine.plan.plans import COMPONENT_KEYS, Plan, PlanImport, PlanResult, evaluate_plan, plan_record
 from engine.model.sources import config_from_catalog
 from engine.units import Unit, to_unit
 from ui.catalog_session import session_gpus, session_prices, table_key
-from ui.formats import plain
+from ui.formats import md_plain, plain
 from ui.model_picker import shared_architecture
 from ui.plan_store import ANONYMOUS, PlanChanged, PlanStore, StoredPlan
 from ui.tables import bytes_in, number_columns
@@ -24,6 +25,7 @@ from ui.tables import bytes_in, number_columns
 PLANS_KEY = "saved_plans"  # this run's view of the library, recomputed: [(Plan, PlanResult)], oldest first
 STAMP_KEY = "saved_plans_stamp"  # (app_version, exported_at, {(id, version)}) of an imported file, while the library is it
 _SEEN_KEY = "_plans_seen"  # name -> the StoredPlan this session last showed (the version a replace/rename/delete names)
+_COPY_SUFFIX = re.compile(r" \(\d+\)$")  # the " (2)" engine.plan.plans.unique_plan_name appends to a taken name
 
 
 def saved_plans() -> list[tuple[Plan, PlanResult]]:
@@ -91,22 +93,81 @@ def export_stamp() -> tuple[str | None, str | None]:
     return (stamp[0], stamp[1]) if {(r.id, r.version) for r in seen.values()} == stamp[2] else (None, None)
 
 
+@dataclass(frozen=True)
+class ImportOutcome:
+    """What :func:`add_plans` did with a file's plans: the names saved as they were, the names skipped as already in
+    the library, and the (file name, saved name) of plans saved under a numbered name."""
+
+    saved: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+    renamed: tuple[tuple[str, str], ...] = ()
+
+
+def _copy_of(name: str, base: str) -> bool:
+    """``name`` is ``base`` or a numbered copy of it, ``base (2)`` ... (engine.plan.plans.unique_plan_name)."""
+    return name == base or (name.startswith(base) and _COPY_SUFFIX.fullmatch(name[len(base):]) is not None)
+
+
+def _already_saved(plan: Plan, library: list[Plan]) -> bool:
+    """A plan of the library is ``plan``: the same inputs (the plan models compared, not CSV text) under its name or
+    a numbered copy of it (a file imported twice is not saved twice)."""
+    return any(_copy_of(kept.name, plan.name) and kept == plan.model_copy(update={"name": kept.name})
+               for kept in library)
+
+
 def add_plans(store: PlanStore, items: list[tuple[Plan, PlanResult]], stamp: tuple[str | None, str | None] | None = None,
-              *, author: str = ANONYMOUS) -> list[tuple[str, str]]:
-    """Add imported plans to the library, each under its name or, when taken, ``name (2)`` ...
-    (engine.plan.plans.unique_plan_name): an import never replaces a plan. Returns the (old, new) names of renamed
-    plans. ``stamp``: keep an imported file's version and time for re-export while the library is exactly that file's."""
-    fresh = not store.plans()
+              *, author: str = ANONYMOUS) -> ImportOutcome:
+    """Add imported plans to the library: a plan the library already holds (:func:`_already_saved`) is skipped; a
+    new one is saved under its name or, when taken by a different plan, ``name (2)`` ...
+    (engine.plan.plans.unique_plan_name): an import never replaces a plan. ``stamp``: keep an imported file's
+    version and time for re-export while the library is exactly that file's."""
+    library = [p.plan for p in store.plans()]
+    fresh = not library
+    saved: list[str] = []
+    skipped: list[str] = []
     renamed: list[tuple[str, str]] = []
     rows = []
     for plan, _result in items:
+        if _already_saved(plan, library):
+            skipped.append(plan.name)
+            continue
         row = store.create_unique(plan, author=author)
         rows.append(row)
+        library.append(row.plan)
         if row.plan.name != plan.name:
             renamed.append((plan.name, row.plan.name))
-    keep = stamp and fresh and all(stamp) and not renamed
+        else:
+            saved.append(plan.name)
+    keep = stamp and fresh and all(stamp) and not renamed and not skipped
     st.session_state[STAMP_KEY] = (*stamp, frozenset((r.id, r.version) for r in rows)) if keep else None
-    return renamed
+    return ImportOutcome(tuple(saved), tuple(skipped), tuple(renamed))
+
+
+def show_import_report(file_name: str, imported: PlanImport, outcome: ImportOutcome) -> None:
+    """What an import did: the file refused, its warnings, then one summary (saved N, M already in the library and
+    skipped, K renamed), the skipped and renamed plans named (10 of each at most), and the rows not loaded. User text
+    escaped (:func:`ui.formats.md_plain`)."""
+    if imported.file_error:
+        st.error(f"The file was not loaded: {md_plain(imported.file_error)}.")
+    for warning in imported.warnings:
+        st.warning(f"In the file, {md_plain(warning)}.")
+    if imported.plans:
+        new, skipped, renamed = len(outcome.saved) + len(outcome.renamed), outcome.skipped, outcome.renamed
+        if new:
+            st.success(f"Imported '{md_plain(file_name)}': saved {new:,} plan(s), each recomputed from its inputs; "
+                       f"{len(skipped):,} already in the library, skipped; {len(renamed):,} renamed.")
+        else:
+            st.info(f"Imported '{md_plain(file_name)}': nothing new; {len(skipped):,} already in the library, skipped.")
+        if skipped:
+            st.caption("Skipped, the same plan is saved under that name: " + ", ".join(f"'{md_plain(n)}'" for n in skipped[:10])
+                       + (f" and {len(skipped) - 10:,} more" if len(skipped) > 10 else "") + ".")
+        if renamed:
+            st.info("Saved under a new name, as a different plan has the name: " + ", ".join(
+                f"'{md_plain(old)}' as '{md_plain(saved)}'" for old, saved in renamed[:10])
+                + (f" and {len(renamed) - 10:,} more" if len(renamed) > 10 else "") + ".")
+    rows = [(e.row, e.reason) for e in imported.errors if e.row]
+    if rows:
+        st.error("Rows not loaded:\n" + "\n".join(f"- row {row}: {md_plain(reason)}" for row, reason in rows))
 
 
 def save_plan(store: PlanStore, plan: Plan, config: dict[str, Any] | None, *, replace: bool, author: str) -> None:
@@ -147,12 +208,13 @@ def compare_table(plans: list[tuple[Plan, PlanResult]], unit: Unit) -> None:
                  column_config=number_columns(COMPARE_COLUMNS, unit))
 
 
-def remove_plan(store: PlanStore, name: str) -> None:
-    """Delete the plan this session was shown under ``name``. Raises PlanChanged if someone changed it since."""
+def remove_plan(store: PlanStore, name: str, version: int | None = None) -> None:
+    """Delete the plan this session was shown under ``name``, if it is still at ``version`` (default: the version
+    last shown). Raises PlanChanged if someone changed, renamed or deleted it since."""
     seen = seen_plan(name)
-    if seen is None:
+    if seen is None and version is None:
         raise PlanChanged(f"the plan '{name}' is no longer in the library")
-    store.delete(name, seen.version)
+    store.delete(name, seen.version if version is None else version)
     st.session_state[STAMP_KEY] = None
 
 
@@ -183,9 +245,6 @@ NAME_CHARS = 28
 """Characters of a plan name on an axis; the hover shows the whole name."""
 
 
-_COPY_SUFFIX = re.compile(r" \(\d+\)$")  # the " (2)" engine.plan.plans.unique_plan_name appends to a taken name
-
-
 def _short_name(name: str) -> str:
     """``name`` cut to :data:`NAME_CHARS` for an axis, keeping a trailing `` (2)`` of
     :func:`engine.plan.plans.unique_plan_name` whole (an imported copy reads as its name in the table)."""
@@ -205,41 +264,64 @@ def _axis_names(plans: list[tuple[Plan, PlanResult]]) -> tuple[list[str], list[s
     return ticks, full
 
 
-def _layout(fig: go.Figure, height: int, **extra: object) -> None:
-    # The legend above the plot, so long (slanted) names below it never run into it.
-    fig.update_layout(height=height, margin={"t": 60, "b": 10}, xaxis={"tickangle": -30, "automargin": True},
-                      legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0}, **extra)
+ROW_PX = 26
+"""Height of one plan's row in the comparison charts (its name on the y axis, horizontal: 30 plans stay readable)."""
+
+
+def _layout(fig: go.Figure, count: int, **extra: object) -> None:
+    # Horizontal bars, one row per plan, the first plan on top; the figure grows with the plans. The legend above the
+    # plot, in the figure's own coordinates (above any subplot title).
+    fig.update_layout(height=150 + ROW_PX * max(count, 3), margin={"t": 90, "b": 10},
+                      legend={"orientation": "h", "yref": "container", "y": 1, "yanchor": "top", "x": 0}, **extra)
+    fig.update_yaxes(autorange="reversed", automargin=True, type="category")
+    fig.update_xaxes(automargin=True)
 
 
 def memory_compare_figure(plans: list[tuple[Plan, PlanResult]], unit: Unit) -> go.Figure:
-    """Stacked bars of each plan's memory components at its peak (one GPU, before sharding)."""
+    """Stacked horizontal bars of each plan's memory components at its peak (one GPU, before sharding)."""
     fig = go.Figure()
     names, full = _axis_names(plans)
     extra = [k for _, r in plans for k in r.components_bytes if k not in COMPONENT_KEYS]
     for key in (*COMPONENT_KEYS, *dict.fromkeys(extra)):
         values = [round(to_unit(r.components_bytes.get(key, 0.0), unit), 3) for _, r in plans]
         if any(values):
-            fig.add_bar(name=key.replace("_", " "), x=names, y=values, customdata=full,
-                        hovertemplate=f"%{{customdata}}<br>{key.replace('_', ' ')}: %{{y:,.2f}} {unit}<extra></extra>")
-    fig.add_scatter(name=f"per-GPU peak ({unit})", x=names, y=[round(to_unit(r.per_gpu_peak_bytes, unit), 3) for _, r in plans],
+            fig.add_bar(name=key.replace("_", " "), y=names, x=values, orientation="h", customdata=full,
+                        hovertemplate=f"%{{customdata}}<br>{key.replace('_', ' ')}: %{{x:,.2f}} {unit}<extra></extra>")
+    fig.add_scatter(name=f"per-GPU peak ({unit})", y=names, x=[round(to_unit(r.per_gpu_peak_bytes, unit), 3) for _, r in plans],
                     mode="markers", marker={"symbol": "diamond", "size": 12, "color": "black"}, customdata=full,
-                    hovertemplate=f"%{{customdata}}<br>per-GPU peak: %{{y:,.2f}} {unit}<extra></extra>")
-    _layout(fig, 460, barmode="stack", yaxis_title=unit)
+                    hovertemplate=f"%{{customdata}}<br>per-GPU peak: %{{x:,.2f}} {unit}<extra></extra>")
+    _layout(fig, len(plans), barmode="stack", xaxis_title=unit)
     return fig
+
+
+def _costs(plans: list[tuple[Plan, PlanResult]]) -> dict[str, list[float | None]]:
+    return {"on demand": [r.cost_usd_on_demand for _, r in plans], "spot": [r.cost_usd_spot for _, r in plans]}
 
 
 def time_cost_compare_figure(plans: list[tuple[Plan, PlanResult]]) -> go.Figure:
-    """Hours (left) and cost on demand and spot in USD (right) of each plan."""
+    """Hours (left) and cost on demand and spot in USD (right) of each plan, as horizontal bars; a cost series no
+    plan has a price for is left out (:func:`time_cost_notes` says so)."""
     names, full = _axis_names(plans)
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("Wall time (hours)", "Cost (USD)"))
-    fig.add_bar(name="hours", x=names, y=[r.hours for _, r in plans], row=1, col=1, customdata=full,
-                hovertemplate="%{customdata}<br>%{y:,.3g} h<extra></extra>")
-    for label, values in (("on demand", [r.cost_usd_on_demand for _, r in plans]), ("spot", [r.cost_usd_spot for _, r in plans])):
-        fig.add_bar(name=label, x=names, y=values, row=1, col=2, customdata=full,
-                    hovertemplate=f"%{{customdata}}<br>{label}: $%{{y:,.2f}}<extra></extra>")
-    _layout(fig, 450, barmode="group")
-    # The subplot titles sit on the plots' top edge, where _layout puts the legend: the legend goes to the top of the
-    # figure instead (container coordinates), a line above the titles, so neither covers the other.
-    fig.update_layout(margin={"t": 90}, legend={"yref": "container", "y": 1, "yanchor": "top"})
-    fig.update_xaxes(tickangle=-30, automargin=True)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Wall time (hours)", "Cost (USD)"), shared_yaxes=True,
+                        horizontal_spacing=0.04)
+    fig.add_bar(name="hours", y=names, x=[r.hours for _, r in plans], orientation="h", row=1, col=1, customdata=full,
+                hovertemplate="%{customdata}<br>%{x:,.3g} h<extra></extra>")
+    for label, values in _costs(plans).items():
+        if any(v is not None for v in values):
+            fig.add_bar(name=label, y=names, x=values, orientation="h", row=1, col=2, customdata=full,
+                        hovertemplate=f"%{{customdata}}<br>{label}: $%{{x:,.2f}}<extra></extra>")
+    _layout(fig, len(plans), barmode="group")
     return fig
+
+
+def time_cost_notes(plans: list[tuple[Plan, PlanResult]]) -> None:
+    """Captions under :func:`time_cost_compare_figure` saying why a cost bar is missing: no plan has that price, or
+    which plans lack it (names escaped)."""
+    for label, values in _costs(plans).items():
+        missing = [p.name for (p, _), v in zip(plans, values) if v is None]
+        if len(missing) == len(plans):
+            st.caption(f"No {label} bars: no plan's price source lists a {label} price for its GPU.")
+        elif missing:
+            st.caption(f"No {label} bar for " + ", ".join(f"'{md_plain(n)}'" for n in missing[:10])
+                       + (f" and {len(missing) - 10:,} more" if len(missing) > 10 else "")
+                       + f": the plan's price source lists no {label} price for its GPU.")

@@ -178,7 +178,8 @@ def test_rename_and_remove_on_the_page(new_app, tmp_path, monkeypatch):
     no_exception(at)
     assert [p.plan.name for p in replica(url).plans()] == ["renamed", "second"]
     assert at.selectbox(key="plans_chosen").value == "renamed"
-    at.button(key="plans_remove").click().run()
+    at.button(key="plans_remove").click().run()  # arms the confirmation (tests/app/test_plan_actions.py)
+    at.button(key="plans_remove_confirm").click().run()
     no_exception(at)
     assert [p.plan.name for p in replica(url).plans()] == ["second"]
 

@@ -71,16 +71,15 @@ def test_plan_names_are_shown_as_typed_and_long_ones_do_not_run_into_the_legend(
     for chart in page.get("plotly_chart"):
         fig = json.loads(chart.proto.spec)
         bars = [t for t in fig["data"] if t["type"] == "bar"]
-        tick = bars[0]["x"][0]
+        assert bars[0]["orientation"] == "h"  # names on the y axis, horizontal: none slanted, none overlapping
+        tick = bars[0]["y"][0]
         assert tick == "&lt;b&gt;bold&lt;/b&gt; &amp; **not bold** …"  # 28 characters, escaped: shown, not applied
         assert bars[0]["customdata"][0] == "&lt;b&gt;bold&lt;/b&gt; &amp; **not bold** — a plan name far longer than " \
             "any axis label should be"  # the whole name on hover
+        # the legend at the figure's top, above the plot and any subplot title
         legend = fig["layout"]["legend"]
-        if "annotations" in fig["layout"]:  # Wall time / Cost: the legend at the figure's top, above the subplot titles
-            assert legend.get("yref") == "container" and legend["y"] == 1 and legend["yanchor"] == "top"
-            assert fig["layout"]["margin"]["t"] >= 90
-        else:
-            assert legend["y"] >= 1 and legend["yanchor"] == "bottom"  # above the plot
+        assert legend.get("yref") == "container" and legend["y"] == 1 and legend["yanchor"] == "top"
+        assert fig["layout"]["margin"]["t"] >= 90
 
 
 def exported_file() -> bytes:
@@ -235,7 +234,9 @@ def test_chart_labels_after_an_import_read_as_the_names_listed(page):
         page.text_input(key="plan_name").input(name).run()
         page.button(key="plan_save").click().run()
         no_exception(page)
-    data = plans_to_csv(page.session_state["saved_plans"], version="0.1.0", exported_at="2026-01-01T00:00:00Z")
+    # the same names, other plans (QLoRA): saved as numbered copies (the same plans would be skipped)
+    others = [p.model_copy(update={"method": Method.QLORA}) for p, _ in page.session_state["saved_plans"]]
+    data = plans_to_csv([(p, evaluate_plan(p)) for p in others], version="0.1.0", exported_at="2026-01-01T00:00:00Z")
     page.file_uploader(key="plans_import").set_value(("plans.csv", data, "text/csv")).run()
     no_exception(page)
     listed = [p.name for p, _ in page.session_state["saved_plans"]]
@@ -243,7 +244,7 @@ def test_chart_labels_after_an_import_read_as_the_names_listed(page):
     for chart in page.get("plotly_chart"):
         bars = [t for t in json.loads(chart.proto.spec)["data"] if t["type"] == "bar"]
         # escaped (shown, not applied); the 31-character copy cut to 28 with its " (2)" kept whole
-        assert bars[0]["x"] == ["**bold** &lt;script&gt;x&lt;/script&gt;", '=HYPERLINK("http://x")',
+        assert bars[0]["y"] == ["**bold** &lt;script&gt;x&lt;/script&gt;", '=HYPERLINK("http://x")',
                                 "**bold** &lt;script&gt;x&lt;/scr… (2)", '=HYPERLINK("http://x") (2)']
 
 
@@ -255,4 +256,4 @@ def test_long_names_that_cut_the_same_are_shown_whole():
     plans = [Plan(name=n, model_repo_id=QWEN_05B, method="lora", gpu="NVIDIA A100 80GB", dataset_total_tokens=1_000_000)
              for n in names]
     fig = time_cost_compare_figure([(p, evaluate_plan(p)) for p in plans])
-    assert list(fig.data[0].x) == [*names[:2], "short"]  # cut to 28 both read "a plan name far longer than…"
+    assert list(fig.data[0].y) == [*names[:2], "short"]  # cut to 28 both read "a plan name far longer than…"

@@ -601,6 +601,13 @@ def test_a_saved_plan_and_the_scenario_survive_a_server_restart(chromium, tmp_pa
                 _wait_idle(page)
                 assert all(part in page.url for part in scenario), page.url
                 assert page.locator('[data-testid="stException"]').count() == 0
+                # Removing it takes a second click on a confirmation that names it (tests/app/test_plan_actions.py).
+                page.locator('[data-testid="stButton"] button', has_text="Remove this plan").click()
+                expect(page.get_by_text("Remove 'survives a restart' from the team library?")).to_be_visible()
+                page.get_by_role("button", name="Remove", exact=True).click()
+                expect(page.get_by_text("Removed 'survives a restart'.")).to_be_visible()
+                expect(page.get_by_text("No saved plans yet")).to_be_visible()
+                assert page.locator('[data-testid="stException"]').count() == 0
             finally:
                 browser.close()
     finally:
