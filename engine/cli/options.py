@@ -121,6 +121,8 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
             Scenario field the engine's message names.
     """
     fields = {name: getattr(args, name) for name in SCENARIO_FIELDS}
+    # --cuda-graphs is torch.compile(mode="reduce-overhead"): a compiled run, for memory as for time
+    fields["torch_compile"] = bool(fields["torch_compile"] or getattr(args, "cuda_graphs", False))
     if fields["quant_storage"] is None:  # unset: the multi-GPU split picks it (engine.memory.qlora_storage)
         del fields["quant_storage"]
     fields.update(peft_fields(args))
@@ -241,7 +243,7 @@ def add_time_cost_options(p: argparse.ArgumentParser) -> None:
                         "and launches; a compiled run is --torch-compile, which memory reads too)")
     g.add_argument("--cuda-graphs", action="store_true",
                    help="torch.compile(mode='reduce-overhead'): the fused forward and backward replayed as CUDA graphs, "
-                        "no per-kernel launch time (implies --fused-kernels)")
+                        "no per-kernel launch time (implies --torch-compile and --fused-kernels)")
     g.add_argument("--price-source", default=None, metavar="NAME",
                    help=f"a source of data/gpu_prices.csv, e.g. 'RunPod Community Cloud', or 'cheapest' (default: the cheapest listed "
                         "price of any source)")

@@ -353,3 +353,15 @@ def test_torch_compile_is_one_switch_for_memory_and_time():
     assert on["time_cost"]["loss_implementation"] == "torchtune_chunked_compiled" and on["time_cost"]["fused_kernels"]
     assert off["time_cost"]["loss_implementation"] == "torchtune_chunked" and not off["time_cost"]["fused_kernels"]
     assert on["assumptions"][0].endswith("(8 chunks), compiled")
+
+
+def test_cuda_graphs_is_a_compiled_run_for_memory_too():
+    """--cuda-graphs is torch.compile(mode="reduce-overhead") (its help says so): the scenario is compiled, so a
+    torchtune run's memory counts the compiled chunked loss (2 B x logits at the forward, the measured record), as
+    --torch-compile does."""
+    common = ("estimate", "--model", LLAMA_8B, "--offline", "--framework", "torchtune", "--method", "lora",
+              "--micro-batch-size", "2", "--seq-len", "2048", "--gpu", "H100 SXM", "--dataset-tokens", "1000000")
+    graphs = ok_json(run_cli(*common, "--cuda-graphs"))
+    assert graphs["scenario"]["torch_compile"] is True
+    assert graphs["formulas"]["logits_forward"].startswith("2 B x batch x seq x vocab")
+    assert graphs["time_cost"]["loss_implementation"] == "torchtune_chunked_compiled"
