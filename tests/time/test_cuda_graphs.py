@@ -47,7 +47,10 @@ def test_cli_times_cuda_graphs_and_refuses_them_where_not_modelled(capsys):
     assert main([*args, "--cuda-graphs"]) == 0
     graphs = json.loads(capsys.readouterr().out)
     assert graphs["time_cost"]["cuda_graphs"] and graphs["time_cost"]["fused_kernels"]  # graphs imply fused kernels
-    assert graphs["tokens_per_second"] == estimate_throughput(LLAMA1B, SC, B200, fused_kernels=True,
+    # --cuda-graphs is torch.compile(mode="reduce-overhead"): a compiled scenario (torchtune's compiled chunked loss)
+    compiled = SC.model_copy(update={"torch_compile": True})
+    assert graphs["scenario"]["torch_compile"] is True
+    assert graphs["tokens_per_second"] == estimate_throughput(LLAMA1B, compiled, B200, fused_kernels=True,
                                                               cuda_graphs=True).tokens_per_second
     assert graphs["tokens_per_second"] > fused["tokens_per_second"]
     assert main(["plan", *args[1:], "--cuda-graphs"]) == 2  # a saved plan does not carry it: refused, not dropped
