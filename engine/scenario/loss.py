@@ -65,7 +65,7 @@ COMPILED_FORMS = {
     LossImplementation.TORCHTUNE_CHUNKED: LossImplementation.TORCHTUNE_CHUNKED_COMPILED,
 }
 """The loss a run's torch.compile turns a loss into, where its framework compiles it and the compiled code holds
-other tensors (:meth:`engine.scenario.training.Scenario.loss_compiled`); a loss not listed runs as it is."""
+other tensors (:attr:`engine.scenario.training.Scenario.loss`); a loss not listed runs as it is."""
 
 
 class TransformersVersion(str, Enum):

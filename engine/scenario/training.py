@@ -57,7 +57,7 @@ class Framework(str, Enum):
       (``chunked_cross_entropy``); GELU is torch's fused ``F.gelu``.
     - ``torchtune``: torchtune's single-device recipes: adapters in the weight dtype; the loss its recipe configs run
       since 0.3.0, ``CEWithChunkedOutputLoss`` (``torchtune_chunked``: 8 chunks of 16-bit logits, each upcast on its
-      own; :data:`FRAMEWORKS`; compiled, ``torchtune_chunked_compiled``: :meth:`Scenario.loss_compiled`); otherwise
+      own; :data:`FRAMEWORKS`; compiled, ``torchtune_chunked_compiled``: :attr:`Scenario.loss`); otherwise
       like ``hf``.
     """
 
@@ -272,23 +272,16 @@ class Scenario(BaseModel):
         """The loss that runs: Liger's with ``fused_cross_entropy``, else ``loss_implementation``, else the
         framework's default (its record's ``loss``: LitGPT's chunked loss for litgpt, torchtune's
         CEWithChunkedOutputLoss for torchtune, transformers' for hf); with ``torch_compile``, its compiled form where
-        there is one (:meth:`loss_compiled`)."""
-        return self.loss_compiled(self.torch_compile)
-
-    def loss_compiled(self, compiled: bool) -> LossImplementation:
-        """The loss that runs when the run is torch.compiled (``compiled``) or not: the chosen or default loss
-        (Liger's with ``fused_cross_entropy``, else ``loss_implementation``, else the framework's record), turned
-        into its compiled form where its framework compiles it (:data:`~engine.scenario.loss.COMPILED_FORMS`:
-        torchtune's chunked loss, the framework's default or chosen, becomes ``torchtune_chunked_compiled``).
-        :attr:`loss` is this at the run's own ``torch_compile``; a ``loss_implementation`` that already names a
-        compiled form stays that form either way."""
+        its framework compiles it (:data:`~engine.scenario.loss.COMPILED_FORMS`: torchtune's chunked loss, the
+        framework's default or chosen, becomes ``torchtune_chunked_compiled``). A ``loss_implementation`` that already
+        names a compiled form stays that form either way."""
         if self.fused_cross_entropy:
             chosen = LossImplementation.LIGER
         elif self.loss_implementation is not None:
             chosen = self.loss_implementation
         else:
             chosen = self.framework.record.loss
-        return COMPILED_FORMS.get(chosen, chosen) if compiled else chosen
+        return COMPILED_FORMS.get(chosen, chosen) if self.torch_compile else chosen
 
     @property
     def tokens_per_micro_batch(self) -> int:

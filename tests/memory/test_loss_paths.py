@@ -191,17 +191,16 @@ def test_torchtune_default_under_compile_is_the_compiled_record():
     from engine.time.memory_bound import loss_bytes
 
     tt = Scenario.build(framework="torchtune")
-    assert tt.loss_compiled(False) is tt.loss is LossImplementation.TORCHTUNE_CHUNKED
-    assert tt.loss_compiled(True) is LossImplementation.TORCHTUNE_CHUNKED_COMPILED
+    assert tt.loss is LossImplementation.TORCHTUNE_CHUNKED
     compiled_run = Scenario.build(framework="torchtune", torch_compile=True)
     assert compiled_run.loss is LossImplementation.TORCHTUNE_CHUNKED_COMPILED
-    assert compiled_run.loss_compiled(False) is LossImplementation.TORCHTUNE_CHUNKED  # the same run not compiled
+    # the same run not compiled
+    assert compiled_run.model_copy(update={"torch_compile": False}).loss is LossImplementation.TORCHTUNE_CHUNKED
     chosen = Scenario.build(framework="torchtune", loss_implementation="torchtune_chunked", torch_compile=True)
     assert chosen.loss is LossImplementation.TORCHTUNE_CHUNKED_COMPILED
     for fields in ({"framework": "torchtune", "loss_implementation": "torchtune_ce"}, {},
                    {"framework": "litgpt"}, {"fused_cross_entropy": True}):
         sc = Scenario.build(**fields)
-        assert sc.loss_compiled(True) is sc.loss
         assert Scenario.build(**fields, torch_compile=True).loss is sc.loss
     v = LLAMA31_8B.vocab_size
     assert loss_bytes(LLAMA31_8B, tt, 2) == 28 * v
