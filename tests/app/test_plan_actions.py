@@ -10,7 +10,7 @@ import os
 import pytest
 import sqlalchemy as sa
 
-from apptest_support import no_exception, warnings_shown, shown
+from apptest_support import no_exception, open_link, warnings_shown, shown
 from engine.plan.plans import Plan, evaluate_plan, plans_to_csv
 from engine.scenario.training import Method
 from ui.plan_store import PlanStore
@@ -49,11 +49,7 @@ def buttons(at) -> set[str]:
 def page(new_app):
     for name, method in (("alpha", Method.FULL), ("beta *b*", Method.LORA), ("gamma", Method.QLORA)):
         library().create(plan(name, method=method))
-    at = new_app()
-    at.query_params["model"] = QWEN_05B
-    at.switch_page(PAGE).run()
-    no_exception(at)
-    return at
+    return open_link(new_app(), PAGE, {"model": QWEN_05B})
 
 
 def test_removal_takes_a_confirmation_naming_the_plan_then_nothing_is_chosen(page):
@@ -166,9 +162,6 @@ def test_the_compare_charts_read_with_many_plans_and_list_only_drawn_series(page
 
 
 def test_the_default_plan_name_writes_the_gpu_count_as_the_app_does(new_app):
-    at = new_app()
-    at.query_params["model"] = QWEN_05B
-    at.switch_page(PAGE).run()
-    no_exception(at)
+    at = open_link(new_app(), PAGE, {"model": QWEN_05B})
     placeholder = at.text_input(key="plan_name").placeholder
     assert " 1 x NVIDIA " in placeholder and "1xNVIDIA" not in placeholder, placeholder

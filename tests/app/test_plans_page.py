@@ -16,7 +16,7 @@ from engine.scenario.training import Method
 from engine.model.sources import config_from_catalog
 from hubstub import StubRepo
 from ui.formats import md_plain
-from apptest_support import no_exception, warnings_shown
+from apptest_support import no_exception, open_link, warnings_shown
 
 PAGE = "pages/plans.py"
 QWEN_05B = "Qwen/Qwen2.5-0.5B"
@@ -30,11 +30,7 @@ def peak_bytes(at: AppTest) -> int:
 
 @pytest.fixture
 def page(new_app) -> AppTest:
-    at = new_app()
-    at.query_params["model"] = QWEN_05B
-    at.switch_page(PAGE).run()
-    no_exception(at)
-    return at
+    return open_link(new_app(), PAGE, {"model": QWEN_05B})
 
 
 def test_plans_page_starts_empty_then_saves_and_compares(page):
@@ -164,10 +160,7 @@ def test_token_never_in_url_or_exported_plans(new_app, hub_stub):
 
 
 def test_time_cost_page_offers_the_curves_as_csv(new_app):
-    at = new_app()
-    at.query_params["model"] = QWEN_05B
-    at.switch_page("pages/time_cost.py").run()
-    no_exception(at)
+    at = open_link(new_app(), "pages/time_cost.py", {"model": QWEN_05B})
     labels = []
     for view in ("dataset", "plans"):  # one section at a time (ui.views): the curves' and the plans' sections
         at.radio(key="tc_view").set_value(view).run()
