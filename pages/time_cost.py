@@ -12,7 +12,7 @@ from engine.time.collectives import node_mismatch
 from engine.plan.fit import check_fit
 from engine.memory.estimate import estimate_memory
 from engine.memory.parallel import STRATEGY_LABELS
-from engine.scenario.loss import LOSS_LABELS
+from engine.scenario.loss import LOSSES
 from engine.scenario.precision import precision_spec
 from engine.time.band import band_for
 from engine.time.seed import SEED_THROUGHPUT, SEED_THROUGHPUT_SOURCE, seed_throughput
@@ -72,7 +72,7 @@ st.caption(
     f"**{md_plain(model.title)}** · {scenario.method.value}, {precision_spec(scenario.precision).label}, micro batch "
     f"{scenario.micro_batch_size} × {scenario.seq_len:,} tokens × {scenario.gradient_accumulation_steps} accumulation"
     f"{', gradient checkpointing' if scenario.gradient_checkpointing else ''} · **{md_plain(plan.label)}**, "
-    f"{STRATEGY_LABELS[strategy]} · attention kernel {tp.attention_kernel} · loss: {md_plain(LOSS_LABELS[tp.loss])}"
+    f"{STRATEGY_LABELS[strategy]} · attention kernel {tp.attention_kernel} · loss: {md_plain(LOSSES[tp.loss].label)}"
     f"{' · torch.compile' if scenario.torch_compile else ''}{' · fused kernels' if tp.fused_kernels else ''} · matmuls per GPU at "
     f"{md_plain(tp.rates.matmul_summary)} · prices: {md_plain(price.source)}"
 )

@@ -7,7 +7,7 @@ from typing import Any
 
 import streamlit as st
 
-from engine.scenario.loss import LOSS_LABELS, TRANSFORMERS_VERSION_LABELS, LossImplementation, TransformersVersion
+from engine.scenario.loss import LOSSES, TRANSFORMERS_VERSION_LABELS, LossImplementation, TransformersVersion
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.peft import PROMPT_METHODS, SAVEABLE
 from engine.scenario.training import FRAMEWORK_LABELS, Attention, Framework, Method, Scenario
@@ -59,7 +59,7 @@ def _shown(key: str, value: Any) -> str:
         return FRAMEWORK_LABELS[Framework(value)]
     if key == "loss_implementation":
         loss = chosen_loss(value)
-        return "framework default" if loss is None else LOSS_LABELS[loss]
+        return "framework default" if loss is None else LOSSES[loss].label
     if key == "transformers_version":
         return TRANSFORMERS_VERSION_LABELS[TransformersVersion(value)]
     if isinstance(value, bool):
@@ -114,7 +114,7 @@ def more_training_options(method: Method, checkpointing: bool) -> dict[str, Any]
 def _framework_default(framework: Any, compiled: bool) -> str:
     """The label of "no loss implementation chosen": the loss the estimate counts for ``framework``, compiled or not
     (``Scenario.loss``)."""
-    return f"Framework default: {LOSS_LABELS[Scenario(framework=Framework(framework), torch_compile=compiled).loss]}"
+    return f"Framework default: {LOSSES[Scenario(framework=Framework(framework), torch_compile=compiled).loss].label}"
 
 
 def _draw_more(applies: dict[str, bool]) -> dict[str, Any]:
@@ -141,7 +141,7 @@ def _draw_more(applies: dict[str, bool]) -> dict[str, Any]:
         _LABELS["loss_implementation"],
         [FRAMEWORK_LOSS, *(x for x in LossImplementation if x is not LossImplementation.LIGER)],
         format_func=lambda x: (_framework_default(values["framework"], values["torch_compile"]) if x == FRAMEWORK_LOSS
-                               else LOSS_LABELS[LossImplementation(x)]),
+                               else LOSSES[LossImplementation(x)].label),
         key="loss_implementation", disabled=fused,
         help="The cross-entropy code over the vocabulary (engine.memory.loss_paths): what it keeps "
         "per token and vocabulary entry. The Liger switch above is the fused linear cross-entropy.",

@@ -11,9 +11,9 @@ logits, each upcast on its own; this importer mapped it to Liger's fused linear 
 that dropped the 16-bit logit chunks and log-softmaxes the recipe keeps), ``torch.nn.CrossEntropyLoss`` is
 ``torchtune_ce`` (0.3+: the model upcasts its whole output). With ``compile: True`` the recipe compiles the chunked
 loss's per-chunk cross-entropy (``training.compile_loss``): ``compile`` is ``Scenario.torch_compile``, so
-CEWithChunkedOutputLoss, named or left to the framework's default, runs as ``torchtune_chunked_compiled``
-(:data:`engine.scenario.loss.COMPILED_FORMS`, ``Scenario.loss``) for memory and time alike; the compiled model
-layers' activations stay counted as eager (said as unsupported). Attention is SDPA.
+CEWithChunkedOutputLoss, named or left to the framework's default, runs as ``torchtune_chunked_compiled`` (the
+``compiled_form`` of its record in :data:`engine.scenario.loss.LOSSES`, ``Scenario.loss``) for memory and time alike;
+the compiled model layers' activations stay counted as eager (said as unsupported). Attention is SDPA.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from engine.memory.weights import ParamTensors, low_precision_copies, split_tens
 from engine.model.architecture import Architecture
 from engine.memory.adapters import adalora_scores_component, forward_transient_component, prefix_kv_component
 from engine.memory.components import step_phases
-from engine.scenario.loss import LOSS_LABELS, TRANSFORMERS_VERSION_LABELS, LossImplementation
+from engine.scenario.loss import LOSSES, TRANSFORMERS_VERSION_LABELS, LossImplementation
 from engine.scenario.peft import LORA_FAMILY, effective_seq_len, targeted
 from engine.scenario.optimizer import is_paged
 from engine.scenario.precision import precision_spec
@@ -124,7 +124,7 @@ def _loss_assumption(sc: Scenario) -> str:
     if sc.loss is LossImplementation.HF:
         return (f"loss as in transformers {TRANSFORMERS_VERSION_LABELS[sc.transformers_version]} "
                 "(ForCausalLMLoss, or the model's forward up to 4.45)")
-    return f"loss: {LOSS_LABELS[sc.loss]}"
+    return f"loss: {LOSSES[sc.loss].label}"
 
 
 def _beyond_context(arch: Architecture) -> str:

@@ -1,12 +1,15 @@
 """Which code computes the loss over the vocabulary: the loss implementation and, for transformers' loss, the
 version range of transformers whose code path holds different tensors.
 
-The bytes each one holds are :mod:`engine.memory.logits`'s; this module only names the choices (Scenario fields).
+The bytes each one holds are :mod:`engine.memory.loss_paths`' (and :mod:`engine.memory.logits`'); this module names the
+choices (Scenario fields) and keeps one :class:`LossRecord` per loss in :data:`LOSSES`, from which its label, its
+compiled form and the time model's on-chip losses derive.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from enum import Enum
 
 
@@ -22,7 +25,7 @@ class LossImplementation(str, Enum):
       torchtune framework's default when the run is not compiled.
     - ``torchtune_chunked_compiled``: the same loss with ``compile: True``: the recipes ``torch.compile`` each
       chunk's upcast + cross-entropy (``compute_cross_entropy``); the torchtune framework's default under
-      torch.compile (:data:`COMPILED_FORMS`).
+      torch.compile (its :data:`LOSSES` record's ``compiled_form``).
     - ``torchtune_ce``: torchtune 0.3+ with ``torch.nn.CrossEntropyLoss`` (the loss component set to it): the model
       upcasts its whole output (``self.output(h).float()``) and the recipe deletes the logits before backward.
     - ``torchtune_ce_v02``: torchtune 0.1-0.2 (``torch.nn.CrossEntropyLoss``, its configs' loss then): fp32 logits
@@ -45,27 +48,46 @@ class LossImplementation(str, Enum):
     INPLACE_FUSED = "inplace_fused"
 
 
-LOSS_LABELS = {
-    LossImplementation.HF: "Hugging Face transformers (fp32 logits)",
-    LossImplementation.LIGER: "Liger fused linear cross-entropy",
-    LossImplementation.LITGPT_CHUNKED: "LitGPT chunked (16-bit logits)",
-    LossImplementation.TORCHTUNE_CHUNKED: "torchtune CEWithChunkedOutputLoss (8 chunks)",
-    LossImplementation.TORCHTUNE_CHUNKED_COMPILED: "torchtune CEWithChunkedOutputLoss (8 chunks), compiled",
-    LossImplementation.TORCHTUNE_CE: "torchtune 0.3+ torch.nn.CrossEntropyLoss (fp32 logits)",
-    LossImplementation.TORCHTUNE_CE_V02: "torchtune 0.1-0.2 torch.nn.CrossEntropyLoss (fp32 logits kept)",
-    LossImplementation.MEGATRON: "Megatron-LM vocab-parallel cross-entropy",
-    LossImplementation.TORCHTITAN: "torchtitan cross_entropy_loss (eager)",
-    LossImplementation.INPLACE_FUSED: "Fused in-place cross-entropy (flash-attn, llm.c)",
-}
+@dataclass(frozen=True)
+class LossRecord:
+    """Every fact of one loss implementation that the stages above the scenario read (one record per loss).
+
+    ``label``: its name in the UI and in the estimate's notes. ``compiled_form``: the loss a run's ``torch.compile``
+    turns it into, where its framework compiles it and the compiled code holds other tensors
+    (:attr:`engine.scenario.training.Scenario.loss`); None: it runs as it is. ``on_chip``: why the loss keeps each
+    chunk's upcast, softmax and gradient on chip (``2c + 8`` bytes per logit for the step time,
+    :func:`engine.time.memory_bound.loss_bytes`), with its source; None: an eager loss (``2c + 24``). The bytes it
+    holds are :mod:`engine.memory.loss_paths`' (a stage above this one).
+    """
+
+    label: str
+    compiled_form: LossImplementation | None = None
+    on_chip: str | None = None
 
 
-COMPILED_FORMS = {
-    # torchtune training.compile_loss (pytorch/torchtune@a6290a5b): for CEWithChunkedOutputLoss it compiles only
-    # compute_cross_entropy, the chunk's upcast + F.cross_entropy; the recipes call it when compile is on.
-    LossImplementation.TORCHTUNE_CHUNKED: LossImplementation.TORCHTUNE_CHUNKED_COMPILED,
+LOSSES: dict[LossImplementation, LossRecord] = {
+    LossImplementation.HF: LossRecord("Hugging Face transformers (fp32 logits)"),
+    LossImplementation.LIGER: LossRecord(
+        "Liger fused linear cross-entropy",
+        on_chip="Liger's fused linear cross-entropy: every chunk's logits, softmax and gradient in one kernel "
+                "(liger-kernel 0.5)"),
+    LossImplementation.LITGPT_CHUNKED: LossRecord("LitGPT chunked (16-bit logits)"),
+    LossImplementation.TORCHTUNE_CHUNKED: LossRecord(
+        "torchtune CEWithChunkedOutputLoss (8 chunks)",
+        # torchtune training.compile_loss (pytorch/torchtune@a6290a5b): for CEWithChunkedOutputLoss it compiles only
+        # compute_cross_entropy, the chunk's upcast + F.cross_entropy; the recipes call it when compile is on.
+        compiled_form=LossImplementation.TORCHTUNE_CHUNKED_COMPILED),
+    LossImplementation.TORCHTUNE_CHUNKED_COMPILED: LossRecord(
+        "torchtune CEWithChunkedOutputLoss (8 chunks), compiled",
+        on_chip="torchtune's recipes compile CEWithChunkedOutputLoss.compute_cross_entropy (one chunk's upcast + "
+                "F.cross_entropy: training.compile_loss, pytorch/torchtune@a6290a5b)"),
+    LossImplementation.TORCHTUNE_CE: LossRecord("torchtune 0.3+ torch.nn.CrossEntropyLoss (fp32 logits)"),
+    LossImplementation.TORCHTUNE_CE_V02: LossRecord("torchtune 0.1-0.2 torch.nn.CrossEntropyLoss (fp32 logits kept)"),
+    LossImplementation.MEGATRON: LossRecord("Megatron-LM vocab-parallel cross-entropy"),
+    LossImplementation.TORCHTITAN: LossRecord("torchtitan cross_entropy_loss (eager)"),
+    LossImplementation.INPLACE_FUSED: LossRecord("Fused in-place cross-entropy (flash-attn, llm.c)"),
 }
-"""The loss a run's torch.compile turns a loss into, where its framework compiles it and the compiled code holds
-other tensors (:attr:`engine.scenario.training.Scenario.loss`); a loss not listed runs as it is."""
+"""Every loss implementation's record: labels, compiled forms and the on-chip losses all derive from it."""
 
 
 class TransformersVersion(str, Enum):

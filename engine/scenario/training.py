@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from engine.errors import ScenarioError, explain_validation
 from engine.secrets import looks_like_token
 from engine.scenario.methods import Method
-from engine.scenario.loss import COMPILED_FORMS, LossImplementation, TransformersVersion
+from engine.scenario.loss import LOSSES, LossImplementation, TransformersVersion
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.precision import PrecisionMode
 
@@ -165,9 +165,9 @@ class Scenario(BaseModel):
     grad (transformers' ``enable_input_require_grads``), so backward also runs through the frozen blocks.
     ``torch_compile``: the run is ``torch.compile``d (``TrainingArguments(torch_compile=True)``, axolotl's
     ``torch_compile``, torchtune's ``compile: True``): the one switch both the memory estimate and the step time read.
-    Memory: :attr:`loss` is the loss's compiled form where its framework compiles it and it was measured
-    (:data:`~engine.scenario.loss.COMPILED_FORMS`: torchtune's chunked loss -> ``torchtune_chunked_compiled``); the
-    compiled model's other tensors are counted as eager. Time: fused elementwise kernels and, off the Hugging Face
+    Memory: :attr:`loss` is the loss's compiled form where its framework compiles it and it was measured (the
+    ``compiled_form`` of its :data:`~engine.scenario.loss.LOSSES` record: torchtune's chunked loss ->
+    ``torchtune_chunked_compiled``); the compiled model's other tensors are counted as eager. Time: fused elementwise kernels and, off the Hugging Face
     stack's eager hooks, a compiled backward's launches (:func:`engine.time.memory_bound.runs_fused`).
     """
 
@@ -272,8 +272,8 @@ class Scenario(BaseModel):
         """The loss that runs: Liger's with ``fused_cross_entropy``, else ``loss_implementation``, else the
         framework's default (its record's ``loss``: LitGPT's chunked loss for litgpt, torchtune's
         CEWithChunkedOutputLoss for torchtune, transformers' for hf); with ``torch_compile``, its compiled form where
-        its framework compiles it (:data:`~engine.scenario.loss.COMPILED_FORMS`: torchtune's chunked loss, the
-        framework's default or chosen, becomes ``torchtune_chunked_compiled``). A ``loss_implementation`` that already
+        its framework compiles it (the ``compiled_form`` of its :data:`~engine.scenario.loss.LOSSES` record:
+        torchtune's chunked loss, the framework's default or chosen, becomes ``torchtune_chunked_compiled``). A ``loss_implementation`` that already
         names a compiled form stays that form either way."""
         if self.fused_cross_entropy:
             chosen = LossImplementation.LIGER
@@ -281,7 +281,8 @@ class Scenario(BaseModel):
             chosen = self.loss_implementation
         else:
             chosen = self.framework.record.loss
-        return COMPILED_FORMS.get(chosen, chosen) if self.torch_compile else chosen
+        compiled = LOSSES[chosen].compiled_form
+        return compiled if self.torch_compile and compiled is not None else chosen
 
     @property
     def tokens_per_micro_batch(self) -> int:

@@ -11,7 +11,7 @@ reads the saved input and the incoming gradient and writes the outgoing one: :da
 from __future__ import annotations
 
 from engine.model.architecture import Architecture
-from engine.scenario.loss import LossImplementation
+from engine.scenario.loss import LOSSES
 from engine.scenario.optimizer import Optimizer, StepKernel
 from engine.scenario.training import Method, QuantType, Scenario
 
@@ -78,16 +78,6 @@ def _mlp_width(arch: Architecture) -> float:
     return arch.intermediate_size
 
 
-ON_CHIP_LOSSES = {
-    LossImplementation.LIGER: "Liger's fused linear cross-entropy: every chunk's logits, softmax and gradient in one "
-                              "kernel (liger-kernel 0.5)",
-    LossImplementation.TORCHTUNE_CHUNKED_COMPILED: "torchtune's recipes compile CEWithChunkedOutputLoss."
-                                                   "compute_cross_entropy (one chunk's upcast + F.cross_entropy: "
-                                                   "training.compile_loss, pytorch/torchtune@a6290a5b)",
-}
-"""Losses that keep each chunk's upcast, softmax and gradient on chip: ``2c + 8`` bytes per logit."""
-
-
 def runs_fused(sc: Scenario, other: bool = False) -> bool:
     """Whether the step's elementwise chains run fused: the run is ``torch.compile``d (``sc.torch_compile``, the
     scenario's one compile switch, which the memory estimate reads too) or it runs other fused kernels (``other``:
@@ -101,12 +91,12 @@ def loss_bytes(arch: Architecture, sc: Scenario, c: int) -> float:
 
     An eager loss (transformers' ``ForCausalLMLoss``, torchtune's losses, torchtitan's, ...) upcasts the logits (read
     c, write 4), ``cross_entropy`` takes log-softmax (4+4) and its gradient (4+4), cast back (4+c): ``2c + 24`` per
-    vocabulary entry, chunked or not. A fused cross-entropy (:data:`ON_CHIP_LOSSES`) keeps chunks on chip:
-    ``2c + 8``. The loss is the run's own, :attr:`~engine.scenario.training.Scenario.loss`, the one the memory
+    vocabulary entry, chunked or not. A fused cross-entropy (a loss whose :data:`~engine.scenario.loss.LOSSES`
+    record gives ``on_chip``) keeps chunks on chip: ``2c + 8``. The loss is the run's own, :attr:`~engine.scenario.training.Scenario.loss`, the one the memory
     estimate counts: its compiled form when the run compiles (``Scenario.torch_compile``), not the step time's other
     fused kernels (:func:`runs_fused`), which do not compile a loss.
     """
-    on_chip = sc.loss in ON_CHIP_LOSSES
+    on_chip = LOSSES[sc.loss].on_chip is not None
     per = (2 * c + 8) if on_chip else (2 * c + 24)
     return per * arch.vocab_size if arch.kind != "encoder" else 0.0
 

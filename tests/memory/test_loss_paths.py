@@ -184,7 +184,7 @@ def test_torchtune_compiled_chunked_path():
 
 
 def test_torchtune_default_under_compile_is_the_compiled_record():
-    """The loss's compiled form (COMPILED_FORMS): torchtune's chunked loss, its framework default or chosen, runs as
+    """The loss's compiled form (LOSSES' compiled_form): torchtune's chunked loss, its framework default or chosen, runs as
     torchtune_chunked_compiled when the run is compiled (Scenario.torch_compile); eager otherwise; other losses are
     what they are either way. The step time reads the same loss: the compiled chunked loss keeps its chunks on chip;
     the step time's other fused kernels (Unsloth, Liger) do not compile the loss."""
