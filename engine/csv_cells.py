@@ -48,17 +48,17 @@ def _text(value: Any) -> str:
     return '"' + text.replace('"', '""') + '"' if _NEEDS_QUOTES.search(text) else text
 
 
-def cell_text(value: Any) -> str:
-    """One CSV cell as it is written: None and NaN empty, a boolean in :data:`BOOLEAN_WORDS`, text :func:`neutralize`-d
-    and quoted only where needed (:data:`_NEEDS_QUOTES`), a number as Python writes it (a NumPy scalar as the Python
-    number it holds)."""
+def cell_value(value: Any) -> str:
+    """One cell's text before CSV quoting: None and NaN empty, a boolean in :data:`BOOLEAN_WORDS`, an enum its value,
+    text :func:`neutralize`-d, a number as Python writes it (a NumPy scalar as the Python number it holds). The one
+    rule both writers share: :func:`cell_text` (quoted where needed) and the plans CSV (``csv.writer`` quotes)."""
     kind = type(value)
     if kind is float:  # the common cell first (a fit matrix has thousands): a computed number, NaN a missing value
         return "" if value != value else repr(value)
     if kind is int:
         return repr(value)
     if kind is str:
-        return _text(value)
+        return neutralize(value)
     if value is None:
         return ""
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # NumPy scalars, pandas' numbers
@@ -68,10 +68,22 @@ def cell_text(value: Any) -> str:
     if isinstance(value, Enum):
         value = value.value
     if isinstance(value, str):
-        return _text(value)
+        return neutralize(value)
     if isinstance(value, float) and value != value:
         return ""
     return str(value)
+
+
+def cell_text(value: Any) -> str:
+    """One CSV cell as it is written: :func:`cell_value`, quoted (quotes doubled) only where a reader needs it
+    (:data:`_NEEDS_QUOTES`)."""
+    kind = type(value)
+    if kind is float:  # numbers inline (a fit matrix has thousands of cells; a call each costs a quarter more)
+        return "" if value != value else repr(value)
+    if kind is int:
+        return repr(value)
+    text = neutralize(value) if kind is str else cell_value(value)
+    return '"' + text.replace('"', '""') + '"' if _NEEDS_QUOTES.search(text) else text
 
 
 def csv_text(columns: Iterable[Any], rows: Iterable[Iterable[Any]]) -> str:

@@ -36,7 +36,7 @@ from engine.plan.plan_names import name_problem, same_name
 from engine.secrets import looks_like_token, redact_tokens
 from engine.plan.plan_gpu import find_plan_gpu, plan_gpu_note
 from engine.plan.verdict import Verdict
-from engine.csv_cells import BOOLEAN_WORDS, neutralize, restore
+from engine.csv_cells import cell_value, neutralize, restore
 from engine.errors import EngineError, explain_validation
 from engine.hardware.gpus import Gpu, GpuPrice
 from engine.memory.estimate import estimate_memory
@@ -231,21 +231,13 @@ CSV_COLUMNS: tuple[str, ...] = INPUT_COLUMNS + OUTPUT_COLUMNS + STAMP_COLUMNS
 
 
 def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return BOOLEAN_WORDS[value]
-    if hasattr(value, "value") and not isinstance(value, (int, float, str)):
-        return str(value.value)
-    if isinstance(value, str) and hasattr(value, "value"):  # str enums
-        return str(value.value)
+    """A plans CSV cell before ``csv.writer`` quotes it: target modules joined by commas, infinity empty, anything
+    else as every CSV of the app writes it (:func:`engine.csv_cells.cell_value`)."""
     if isinstance(value, tuple):
         return neutralize(",".join(value))
-    if isinstance(value, str):
-        return neutralize(value)  # user text: never a spreadsheet formula (engine.csv_cells)
-    if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else ""
-    return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return ""
+    return cell_value(value)
 
 
 def plan_record(plan: Plan, result: PlanResult) -> dict[str, Any]:
