@@ -136,6 +136,22 @@ def test_csv_downloads_write_booleans_as_the_plans_csv_does_and_quote_only_where
     assert layout_plans_csv([{"layout": "TP1", "fits": True, "note": None}]) == b"layout,fits,note\nTP1,true,\n"
 
 
+def test_the_plans_csv_and_the_downloads_share_one_cell_rule():
+    # engine.csv_cells.cell_value is the one rule: booleans as true/false, an enum as its value, NaN and None empty,
+    # text neutralised (OWASP CSV injection); the plans CSV adds only its own two cases (target modules joined by
+    # commas, infinity empty) and leaves quoting to csv.writer, cell_text quotes where a reader needs it.
+    from engine.csv_cells import cell_text, cell_value
+    from engine.plan.plans import _cell
+    from engine.scenario.training import Method
+
+    for value, text in [(True, "true"), (False, "false"), (Method.QLORA, "qlora"), (None, ""), (float("nan"), ""),
+                        ("=1+1", "'=1+1"), ("a, b", "a, b"), (3, "3"), (2.5, "2.5")]:
+        assert cell_value(value) == text and _cell(value) == text
+    assert cell_text("a, b") == '"a, b"' and cell_text(True) == "true"
+    assert _cell(("q_proj", "v_proj")) == "q_proj,v_proj" and _cell(float("inf")) == ""
+    assert cell_text(float("inf")) == "inf"
+
+
 # --- item 9: never lose a plan silently -----------------------------------------------------------------------------
 
 
