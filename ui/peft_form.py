@@ -117,6 +117,13 @@ def _framework_default(framework: Any, compiled: bool) -> str:
     return f"Framework default: {LOSSES[Scenario(framework=Framework(framework), torch_compile=compiled).loss].label}"
 
 
+def _chosen_loss_label(loss: LossImplementation, compiled: bool) -> str:
+    """A chosen loss's label; under torch.compile, where its framework compiles it, the form that is counted
+    (``Scenario.loss``: torchtune's chunked loss runs compiled), so the choice never changes silently."""
+    counted = Scenario(loss_implementation=loss, torch_compile=compiled).loss
+    return LOSSES[loss].label if counted is loss else f"{LOSSES[loss].label} -> compiled (torch.compile)"
+
+
 def _draw_more(applies: dict[str, bool]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     values["attention"] = st.selectbox(_LABELS["attention"], list(Attention), format_func=lambda a: a.value,
@@ -141,7 +148,7 @@ def _draw_more(applies: dict[str, bool]) -> dict[str, Any]:
         _LABELS["loss_implementation"],
         [FRAMEWORK_LOSS, *(x for x in LossImplementation if x is not LossImplementation.LIGER)],
         format_func=lambda x: (_framework_default(values["framework"], values["torch_compile"]) if x == FRAMEWORK_LOSS
-                               else LOSSES[LossImplementation(x)].label),
+                               else _chosen_loss_label(LossImplementation(x), values["torch_compile"])),
         key="loss_implementation", disabled=fused,
         help="The cross-entropy code over the vocabulary (engine.memory.loss_paths): what it keeps "
         "per token and vocabulary entry. The Liger switch above is the fused linear cross-entropy.",

@@ -80,3 +80,18 @@ def test_time_cost_run_options_hidden_apply_from_a_link(new_app):
 
 def at_key_absent(at: AppTest, key: str) -> bool:
     return key not in {w.key for kind in ("number_input", "selectbox", "toggle") for w in at.get(kind) if w.key}
+
+
+def test_a_chosen_loss_that_torch_compile_compiles_says_so_in_its_label(new_app):
+    # torchtune's recipes compile CEWithChunkedOutputLoss under compile: True (training.compile_loss,
+    # pytorch/torchtune@a6290a5b), so Scenario.loss counts its compiled form: the option says so, it is not silent.
+    at = open_link(new_app(), "pages/memory.py", {"more_options": "true", "framework": "torchtune",
+                                                  "loss_implementation": "torchtune_chunked"})
+    no_exception(at)
+    box = at.selectbox(key="loss_implementation")
+    assert "torchtune CEWithChunkedOutputLoss (8 chunks)" in box.options
+    at.toggle(key="torch_compile").set_value(True).run()
+    no_exception(at)
+    options = at.selectbox(key="loss_implementation").options
+    assert "torchtune CEWithChunkedOutputLoss (8 chunks) -> compiled (torch.compile)" in options
+    assert "Hugging Face transformers (fp32 logits)" in options  # transformers' loss runs as it is
