@@ -42,7 +42,7 @@ TRUSTED: dict[tuple[str, str], str] = {
     ("methodology_scaleout.py", "'\\n'.join(lines)"): _ENGINE + " (the Methodology page's large-runs summary lines)",
     ("model.py", "model.origin.kind.replace('_', ' ')"): _ENGINE,
     ("model_picker.py", "origin.kind.replace('_', ' ')"): _ENGINE,
-    **{("plans.py", e): _NUMBERS for e in ("current.num_gpus", "count", "row")},
+    **{("plans.py", e): _NUMBERS for e in ("current.num_gpus", "count", "row", "band_summary(result)")},
     ("plans.py", "label"): _ENGINE + " (ui/plans.py: the cost series' names, 'on demand' and 'spot')",
     **{("scale_out.py", e): _ENGINE for e in ("t.attention_kernel", "layout.label()", "t.slowest_stage")},
     ("scale_out.py", "worst.stage"): _NUMBERS,
