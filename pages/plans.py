@@ -14,13 +14,12 @@ from engine.plan.plans import Plan, evaluate_plan, plans_from_csv, plans_to_csv,
 from engine.plan.training_code import training_code
 from engine.units import fmt_bytes
 from ui.catalog_session import session_gpus, session_prices
-from ui.charts import fmt_hours, fmt_usd
 from ui.formats import md_plain
 from ui.layout import scenario_page
 from ui.plan_store import PlanStoreError, current_author, plan_store, unavailable
 from ui.plan_actions import choose_plan, remove_control, rename_control, show_notice
 from ui.plans import (
-    add_plans, compare_table, export_stamp, memory_compare_figure, refresh_plans, resolve_config,
+    add_plans, band_summary, compare_table, export_stamp, memory_compare_figure, refresh_plans, resolve_config,
     save_plan, saved_names, saved_plans, seen_plan, show_import_report, time_cost_compare_figure,
     time_cost_notes,
 )
@@ -77,8 +76,7 @@ else:
     c1, c2 = st.columns([3, 1])
     c1.text_input("Plan name", key="plan_name", placeholder=current.name)
     st.caption(f"{current.num_gpus} x {md_plain(current.gpu)} ({current.strategy.value}) · peak {fmt_bytes(result.per_gpu_peak_bytes, unit)} "
-               f"per GPU · {verdict_label(result.verdict)} · {fmt_hours(result.hours)} · "
-               f"{fmt_usd(result.cost_usd_on_demand)} on demand · {fmt_usd(result.cost_usd_spot)} spot")
+               f"per GPU · {verdict_label(result.verdict)} · {band_summary(result)} (80% band in brackets)")
     clash = seen_plan(current.name)
     overwrite = clash is not None and c1.checkbox(
         f"Replace the saved plan '{md_plain(current.name)}' (saved by {md_plain(clash.author)}, "

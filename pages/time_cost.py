@@ -22,7 +22,7 @@ from ui.charts import (
     BASIS_LABEL, cost_vs_dataset_figure, fmt_hours, fmt_usd, gpu_count_figure, plan_scatter_figure, time_vs_dataset_figure,
 )
 from ui.catalog_session import session_gpus, session_prices, table_key
-from ui.formats import fmt_big_count, md_plain
+from ui.formats import fmt_big_count, md_plain, md_usd
 from ui.layout import scenario_page
 from ui.scenario_form import time_cost_sidebar
 from ui.shared_results import time_cost_shared  # the plan search, sweeps and figures, for every session
@@ -110,21 +110,25 @@ c[0].metric("Tokens to process", fmt_big_count(run.tokens),
 c[1].metric("Tokens/s", f"{run.tokens_per_second:,.0f}",
             help=f"all {num_gpus} GPUs together: {tp.per_gpu_tokens_per_second:,.0f} per GPU; MFU {tp.mfu:.2f}, HFU {tp.hfu:.2f} "
                  "(PaLM's definitions: model FLOPs / executed FLOPs per second over the dense peak), results of the model")
-c[2].metric("Wall time", fmt_hours(run.hours), help=f"{run.hours:,.4f} hours")
-c[3].metric("GPU-hours", f"{run.gpu_hours:,.2f}")
+# every time and cost with its 80% band (engine.time.band), as the Scale out page shows them
+(gh_lo, gh_hi), (od_lo, od_hi), (sp_lo, sp_hi) = run.gpu_hours_range, run.cost_usd_on_demand_range, run.cost_usd_spot_range
+c[2].metric("Wall time", fmt_hours(run.hours), help=f"{run.hours:,.4f} hours; {fmt_hours(run.hours_low)}–"
+                                                    f"{fmt_hours(run.hours_high)} (80% band)")
+c[3].metric("GPU-hours", f"{run.gpu_hours:,.2f}", help=f"{gh_lo:,.2f}–{gh_hi:,.2f} (80% band); {num_gpus} GPUs")
 c[4].metric("Cost on-demand", fmt_usd(run.cost_usd_on_demand),
-            help=(f"${price.on_demand_usd_per_hour:,.4g}/GPU-hour from {price.on_demand_source} ({price.date})"
-                  if price.on_demand_usd_per_hour else price.reason))
+            help=(f"{md_usd(od_lo)}–{md_usd(od_hi)} (80% band); \\${price.on_demand_usd_per_hour:,.4g}/GPU-hour from "
+                  f"{price.on_demand_source} ({price.date})" if price.on_demand_usd_per_hour else price.reason))
 c[5].metric("Cost spot", fmt_usd(run.cost_usd_spot),
-            help=f"${price.spot_usd_per_hour:,.4g}/GPU-hour from {price.spot_source}" if price.spot_usd_per_hour else price.reason)
+            help=(f"{md_usd(sp_lo)}–{md_usd(sp_hi)} (80% band); \\${price.spot_usd_per_hour:,.4g}/GPU-hour from "
+                  f"{price.spot_source}" if price.spot_usd_per_hour else price.reason))
 band = tp.band
-od_lo, od_hi = run.cost_usd_on_demand_range
 raw = band_for(num_gpus, tp.hf_stack) if cal is not None else None
 parts = ", ".join(f"{CATEGORY_STYLE[k][0].lower()} {v * 1e3:,.1f} ms" for k, v in tp.breakdown_s.items() if v > 0)
 # One caption of paragraphs, not one element each: every element costs the server and the browser on each rerun.
 st.caption(f"Range, not a point: tokens/s {run.tokens_per_second_low:,.0f}–{run.tokens_per_second_high:,.0f}, wall time "
-           f"{fmt_hours(run.hours_low)}–{fmt_hours(run.hours_high)}"
-           + (f", on-demand cost {fmt_usd(od_lo)}–{fmt_usd(od_hi)}" if od_lo is not None else "")
+           f"{fmt_hours(run.hours_low)}–{fmt_hours(run.hours_high)}, GPU-hours {gh_lo:,.2f}–{gh_hi:,.2f}"
+           + (f", on-demand cost {md_usd(od_lo)}–{md_usd(od_hi)}" if od_lo is not None else "")
+           + (f", spot cost {md_usd(sp_lo)}–{md_usd(sp_hi)}" if sp_lo is not None else "")
            + f". {md_plain(band.note)} (Methodology page)."
            + (f"\n\n{md_plain(band.calibration_note(raw))}" if cal is not None else "")
            + (f"\n\nNo invented prices: {md_plain(price.reason)}. Pick another price source in the sidebar." if price.reason else "")
@@ -251,35 +255,44 @@ def _plans_section(search: PlanSearch) -> None:
     lines = []
     if search.cheapest is not None:
         ch = search.cheapest
-        lines.append(f"- **Cheapest**: {ch.label}: {fmt_hours(ch.run.hours)}, {fmt_usd(ch.cost(basis))} {BASIS_LABEL[basis]} "
-                     f"(${(ch.price.on_demand_usd_per_hour if basis == 'on_demand' else ch.price.spot_usd_per_hour) or 0:,.4g}"
-                     f"/GPU-hour, {ch.price.on_demand_source if basis == 'on_demand' else ch.price.spot_source}).")
+        lo, hi = ch.cost_range(basis)
+        lines.append(f"- **Cheapest**: {md_plain(ch.label)}: {fmt_hours(ch.run.hours)} ({fmt_hours(ch.run.hours_low)}–"
+                     f"{fmt_hours(ch.run.hours_high)}), {md_usd(ch.cost(basis))} ({md_usd(lo)}–{md_usd(hi)}) {BASIS_LABEL[basis]} "
+                     f"(\\${(ch.price.on_demand_usd_per_hour if basis == 'on_demand' else ch.price.spot_usd_per_hour) or 0:,.4g}"
+                     f"/GPU-hour, {md_plain(ch.price.on_demand_source if basis == 'on_demand' else ch.price.spot_source)}).")
     else:
         lines.append(f"- **Cheapest**: none: no fitting plan has a price ({BASIS_LABEL[basis]}) in '{md_plain(search.price_source)}'.")
     if search.fastest is not None:
         fa = search.fastest
-        lines.append(f"- **Fastest**: {fa.label}: {fmt_hours(fa.run.hours)}, {fmt_usd(fa.cost(basis))}"
-                     + ("" if fa.cost(basis) is not None else f" ({fa.price.reason})") + ".")
+        lo, hi = fa.cost_range(basis)
+        lines.append(f"- **Fastest**: {md_plain(fa.label)}: {fmt_hours(fa.run.hours)} ({fmt_hours(fa.run.hours_low)}–"
+                     f"{fmt_hours(fa.run.hours_high)}), {md_usd(fa.cost(basis))}"
+                     + (f" ({md_usd(lo)}–{md_usd(hi)})" if lo is not None else f" ({md_plain(fa.price.reason)})") + ".")
     else:
         lines.append("- **Fastest**: none: nothing fits.")
     lines.append(f"- **Pareto front** ({len(search.pareto)} plans, no plan is both faster and cheaper): "
-                 + (", ".join(p.label for p in search.pareto) or "empty") + ".")
+                 + (", ".join(md_plain(p.label) for p in search.pareto) or "empty") + ".")
     st.markdown("\n".join(lines))
     st.caption(f"{len(search.plans)} plans fit in memory with {strategy.value} (GPU kinds × counts {', '.join(map(str, search.counts))}); "
-               "a plan that does not fit is never listed. Plans without a price in the source are in the table, not on the chart.")
+               "a plan that does not fit is never listed. Plans without a price in the source are in the table, not on the chart. "
+               "In brackets and in the low / high columns: the 80% band of each time and cost (Methodology page).")
     records = search.records()
     frame = pd.DataFrame(records)
     if not frame.empty:
         shown = frame[["gpu", "num_gpus", "tokens_per_second", "tokens_per_second_low", "tokens_per_second_high", "hours",
-                       "hours_low", "hours_high", "gpu_hours", "cost_usd_on_demand", "cost_usd_spot", "pareto", "cheapest",
-                       "fastest", "notes"]]
+                       "hours_low", "hours_high", "gpu_hours", "gpu_hours_low", "gpu_hours_high", "cost_usd_on_demand",
+                       "cost_usd_on_demand_low", "cost_usd_on_demand_high", "cost_usd_spot", "cost_usd_spot_low",
+                       "cost_usd_spot_high", "pareto", "cheapest", "fastest", "notes"]]
         st.dataframe(shown, hide_index=True, width="stretch", key="tc_plans_table", column_config=number_columns({
             "num_gpus": ("GPUs", "count"), "tokens_per_second": ("throughput", "tokens_per_second"),
             "tokens_per_second_low": ("throughput low", "tokens_per_second"),
             "tokens_per_second_high": ("throughput high", "tokens_per_second"),
             "hours": ("wall time", "hours"), "hours_low": ("wall time low", "hours"), "hours_high": ("wall time high", "hours"),
-            "gpu_hours": ("GPU time", "gpu_hours"),
-            "cost_usd_on_demand": ("cost on demand", "usd"), "cost_usd_spot": ("cost spot", "usd")}))
+            "gpu_hours": ("GPU time", "gpu_hours"), "gpu_hours_low": ("GPU time low", "gpu_hours"),
+            "gpu_hours_high": ("GPU time high", "gpu_hours"), "cost_usd_on_demand": ("cost on demand", "usd"),
+            "cost_usd_on_demand_low": ("cost on demand low", "usd"), "cost_usd_on_demand_high": ("cost on demand high", "usd"),
+            "cost_usd_spot": ("cost spot", "usd"), "cost_usd_spot_low": ("cost spot low", "usd"),
+            "cost_usd_spot_high": ("cost spot high", "usd")}))
     st.download_button("Download the plans (CSV)", csv_bytes(frame), file_name="training_plans.csv",
                        mime="text/csv", key="tc_plans_csv")
     if search.excluded:

@@ -336,10 +336,16 @@ def gpu_count_figure(plans: list[PlanEstimate], basis: str, gpu: str) -> go.Figu
              "error_y": {"type": "data", "symmetric": False, "array": [p.run.hours_high - p.run.hours for p in plans],
                          "arrayminus": [p.run.hours - p.run.hours_low for p in plans], "thickness": 1}}]
     costs = [p.cost(basis) for p in plans]  # type: ignore[arg-type]
+    ranges = [p.cost_range(basis) for p in plans]  # type: ignore[arg-type]
     if any(c is not None for c in costs):
         data.append({"type": "scatter", "x": n, "y": costs, "mode": "lines+markers",
                      "name": f"cost, {BASIS_LABEL.get(basis, basis)} (USD)", "line": {"dash": "dash"},
-                     "hovertemplate": "%{x} GPUs: $%{y:,.2f}<extra></extra>", "yaxis": "y2"})
+                     "hovertemplate": "%{x} GPUs: $%{y:,.2f}<extra></extra>", "yaxis": "y2",
+                     # the same 80% band on each plan's cost (none where a plan has no price)
+                     "error_y": {"type": "data", "symmetric": False, "thickness": 1,
+                                 "array": [None if c is None or hi is None else hi - c for c, (_, hi) in zip(costs, ranges)],
+                                 "arrayminus": [None if c is None or lo is None else c - lo
+                                                for c, (lo, _) in zip(costs, ranges)]}})
     layout = {
         "xaxis": {**point_axis(n, f"number of {gpu} (GPUs)"), "domain": [0.0, 0.94]},
         "yaxis": {"title": {"text": "wall time (hours)"}, "rangemode": "tozero"},

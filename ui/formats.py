@@ -52,6 +52,12 @@ def fmt_usd(usd: float | None) -> str:
     return f"${usd:,.2f}"
 
 
+def md_usd(usd: float | None) -> str:
+    """:func:`fmt_usd` for text that reaches Markdown (a caption, a metric's help): its ``$`` escaped, as two of them
+    on a line would otherwise open and close Streamlit's inline maths (``$10–$15`` drawn as a formula)."""
+    return fmt_usd(usd).replace("$", "\\$")
+
+
 def sequences(n: int) -> str:
     """``n`` sequences, singular for one ("1 sequence", "2 sequences")."""
     return f"{n:,} sequence{'' if n == 1 else 's'}"

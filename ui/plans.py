@@ -17,7 +17,7 @@ from engine.plan.plans import COMPONENT_KEYS, Plan, PlanImport, PlanResult, eval
 from engine.model.sources import config_from_catalog
 from engine.units import Unit, to_unit
 from ui.catalog_session import session_gpus, session_prices, table_key
-from ui.formats import md_plain, plain
+from ui.formats import fmt_hours, md_plain, md_usd, plain
 from ui.model_picker import shared_architecture
 from ui.plan_store import ANONYMOUS, PlanChanged, PlanStore, StoredPlan
 from ui.tables import bytes_in, number_columns
@@ -189,21 +189,29 @@ def save_plan(store: PlanStore, plan: Plan, config: dict[str, Any] | None, *, re
 COMPARE_COLUMNS = {
     "micro_batch_size": ("micro batch size", "count"), "seq_len": ("sequence length", "count"), "num_gpus": ("GPUs", "count"),
     "per_gpu_peak_bytes": ("per-GPU peak", "bytes"), "tokens_per_second": ("throughput", "tokens_per_second"),
-    "train_hours": ("wall time", "hours"), "cost_on_demand_usd": ("cost on demand", "usd"),
-    "cost_spot_usd": ("cost spot", "usd"),
+    "tokens_per_second_low": ("throughput low", "tokens_per_second"),
+    "tokens_per_second_high": ("throughput high", "tokens_per_second"),
+    "train_hours": ("wall time", "hours"), "train_hours_low": ("wall time low", "hours"),
+    "train_hours_high": ("wall time high", "hours"), "cost_on_demand_usd": ("cost on demand", "usd"),
+    "cost_on_demand_usd_low": ("cost on demand low", "usd"), "cost_on_demand_usd_high": ("cost on demand high", "usd"),
+    "cost_spot_usd": ("cost spot", "usd"), "cost_spot_usd_low": ("cost spot low", "usd"),
+    "cost_spot_usd_high": ("cost spot high", "usd"),
 }
 """The compare table's numeric columns: (label, kind of :data:`ui.tables.KINDS`)."""
 
 
 def compare_table(plans: list[tuple[Plan, PlanResult]], unit: Unit) -> None:
-    """The saved plans side by side: inputs and results, each number column in one format, bytes in ``unit``."""
+    """The saved plans side by side: inputs and results, each time and cost with its 80% band (``*_low`` / ``*_high``
+    columns, as in the CSV), each number column in one format, bytes in ``unit``."""
     seen = st.session_state.get(_SEEN_KEY, {})
     rows = [plan_record(p, r) | {"saved_by": getattr(seen.get(p.name), "author", ""),
                                  "saved_at": getattr(seen.get(p.name), "updated_at", "")[:16].replace("T", " ")}
             for p, r in plans]
     frame = pd.DataFrame(rows)[["name", "saved_by", "saved_at", "model_repo_id", "method", "precision", "micro_batch_size", "seq_len", "gpu",
                                 "num_gpus", "strategy", "per_gpu_peak_bytes", "fits", "verdict", "tokens_per_second",
-                                "train_hours", "cost_on_demand_usd", "cost_spot_usd"]]
+                                "tokens_per_second_low", "tokens_per_second_high", "train_hours", "train_hours_low",
+                                "train_hours_high", "cost_on_demand_usd", "cost_on_demand_usd_low", "cost_on_demand_usd_high",
+                                "cost_spot_usd", "cost_spot_usd_low", "cost_spot_usd_high"]]
     st.dataframe(bytes_in(frame, ["per_gpu_peak_bytes"], unit), hide_index=True, width="stretch", key="plans_table",
                  column_config=number_columns(COMPARE_COLUMNS, unit))
 
@@ -298,17 +306,46 @@ def _costs(plans: list[tuple[Plan, PlanResult]]) -> dict[str, list[float | None]
     return {"on demand": [r.cost_usd_on_demand for _, r in plans], "spot": [r.cost_usd_spot for _, r in plans]}
 
 
+_BAND_OF = {"hours": "hours", "on demand": "cost_usd_on_demand", "spot": "cost_usd_spot"}
+"""The :attr:`PlanResult.band` keys (``KEY_low`` / ``KEY_high``) of each bar series of :func:`time_cost_compare_figure`."""
+
+
+def _error_x(plans: list[tuple[Plan, PlanResult]], values: list[float | None], series: str) -> dict[str, Any]:
+    """Plotly error bars of the 80% band of ``values`` (one per plan; none where a plan has no value or band)."""
+    key = _BAND_OF[series]
+    lows = [r.band.get(f"{key}_low") for _, r in plans]
+    highs = [r.band.get(f"{key}_high") for _, r in plans]
+    return {"type": "data", "symmetric": False, "thickness": 1,
+            "array": [None if v is None or h is None else h - v for v, h in zip(values, highs)],
+            "arrayminus": [None if v is None or lo is None else v - lo for v, lo in zip(values, lows)]}
+
+
+def band_summary(result: PlanResult) -> str:
+    """``4.27 h (3.1 h–6.0 h) · $17.07 ($12.50–$25.00) on demand · ... spot`` for Markdown (dollars escaped,
+    :func:`ui.formats.md_usd`): each time and cost with its 80% band, where the result has one."""
+    b = result.band
+
+    def rng(fmt, key: str) -> str:
+        lo, hi = b.get(f"{key}_low"), b.get(f"{key}_high")
+        return "" if lo is None or hi is None else f" ({fmt(lo)}–{fmt(hi)})"
+
+    return (f"{fmt_hours(result.hours)}{rng(fmt_hours, 'hours')} · {md_usd(result.cost_usd_on_demand)}"
+            f"{rng(md_usd, 'cost_usd_on_demand')} on demand · {md_usd(result.cost_usd_spot)}{rng(md_usd, 'cost_usd_spot')} spot")
+
+
 def time_cost_compare_figure(plans: list[tuple[Plan, PlanResult]]) -> go.Figure:
-    """Hours (left) and cost on demand and spot in USD (right) of each plan, as horizontal bars; a cost series no
-    plan has a price for is left out (:func:`time_cost_notes` says so)."""
+    """Hours (left) and cost on demand and spot in USD (right) of each plan, as horizontal bars with the 80% band of
+    each as error bars; a cost series no plan has a price for is left out (:func:`time_cost_notes` says so)."""
     names, full = _axis_names(plans)
     fig = make_subplots(rows=1, cols=2, subplot_titles=("Wall time (hours)", "Cost (USD)"), shared_yaxes=True,
                         horizontal_spacing=0.04)
-    fig.add_bar(name="hours", y=names, x=[r.hours for _, r in plans], orientation="h", row=1, col=1, customdata=full,
-                hovertemplate="%{customdata}<br>%{x:,.3g} h<extra></extra>")
+    hours: list[float | None] = [r.hours for _, r in plans]
+    fig.add_bar(name="hours", y=names, x=hours, orientation="h", row=1, col=1, customdata=full,
+                error_x=_error_x(plans, hours, "hours"), hovertemplate="%{customdata}<br>%{x:,.3g} h<extra></extra>")
     for label, values in _costs(plans).items():
         if any(v is not None for v in values):
             fig.add_bar(name=label, y=names, x=values, orientation="h", row=1, col=2, customdata=full,
+                        error_x=_error_x(plans, values, label),
                         hovertemplate=f"%{{customdata}}<br>{label}: $%{{x:,.2f}}<extra></extra>")
     _layout(fig, len(plans), barmode="group")
     return fig

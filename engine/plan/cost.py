@@ -349,6 +349,10 @@ class PlanEstimate(BaseModel):
         """USD of the run on ``basis`` prices (None: the source lists no such price)."""
         return self.run.cost_usd_on_demand if basis == "on_demand" else self.run.cost_usd_spot
 
+    def cost_range(self, basis: CostBasis = "on_demand") -> tuple[float | None, float | None]:
+        """(low, high) USD of the run on ``basis`` prices in the 80% band ((None, None): no such price)."""
+        return self.run.cost_usd_on_demand_range if basis == "on_demand" else self.run.cost_usd_spot_range
+
     def record(self) -> dict[str, Any]:
         """A flat row for a table or a CSV download."""
         return {

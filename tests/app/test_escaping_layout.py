@@ -20,7 +20,7 @@ FILES = sorted([*(ROOT / "pages").glob("*.py"), *(ROOT / "ui").glob("*.py"), ROO
 MESSAGE_CALLS = {"error", "warning", "info", "success", "markdown", "caption", "toast", "exception", "write", "subheader",
                  "header"}
 ESCAPE = "md_plain"
-NUMBER_FORMATTERS = {"_both", "fmt_bytes", "fmt_count", "fmt_hours", "fmt_usd", "fmt_sci", "fmt_big_count", "to_unit", "len",
+NUMBER_FORMATTERS = {"_both", "fmt_bytes", "fmt_count", "fmt_hours", "fmt_usd", "md_usd", "fmt_sci", "fmt_big_count", "to_unit", "len",
                      "round", "int", "float", "abs", "max", "min", "sum", "_fmt", "verdict_label"}
 #: Values that are not user text, by their source text in the file: (file name, expression) -> why.
 _NUMBERS = "numbers of a validated scenario, plan or result"
@@ -42,7 +42,7 @@ TRUSTED: dict[tuple[str, str], str] = {
     ("methodology_scaleout.py", "'\\n'.join(lines)"): _ENGINE + " (the Methodology page's large-runs summary lines)",
     ("model.py", "model.origin.kind.replace('_', ' ')"): _ENGINE,
     ("model_picker.py", "origin.kind.replace('_', ' ')"): _ENGINE,
-    **{("plans.py", e): _NUMBERS for e in ("current.num_gpus", "count", "row")},
+    **{("plans.py", e): _NUMBERS for e in ("current.num_gpus", "count", "row", "band_summary(result)")},
     ("plans.py", "label"): _ENGINE + " (ui/plans.py: the cost series' names, 'on demand' and 'spot')",
     **{("scale_out.py", e): _ENGINE for e in ("t.attention_kernel", "layout.label()", "t.slowest_stage")},
     ("scale_out.py", "worst.stage"): _NUMBERS,

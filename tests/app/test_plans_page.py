@@ -250,3 +250,39 @@ def test_long_names_that_cut_the_same_are_shown_whole():
              for n in names]
     fig = time_cost_compare_figure([(p, evaluate_plan(p)) for p in plans])
     assert list(fig.data[0].y) == [*names[:2], "short"]  # cut to 28 both read "a plan name far longer than…"
+
+
+def test_the_compare_table_charts_and_summary_carry_the_80_percent_band(page):
+    # Every time and cost of a saved plan carries the band of its tokens/s (engine.time.band): x / high .. x / low,
+    # in the compare table's low / high columns, as error bars on the time and cost bars, and in the save line.
+    from engine.time.band import band_for
+    from ui.formats import fmt_hours
+    from apptest_support import column_config, shown, table
+
+    page.selectbox(key="tc_price_source").set_value("seed chapter (approx.)").run()  # lists on-demand and spot prices
+    page.selectbox(key="gpu").set_value("NVIDIA A100 40GB").run()
+    page.text_input(key="plan_name").input("banded").run()
+    page.button(key="plan_save").click().run()
+    no_exception(page)
+    (plan, _), = page.session_state["saved_plans"]
+    result = evaluate_plan(plan)  # the engine's own result of the saved plan, recomputed here
+    bands = [band_for(plan.num_gpus, hf) for hf in (True, False)]
+    assert any(result.hours / b.high == pytest.approx(result.band["hours_low"]) for b in bands)
+    frame = table(page, "train_hours_low")
+    row = frame.value.iloc[0]
+    for point, key in (("train_hours", "hours"), ("cost_on_demand_usd", "cost_usd_on_demand"),
+                       ("cost_spot_usd", "cost_usd_spot"), ("tokens_per_second", "tokens_per_second")):
+        assert row[f"{point}_low"] == pytest.approx(result.band[f"{key}_low"])
+        assert row[f"{point}_high"] == pytest.approx(result.band[f"{key}_high"])
+        assert row[f"{point}_low"] < row[point] < row[f"{point}_high"]
+    assert column_config(frame)["cost_spot_usd_high"]["label"] == "cost spot high (USD)"
+    fig = json.loads(page.get("plotly_chart")[1].proto.spec)
+    bars = {t["name"]: t for t in fig["data"]}
+    for name, point, key in (("hours", result.hours, "hours"), ("on demand", result.cost_usd_on_demand, "cost_usd_on_demand"),
+                             ("spot", result.cost_usd_spot, "cost_usd_spot")):
+        err = bars[name]["error_x"]
+        assert point + err["array"][0] == pytest.approx(result.band[f"{key}_high"])
+        assert point - err["arrayminus"][0] == pytest.approx(result.band[f"{key}_low"])
+    summary = shown(next(c.value for c in page.caption if "80% band in brackets" in c.value))
+    assert f"({fmt_hours(result.band['hours_low'])}–{fmt_hours(result.band['hours_high'])})" in summary
+    assert f"(${result.band['cost_usd_spot_low']:,.2f}–${result.band['cost_usd_spot_high']:,.2f}) spot" in summary

@@ -27,7 +27,14 @@ def test_plans_compare_table_has_one_format_per_column_and_bytes_in_the_sidebar_
         "micro_batch_size": ("micro batch size", "%,d"), "seq_len": ("sequence length", "%,d"), "num_gpus": ("GPUs", "%,d"),
         "per_gpu_peak_bytes": ("per-GPU peak (GB)", "%,.2f"), "tokens_per_second": ("throughput (tokens/s)", "%,.0f"),
         "train_hours": ("wall time (h)", "%,.3f"), "cost_on_demand_usd": ("cost on demand (USD)", "%,.2f"),
-        "cost_spot_usd": ("cost spot (USD)", "%,.2f")}
+        "cost_spot_usd": ("cost spot (USD)", "%,.2f"),
+        # the 80% band of each time and cost (issue 23), as in the CSV
+        "tokens_per_second_low": ("throughput low (tokens/s)", "%,.0f"),
+        "tokens_per_second_high": ("throughput high (tokens/s)", "%,.0f"),
+        "train_hours_low": ("wall time low (h)", "%,.3f"), "train_hours_high": ("wall time high (h)", "%,.3f"),
+        "cost_on_demand_usd_low": ("cost on demand low (USD)", "%,.2f"),
+        "cost_on_demand_usd_high": ("cost on demand high (USD)", "%,.2f"),
+        "cost_spot_usd_low": ("cost spot low (USD)", "%,.2f"), "cost_spot_usd_high": ("cost spot high (USD)", "%,.2f")}
     (plan, result), = at.session_state["saved_plans"]
     assert compare.value["per_gpu_peak_bytes"][0] == pytest.approx(result.per_gpu_peak_bytes / 1e9)
 
@@ -47,7 +54,11 @@ def test_time_cost_tables_have_one_format_per_column_and_units_in_the_headers(ne
         "tokens_per_second_high": ("throughput high (tokens/s)", "%,.0f"),
         "hours": ("wall time (h)", "%,.3f"), "hours_low": ("wall time low (h)", "%,.3f"),
         "hours_high": ("wall time high (h)", "%,.3f"), "gpu_hours": ("GPU time (GPU-h)", "%,.3f"),
-        "cost_usd_on_demand": ("cost on demand (USD)", "%,.2f"), "cost_usd_spot": ("cost spot (USD)", "%,.2f")}
+        "cost_usd_on_demand": ("cost on demand (USD)", "%,.2f"), "cost_usd_spot": ("cost spot (USD)", "%,.2f"),
+        "gpu_hours_low": ("GPU time low (GPU-h)", "%,.3f"), "gpu_hours_high": ("GPU time high (GPU-h)", "%,.3f"),
+        "cost_usd_on_demand_low": ("cost on demand low (USD)", "%,.2f"),
+        "cost_usd_on_demand_high": ("cost on demand high (USD)", "%,.2f"),
+        "cost_usd_spot_low": ("cost spot low (USD)", "%,.2f"), "cost_usd_spot_high": ("cost spot high (USD)", "%,.2f")}
     at.radio(key="tc_view").set_value("measured").run()
     assert formats(table(at, "measured tokens/s")) == {
         "measured tokens/s": ("measured (tokens/s)", "%,.0f"), "predicted tokens/s": ("predicted (tokens/s)", "%,.0f"),

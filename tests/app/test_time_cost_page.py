@@ -232,3 +232,54 @@ def test_nodes_the_time_model_does_not_time_are_said(new_app):
                for w in said), said
     at.number_input(key="gpus_per_node").set_value(8.0).run()
     assert not any(shown(w.value).startswith("The times below are not for your nodes") for w in at.warning)
+
+
+def test_gpu_hours_and_costs_carry_their_80_percent_band_everywhere(page):
+    # Every GPU-hours and cost the page shows carries the band of its tokens/s (engine.time.band): a time or a cost
+    # x's band is x / high .. x / low. 8 GPUs: the multi-GPU band, whatever the stack.
+    from engine.time.band import band_for
+    from ui.formats import fmt_hours, fmt_usd
+
+    band = band_for(8, True)
+    at = page
+    at.radio(key="method").set_value(Method.LORA).run()
+    at.selectbox(key="gpu").set_value("NVIDIA A100 40GB").run()
+    at.number_input(key="num_gpus").set_value(8).run()
+    at.selectbox(key="tc_price_source").set_value("seed chapter (approx.)").run()
+    no_exception(at)
+    helps = {m.label: shown(m.help or "") for m in at.metric}
+    gpu_hours, spot = number(metric(at, "GPU-hours")), number(metric(at, "Cost spot"))
+    lo, hi = (number(x) for x in helps["GPU-hours"].split(" (80% band)")[0].split("–"))
+    assert lo == pytest.approx(gpu_hours / band.high, rel=0.01) and hi == pytest.approx(gpu_hours / band.low, rel=0.01)
+    lo, hi = (number(x) for x in helps["Cost spot"].split(" (80% band)")[0].split("–"))
+    assert lo == pytest.approx(spot / band.high, rel=0.01) and hi == pytest.approx(spot / band.low, rel=0.01)
+    caption = shown(next(c.value for c in at.caption if c.value.startswith("Range, not a point")))
+    assert f"GPU-hours {helps['GPU-hours'].split(' (80% band)')[0]}" in caption
+    assert f"spot cost {helps['Cost spot'].split(' (80% band)')[0]}" in caption
+    # Against the GPU count: the cost line has error bars, as the hours line does
+    show(at, "gpus")
+    count_fig = charts(at)[0]
+    cost = next(t for t in count_fig["data"] if t["name"].startswith("cost"))
+    for n, c, up, down in zip(cost["x"], cost["y"], cost["error_y"]["array"], cost["error_y"]["arrayminus"]):
+        if n > 1 and c is not None:
+            assert c + up == pytest.approx(c / band.low) and c - down == pytest.approx(c / band.high)
+    # Every plan that fits: low / high columns of GPU time and both costs; the cheapest and fastest with their ranges
+    show(at, "plans")
+    no_exception(at)
+    table = next(d.value for d in at.dataframe if d.value is not None and "pareto" in d.value.columns)
+    multi = table[table["num_gpus"] > 1]
+    assert len(multi)
+    for col in ("gpu_hours", "cost_usd_on_demand", "cost_usd_spot"):
+        priced = multi[multi[col].notna()]
+        assert (priced[f"{col}_low"] - priced[col] / band.high).abs().max() < 1e-6 * priced[col].max()
+        assert (priced[f"{col}_high"] - priced[col] / band.low).abs().max() < 1e-6 * priced[col].max()
+    text = shown(" ".join(m.value for m in at.markdown))
+    for flag, what in (("cheapest", "Cheapest"), ("fastest", "Fastest")):
+        row = table[table[flag]].iloc[0]
+        b = band_for(int(row["num_gpus"]), True) if row["num_gpus"] > 1 else None
+        line = next(seg for seg in text.split("\n") if f"**{what}**" in seg)
+        assert f"({fmt_hours(row['hours_low'])}–{fmt_hours(row['hours_high'])})" in line, line
+        if b is not None:
+            assert row["hours_low"] == pytest.approx(row["hours"] / b.high)
+        if row["cost_usd_on_demand"] == row["cost_usd_on_demand"]:  # priced (basis: on demand)
+            assert f"({fmt_usd(row['cost_usd_on_demand_low'])}–{fmt_usd(row['cost_usd_on_demand_high'])})" in line, line
