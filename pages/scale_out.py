@@ -67,7 +67,7 @@ framework, settings = framework_inputs()
 fabric = network_input(st.columns(4)[0])
 write_query_params(scenario)  # now with the page's own inputs, so the link carries them
 fp8 = None if fp8_choice == "off" else Fp8Recipe(fp8_choice)
-layout = layout_from(fields, world)
+layout = layout_from(arch, fields, world)
 if isinstance(layout, str):
     refuse(layout)
 sc = scenario.model_copy(update={"gradient_checkpointing": False})

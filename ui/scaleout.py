@@ -11,7 +11,8 @@ from engine.errors import ScenarioError
 from engine.scaleout.exports import EXPORTERS
 from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.frameworks import FRAMEWORKS, Framework
-from engine.scaleout.layout import ZERO_CHOICES, Layout, Recompute, Schedule
+from engine.model.architecture import Architecture
+from engine.scaleout.layout import ZERO_CHOICES, Layout, Recompute, Schedule, layout_for_world
 from engine.time.fabrics import FABRICS
 from engine.units import Unit, to_unit
 from ui.formats import md_plain
@@ -144,12 +145,10 @@ def candidates_table(rows: list, unit: Unit, key: str, limit: int = 200, runs: l
                  column_config=number_columns(CANDIDATE_COLUMNS, unit))
 
 
-def layout_from(fields: dict, world: int) -> Layout | str:
-    """The layout, or the message saying why the widgets do not make one."""
-    per = fields["tensor_parallel"] * fields["pipeline_parallel"] * fields["context_parallel"]
-    if world % per:
-        return f"{world} GPUs are not a multiple of TP x PP x CP = {per}"
+def layout_from(arch: Architecture, fields: dict, world: int) -> Layout | str:
+    """The layout, or the message saying why the widgets do not make one (the engine's first failing check, the
+    model's own limits first: :func:`engine.scaleout.layout.layout_for_world`)."""
     try:
-        return Layout.build(**fields, data_parallel=world // per)
+        return layout_for_world(arch, fields, world)
     except ScenarioError as exc:
         return str(exc)

@@ -45,7 +45,8 @@ def test_bad_layout_says_why(page):
     at = page
     at.selectbox(key="so_ep").set_value(2).run()  # a dense model has no experts
     no_exception(at)
-    assert any("mixture-of-experts" in shown(e.value) for e in at.error)
+    assert any("this model has no experts (it is a dense model, not a mixture of experts), so expert parallel must be 1"
+               in shown(e.value) for e in at.error), [e.value for e in at.error]
 
 
 def test_a_global_batch_the_layout_cannot_divide_is_said_in_a_sentence(page):
@@ -126,7 +127,29 @@ def test_a_pipeline_deeper_than_the_model_is_refused_in_words(page):
     at.number_input(key="so_pp").set_value(64).run()  # Llama 3.1 8B has 32 layers
     at.number_input(key="so_nodes").set_value(8).run()
     no_exception(at)
-    assert any("needs at least 1 layers per stage (32 layers)" in shown(e.value) for e in at.error), [e.value for e in at.error]
+    assert [shown(e.value) for e in at.main.error] == [
+        "Pipeline parallel 64: pipeline stages cannot exceed the number of layers, and this model has 32, so use at most "
+        "32 stages."]
+
+
+_DENSE_24 = "Qwen/Qwen2.5-0.5B"  # a bundled dense model of 24 layers
+
+
+@pytest.mark.parametrize(("key", "value", "words"), [
+    # a new user's report: "must divide DP x CP = 8" and a GPU-count mismatch named instead of the model's limits
+    ("so_ep", 64, "Expert parallel 64: this model has no experts (it is a dense model, not a mixture of experts), so "
+                  "expert parallel must be 1."),
+    ("so_pp", 100, "Pipeline parallel 100: pipeline stages cannot exceed the number of layers, and this model has 24, "
+                   "so use at most 24 stages."),
+])
+def test_the_model_limit_is_named_before_the_gpu_count(new_app, key, value, words):
+    at = open_link(new_app(), PAGE, {"model": _DENSE_24})
+    assert at.selectbox(key="catalog_repo").value == _DENSE_24
+    widget = at.selectbox(key=key) if key == "so_ep" else at.number_input(key=key)
+    widget.set_value(value).run()
+    no_exception(at)
+    assert [shown(e.value) for e in at.main.error] == [words]
+    assert not at.metric  # refused: no results drawn
 
 
 # --- issue 24 item 8: "does not fit" in words, state kept and in the URL, search results kept and applied ---------
@@ -333,7 +356,8 @@ def _in_order(node) -> list:
 
 
 @pytest.mark.parametrize(("key", "value", "words"), [
-    ("so_pp", 1000, "8 GPUs are not a multiple of TP x PP x CP = 1000"),  # fresh user's browser test, 26_scaleout_bad
+    ("so_pp", 3, "8 GPUs are not a multiple of TP x PP x CP = 3"),  # a GPU-count mismatch (PP 1000 now names the layers)
+    ("so_pp", 1000, "Pipeline parallel 1000: pipeline stages cannot exceed the number of layers"),  # 26_scaleout_bad
     ("so_framework", "nanotron", "ZeRO-3: the framework runs ZeRO-0 or ZeRO-1 only"),  # 11_nanotron, ZeRO-3 default
 ])
 def test_a_refused_layout_is_said_next_to_its_inputs_and_no_banner_claims_results_below(page, key, value, words):
