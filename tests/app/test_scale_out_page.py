@@ -391,3 +391,48 @@ def test_megatron_figure_far_from_ours_says_why(new_app):
                    "layout's ZeRO-3 also shards the 16-bit weights and the gradients over its 32 data-parallel ranks."]
     close = open_link(new_app(), PAGE, {"model": "meta-llama/Llama-3.1-70B", "so_nodes": "4", "so_zero": "1"})
     assert not [c for c in close.caption if "Megatron-LM's formula is" in shown(c.value)]  # ZeRO-1: what the formula assumes
+
+
+# --- a new user's server log: "The widget with key "so_gpn" was created with a default value but also had its value set
+# via the Session State API", with a stack dump (Streamlit's check_session_state_rules) -------------------------------
+
+_PRESETS = [{"so_gpn": 4}, {"so_zero": 1}, {"so_rec": "full"}, {"so_tp": 2, "so_sp": True}, {"so_cp": 2}, {"so_ep": 1},
+            {"so_tp_overlap": True}, {"so_master": False}]
+"""The page's select boxes and checkboxes, as a link or a page switch sets them before the widgets are drawn."""
+
+
+def _default_value_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "created with a default value" in r.getMessage()]
+
+
+@pytest.mark.parametrize("preset", _PRESETS, ids=lambda p: "+".join(p))
+def test_a_widget_preset_in_session_state_logs_no_default_value_warning(new_app, caplog, monkeypatch, preset):
+    import streamlit.elements.lib.policies as policies
+
+    monkeypatch.setattr(policies, "_shown_default_value_warning", False)  # Streamlit warns once per process
+    at = new_app()
+    for key, value in preset.items():
+        at.session_state[key] = value
+    with caplog.at_level("WARNING", logger="streamlit"):
+        at.switch_page(PAGE).run()
+    no_exception(at)
+    assert _default_value_warnings(caplog) == []
+    assert {k: at.session_state[k] for k in preset} == preset  # the preset value is the widget's
+
+
+def test_a_link_restores_the_gpus_per_node_without_a_warning(new_app, caplog, monkeypatch):
+    import streamlit.elements.lib.policies as policies
+
+    monkeypatch.setattr(policies, "_shown_default_value_warning", False)
+    with caplog.at_level("WARNING", logger="streamlit"):
+        at = open_link(new_app(), PAGE, {"so_gpn": "4", "so_nodes": "2", "so_rec": "full"})
+    assert (at.selectbox(key="so_gpn").value, at.selectbox(key="so_rec").value) == (4, "full")
+    assert _default_value_warnings(caplog) == []
+
+
+def test_the_widgets_keep_their_defaults_without_a_preset(page):
+    at = page
+    assert (at.selectbox(key="so_gpn").value, at.selectbox(key="so_zero").value, at.selectbox(key="so_rec").value) == (
+        8, 3, "selective")
+    assert at.checkbox(key="so_sp").value is False and at.checkbox(key="so_master").value is True
+    assert at.selectbox(key="so_tp").value == 1
