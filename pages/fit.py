@@ -116,11 +116,16 @@ def _matrix_section(view: str) -> None:
     st.session_state.setdefault("fit_labels", NO_CELL_LABELS)
     labels = st.radio("Cell labels", CELL_LABELS, key="fit_labels", horizontal=True,
                       help="Fewest GPUs: blank (green) one is enough, ≈ tight on one, ×N the fewest of that GPU with the "
-                           "sidebar's strategy, ✗ none up to 1,024. Headroom: on one GPU, in the sidebar's unit. The colour is "
-                           "always the one-GPU headroom.")
+                           "row's strategy (models: the sidebar's; techniques: DDP, ZeRO-3 for its own row), ✗ none up to "
+                           "1,024. Headroom: on one GPU, in the sidebar's unit. The colour is always the one-GPU headroom.")
+    # Which strategy the fewest GPUs use (engine.plan.fit): the models matrix, the sidebar's for every row; the techniques
+    # matrix, each row's own (Technique.strategy: DDP but for the ZeRO-3 row), whatever the sidebar says.
     st.caption(
-        f"These matrices try every GPU of the catalog (columns from the least usable memory to the most), with the sidebar's "
-        f"scenario and, for the fewest GPUs, its strategy ({strategy.value}). Cells: blank (green) one GPU is enough, ≈ tight: may not fit (under 10% of the peak to spare), ×N the fewest GPUs, ✗ none up to 1,024. Colour: the headroom (green) or shortfall (red) "
+        f"This matrix tries every GPU of the catalog (columns from the least usable memory to the most), with the sidebar's "
+        f"scenario and, for the fewest GPUs, "
+        + (f"the sidebar's strategy ({strategy.value})" if view == "models"
+           else f"each row's own strategy (not the sidebar's {strategy.value})")
+        + ". Cells: blank (green) one GPU is enough, ≈ tight: may not fit (under 10% of the peak to spare), ×N the fewest GPUs, ✗ none up to 1,024. Colour: the headroom (green) or shortfall (red) "
         f"in {unit} on one GPU against its usable memory (what nvidia-smi / rocm-smi report, before the CUDA context and "
         "allocator reserve). ⚠ after a GPU's name: it has no bf16 for a bf16 row. Hover a cell for its breakdown."
     )
@@ -142,7 +147,9 @@ def _matrix_section(view: str) -> None:
     else:
         st.subheader(f"Techniques × every GPU for {md_plain(model.title)}")
         st.caption("Same batch, sequence, accumulation, attention and LoRA settings in every row; each row sets what its label says. "
-                   "The ZeRO-3 row's ×N is the fewest GPUs with sharding; the other rows use DDP.")
+                   "Fewest GPUs: the ZeRO-3 row's ×N shards over the GPUs (ZeRO-3); every other training row uses DDP "
+                   "(nothing pooled: one GPU or none) and the inference row one replica per GPU; the sidebar's "
+                   f"{strategy.value} is not used here. The CSV's min_gpus_strategy column names each row's.")
     st.plotly_chart(figure, width="stretch", key=f"fit_{view}_chart")
     if errors:  # one caption of paragraphs, not one element per row
         st.caption("\n\n".join(f"Not computed — {md_plain(label)}: {md_plain(error)}" for label, error in errors))

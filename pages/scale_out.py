@@ -57,7 +57,8 @@ fp8_choice = c2.selectbox("FP8", list(CHOICES["so_fp8"]), key="so_fp8",
                                "its backward GEMMs")
 # Master weights mean one thing (Megatron-LM --bf16 / --fp16) and only for full training of a 16-bit model.
 can_master = scenario.method is Method.FULL and scenario.precision in MASTER_PRECISION
-master = c3.checkbox("16-bit model + fp32 master weights", value=True, key="so_master", disabled=not can_master,
+st.session_state.setdefault("so_master", True)  # a default once, not value=: a link may set the key first
+master = c3.checkbox("16-bit model + fp32 master weights", key="so_master", disabled=not can_master,
                      help="Megatron-LM --bf16 / torchtitan FSDP2 (with the sidebar's bf16 or mixed bf16 precision; fp16 "
                           "likewise); off = the Hugging Face Trainer's autocast. Only for full training of a 16-bit "
                           "model: LoRA/QLoRA train adapters, fp32 has no 16-bit model.") and can_master
@@ -67,7 +68,7 @@ framework, settings = framework_inputs()
 fabric = network_input(st.columns(4)[0])
 write_query_params(scenario)  # now with the page's own inputs, so the link carries them
 fp8 = None if fp8_choice == "off" else Fp8Recipe(fp8_choice)
-layout = layout_from(fields, world)
+layout = layout_from(arch, fields, world)
 if isinstance(layout, str):
     refuse(layout)
 sc = scenario.model_copy(update={"gradient_checkpointing": False})

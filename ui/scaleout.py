@@ -11,7 +11,8 @@ from engine.errors import ScenarioError
 from engine.scaleout.exports import EXPORTERS
 from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.frameworks import FRAMEWORKS, Framework
-from engine.scaleout.layout import ZERO_CHOICES, Layout, Recompute, Schedule
+from engine.model.architecture import Architecture
+from engine.scaleout.layout import ZERO_CHOICES, Layout, Recompute, Schedule, layout_for_world
 from engine.time.fabrics import FABRICS
 from engine.units import Unit, to_unit
 from ui.formats import md_plain
@@ -50,7 +51,10 @@ def framework_inputs() -> tuple[Framework, dict]:
                        help="The framework that runs the layout (engine.scaleout.frameworks): its kernels, its TP and "
                             "data-parallel communication. The sidebar's training framework is the one-GPU stack.")
     fw = FRAMEWORKS[name]
-    overlap = b.checkbox("TP overlap", value=fw.tp_comm_overlap, key="so_tp_overlap", disabled=not fw.tp_comm_overlap_available,
+    # Defaults set once in Session State, the widgets drawn without value=/index= (a link or a page switch may have set
+    # the key first: Streamlit then logs a warning with a stack dump for a widget given a default too).
+    st.session_state.setdefault("so_tp_overlap", fw.tp_comm_overlap)
+    overlap = b.checkbox("TP overlap", key="so_tp_overlap", disabled=not fw.tp_comm_overlap_available,
                          help="TP collectives under the GEMMs (Megatron-LM --tp-comm-overlap, torchtitan AsyncTP)")
     st.caption("What it changes: " + md_plain(fw.summary()) + ". The estimate and the layout search both run it.")
     return fw, fw.layout_settings(tp_comm_overlap=bool(overlap and fw.tp_comm_overlap_available))
@@ -82,23 +86,29 @@ def layout_inputs(num_layers: int, micro_batch: int) -> tuple[dict, int, int]:
     is said so under its input and the last valid one is used (:func:`ui.inputs.checked_number`); a pipeline deeper
     than the model's ``num_layers`` is the engine's layout problem, which the page says."""
     c = st.columns(4)
-    tp = c[0].selectbox("Tensor parallel", list(CHOICES["so_tp"]), index=0, key="so_tp")
+    # Each default set once in Session State and the widgets drawn without index=/value=: a link (ui.share) or a page
+    # switch (ui.layout) sets these keys before the widgets are drawn, and a widget given a default as well makes
+    # Streamlit log a warning with a stack dump ("created with a default value but also had its value set via the
+    # Session State API").
+    for key, default in (("so_gpn", 8), ("so_zero", DEFAULT_ZERO), ("so_rec", Recompute.SELECTIVE.value)):
+        st.session_state.setdefault(key, default)
+    tp = c[0].selectbox("Tensor parallel", list(CHOICES["so_tp"]), key="so_tp")
     pp = checked_number(c[1], "Pipeline parallel", "so_pp", 1, step=1, below=st, help=f"Pipeline stages; at most the model's "
                         f"{num_layers} layers.")
-    cp = c[2].selectbox("Context parallel", list(CHOICES["so_cp"]), index=0, key="so_cp")
-    ep = c[3].selectbox("Expert parallel", list(CHOICES["so_ep"]), index=0, key="so_ep")
+    cp = c[2].selectbox("Context parallel", list(CHOICES["so_cp"]), key="so_cp")
+    ep = c[3].selectbox("Expert parallel", list(CHOICES["so_ep"]), key="so_ep")
     c = st.columns(4)
     nodes = checked_number(c[0], "Nodes", "so_nodes", 1, step=1, below=st)
-    per_node = c[1].selectbox("GPUs per node", list(CHOICES["so_gpn"]), index=3, key="so_gpn")
+    per_node = c[1].selectbox("GPUs per node", list(CHOICES["so_gpn"]), key="so_gpn")
     gbs = checked_number(c[2], "Global batch (sequences)", "so_gbs", 64, step=1, below=st)
     zero = c[3].selectbox("Data-parallel sharding", list(CHOICES["so_zero"]), key="so_zero",
-                          index=list(CHOICES["so_zero"]).index(DEFAULT_ZERO),
                           format_func=ZERO_CHOICES.__getitem__)
     c = st.columns(4)
-    recompute = c[0].selectbox("Recompute", list(CHOICES["so_rec"]), index=1, key="so_rec")
+    recompute = c[0].selectbox("Recompute", list(CHOICES["so_rec"]), key="so_rec")
     v = checked_number(c[1], "Virtual stages (interleaved)", "so_v", 1, step=1, below=st)
     schedule = c[2].selectbox("Schedule", list(CHOICES["so_sched"]), key="so_sched")
-    sp = c[3].checkbox("Sequence parallel", value=tp > 1, key="so_sp", disabled=tp == 1)
+    st.session_state.setdefault("so_sp", tp > 1)  # on by default where TP is, as value=tp > 1 was at first draw
+    sp = c[3].checkbox("Sequence parallel", key="so_sp", disabled=tp == 1)
     world = int(nodes) * int(per_node)
     fields = dict(tensor_parallel=tp, pipeline_parallel=int(pp), context_parallel=cp, expert_parallel=ep,
                   sequence_parallel=bool(sp and tp > 1), recompute=recompute, virtual_pipeline=int(v),
@@ -144,12 +154,10 @@ def candidates_table(rows: list, unit: Unit, key: str, limit: int = 200, runs: l
                  column_config=number_columns(CANDIDATE_COLUMNS, unit))
 
 
-def layout_from(fields: dict, world: int) -> Layout | str:
-    """The layout, or the message saying why the widgets do not make one."""
-    per = fields["tensor_parallel"] * fields["pipeline_parallel"] * fields["context_parallel"]
-    if world % per:
-        return f"{world} GPUs are not a multiple of TP x PP x CP = {per}"
+def layout_from(arch: Architecture, fields: dict, world: int) -> Layout | str:
+    """The layout, or the message saying why the widgets do not make one (the engine's first failing check, the
+    model's own limits first: :func:`engine.scaleout.layout.layout_for_world`)."""
     try:
-        return Layout.build(**fields, data_parallel=world // per)
+        return layout_for_world(arch, fields, world)
     except ScenarioError as exc:
         return str(exc)

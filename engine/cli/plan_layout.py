@@ -35,7 +35,7 @@ def layout_plan_csv(arch: Architecture, scenario: Scenario, dataset: Dataset, ar
         if problem:
             raise ScenarioError(f"--name: {problem}")
     scenario, note = scaleout.layout_scenario(scenario, args)
-    layout, per_node = scaleout.layout_from_args(args, scenario)
+    layout, per_node = scaleout.layout_from_args(args, scenario, arch)
     cluster = scaleout.cluster_from_args(args, layout, per_node)
     settings = scaleout.layout_settings(args)
     est = estimate_layout(arch, scenario, layout, cluster, fp8, master_weights=args.master_weights, **settings)

@@ -196,7 +196,7 @@ class FitMatrix(BaseModel):
                     "fits_one_gpu": cell.fits if cell else None,
                     "verdict_one_gpu": cell.verdict.value if cell else None,
                     "headroom_bytes_one_gpu": round(cell.headroom_bytes) if cell else None,
-                    "strategy": row.strategy.value,
+                    "min_gpus_strategy": row.strategy.value,  # the strategy of min_gpus only (the CLI's name)
                     "min_gpus": cell.min_gpus if cell else None,
                     "per_gpu_bytes_at_min_gpus": round(cell.per_gpu_bytes_at_min) if cell and cell.per_gpu_bytes_at_min else None,
                     "warning": (cell.warning if cell else row.error) or "",

@@ -185,6 +185,43 @@ class Layout(BaseModel):
             raise ScenarioError(explain_validation(exc, all_errors=True)) from None
 
 
+def model_layout_limits(arch: Architecture, pipeline_parallel: int = 1, expert_parallel: int = 1) -> list[str]:
+    """What the model itself rules out of a layout, whatever the GPU count: expert parallelism on a model without
+    experts (or an EP that does not divide its experts) and more pipeline stages than layers. Empty when none.
+
+    These are checked before the GPU counts (:func:`layout_for_world`): a dense model asked for EP 64 on 8 GPUs is
+    refused for having no experts, not because 64 does not divide DP x CP."""
+    out = []
+    e, p = expert_parallel, pipeline_parallel
+    if e > 1 and not arch.num_experts:
+        out.append(f"Expert parallel {e}: this model has no experts (it is a dense model, not a mixture of experts), "
+                   "so expert parallel must be 1.")
+    elif e > 1 and arch.num_experts % e:
+        out.append(f"Expert parallel {e} does not divide this model's {arch.num_experts} experts: every expert-parallel "
+                   f"rank holds the same number of experts, so use a divisor of {arch.num_experts}.")
+    if p > arch.num_layers:
+        out.append(f"Pipeline parallel {p}: pipeline stages cannot exceed the number of layers, and this model has "
+                   f"{arch.num_layers}, so use at most {arch.num_layers} stages.")
+    return out
+
+
+def layout_for_world(arch: Architecture, fields: dict[str, Any], world: int) -> Layout:
+    """The layout of ``fields`` (every :class:`Layout` field but ``data_parallel``) on ``world`` GPUs, data parallel
+    taking what TP x PP x CP leave.
+
+    Raises:
+        ScenarioError: the first failing check, the model's own limits first (:func:`model_layout_limits`), then the
+            GPU count (a multiple of TP x PP x CP), then :class:`Layout`'s rules; one line per problem.
+    """
+    limits = model_layout_limits(arch, fields.get("pipeline_parallel", 1), fields.get("expert_parallel", 1))
+    if limits:
+        raise ScenarioError("\n".join(limits))
+    per = fields.get("tensor_parallel", 1) * fields.get("pipeline_parallel", 1) * fields.get("context_parallel", 1)
+    if world % per:
+        raise ScenarioError(f"{world} GPUs are not a multiple of TP x PP x CP = {per}")
+    return Layout.build(**fields, data_parallel=world // per)
+
+
 def validated_layout(fields: dict[str, Any]) -> Layout:
     """``Layout(**fields)``: the same validation by the model's own validator, without ``BaseModel.__init__``'s Python
     frame (the layout search validates tens of thousands).

@@ -184,3 +184,26 @@ def test_a_fit_with_less_than_the_safety_margin_shows_tight_may_not_fit(new_app,
     at.radio(key="fit_labels").set_value("Fewest GPUs").run()
     (techniques,) = (heatmap(f) for f in charts(show(at, "techniques")))
     assert any(cell.startswith("≈") for row in techniques["text"] for cell in row)
+
+
+def test_the_captions_name_the_strategy_each_matrix_computes(fit_page):
+    """A new user's report: the page said the fewest GPUs used the sidebar's strategy (zero3) for both matrices, while
+    the techniques caption and CSV said DDP for every row but ZeRO-3. What is computed (engine.plan.fit): the models
+    matrix uses the sidebar's strategy, the techniques matrix each row's own (Technique.strategy), whatever the sidebar."""
+    at = fit_page
+    assert at.selectbox(key="strategy").value == Strategy.ZERO3
+    captions = " ".join(c.value for c in at.caption)
+    assert "for the fewest GPUs, the sidebar's strategy (zero3)" in captions
+    show(at, "techniques")
+    captions = " ".join(c.value for c in at.caption)
+    assert "the fewest GPUs, the sidebar's strategy" not in captions and "sidebar's zero3 is not used here" in captions
+    assert "each row's own strategy (not the sidebar's zero3)" in captions
+    assert "every other training row uses DDP" in captions and "min_gpus_strategy" in captions
+    # ... and the engine's rows and CSV records agree: DDP everywhere but the ZeRO-3 row, named per row
+    from engine.plan.fit import technique_matrix
+    arch = architecture_from_config(next(m for m in load_models() if m.name == "Llama 3.1 8B").config)
+    records = technique_matrix(arch, Scenario(), load_gpus()[:1]).records()
+    assert {r["row"]: r["min_gpus_strategy"] for r in records} == {
+        **{t.label: t.strategy.value for t in TECHNIQUES}, "Inference · bf16 serving": "ddp"}
+    assert [t.label for t in TECHNIQUES if t.strategy is Strategy.ZERO3] == ["Full · mixed bf16, ZeRO-3 (min GPUs)"]
+    assert "strategy" not in records[0]

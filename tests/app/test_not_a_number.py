@@ -57,7 +57,7 @@ def test_an_emptied_box_on_a_page_that_withholds_results_is_listed_as_not_valid(
     below."""
     at = new_app().switch_page("pages/scale_out.py").run()
     at.number_input(key="so_gbs").set_value(None).run()
-    at.number_input(key="so_pp").set_value(1000).run()  # 8 GPUs are not a multiple of TP x PP x CP = 1000
+    at.number_input(key="so_pp").set_value(1000).run()  # more stages than the 32 layers: refused
     no_exception(at)
     assert "Global batch (sequences): not a number; type a whole number from 1 to 1,048,576. The results use 64." in \
         _errors(at)

@@ -45,7 +45,8 @@ def test_bad_layout_says_why(page):
     at = page
     at.selectbox(key="so_ep").set_value(2).run()  # a dense model has no experts
     no_exception(at)
-    assert any("mixture-of-experts" in shown(e.value) for e in at.error)
+    assert any("this model has no experts (it is a dense model, not a mixture of experts), so expert parallel must be 1"
+               in shown(e.value) for e in at.error), [e.value for e in at.error]
 
 
 def test_a_global_batch_the_layout_cannot_divide_is_said_in_a_sentence(page):
@@ -126,7 +127,29 @@ def test_a_pipeline_deeper_than_the_model_is_refused_in_words(page):
     at.number_input(key="so_pp").set_value(64).run()  # Llama 3.1 8B has 32 layers
     at.number_input(key="so_nodes").set_value(8).run()
     no_exception(at)
-    assert any("needs at least 1 layers per stage (32 layers)" in shown(e.value) for e in at.error), [e.value for e in at.error]
+    assert [shown(e.value) for e in at.main.error] == [
+        "Pipeline parallel 64: pipeline stages cannot exceed the number of layers, and this model has 32, so use at most "
+        "32 stages."]
+
+
+_DENSE_24 = "Qwen/Qwen2.5-0.5B"  # a bundled dense model of 24 layers
+
+
+@pytest.mark.parametrize(("key", "value", "words"), [
+    # a new user's report: "must divide DP x CP = 8" and a GPU-count mismatch named instead of the model's limits
+    ("so_ep", 64, "Expert parallel 64: this model has no experts (it is a dense model, not a mixture of experts), so "
+                  "expert parallel must be 1."),
+    ("so_pp", 100, "Pipeline parallel 100: pipeline stages cannot exceed the number of layers, and this model has 24, "
+                   "so use at most 24 stages."),
+])
+def test_the_model_limit_is_named_before_the_gpu_count(new_app, key, value, words):
+    at = open_link(new_app(), PAGE, {"model": _DENSE_24})
+    assert at.selectbox(key="catalog_repo").value == _DENSE_24
+    widget = at.selectbox(key=key) if key == "so_ep" else at.number_input(key=key)
+    widget.set_value(value).run()
+    no_exception(at)
+    assert [shown(e.value) for e in at.main.error] == [words]
+    assert not at.metric  # refused: no results drawn
 
 
 # --- issue 24 item 8: "does not fit" in words, state kept and in the URL, search results kept and applied ---------
@@ -333,7 +356,8 @@ def _in_order(node) -> list:
 
 
 @pytest.mark.parametrize(("key", "value", "words"), [
-    ("so_pp", 1000, "8 GPUs are not a multiple of TP x PP x CP = 1000"),  # fresh user's browser test, 26_scaleout_bad
+    ("so_pp", 3, "8 GPUs are not a multiple of TP x PP x CP = 3"),  # a GPU-count mismatch (PP 1000 now names the layers)
+    ("so_pp", 1000, "Pipeline parallel 1000: pipeline stages cannot exceed the number of layers"),  # 26_scaleout_bad
     ("so_framework", "nanotron", "ZeRO-3: the framework runs ZeRO-0 or ZeRO-1 only"),  # 11_nanotron, ZeRO-3 default
 ])
 def test_a_refused_layout_is_said_next_to_its_inputs_and_no_banner_claims_results_below(page, key, value, words):
@@ -367,3 +391,48 @@ def test_megatron_figure_far_from_ours_says_why(new_app):
                    "layout's ZeRO-3 also shards the 16-bit weights and the gradients over its 32 data-parallel ranks."]
     close = open_link(new_app(), PAGE, {"model": "meta-llama/Llama-3.1-70B", "so_nodes": "4", "so_zero": "1"})
     assert not [c for c in close.caption if "Megatron-LM's formula is" in shown(c.value)]  # ZeRO-1: what the formula assumes
+
+
+# --- a new user's server log: "The widget with key "so_gpn" was created with a default value but also had its value set
+# via the Session State API", with a stack dump (Streamlit's check_session_state_rules) -------------------------------
+
+_PRESETS = [{"so_gpn": 4}, {"so_zero": 1}, {"so_rec": "full"}, {"so_tp": 2, "so_sp": True}, {"so_cp": 2}, {"so_ep": 1},
+            {"so_tp_overlap": True}, {"so_master": False}]
+"""The page's select boxes and checkboxes, as a link or a page switch sets them before the widgets are drawn."""
+
+
+def _default_value_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "created with a default value" in r.getMessage()]
+
+
+@pytest.mark.parametrize("preset", _PRESETS, ids=lambda p: "+".join(p))
+def test_a_widget_preset_in_session_state_logs_no_default_value_warning(new_app, caplog, monkeypatch, preset):
+    import streamlit.elements.lib.policies as policies
+
+    monkeypatch.setattr(policies, "_shown_default_value_warning", False)  # Streamlit warns once per process
+    at = new_app()
+    for key, value in preset.items():
+        at.session_state[key] = value
+    with caplog.at_level("WARNING", logger="streamlit"):
+        at.switch_page(PAGE).run()
+    no_exception(at)
+    assert _default_value_warnings(caplog) == []
+    assert {k: at.session_state[k] for k in preset} == preset  # the preset value is the widget's
+
+
+def test_a_link_restores_the_gpus_per_node_without_a_warning(new_app, caplog, monkeypatch):
+    import streamlit.elements.lib.policies as policies
+
+    monkeypatch.setattr(policies, "_shown_default_value_warning", False)
+    with caplog.at_level("WARNING", logger="streamlit"):
+        at = open_link(new_app(), PAGE, {"so_gpn": "4", "so_nodes": "2", "so_rec": "full"})
+    assert (at.selectbox(key="so_gpn").value, at.selectbox(key="so_rec").value) == (4, "full")
+    assert _default_value_warnings(caplog) == []
+
+
+def test_the_widgets_keep_their_defaults_without_a_preset(page):
+    at = page
+    assert (at.selectbox(key="so_gpn").value, at.selectbox(key="so_zero").value, at.selectbox(key="so_rec").value) == (
+        8, 3, "selective")
+    assert at.checkbox(key="so_sp").value is False and at.checkbox(key="so_master").value is True
+    assert at.selectbox(key="so_tp").value == 1
