@@ -18,7 +18,7 @@ from engine.scenario.training import Method
 from engine.units import fmt_bytes
 from ui.catalog_session import session_gpus
 from ui.downloads import csv_bytes
-from ui.formats import fmt_usd
+from ui.formats import md_usd
 from ui.inputs import checked_number, results_withheld
 from ui.layout import scenario_page
 from ui.scaleout import (CHOICES, candidates_table, framework_inputs, layout_from, layout_inputs, network_input, stage_bars,
@@ -112,12 +112,12 @@ if est.time and run.fits:
                                                f"tokens at {r.tokens_per_second:,.0f} tokens/s")
     t2.metric("GPU-hours", f"{r.gpu_hours:,.0f}", help=f"{gh_lo:,.0f}–{gh_hi:,.0f} (80% band); {run.num_gpus} GPUs")
     t3.metric("Cost on demand", "no price" if r.cost_usd_on_demand is None else f"${r.cost_usd_on_demand:,.0f}",
-              help=price.reason or f"{fmt_usd(od_lo)}–{fmt_usd(od_hi)} (80% band); {price.on_demand_source}, {price.date}")
+              help=price.reason if od_lo is None else f"{md_usd(od_lo)}–{md_usd(od_hi)} (80% band); {price.on_demand_source}, {price.date}")
     t4.metric("Cost spot", "no price" if r.cost_usd_spot is None else f"${r.cost_usd_spot:,.0f}",
-              help=price.reason or f"{fmt_usd(sp_lo)}–{fmt_usd(sp_hi)} (80% band); {price.spot_source}, {price.date}")
+              help=price.reason if sp_lo is None else f"{md_usd(sp_lo)}–{md_usd(sp_hi)} (80% band); {price.spot_source}, {price.date}")
     st.caption(f"Range, not a point: hours {r.hours_low:,.1f}–{r.hours_high:,.1f}, GPU-hours {gh_lo:,.0f}–{gh_hi:,.0f}"
-               + (f", on-demand cost {fmt_usd(od_lo)}–{fmt_usd(od_hi)}" if od_lo is not None else "")
-               + (f", spot {fmt_usd(sp_lo)}–{fmt_usd(sp_hi)}" if sp_lo is not None else "")
+               + (f", on-demand cost {md_usd(od_lo)}–{md_usd(od_hi)}" if od_lo is not None else "")
+               + (f", spot {md_usd(sp_lo)}–{md_usd(sp_hi)}" if sp_lo is not None else "")
                + f". {md_plain(r.band_note)} (Methodology page).")
     st.download_button("Download this layout's plan (CSV)", csv_bytes(pd.DataFrame([run.record()])),
                        file_name="scale_out_plan.csv", mime="text/csv", key="so_plan_csv",

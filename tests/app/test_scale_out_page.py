@@ -269,6 +269,8 @@ def test_a_fitting_layout_shows_the_band_of_its_hours_and_cost(page):
     hours = float(metric(at, "Hours").replace(",", ""))
     assert lo == pytest.approx(hours / high, abs=0.1) and hi == pytest.approx(hours / low, abs=0.1)
     assert "GPU-hours" in caption and "several GPUs" in caption
+    # two prices on one Markdown line would open and close Streamlit's inline maths ("$10–$15"): every $ escaped
+    assert "on-demand cost \\$" in caption and re.search(r"(?<!\\)\$", caption) is None
 
 
 def test_fp8_rowwise_is_offered_and_megatron_refuses_it_in_words(page):
