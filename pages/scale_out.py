@@ -18,7 +18,7 @@ from engine.scenario.training import Method
 from engine.units import fmt_bytes
 from ui.catalog_session import session_gpus
 from ui.downloads import csv_bytes
-from ui.formats import md_usd
+from ui.formats import count_of, md_usd
 from ui.inputs import checked_number, results_withheld
 from ui.layout import scenario_page
 from ui.scaleout import (CHOICES, candidates_table, framework_inputs, layout_from, layout_inputs, network_input, stage_bars,
@@ -110,7 +110,7 @@ if est.time and run.fits:
     t1, t2, t3, t4 = st.columns(4)
     t1.metric("Hours", f"{r.hours:,.1f}", help=f"{r.hours_low:,.1f}–{r.hours_high:,.1f} (80% band); {r.tokens:,.0f} "
                                                f"tokens at {r.tokens_per_second:,.0f} tokens/s")
-    t2.metric("GPU-hours", f"{r.gpu_hours:,.0f}", help=f"{gh_lo:,.0f}–{gh_hi:,.0f} (80% band); {run.num_gpus} GPUs")
+    t2.metric("GPU-hours", f"{r.gpu_hours:,.0f}", help=f"{gh_lo:,.0f}–{gh_hi:,.0f} (80% band); {count_of(run.num_gpus, 'GPU')}")
     t3.metric("Cost on demand", "no price" if r.cost_usd_on_demand is None else f"${r.cost_usd_on_demand:,.0f}",
               help=price.reason if od_lo is None else f"{md_usd(od_lo)}–{md_usd(od_hi)} (80% band); {price.on_demand_source}, {price.date}")
     t4.metric("Cost spot", "no price" if r.cost_usd_spot is None else f"${r.cost_usd_spot:,.0f}",

@@ -22,7 +22,7 @@ from ui.charts import (
     BASIS_LABEL, cost_vs_dataset_figure, fmt_hours, fmt_usd, gpu_count_figure, plan_scatter_figure, time_vs_dataset_figure,
 )
 from ui.catalog_session import session_gpus, session_prices, table_key
-from ui.formats import fmt_big_count, md_plain, md_usd
+from ui.formats import count_of, fmt_big_count, md_plain, md_usd
 from ui.layout import scenario_page
 from ui.scenario_form import time_cost_sidebar
 from ui.shared_results import time_cost_shared  # the plan search, sweeps and figures, for every session
@@ -88,7 +88,7 @@ if not plan.fits:
                + (f"the fewest {md_plain(gpu.name)} that fit with {strategy.value}: {fewest}." if fewest else
                   f"no number of {md_plain(gpu.name)} fits with {strategy.value}. The section 'Every plan that fits' below lists what fits."))
     if fewest and fewest != num_gpus:
-        st.button(f"Use {fewest} GPUs (the sidebar's hardware, for every page)", key="tc_use_fewest",
+        st.button(f"Use {count_of(fewest, 'GPU')} (the sidebar's hardware, for every page)", key="tc_use_fewest",
                   on_click=lambda: st.session_state.update(num_gpus=fewest))
 if hw.offload.value != "none":
     # As the CLI refuses it: a time without the host transfers and CPU optimizer steps would be a silently wrong number.
@@ -108,18 +108,18 @@ c = st.columns(6)
 c[0].metric("Tokens to process", fmt_big_count(run.tokens),
             help=f"{run.tokens:,.0f} tokens: {tc.dataset.tokens_per_epoch(scenario.seq_len):,.0f} per epoch × {tc.dataset.epochs:g} epochs × {tc.dataset.runs} runs")
 c[1].metric("Tokens/s", f"{run.tokens_per_second:,.0f}",
-            help=f"all {num_gpus} GPUs together: {tp.per_gpu_tokens_per_second:,.0f} per GPU; MFU {tp.mfu:.2f}, HFU {tp.hfu:.2f} "
+            help=f"all {count_of(num_gpus, 'GPU')} together: {tp.per_gpu_tokens_per_second:,.0f} per GPU; MFU {tp.mfu:.2f}, HFU {tp.hfu:.2f} "
                  "(PaLM's definitions: model FLOPs / executed FLOPs per second over the dense peak), results of the model")
 # every time and cost with its 80% band (engine.time.band), as the Scale out page shows them
 (gh_lo, gh_hi), (od_lo, od_hi), (sp_lo, sp_hi) = run.gpu_hours_range, run.cost_usd_on_demand_range, run.cost_usd_spot_range
 c[2].metric("Wall time", fmt_hours(run.hours), help=f"{run.hours:,.4f} hours; {fmt_hours(run.hours_low)}–"
                                                     f"{fmt_hours(run.hours_high)} (80% band)")
-c[3].metric("GPU-hours", f"{run.gpu_hours:,.2f}", help=f"{gh_lo:,.2f}–{gh_hi:,.2f} (80% band); {num_gpus} GPUs")
+c[3].metric("GPU-hours", f"{run.gpu_hours:,.2f}", help=f"{gh_lo:,.2f}–{gh_hi:,.2f} (80% band); {count_of(num_gpus, 'GPU')}")
 c[4].metric("Cost on-demand", fmt_usd(run.cost_usd_on_demand),
-            help=(f"{md_usd(od_lo)}–{md_usd(od_hi)} (80% band); \\${price.on_demand_usd_per_hour:,.4g}/GPU-hour from "
+            help=(f"{md_usd(od_lo)}–{md_usd(od_hi)} (80% band); {md_usd(price.on_demand_usd_per_hour)}/GPU-hour from "
                   f"{price.on_demand_source} ({price.date})" if price.on_demand_usd_per_hour else price.reason))
 c[5].metric("Cost spot", fmt_usd(run.cost_usd_spot),
-            help=(f"{md_usd(sp_lo)}–{md_usd(sp_hi)} (80% band); \\${price.spot_usd_per_hour:,.4g}/GPU-hour from "
+            help=(f"{md_usd(sp_lo)}–{md_usd(sp_hi)} (80% band); {md_usd(price.spot_usd_per_hour)}/GPU-hour from "
                   f"{price.spot_source}" if price.spot_usd_per_hour else price.reason))
 band = tp.band
 raw = band_for(num_gpus, tp.hf_stack) if cal is not None else None
@@ -258,7 +258,7 @@ def _plans_section(search: PlanSearch) -> None:
         lo, hi = ch.cost_range(basis)
         lines.append(f"- **Cheapest**: {md_plain(ch.label)}: {fmt_hours(ch.run.hours)} ({fmt_hours(ch.run.hours_low)}–"
                      f"{fmt_hours(ch.run.hours_high)}), {md_usd(ch.cost(basis))} ({md_usd(lo)}–{md_usd(hi)}) {BASIS_LABEL[basis]} "
-                     f"(\\${(ch.price.on_demand_usd_per_hour if basis == 'on_demand' else ch.price.spot_usd_per_hour) or 0:,.4g}"
+                     f"({md_usd((ch.price.on_demand_usd_per_hour if basis == 'on_demand' else ch.price.spot_usd_per_hour) or 0)}"
                      f"/GPU-hour, {md_plain(ch.price.on_demand_source if basis == 'on_demand' else ch.price.spot_source)}).")
     else:
         lines.append(f"- **Cheapest**: none: no fitting plan has a price ({BASIS_LABEL[basis]}) in '{md_plain(search.price_source)}'.")
@@ -270,10 +270,10 @@ def _plans_section(search: PlanSearch) -> None:
                      + (f" ({md_usd(lo)}–{md_usd(hi)})" if lo is not None else f" ({md_plain(fa.price.reason)})") + ".")
     else:
         lines.append("- **Fastest**: none: nothing fits.")
-    lines.append(f"- **Pareto front** ({len(search.pareto)} plans, no plan is both faster and cheaper): "
+    lines.append(f"- **Pareto front** ({count_of(len(search.pareto), 'plan')}, no plan is both faster and cheaper): "
                  + (", ".join(md_plain(p.label) for p in search.pareto) or "empty") + ".")
     st.markdown("\n".join(lines))
-    st.caption(f"{len(search.plans)} plans fit in memory with {strategy.value} (GPU kinds × counts {', '.join(map(str, search.counts))}); "
+    st.caption(f"{count_of(len(search.plans), 'plan')} {'fits' if len(search.plans) == 1 else 'fit'} in memory with {strategy.value} (GPU kinds × counts {', '.join(map(str, search.counts))}); "
                "a plan that does not fit is never listed. Plans without a price in the source are in the table, not on the chart. "
                "In brackets and in the low / high columns: the 80% band of each time and cost (Methodology page).")
     records = search.records()

@@ -58,9 +58,14 @@ def md_usd(usd: float | None) -> str:
     return fmt_usd(usd).replace("$", "\\$")
 
 
+def count_of(n: int, word: str) -> str:
+    """``n`` ``word``\ s, singular for one ("1 GPU", "8 GPUs", "1 plan", "1,024 sequences")."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
 def sequences(n: int) -> str:
     """``n`` sequences, singular for one ("1 sequence", "2 sequences")."""
-    return f"{n:,} sequence{'' if n == 1 else 's'}"
+    return count_of(n, "sequence")
 
 
 def plain(text: str, limit: int | None = None) -> str:

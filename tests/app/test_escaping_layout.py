@@ -21,7 +21,8 @@ MESSAGE_CALLS = {"error", "warning", "info", "success", "markdown", "caption", "
                  "header"}
 ESCAPE = "md_plain"
 NUMBER_FORMATTERS = {"_both", "fmt_bytes", "fmt_count", "fmt_hours", "fmt_usd", "md_usd", "fmt_sci", "fmt_big_count", "to_unit", "len",
-                     "round", "int", "float", "abs", "max", "min", "sum", "_fmt", "verdict_label"}
+                     "round", "int", "float", "abs", "max", "min", "sum", "_fmt", "verdict_label",
+                     "count_of"}  # count_of: a number and the page's own literal word ("1 GPU", "8 plans")
 #: Values that are not user text, by their source text in the file: (file name, expression) -> why.
 _NUMBERS = "numbers of a validated scenario, plan or result"
 _ENGINE = "the engine's or the page's own words (constants, enum labels, bundled data), never an input"

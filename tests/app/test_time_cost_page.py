@@ -283,3 +283,11 @@ def test_gpu_hours_and_costs_carry_their_80_percent_band_everywhere(page):
             assert row["hours_low"] == pytest.approx(row["hours"] / b.high)
         if row["cost_usd_on_demand"] == row["cost_usd_on_demand"]:  # priced (basis: on demand)
             assert f"({fmt_usd(row['cost_usd_on_demand_low'])}–{fmt_usd(row['cost_usd_on_demand_high'])})" in line, line
+
+
+def test_counts_read_as_words_and_prices_per_gpu_hour_in_cents():
+    # A user found "1 GPUs", "(1 plans, ...)" and "$6/GPU-hour" / "$1.8/GPU-hour" (format ,.4g) on this page.
+    from ui.formats import count_of, md_usd
+
+    assert count_of(1, "GPU") == "1 GPU" and count_of(8, "GPU") == "8 GPUs" and count_of(1_024, "plan") == "1,024 plans"
+    assert md_usd(6.0) == "\\$6.00" and md_usd(1.8) == "\\$1.80"
