@@ -183,15 +183,17 @@ def _curves(search: PlanSearch) -> Curves:
     seed_hours = None
     if seed is not None:
         seed_hours = [r.hours for _, r in dataset_sweep(tc.dataset, scenario.seq_len, seed.tokens_per_second, num_gpus)]
-    series: dict[str, tuple[list[float], list[float]]] = {}
+    series: dict[str, tuple[list[float], list[float], list[float], list[float]]] = {}
     curve_plans = search.cheapest_per_gpu()[:6]
     if plan.cost(basis) is not None and all((p.gpu, p.num_gpus) != (plan.gpu, plan.num_gpus) for p in curve_plans):
         curve_plans.append(plan)
     for p in curve_plans:
         points = dataset_sweep(tc.dataset, scenario.seq_len, p.run.tokens_per_second, p.num_gpus,
-                               p.price.on_demand_usd_per_hour, p.price.spot_usd_per_hour)
+                               p.price.on_demand_usd_per_hour, p.price.spot_usd_per_hour, band=p.throughput.band)
         costs = [(r.cost_usd_on_demand if basis == "on_demand" else r.cost_usd_spot) for _, r in points]
-        series[p.label + ("" if p.fits else " (does not fit)")] = ([d.tokens_per_epoch(scenario.seq_len) for d, _ in points], costs)  # type: ignore[misc]
+        lows, highs = zip(*((r.cost_usd_on_demand_range if basis == "on_demand" else r.cost_usd_spot_range) for _, r in points))
+        series[p.label + ("" if p.fits else " (does not fit)")] = (  # type: ignore[assignment]
+            [d.tokens_per_epoch(scenario.seq_len) for d, _ in points], costs, list(lows), list(highs))
     return Curves(sizes, sweep, seed_hours, series, search.for_gpu(gpu.name))
 
 
@@ -199,8 +201,8 @@ def _curves_csv(c: Curves) -> None:
     curves = (
         [{"curve": "time_vs_dataset", "plan": plan.label, "dataset_tokens": x, "hours": r.hours, "hours_low": r.hours_low,
           "hours_high": r.hours_high, "cost_usd": None} for x, (_, r) in zip(c.sizes, c.sweep)]
-        + [{"curve": "cost_vs_dataset", "plan": label, "dataset_tokens": x, "hours": None, "cost_usd": y}
-           for label, (xs, ys) in c.series.items() for x, y in zip(xs, ys)]
+        + [{"curve": "cost_vs_dataset", "plan": label, "dataset_tokens": x, "hours": None, "cost_usd": y, "cost_usd_low": lo,
+            "cost_usd_high": hi} for label, (xs, ys, los, his) in c.series.items() for x, y, lo, hi in zip(xs, ys, los, his)]
         + [{"curve": "gpu_count", "plan": p.label, "dataset_tokens": tc.dataset.tokens_per_epoch(scenario.seq_len), "hours": p.run.hours,
             "hours_low": p.run.hours_low, "hours_high": p.run.hours_high, "cost_usd": p.cost(basis)} for p in c.counts]
     )
@@ -220,7 +222,8 @@ def _dataset_section(search: PlanSearch) -> None:
         st.plotly_chart(cost_vs_dataset_figure(c.series, tc.dataset.tokens_per_epoch(scenario.seq_len), basis), width="stretch",
                         key="tc_cost_dataset_chart")
         st.caption(f"The GPU kinds cheapest for your dataset, each at its cheapest count that fits ({BASIS_LABEL[basis]} prices "
-                   f"from '{md_plain(search.price_source)}'), and your plan. Cost grows linearly with the tokens.")
+                   f"from '{md_plain(search.price_source)}'), and your plan. Cost grows linearly with the tokens; the shade around "
+                   "each line is its 80% band (Methodology page).")
     else:
         st.info(f"No cost curve to draw: {md_plain(_no_price(search))}")
     _curves_csv(c)

@@ -314,13 +314,34 @@ def time_vs_dataset_figure(
     return prebuilt({"data": data, "layout": layout})
 
 
-def cost_vs_dataset_figure(series: dict[str, tuple[list[float], list[float]]], current_size: float, basis: str) -> go.Figure:
-    """Cost against dataset size, one line per plan (label -> (sizes, USD))."""
-    data = [{"type": "scatter", "x": sizes, "y": costs, "mode": "lines", "name": label,
-             "hovertemplate": f"{label}<br>%{{x:,.3s}} tokens: $%{{y:,.2f}}<extra></extra>"}
-            for label, (sizes, costs) in series.items()]
-    layout = {"xaxis": log_axis([x for sizes, _ in series.values() for x in sizes], DATASET_AXIS),
-              "yaxis": log_axis([c for _, costs in series.values() for c in costs],
+PLAN_COLOURS = ("#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692", "#b6e880")
+"""Line colours of the cost curves (Plotly's default sequence), named so each band can take its line's colour."""
+
+
+def _translucent(colour: str, alpha: float = 0.15) -> str:
+    """``#rrggbb`` as an ``rgba`` fill at ``alpha``."""
+    r, g, b = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r}, {g}, {b}, {alpha})"
+
+
+def cost_vs_dataset_figure(series: dict[str, tuple[list[float], list[float], list[float], list[float]]],
+                           current_size: float, basis: str) -> go.Figure:
+    """Cost against dataset size, one line per plan (label -> (sizes, USD, low USD, high USD)), each shaded over its
+    80% band (the plan's cross-validated throughput band, engine.time.band) in the line's colour."""
+    data: list[dict] = []
+    for i, (label, (sizes, costs, lows, highs)) in enumerate(series.items()):
+        colour = PLAN_COLOURS[i % len(PLAN_COLOURS)]
+        data += [{"type": "scatter", "x": sizes, "y": highs, "mode": "lines", "line": {"width": 0}, "showlegend": False,
+                  "hoverinfo": "skip", "legendgroup": label, "name": f"{label} band high"},
+                 {"type": "scatter", "x": sizes, "y": lows, "mode": "lines", "line": {"width": 0}, "fill": "tonexty",
+                  "fillcolor": _translucent(colour), "showlegend": False, "hoverinfo": "skip", "legendgroup": label,
+                  "name": f"{label} band low"},
+                 {"type": "scatter", "x": sizes, "y": costs, "mode": "lines", "name": label, "legendgroup": label,
+                  "line": {"color": colour}, "customdata": list(zip(lows, highs)),
+                  "hovertemplate": f"{label}<br>%{{x:,.3s}} tokens: $%{{y:,.2f}} ($%{{customdata[0]:,.2f}}–"
+                                   "$%{customdata[1]:,.2f})<extra></extra>"}]
+    layout = {"xaxis": log_axis([x for sizes, *_ in series.values() for x in sizes], DATASET_AXIS),
+              "yaxis": log_axis([c for _, costs, lows, highs in series.values() for c in (*costs, *lows, *highs)],
                                 f"cost, {BASIS_LABEL.get(basis, basis)} (USD)", prefix="$"),
               "height": 420, "margin": {"t": 30, "b": 10}, "legend": {"orientation": "h", "y": -0.25},
               **_log_axes_vline(current_size, "your dataset")}

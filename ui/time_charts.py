@@ -27,7 +27,7 @@ class Curves(NamedTuple):
     sizes: list  # tokens per epoch of each dataset size of the sweep
     sweep: list  # (dataset, run) of this plan at each size
     seed_hours: list | None  # hours at each size by the seed's throughput rule, or None without one
-    series: dict  # plan label -> (sizes, costs in USD)
+    series: dict  # plan label -> (sizes, costs in USD, low costs, high costs: the plan's 80% band)
     counts: list  # the plans of this GPU kind at each count that fits
 
 

@@ -67,7 +67,19 @@ def test_page_renders_metrics_all_curves_and_the_comparison(page):
     high = next(t for t in time_fig["data"] if t["name"] == "band high")
     # the cross-validated band brackets the line at every dataset size (engine.time.band)
     assert all(lo < h < hi for lo, h, hi in zip(low["y"], model_line["y"], high["y"]))
-    assert len(cost_fig["data"]) >= 3  # several GPUs
+    lines = [t for t in cost_fig["data"] if t.get("showlegend") is not False]
+    assert len(lines) >= 3  # several GPUs
+    # each cost line is shaded over its plan's 80% band (data/time_bands.csv, read here with the csv module): the
+    # band's edges are cost / high and cost / low of one of the groups at every dataset size
+    import csv
+    from pathlib import Path
+
+    with open(Path(__file__).resolve().parents[2] / "data" / "time_bands.csv", newline="") as f:
+        groups = [(float(r["low"]), float(r["high"])) for r in csv.DictReader(f)]
+    for line in lines:
+        lo_t, hi_t = (next(t for t in cost_fig["data"] if t["name"] == f"{line['name']} band {end}") for end in ("low", "high"))
+        assert any(all(lo == pytest.approx(c / g_hi) and hi == pytest.approx(c / g_lo)
+                       for c, lo, hi in zip(line["y"], lo_t["y"], hi_t["y"])) for g_lo, g_hi in groups), line["name"]
     assert {t["name"] for t in count_fig["data"]} >= {"wall time (h)"}
     hours = next(t for t in count_fig["data"] if t["name"] == "wall time (h)")
     assert all(up > 0 and down > 0 for up, down in zip(hours["error_y"]["array"], hours["error_y"]["arrayminus"]))
