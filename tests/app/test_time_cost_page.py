@@ -38,6 +38,16 @@ def every_chart(at: AppTest) -> list[dict]:
     return figs
 
 
+def lora_on_a100_40gb(at: AppTest, gpus: int) -> AppTest:
+    """LoRA on ``gpus`` x A100 40GB priced by the seed chapter (the one source with spot prices), no exception."""
+    at.radio(key="method").set_value(Method.LORA).run()
+    at.selectbox(key="gpu").set_value("NVIDIA A100 40GB").run()
+    at.number_input(key="num_gpus").set_value(gpus).run()
+    at.selectbox(key="tc_price_source").set_value("seed chapter (approx.)").run()
+    no_exception(at)
+    return at
+
+
 def number(text: str) -> float:
     return float(text.replace(",", "").replace("$", "").split()[0])
 
@@ -130,12 +140,7 @@ def test_sidebar_inputs_drive_the_numbers(page):
 
 
 def test_seed_rule_beside_the_flops_model_and_prices_never_invented(page):
-    at = page
-    at.radio(key="method").set_value(Method.LORA).run()
-    at.selectbox(key="gpu").set_value("NVIDIA A100 40GB").run()
-    at.number_input(key="num_gpus").set_value(1).run()
-    at.selectbox(key="tc_price_source").set_value("seed chapter (approx.)").run()
-    no_exception(at)
+    at = lora_on_a100_40gb(page, 1)
     assert metric(at, "Tokens/s (seed rule)") == "1,000"  # 8B counts as the seed's "7B on A100-40GB"
     assert metric(at, "Wall time (seed rule)") == "4.27 h"  # the seed's example: 15,360,000 tokens at 1,000/s
     assert metric(at, "Cost on-demand (seed rule)") == "$17.07" and metric(at, "Cost spot (seed rule)") == "$5.12"
@@ -253,12 +258,7 @@ def test_gpu_hours_and_costs_carry_their_80_percent_band_everywhere(page):
     from ui.formats import fmt_hours, fmt_usd
 
     band = band_for(8, True)
-    at = page
-    at.radio(key="method").set_value(Method.LORA).run()
-    at.selectbox(key="gpu").set_value("NVIDIA A100 40GB").run()
-    at.number_input(key="num_gpus").set_value(8).run()
-    at.selectbox(key="tc_price_source").set_value("seed chapter (approx.)").run()
-    no_exception(at)
+    at = lora_on_a100_40gb(page, 8)
     helps = {m.label: shown(m.help or "") for m in at.metric}
     gpu_hours, spot = number(metric(at, "GPU-hours")), number(metric(at, "Cost spot"))
     lo, hi = (number(x) for x in helps["GPU-hours"].split(" (80% band)")[0].split("–"))
