@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import plotly.colors
 import plotly.graph_objects as go
 
 from engine.hardware.gpus import Gpu
@@ -289,6 +290,22 @@ def _log_axes_vline(current_size: float, text: str) -> dict:
     return {"shapes": [shape], "annotations": [annotation]}
 
 
+def band_error_bars(values: list[float | None], lows: list[float | None], highs: list[float | None]) -> dict:
+    """Plotly asymmetric error bars spanning each value's 80% band (``lows`` .. ``highs``, one per value); none where a
+    value or its band is missing (an unpriced plan)."""
+    return {"type": "data", "symmetric": False, "thickness": 1,
+            "array": [None if v is None or hi is None else hi - v for v, hi in zip(values, highs)],
+            "arrayminus": [None if v is None or lo is None else v - lo for v, lo in zip(values, lows)]}
+
+
+def _band_shade(x: list[float], lows: list, highs: list, fillcolor: str, low: dict, high: dict) -> list[dict]:
+    """Two line-less traces whose fill between them shades an 80% band (``tonexty``: the low trace fills up to the high
+    one drawn just before it); ``low`` / ``high``: each trace's own keys (its name, legend)."""
+    return [{"type": "scatter", "x": x, "y": highs, "mode": "lines", "line": {"width": 0}, "hoverinfo": "skip", **high},
+            {"type": "scatter", "x": x, "y": lows, "mode": "lines", "line": {"width": 0}, "fill": "tonexty",
+             "fillcolor": fillcolor, "hoverinfo": "skip", **low}]
+
+
 def time_vs_dataset_figure(
     sizes: list[float], hours: list[float], seed_hours: list[float] | None, current_size: float, label: str,
     band: tuple[list[float], list[float]] | None = None,
@@ -297,10 +314,8 @@ def time_vs_dataset_figure(
     high) hours, shaded), and the seed rule if it has a line."""
     data = []
     if band is not None:
-        data += [{"type": "scatter", "x": sizes, "y": band[1], "mode": "lines", "line": {"width": 0}, "showlegend": False,
-                  "hoverinfo": "skip", "name": "band high"},
-                 {"type": "scatter", "x": sizes, "y": band[0], "mode": "lines", "line": {"width": 0}, "fill": "tonexty",
-                  "fillcolor": "rgba(99, 110, 250, 0.18)", "name": "80% band (cross-validated)", "hoverinfo": "skip"}]
+        data += _band_shade(sizes, band[0], band[1], "rgba(99, 110, 250, 0.18)",
+                            low={"name": "80% band (cross-validated)"}, high={"name": "band high", "showlegend": False})
     data.append({"type": "scatter", "x": sizes, "y": hours, "mode": "lines", "name": f"step-time model ({label})",
                  "hovertemplate": "%{x:,.3s} tokens: %{y:,.3g} h<extra>step-time model</extra>"})
     if seed_hours is not None:
@@ -314,29 +329,19 @@ def time_vs_dataset_figure(
     return prebuilt({"data": data, "layout": layout})
 
 
-PLAN_COLOURS = ("#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692", "#b6e880")
-"""Line colours of the cost curves (Plotly's default sequence), named so each band can take its line's colour."""
-
-
-def _translucent(colour: str, alpha: float = 0.15) -> str:
-    """``#rrggbb`` as an ``rgba`` fill at ``alpha``."""
-    r, g, b = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
-    return f"rgba({r}, {g}, {b}, {alpha})"
-
-
 def cost_vs_dataset_figure(series: dict[str, tuple[list[float], list[float], list[float], list[float]]],
                            current_size: float, basis: str) -> go.Figure:
     """Cost against dataset size, one line per plan (label -> (sizes, USD, low USD, high USD)), each shaded over its
     80% band (the plan's cross-validated throughput band, engine.time.band) in the line's colour."""
     data: list[dict] = []
     for i, (label, (sizes, costs, lows, highs)) in enumerate(series.items()):
-        colour = PLAN_COLOURS[i % len(PLAN_COLOURS)]
-        data += [{"type": "scatter", "x": sizes, "y": highs, "mode": "lines", "line": {"width": 0}, "showlegend": False,
-                  "hoverinfo": "skip", "legendgroup": label, "name": f"{label} band high"},
-                 {"type": "scatter", "x": sizes, "y": lows, "mode": "lines", "line": {"width": 0}, "fill": "tonexty",
-                  "fillcolor": _translucent(colour), "showlegend": False, "hoverinfo": "skip", "legendgroup": label,
-                  "name": f"{label} band low"},
-                 {"type": "scatter", "x": sizes, "y": costs, "mode": "lines", "name": label, "legendgroup": label,
+        # Plotly's default colour sequence, named so each band takes its line's colour
+        colour = plotly.colors.qualitative.Plotly[i % len(plotly.colors.qualitative.Plotly)]
+        fill = "rgba({}, {}, {}, 0.15)".format(*plotly.colors.hex_to_rgb(colour))
+        data += _band_shade(sizes, lows, highs, fill,
+                            low={"name": f"{label} band low", "showlegend": False, "legendgroup": label},
+                            high={"name": f"{label} band high", "showlegend": False, "legendgroup": label})
+        data += [{"type": "scatter", "x": sizes, "y": costs, "mode": "lines", "name": label, "legendgroup": label,
                   "line": {"color": colour}, "customdata": list(zip(lows, highs)),
                   "hovertemplate": f"{label}<br>%{{x:,.3s}} tokens: $%{{y:,.2f}} ($%{{customdata[0]:,.2f}}–"
                                    "$%{customdata[1]:,.2f})<extra></extra>"}]
@@ -354,8 +359,8 @@ def gpu_count_figure(plans: list[PlanEstimate], basis: str, gpu: str) -> go.Figu
     data = [{"type": "scatter", "x": n, "y": [p.run.hours for p in plans], "mode": "lines+markers",
              "name": "wall time (h)", "hovertemplate": "%{x} GPUs: %{y:,.3g} h<extra></extra>", "yaxis": "y",
              # the cross-validated 80% band of each plan's hours (engine.time.band) as error bars
-             "error_y": {"type": "data", "symmetric": False, "array": [p.run.hours_high - p.run.hours for p in plans],
-                         "arrayminus": [p.run.hours - p.run.hours_low for p in plans], "thickness": 1}}]
+             "error_y": band_error_bars([p.run.hours for p in plans], [p.run.hours_low for p in plans],
+                                        [p.run.hours_high for p in plans])}]
     costs = [p.cost(basis) for p in plans]  # type: ignore[arg-type]
     ranges = [p.cost_range(basis) for p in plans]  # type: ignore[arg-type]
     if any(c is not None for c in costs):
@@ -363,10 +368,7 @@ def gpu_count_figure(plans: list[PlanEstimate], basis: str, gpu: str) -> go.Figu
                      "name": f"cost, {BASIS_LABEL.get(basis, basis)} (USD)", "line": {"dash": "dash"},
                      "hovertemplate": "%{x} GPUs: $%{y:,.2f}<extra></extra>", "yaxis": "y2",
                      # the same 80% band on each plan's cost (none where a plan has no price)
-                     "error_y": {"type": "data", "symmetric": False, "thickness": 1,
-                                 "array": [None if c is None or hi is None else hi - c for c, (_, hi) in zip(costs, ranges)],
-                                 "arrayminus": [None if c is None or lo is None else c - lo
-                                                for c, (lo, _) in zip(costs, ranges)]}})
+                     "error_y": band_error_bars(costs, [lo for lo, _ in ranges], [hi for _, hi in ranges])})
     layout = {
         "xaxis": {**point_axis(n, f"number of {gpu} (GPUs)"), "domain": [0.0, 0.94]},
         "yaxis": {"title": {"text": "wall time (hours)"}, "rangemode": "tozero"},

@@ -17,6 +17,7 @@ from engine.plan.plans import COMPONENT_KEYS, Plan, PlanImport, PlanResult, eval
 from engine.model.sources import config_from_catalog
 from engine.units import Unit, to_unit
 from ui.catalog_session import session_gpus, session_prices, table_key
+from ui.charts import band_error_bars
 from ui.formats import fmt_hours, md_plain, md_usd, plain
 from ui.model_picker import shared_architecture
 from ui.plan_store import ANONYMOUS, PlanChanged, PlanStore, StoredPlan
@@ -313,11 +314,7 @@ _BAND_OF = {"hours": "hours", "on demand": "cost_usd_on_demand", "spot": "cost_u
 def _error_x(plans: list[tuple[Plan, PlanResult]], values: list[float | None], series: str) -> dict[str, Any]:
     """Plotly error bars of the 80% band of ``values`` (one per plan; none where a plan has no value or band)."""
     key = _BAND_OF[series]
-    lows = [r.band.get(f"{key}_low") for _, r in plans]
-    highs = [r.band.get(f"{key}_high") for _, r in plans]
-    return {"type": "data", "symmetric": False, "thickness": 1,
-            "array": [None if v is None or h is None else h - v for v, h in zip(values, highs)],
-            "arrayminus": [None if v is None or lo is None else v - lo for v, lo in zip(values, lows)]}
+    return band_error_bars(values, [r.band.get(f"{key}_low") for _, r in plans], [r.band.get(f"{key}_high") for _, r in plans])
 
 
 def band_summary(result: PlanResult) -> str:
