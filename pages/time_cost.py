@@ -190,10 +190,9 @@ def _curves(search: PlanSearch) -> Curves:
     for p in curve_plans:
         points = dataset_sweep(tc.dataset, scenario.seq_len, p.run.tokens_per_second, p.num_gpus,
                                p.price.on_demand_usd_per_hour, p.price.spot_usd_per_hour, band=p.throughput.band)
-        costs = [(r.cost_usd_on_demand if basis == "on_demand" else r.cost_usd_spot) for _, r in points]
-        lows, highs = zip(*((r.cost_usd_on_demand_range if basis == "on_demand" else r.cost_usd_spot_range) for _, r in points))
         series[p.label + ("" if p.fits else " (does not fit)")] = (  # type: ignore[assignment]
-            [d.tokens_per_epoch(scenario.seq_len) for d, _ in points], costs, list(lows), list(highs))
+            [d.tokens_per_epoch(scenario.seq_len) for d, _ in points], [r.cost(basis) for _, r in points],
+            [r.cost_range(basis)[0] for _, r in points], [r.cost_range(basis)[1] for _, r in points])
     return Curves(sizes, sweep, seed_hours, series, search.for_gpu(gpu.name))
 
 

@@ -118,6 +118,10 @@ class Dataset(BaseModel):
         return max(0.0, 1 - self.avg_tokens / seq_len)
 
 
+CostBasis = Literal["on_demand", "spot"]
+"""Which price a cost is on: on-demand or spot."""
+
+
 class RunCost(BaseModel):
     """Time and money of ``runs`` training runs."""
 
@@ -170,6 +174,14 @@ class RunCost(BaseModel):
     def cost_usd_spot_range(self) -> tuple[float | None, float | None]:
         """(low, high) spot USD in the band (None when unpriced)."""
         return self._range(self.cost_usd_spot)
+
+    def cost(self, basis: CostBasis = "on_demand") -> float | None:
+        """USD on ``basis`` prices (None: the source lists no such price)."""
+        return self.cost_usd_on_demand if basis == "on_demand" else self.cost_usd_spot
+
+    def cost_range(self, basis: CostBasis = "on_demand") -> tuple[float | None, float | None]:
+        """(low, high) USD on ``basis`` prices in the 80% band ((None, None): no such price)."""
+        return self._range(self.cost(basis))
 
     def band_record(self) -> dict[str, float | None]:
         """The band's figures under their JSON / CSV names (``*_low`` / ``*_high``)."""
@@ -318,8 +330,6 @@ def quote_price(gpu: Gpu | str, source: str = CHEAPEST_LISTED, prices: Sequence[
 PLAN_GPU_COUNTS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 """GPU counts the plan search tries for every GPU kind."""
 
-CostBasis = Literal["on_demand", "spot"]
-
 
 class PlanEstimate(BaseModel):
     """Memory fit, throughput, time and cost of ``dataset`` on ``num_gpus`` x ``gpu`` with ``strategy``."""
@@ -347,11 +357,11 @@ class PlanEstimate(BaseModel):
 
     def cost(self, basis: CostBasis = "on_demand") -> float | None:
         """USD of the run on ``basis`` prices (None: the source lists no such price)."""
-        return self.run.cost_usd_on_demand if basis == "on_demand" else self.run.cost_usd_spot
+        return self.run.cost(basis)
 
     def cost_range(self, basis: CostBasis = "on_demand") -> tuple[float | None, float | None]:
         """(low, high) USD of the run on ``basis`` prices in the 80% band ((None, None): no such price)."""
-        return self.run.cost_usd_on_demand_range if basis == "on_demand" else self.run.cost_usd_spot_range
+        return self.run.cost_range(basis)
 
     def record(self) -> dict[str, Any]:
         """A flat row for a table or a CSV download."""
