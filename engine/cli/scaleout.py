@@ -33,7 +33,7 @@ from engine.scaleout.exports import EXPORTERS, export_layout
 from engine.plan.verdict import fit_verdict
 from engine.scaleout.fp8 import Fp8Recipe
 from engine.scaleout.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework, framework
-from engine.scaleout.layout import Layout, Recompute, Schedule, model_layout_limits
+from engine.scaleout.layout import Layout, Recompute, Schedule, require_model_limits
 from engine.scenario.precision import PrecisionMode
 from engine.scenario.training import Method, Scenario
 from engine.time.fabrics import DEFAULT_FABRIC, FABRICS
@@ -164,13 +164,12 @@ def layout_scenario(scenario: Scenario, args: argparse.Namespace) -> tuple[Scena
 
 def layout_from_args(args: argparse.Namespace, scenario: Scenario, arch: Architecture | None = None) -> tuple[Layout, int]:
     """The layout and its GPU count from the options; with ``arch``, the model's own limits (no experts, more
-    stages than layers) are checked first, as the Scale out page does (:func:`engine.scaleout.layout.model_layout_limits`)."""
+    stages than layers) are checked first, as the Scale out page does (:func:`engine.scaleout.layout.require_model_limits`)."""
     if args.recompute_layers is not None and args.recompute != "full":
         raise ScenarioError("--recompute-layers counts the layers of full recompute: it needs --recompute full")
     tp, pp, cp = args.tensor_parallel or 1, args.pipeline_parallel or 1, args.context_parallel or 1
-    limits = model_layout_limits(arch, pp, args.expert_parallel or 1) if arch is not None else []
-    if limits:
-        raise ScenarioError("\n".join(limits))
+    if arch is not None:
+        require_model_limits(arch, pp, args.expert_parallel or 1)
     per_node = getattr(args, "gpus_per_node", None) or 8  # the plan verb has no --gpus-per-node: nodes of 8
     if args.num_nodes is not None and args.num_gpus is not None and args.num_gpus != args.num_nodes * per_node:
         raise ScenarioError(f"--num-gpus {args.num_gpus} disagrees with --num-nodes x --gpus-per-node = {args.num_nodes * per_node}")

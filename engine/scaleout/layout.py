@@ -205,6 +205,17 @@ def model_layout_limits(arch: Architecture, pipeline_parallel: int = 1, expert_p
     return out
 
 
+def require_model_limits(arch: Architecture, pipeline_parallel: int = 1, expert_parallel: int = 1) -> None:
+    """Refuse a layout the model itself rules out (:func:`model_layout_limits`), before any GPU-count check.
+
+    Raises:
+        ScenarioError: one line per limit broken.
+    """
+    limits = model_layout_limits(arch, pipeline_parallel, expert_parallel)
+    if limits:
+        raise ScenarioError("\n".join(limits))
+
+
 def layout_for_world(arch: Architecture, fields: dict[str, Any], world: int) -> Layout:
     """The layout of ``fields`` (every :class:`Layout` field but ``data_parallel``) on ``world`` GPUs, data parallel
     taking what TP x PP x CP leave.
@@ -213,9 +224,7 @@ def layout_for_world(arch: Architecture, fields: dict[str, Any], world: int) -> 
         ScenarioError: the first failing check, the model's own limits first (:func:`model_layout_limits`), then the
             GPU count (a multiple of TP x PP x CP), then :class:`Layout`'s rules; one line per problem.
     """
-    limits = model_layout_limits(arch, fields.get("pipeline_parallel", 1), fields.get("expert_parallel", 1))
-    if limits:
-        raise ScenarioError("\n".join(limits))
+    require_model_limits(arch, fields.get("pipeline_parallel", 1), fields.get("expert_parallel", 1))
     per = fields.get("tensor_parallel", 1) * fields.get("pipeline_parallel", 1) * fields.get("context_parallel", 1)
     if world % per:
         raise ScenarioError(f"{world} GPUs are not a multiple of TP x PP x CP = {per}")
