@@ -7,7 +7,7 @@ from typing import Any
 
 import streamlit as st
 
-from engine.scenario.loss import LOSSES, TRANSFORMERS_VERSION_LABELS, LossImplementation, TransformersVersion
+from engine.scenario.loss import LOSSES, TRANSFORMERS_VERSION_LABELS, LossImplementation, TransformersVersion, runs_as
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.peft import PROMPT_METHODS, SAVEABLE
 from engine.scenario.training import FRAMEWORK_LABELS, Attention, Framework, Method, Scenario
@@ -113,14 +113,15 @@ def more_training_options(method: Method, checkpointing: bool) -> dict[str, Any]
 
 def _framework_default(framework: Any, compiled: bool) -> str:
     """The label of "no loss implementation chosen": the loss the estimate counts for ``framework``, compiled or not
-    (``Scenario.loss``)."""
-    return f"Framework default: {LOSSES[Scenario(framework=Framework(framework), torch_compile=compiled).loss].label}"
+    (its record's loss as :func:`engine.scenario.loss.runs_as` runs it, which ``Scenario.loss`` reads too)."""
+    return f"Framework default: {LOSSES[runs_as(Framework(framework).record.loss, compiled)].label}"
 
 
 def _chosen_loss_label(loss: LossImplementation, compiled: bool) -> str:
     """A chosen loss's label; under torch.compile, where its framework compiles it, the form that is counted
-    (``Scenario.loss``: torchtune's chunked loss runs compiled), so the choice never changes silently."""
-    counted = Scenario(loss_implementation=loss, torch_compile=compiled).loss
+    (:func:`engine.scenario.loss.runs_as`: torchtune's chunked loss runs compiled), so the choice never changes
+    silently."""
+    counted = runs_as(loss, compiled)
     return LOSSES[loss].label if counted is loss else f"{LOSSES[loss].label} -> compiled (torch.compile)"
 
 

@@ -90,6 +90,13 @@ LOSSES: dict[LossImplementation, LossRecord] = {
 """Every loss implementation's record: labels, compiled forms and the on-chip losses all derive from it."""
 
 
+def runs_as(loss: LossImplementation, torch_compile: bool) -> LossImplementation:
+    """The loss that runs for ``loss``: under ``torch_compile`` its record's compiled form where its framework
+    compiles it (torchtune's chunked loss), else ``loss`` itself."""
+    compiled = LOSSES[loss].compiled_form
+    return compiled if torch_compile and compiled is not None else loss
+
+
 class TransformersVersion(str, Enum):
     """transformers releases whose causal-LM loss path holds different tensors (``Scenario.transformers_version``).
 

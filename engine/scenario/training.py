@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from engine.errors import ScenarioError, explain_validation
 from engine.secrets import looks_like_token
 from engine.scenario.methods import Method
-from engine.scenario.loss import LOSSES, LossImplementation, TransformersVersion
+from engine.scenario.loss import LossImplementation, TransformersVersion, runs_as
 from engine.scenario.optimizer import Optimizer
 from engine.scenario.precision import PrecisionMode
 
@@ -281,8 +281,7 @@ class Scenario(BaseModel):
             chosen = self.loss_implementation
         else:
             chosen = self.framework.record.loss
-        compiled = LOSSES[chosen].compiled_form
-        return compiled if self.torch_compile and compiled is not None else chosen
+        return runs_as(chosen, self.torch_compile)
 
     @property
     def tokens_per_micro_batch(self) -> int:
