@@ -59,7 +59,7 @@ def md_usd(usd: float | None) -> str:
 
 
 def count_of(n: int, word: str) -> str:
-    """``n`` ``word``\ s, singular for one ("1 GPU", "8 GPUs", "1 plan", "1,024 sequences")."""
+    """``n`` and ``word``, plural but for one ("1 GPU", "8 GPUs", "1 plan", "1,024 sequences")."""
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
