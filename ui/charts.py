@@ -373,7 +373,7 @@ def gpu_count_figure(plans: list[PlanEstimate], basis: str, gpu: str) -> go.Figu
         "xaxis": {**point_axis(n, f"number of {gpu} (GPUs)"), "domain": [0.0, 0.94]},
         "yaxis": {"title": {"text": "wall time (hours)"}, "rangemode": "tozero"},
         "yaxis2": {"title": {"text": "cost (USD)"}, "rangemode": "tozero", "overlaying": "y", "side": "right",
-                   "anchor": "x"},
+                   "anchor": "x", "tickprefix": "$", "tickformat": ",.2~f"},  # dollars, not bare 0.556
         "height": 380, "margin": {"t": 30, "b": 10}, "legend": {"orientation": "h", "y": -0.25},
     }
     return prebuilt({"data": data, "layout": layout})

@@ -91,6 +91,7 @@ def test_page_renders_metrics_all_curves_and_the_comparison(page):
         assert any(all(lo == pytest.approx(c / g_hi) and hi == pytest.approx(c / g_lo)
                        for c, lo, hi in zip(line["y"], lo_t["y"], hi_t["y"])) for g_lo, g_hi in groups), line["name"]
     assert {t["name"] for t in count_fig["data"]} >= {"wall time (h)"}
+    assert count_fig["layout"]["yaxis2"]["tickprefix"] == "$"  # the cost axis reads in dollars
     hours = next(t for t in count_fig["data"] if t["name"] == "wall time (h)")
     assert all(up > 0 and down > 0 for up, down in zip(hours["error_y"]["array"], hours["error_y"]["arrayminus"]))
     names = {t["name"] for t in plans_fig["data"]}
