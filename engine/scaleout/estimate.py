@@ -11,6 +11,7 @@ from engine.scaleout.comm_volumes import Collective, DataParallelSync, bubble_fr
 from engine.scaleout.fp8 import Fp8Recipe, check_fp8_gpu
 from engine.scaleout.layout import ZERO_STAGES, Layout, Recompute
 from engine.scaleout.megatron import MegatronEstimate, departures, megatron_estimate
+from engine.scaleout.stage_split import framework_split
 from engine.scaleout.memory import Context, ScaleoutMemory, context, scaleout_memory
 from engine.scaleout.step_time import Cluster, StepTime, step_time
 from engine.scenario.training import METHOD_LABELS, Method, Scenario
@@ -75,7 +76,7 @@ def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, clus
                     fused_kernels: bool = False, tp_comm_overlap: bool = False, dtensor_tp: bool = False,
                     fp8_all_gather: bool | None = None, dp_sync: DataParallelSync | None = None,
                     async_tp_linears: bool = False, zero_stages: tuple[int, ...] = ZERO_STAGES,
-                    methods: tuple[Method, ...] = ALL_METHODS) -> LayoutEstimate:
+                    methods: tuple[Method, ...] = ALL_METHODS, cost_balanced_stages: bool = False) -> LayoutEstimate:
     """Memory, Megatron's formula, collectives and (with ``cluster``) step time of ``layout``. ``master_weights``: the
     16-bit model with fp32 master weights of Megatron-LM / torchtitan (:class:`engine.scaleout.memory.Context`);
     ``fused_kernels`` (torch.compile, Megatron-LM's fused kernels) and ``tp_comm_overlap`` (Megatron-LM
@@ -88,16 +89,20 @@ def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, clus
     passed in brings its own); ``async_tp_linears``: the TP overlap is nanotron's asynchronous TP linears
     (:func:`engine.scaleout.step_time.comm_sums`); ``zero_stages``: the ZeRO stages the framework runs
     (:attr:`engine.scaleout.frameworks.Framework.zero_stages`); ``methods``: the fine-tuning methods it runs
-    (:attr:`engine.scaleout.frameworks.Framework.methods`).
+    (:attr:`engine.scaleout.frameworks.Framework.methods`); ``cost_balanced_stages``: a layout with pipeline stages
+    and no split of its own gets the framework's cost-balanced one (:func:`engine.scaleout.stage_split.framework_split`);
+    the estimate's ``layout`` carries the split it ran.
 
     Raises:
         ScenarioError: the scenario's method is not one of ``methods``, the layout's ZeRO stage is not one of
             ``zero_stages``, the layout does not fit the model (see
             :func:`engine.scaleout.memory.check_layout`), FP8
             on a GPU without FP8 (:func:`engine.scaleout.fp8.check_fp8_gpu`), or master weights with fp32 or a PEFT
-            method (:func:`engine.scaleout.memory.with_master_weights`; bf16 and amp_bf16 are the same run with them).
+            method (:func:`engine.scaleout.memory.with_master_weights`; bf16 and amp_bf16 are the same run with them),
+            or a cost-balanced split that leaves a stage empty (:func:`engine.scaleout.stage_split.cost_balanced_layers`).
     """
     fp8 = Fp8Recipe.of(fp8)
+    layout = framework_split(arch, layout, cost_balanced_stages)
     check_method(scenario.method, methods)
     check_zero_stage(layout.zero, zero_stages)
     if cluster is not None:

@@ -67,6 +67,8 @@ class Framework:
     - ``zero_stages``: the data-parallel sharding stages it runs (:attr:`engine.scaleout.layout.Layout.zero`); the
       estimate refuses another and the layout search tries only these.
     - ``methods``: the fine-tuning methods it runs (``Scenario.method``); the estimate and the search refuse another.
+    - ``cost_balanced_stages``: with no split given, it splits the layers over the pipeline stages by its compute
+      cost with the output layer counted (:func:`engine.scaleout.stage_split.cost_balanced_layers`), not evenly.
     - ``sources``: (field, where its value was read) pairs.
     """
 
@@ -82,6 +84,7 @@ class Framework:
     fp8_recipe: Fp8Recipe = Fp8Recipe.TE
     zero_stages: tuple[int, ...] = ZERO_STAGES
     methods: tuple[Method, ...] = ALL_METHODS
+    cost_balanced_stages: bool = False
     sources: tuple[tuple[str, str], ...] = ()
 
     def source(self, field: str) -> str:
@@ -103,7 +106,8 @@ class Framework:
 
     def layout_settings(self, fused_kernels: bool = False, tp_comm_overlap: bool | None = None) -> dict:
         """The keywords of :func:`engine.scaleout.estimate.estimate_layout` this framework sets (``fused_kernels``,
-        ``tp_comm_overlap``, ``dtensor_tp``, ``dp_sync``, ``async_tp_linears``, ``zero_stages``, ``methods``); ``fused_kernels`` True turns fused kernels on whatever the
+        ``tp_comm_overlap``, ``dtensor_tp``, ``dp_sync``, ``async_tp_linears``, ``zero_stages``, ``methods``, ``cost_balanced_stages``);
+        ``fused_kernels`` True turns fused kernels on whatever the
         framework (torch.compile); ``tp_comm_overlap`` None: the framework's default.
 
         Raises:
@@ -114,7 +118,8 @@ class Framework:
         return {"fused_kernels": bool(fused_kernels or self.fused_kernels),
                 "tp_comm_overlap": self.tp_comm_overlap if tp_comm_overlap is None else bool(tp_comm_overlap),
                 "dtensor_tp": self.dtensor_tp, "dp_sync": self.dp_sync, "async_tp_linears": self.async_tp_linears,
-                "zero_stages": self.zero_stages, "methods": self.methods}
+                "zero_stages": self.zero_stages, "methods": self.methods,
+                "cost_balanced_stages": self.cost_balanced_stages}
 
 
 _MEGATRON_FUSED = ("Megatron-LM core_v0.14.0 (23e00ed0) megatron/training/arguments.py: the fusions are on unless "
@@ -150,8 +155,12 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                                           "parameters sharded, bf16 compute copies"),
                        ("fp8_recipe", "torchtitan's float8 converter runs torchao.float8 (tensorwise by default)"))),
     Framework(name="nanotron", label="nanotron", fused_kernels=True, dp_sync=NANOTRON_DP_SYNC, master_weights=True,
-              async_tp_linears=True, zero_stages=(0, 1), methods=(Method.FULL,),
-              sources=(("fused_kernels", "huggingface/nanotron@03b83fc8 src/nanotron/models/llama.py: TritonRMSNorm, "
+              async_tp_linears=True, zero_stages=(0, 1), methods=(Method.FULL,), cost_balanced_stages=True,
+              sources=(("cost_balanced_stages", "huggingface/nanotron@2411b022 src/nanotron/models/base.py build_model "
+                                               "('Balance compute across PP blocks') with the costs of "
+                                               "models/llama.py get_block_compute_costs (output layer = vocab x "
+                                               "hidden)"),
+                       ("fused_kernels", "huggingface/nanotron@03b83fc8 src/nanotron/models/llama.py: TritonRMSNorm, "
                                          "flash_attn.layers.rotary.RotaryEmbedding, fused qkv_proj and gate_up_proj"),
                        ("dp_sync", "NANOTRON_DP_SYNC (huggingface/nanotron@e24d2483 trainer.py, "
                                    "optim/gradient_accumulator.py, optim/zero.py)"),

@@ -45,6 +45,7 @@ from engine.scaleout.layout import (ZERO_STAGES, Layout, Recompute, Schedule, la
                                     with_settings)
 from engine.scaleout.memory import CHECKPOINTED, Context, effective_scenario, group_sizes
 from engine.scaleout.stage_peaks import SectionPool, StageFamily
+from engine.scaleout.stage_split import cost_balanced_layers
 from engine.scaleout.step_time import Cluster, CommSums, collective_seconds, comm_sums, step_seconds
 from engine.scenario.training import Method, Scenario
 
@@ -126,14 +127,17 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
                    fp8: Fp8Recipe | None = None, usd_per_gpu_hour: float | None = None, master_weights: bool = True,
                    fused_kernels: bool = False, tp_comm_overlap: bool = False, dtensor_tp: bool = False,
                    dp_sync: DataParallelSync | None = None, async_tp_linears: bool = False,
-                   zero_stages: tuple[int, ...] = ZERO_STAGES, methods: tuple[Method, ...] = ALL_METHODS) -> list[Candidate]:
+                   zero_stages: tuple[int, ...] = ZERO_STAGES, methods: tuple[Method, ...] = ALL_METHODS,
+                   cost_balanced_stages: bool = False) -> list[Candidate]:
     """Every candidate layout with its verdict; the ones that fit first, fastest first. ``master_weights`` (default:
     the 16-bit model with fp32 master weights that Megatron-LM and torchtitan run): see
     :class:`engine.scaleout.memory.Context`; ``fused_kernels``, ``tp_comm_overlap``, ``dtensor_tp``, ``async_tp_linears``: the framework's
     settings as :func:`engine.scaleout.estimate.estimate_layout` takes them (:class:`engine.scaleout.frameworks.Framework`),
     with its own data-parallel sync (``dp_sync``: collectives and memory), the same for every layout searched;
     ``zero_stages``: the ZeRO stages the framework runs, the only ones tried; ``methods``: the fine-tuning methods it
-    runs (:func:`engine.scaleout.estimate.check_method`).
+    runs (:func:`engine.scaleout.estimate.check_method`); ``cost_balanced_stages``: pipeline layouts take the
+    framework's cost-balanced split (:func:`engine.scaleout.stage_split.cost_balanced_layers`; one it cannot make is
+    rejected with its reason), as :func:`engine.scaleout.estimate.estimate_layout` does.
 
     Raises:
         ScenarioError: a method the framework does not run, LoRA/QLoRA (model parallelism is modelled for full training) or a global batch below 1.
@@ -149,7 +153,7 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
     with _cyclic_gc_paused():
         return _ranked(_evaluated(arch, scenario, cluster, global_batch, fp8, price, master_weights,
                                   _Settings(fused_kernels, tp_comm_overlap, dtensor_tp, dp_sync, async_tp_linears,
-                                            tuple(zero_stages))))
+                                            tuple(zero_stages), cost_balanced_stages)))
 
 
 @contextmanager
@@ -194,6 +198,12 @@ def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_
                     layout = with_settings(template, mb, rec, zero, v)
                 else:
                     fields = _fields(tp, cp, pp, dp, ep, mb, rec, zero, v, global_batch)
+                    if fw.cost_balanced_stages and pp > 1:  # the framework's own split (engine.scaleout.stage_split)
+                        try:
+                            fields["layers_per_stage"] = cost_balanced_layers(arch, pp)
+                        except ScenarioError as exc:
+                            out.append(_rejected(Layout.model_construct(**fields), str(exc)))
+                            continue
                     # The schedule Layout would infer, named (its validation is then cheaper; the same layout).
                     fields["schedule"] = Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B
                     try:
@@ -268,6 +278,7 @@ class _Settings(NamedTuple):
     dp_sync: DataParallelSync | None = None
     async_tp_linears: bool = False
     zero_stages: tuple[int, ...] = ZERO_STAGES
+    cost_balanced_stages: bool = False
 
 
 class _Steps:

@@ -1,0 +1,72 @@
+"""How a framework splits a model's layers over its pipeline stages when the user gives no split.
+
+Megatron-LM, torchtitan and the estimate's default split the decoder layers evenly (the remainder on the first
+stages, :meth:`engine.scaleout.layout.Layout.stage_layers`); the output layer and loss then ride on the last stage.
+nanotron instead balances a compute cost over its pipeline blocks, the output layer counted as one: for a model whose
+vocabulary is large beside its width (nanotron's 1.34B benchmark model: 131,072 x 2,048, the output layer worth four
+decoder layers) the last stage gets fewer layers, none at all at PP 4. That split is :func:`cost_balanced_layers`.
+"""
+
+from __future__ import annotations
+
+from engine.errors import ScenarioError
+from engine.model.architecture import Architecture
+from engine.scaleout.layout import Layout
+
+
+def nanotron_block_costs(arch: Architecture) -> tuple[int, int]:
+    """(one decoder layer, the output layer) in nanotron's cost units: weight elements its GEMMs multiply by.
+
+    Source: huggingface/nanotron@2411b022 src/nanotron/models/llama.py ``LlamaModel.get_block_compute_costs``:
+    a decoder layer costs ``4 x heads x head_dim x hidden + 3 x intermediate x hidden`` (q, k, v and o counted as
+    square whatever the key/value heads: its formula, kept as written) and the output layer ``vocab x hidden``; every
+    other block (embedding, final norm, the fp32 cast, the loss) costs 0.
+    """
+    h = arch.hidden_size
+    layer = 4 * arch.num_attention_heads * (h // arch.num_attention_heads) * h + 3 * arch.intermediate_size * h
+    return layer, arch.vocab_size * h
+
+
+def cost_balanced_layers(arch: Architecture, pipeline_parallel: int) -> tuple[int, ...]:
+    """Decoder layers per pipeline stage as nanotron assigns them, shape ``(pipeline_parallel,)``.
+
+    nanotron walks its pipeline blocks in order with a running cost sum and puts each on the current rank, then moves
+    to the next rank once the sum passes ``total x (rank + 1) / PP`` (huggingface/nanotron@2411b022
+    src/nanotron/models/base.py ``build_model``, "Balance compute across PP blocks"; costs from
+    :func:`nanotron_block_costs`). The block that crosses a threshold stays on the rank it crossed on, so the first
+    stages take the extra layer; the output layer sits on the last rank reached.
+
+    Raises:
+        ScenarioError: the walk puts the output layer before the last stage (more stages than the costs can fill:
+            nanotron would give the later ranks only its fp32 cast and loss blocks, cost 0, which the estimate's
+            stages, the output layer and loss on the last, cannot represent).
+    """
+    p = pipeline_parallel
+    layer, head = nanotron_block_costs(arch)
+    total = arch.num_layers * layer + head
+    thresholds = [total * ((r + 1) / p) for r in range(p)]  # floats, as nanotron's numpy thresholds
+    layers = [0] * p
+    rank, cum = 0, 0
+    for _ in range(arch.num_layers):
+        layers[rank] += 1
+        cum += layer
+        if cum > thresholds[rank]:
+            rank += 1
+    # the final norm (cost 0) and the output layer land on ``rank``; it must be the last stage
+    if rank != p - 1:
+        raise ScenarioError(f"PP {p}: nanotron's cost-balanced split of {arch.num_layers} layers puts the output layer "
+                            f"on stage {rank + 1} of {p} and leaves the later stages no layer (only the loss), a split "
+                            "this estimate does not model; use fewer pipeline stages")
+    return tuple(layers)
+
+
+def framework_split(arch: Architecture, layout: Layout, cost_balanced: bool) -> Layout:
+    """``layout`` with the framework's split: :func:`cost_balanced_layers` where ``cost_balanced`` and the layout has
+    pipeline stages and no split of its own (``layers_per_stage`` None), else ``layout`` unchanged.
+
+    Raises:
+        ScenarioError: see :func:`cost_balanced_layers`.
+    """
+    if not cost_balanced or layout.pipeline_parallel == 1 or layout.layers_per_stage is not None:
+        return layout
+    return layout.model_copy(update={"layers_per_stage": cost_balanced_layers(arch, layout.pipeline_parallel)})
