@@ -248,6 +248,10 @@ the memory estimate uses, every term with a shape and a source:
   Automodel's TP x FSDP layouts) splits the adapters' GEMMs with their base linears and reduces only the adapters'
   gradients. A model split over GPUs by `device_map` (one GPU busy at a time) runs at one GPU's speed through all
   its layers.
+- **Pipeline stages**: the slowest stage sets the pace. Megatron-LM, torchtitan and the default split the layers
+  evenly, the output layer and loss on the last stage; nanotron balances a compute cost over its blocks with the
+  output layer counted (nanotron `build_model`, `get_block_compute_costs`), so its last stage takes fewer layers
+  (`engine/scaleout/stage_split.py`; a 16-layer model whose output layer costs four layers: 11 + 5 at PP 2).
 
 **MFU and HFU are results** (PaLM, appendix B): model FLOPs (6N, 4N for frozen weights, + attention's full square, no
 recompute) or executed FLOPs (recompute included) per second over the dense peak. **Calibrate to my run**: a measured

@@ -130,6 +130,10 @@ st.subheader(f"Memory per rank, one bar per pipeline stage ({layout.label()})")
 labels = {p.key: p.label for s in mem.stages for p in s.estimate.parts}
 stages = [{"stage": s.stage, "components": s.estimate.components} for s in mem.stages]
 st.plotly_chart(stage_bars(stages, labels, unit), key="so_bars")
+if est.layout.layers_per_stage != layout.layers_per_stage:  # the framework's own split (engine.scaleout.stage_split)
+    st.caption(md_plain(f"{framework.label} splits the {arch.num_layers} layers over the stages by compute cost, the "
+                        f"output layer counted as a block: {' + '.join(map(str, est.layout.layers_per_stage))} layers "
+                        "per stage; the last stage also runs the output layer and the loss."))
 with st.expander("Components and formulas of the most loaded rank"):
     parts = pd.DataFrame([{"component": p.label, "bytes": p.bytes, "formula": p.formula, "source": p.source}
                           for p in worst.estimate.parts if p.bytes])

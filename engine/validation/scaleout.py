@@ -338,6 +338,8 @@ def compare_row(row: dict) -> list[RunComparison] | str:
         (f"torchtitan PP: local batch {local} = {layout.micro_batches} micro batches (PP degree) of {mb}, layers per "
          f"rank {list(split)}" + (" (Interleaved1F1B modelled as 1F1B on the same per-rank layers)"
                                   if "interleaved" in row["notes"].lower() and layout.virtual_pipeline == 1 else "")) if split else "",
+        (f"layers per stage {' + '.join(map(str, est.layout.layers_per_stage))} ({fw.label}'s cost-balanced split)"
+         if est.layout.layers_per_stage != layout.layers_per_stage else ""),
         f"ZeRO {zero}" + (" (not stated)" if not row["zero_or_fsdp"] else ""),
         f"{inter:g} Gb/s per GPU between nodes over {cluster.network.label}",
         "16-bit model with fp32 master weights" if master else f"LoRA rank {sc.lora_r} on every linear, pure bf16",

@@ -293,7 +293,9 @@ def test_framework_choice_changes_the_step_time(page):
     """The Framework select box lists the registry (engine.scaleout.frameworks), generic first and chosen; nanotron
     on a ZeRO-1 layout (Llama 3.1 8B, PP 2 x DP 8 on two A100 nodes, the sidebar's GPU) runs its own DP sync (a blocking fp32
     all-reduce and an all-gather with per-tensor copies after the step: NANOTRON_DP_SYNC) with its fused kernels: the
-    page's tokens/s is the engine's for each, and they differ."""
+    page's tokens/s is the engine's for each, and they differ. nanotron also splits the 32 layers by compute cost
+    (engine.scaleout.stage_split; its output layer, 128,256 x 4,096, is worth 2.16 layers of 4 x 4096^2 + 3 x 14,336 x
+    4,096: the 18th layer is the first past half the total, so 18 + 14) and the page says so under the stage bars."""
     from engine.scaleout.frameworks import FRAMEWORKS, NANOTRON_DP_SYNC
 
     at = page
@@ -307,13 +309,15 @@ def test_framework_choice_changes_the_step_time(page):
     cluster = Cluster(gpu=find_gpu("A100 80GB"), nodes=2)
     generic = estimate_layout(arch, Scenario(), layout, cluster, master_weights=True).time
     nano = estimate_layout(arch, Scenario(), layout, cluster, master_weights=True, fused_kernels=True,
-                           dp_sync=NANOTRON_DP_SYNC).time
+                           dp_sync=NANOTRON_DP_SYNC, cost_balanced_stages=True).time
     assert metric(at, "Tokens/s") == f"{generic.tokens_per_second:,.0f}"
     assert any("What it changes: Generic" in shown(c.value) for c in at.caption)
     box.set_value("nanotron").run()
     no_exception(at)
     assert metric(at, "Tokens/s") == f"{nano.tokens_per_second:,.0f}" != f"{generic.tokens_per_second:,.0f}"
     assert any("nanotron: fused kernels, its own data-parallel sync" in shown(c.value) for c in at.caption)
+    assert any("nanotron splits the 32 layers over the stages by compute cost" in shown(c.value)
+               and "18 + 14 layers per stage" in shown(c.value) for c in at.caption)
 
 
 def test_nanotron_on_the_zero3_default_says_which_stages_it_runs(page):
