@@ -133,7 +133,8 @@ def framework_json(args: argparse.Namespace, settings: dict[str, Any]) -> dict[s
     return {"name": fw.name, "fused_kernels": settings["fused_kernels"], "tp_comm_overlap": settings["tp_comm_overlap"],
             "dtensor_tp": fw.dtensor_tp, "dp_sync": None if fw.dp_sync is None else fw.dp_sync._asdict(),
             "master_weights": args.master_weights, "zero_stages": list(fw.zero_stages),
-            "methods": [m.value for m in fw.methods], "summary": fw.summary()}
+            "methods": [m.value for m in fw.methods], "cost_balanced_stages": fw.cost_balanced_stages,
+            "summary": fw.summary()}
 
 
 def layout_scenario(scenario: Scenario, args: argparse.Namespace) -> tuple[Scenario, str | None]:

@@ -96,6 +96,8 @@ class Framework:
         parts = [("fused kernels" if self.fused_kernels else "unfused elementwise kernels"),
                  *(["DTensor TP (each gathered input kept for backward)"] if self.dtensor_tp else []),
                  *(["its own data-parallel sync and what it holds"] if self.dp_sync else []),
+                 *(["pipeline stages split by compute cost, the output layer counted"] if self.cost_balanced_stages
+                   else []),
                  ("TP overlap" + (" (asynchronous TP linears: each collective beside one GEMM)" if self.async_tp_linears
                                   else "") + (" on by default" if self.tp_comm_overlap else " available, off by default")
                   if self.tp_comm_overlap_available else "no TP overlap"),

@@ -7,9 +7,11 @@ below from those two functions; the models are nanotron's benchmark configs (scr
 from __future__ import annotations
 
 import csv
+import json
 
 import pytest
 
+from engine.cli import main
 from engine.errors import ScenarioError
 from engine.files import data_file
 from engine.hardware.gpus import find_gpu
@@ -73,3 +75,17 @@ def test_the_nanotron_record_gives_its_split_to_the_estimate_and_the_search():
     assert piped and all(c.layout.layers_per_stage == (11, 5) for c in piped)
     refused = [c for c in found if c.layout.pipeline_parallel == 8]
     assert refused and all(not c.fits and "leaves the later stages no layer" in c.reason for c in refused)
+
+
+def test_cli_json_carries_the_split_and_the_framework_says_it(capsys):
+    # Llama 3.1 8B at PP 2 under nanotron: output layer 128,256 x 4,096 = 2.16 layers of 4 x 4,096^2 + 3 x 14,336 x
+    # 4,096, total 34.16 layers; the 18th layer is the first past 17.08 -> 18 + 14 (the generic framework: 16 + 16).
+    base = ["estimate", "--model", "meta-llama/Llama-3.1-8B", "--offline", "--num-gpus", "16", "--gpu", "H100 80GB",
+            "--pipeline-parallel", "2", "--strategy", "zero1", "--seq-len", "4096", "--global-batch-size", "64"]
+    assert main([*base, "--layout-framework", "nanotron"]) == 0
+    nano = json.loads(capsys.readouterr().out)
+    assert nano["layout"]["layers_per_stage"] == [18, 14] and nano["layout_framework"]["cost_balanced_stages"]
+    assert "pipeline stages split by compute cost" in nano["layout_framework"]["summary"]
+    assert main(base) == 0
+    generic = json.loads(capsys.readouterr().out)
+    assert generic["layout"]["layers_per_stage"] is None and not generic["layout_framework"]["cost_balanced_stages"]
