@@ -260,8 +260,7 @@ def _plans_section(search: PlanSearch) -> None:
         lo, hi = ch.cost_range(basis)
         lines.append(f"- **Cheapest**: {md_plain(ch.label)}: {fmt_hours(ch.run.hours)} ({fmt_hours(ch.run.hours_low)}–"
                      f"{fmt_hours(ch.run.hours_high)}), {md_usd(ch.cost(basis))} ({md_usd(lo)}–{md_usd(hi)}) {BASIS_LABEL[basis]} "
-                     f"({md_usd((ch.price.on_demand_usd_per_hour if basis == 'on_demand' else ch.price.spot_usd_per_hour) or 0)}"
-                     f"/GPU-hour, {md_plain(ch.price.on_demand_source if basis == 'on_demand' else ch.price.spot_source)}).")
+                     f"({md_usd(ch.price.per_hour(basis) or 0)}/GPU-hour, {md_plain(ch.price.source_of(basis))}).")
     else:
         lines.append(f"- **Cheapest**: none: no fitting plan has a price ({BASIS_LABEL[basis]}) in '{md_plain(search.price_source)}'.")
     if search.fastest is not None:

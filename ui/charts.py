@@ -384,14 +384,24 @@ def plan_scatter_figure(search: PlanSearch) -> go.Figure:
     basis = search.basis
     priced = [p for p in search.plans if p.cost(basis) is not None]
     front = list(search.pareto)
+    hover = "%{text}<br>%{x:,.3g} h (%{customdata[0]:,.3g}–%{customdata[1]:,.3g}), $%{y:,.2f} ($%{customdata[2]:,.2f}–$%{customdata[3]:,.2f})"
+
+    def ranges(plans: list) -> list[list]:  # each plan's 80% band: hours low/high, cost low/high (the hover's)
+        return [[p.run.hours_low, p.run.hours_high, *p.cost_range(basis)] for p in plans]
+
     data = [
         {"type": "scatter", "x": [p.run.hours for p in priced], "y": [p.cost(basis) for p in priced], "mode": "markers",
          "name": "plans that fit", "marker": {"size": 7, "color": "#9ecae1", "line": {"width": 0.5, "color": "#3182bd"}},
-         "text": [p.label for p in priced], "hovertemplate": "%{text}<br>%{x:,.3g} h, $%{y:,.2f}<extra></extra>"},
+         "text": [p.label for p in priced], "customdata": ranges(priced), "hovertemplate": hover + "<extra></extra>"},
+        # the front's plans carry their 80% band as error bars (on every plan the chart would be unreadable)
         {"type": "scatter", "x": [p.run.hours for p in front], "y": [p.cost(basis) for p in front],
-         "mode": "lines+markers", "name": "Pareto front", "marker": {"size": 9, "color": "#d62728"},
-         "line": {"color": "#d62728"}, "text": [p.label for p in front],
-         "hovertemplate": "%{text}<br>%{x:,.3g} h, $%{y:,.2f}<extra>Pareto front</extra>"},
+         "mode": "lines+markers", "name": "Pareto front (error bars: 80% band)", "marker": {"size": 9, "color": "#d62728"},
+         "line": {"color": "#d62728"}, "text": [p.label for p in front], "customdata": ranges(front),
+         "error_x": band_error_bars([p.run.hours for p in front], [p.run.hours_low for p in front],
+                                    [p.run.hours_high for p in front]),
+         "error_y": band_error_bars([p.cost(basis) for p in front], [p.cost_range(basis)[0] for p in front],
+                                    [p.cost_range(basis)[1] for p in front]),
+         "hovertemplate": hover + "<extra>Pareto front</extra>"},
     ]
     annotations = [
         {"x": math.log10(plan.run.hours), "y": math.log10(plan.cost(basis) or 1e-9),

@@ -276,6 +276,14 @@ class PriceQuote(BaseModel):
     date: str | None = None
     reason: str | None = None
 
+    def per_hour(self, basis: CostBasis = "on_demand") -> float | None:
+        """USD per GPU-hour on ``basis`` (None: the source lists no such price)."""
+        return self.on_demand_usd_per_hour if basis == "on_demand" else self.spot_usd_per_hour
+
+    def source_of(self, basis: CostBasis = "on_demand") -> str | None:
+        """Where the ``basis`` price was read (None: no such price)."""
+        return self.on_demand_source if basis == "on_demand" else self.spot_source
+
 
 def price_source_names(prices: Sequence[GpuPrice] | None = None) -> list[str]:
     """The price sources of ``data/gpu_prices.csv`` (or ``prices``) in file order, after :data:`CHEAPEST_LISTED`."""

@@ -95,7 +95,13 @@ def test_page_renders_metrics_all_curves_and_the_comparison(page):
     hours = next(t for t in count_fig["data"] if t["name"] == "wall time (h)")
     assert all(up > 0 and down > 0 for up, down in zip(hours["error_y"]["array"], hours["error_y"]["arrayminus"]))
     names = {t["name"] for t in plans_fig["data"]}
-    assert {"plans that fit", "Pareto front"} <= names
+    assert {"plans that fit", "Pareto front (error bars: 80% band)"} <= names
+    # the front's points carry their 80% band: wall time hours / high .. hours / low of one group of the same file
+    front = next(t for t in plans_fig["data"] if t["name"].startswith("Pareto front"))
+    for x, up, down in zip(front["x"], front["error_x"]["array"], front["error_x"]["arrayminus"]):
+        assert any((x + up) == pytest.approx(x / g_lo) and (x - down) == pytest.approx(x / g_hi) for g_lo, g_hi in groups)
+    assert all(up > 0 and down > 0 for up, down in zip(front["error_y"]["array"], front["error_y"]["arrayminus"]))
+    assert "customdata[0]" in front["hovertemplate"] and len(front["customdata"]) == len(front["x"])
     notes = " ".join(a["text"] for a in plans_fig["layout"].get("annotations", []))
     assert "cheapest" in notes and "fastest" in notes
     table = next(d.value for d in show(at, "measured").dataframe if "measured tokens/s" in d.value.columns)

@@ -108,6 +108,8 @@ def test_seed_time_and_cost_examples_through_the_price_catalog():
     assert run.tokens == 15_360_000 and round(run.hours, 1) == 4.3 == round(seed_training_hours(5_120_000, 3, tps), 1)
     price = quote_price("A100-40GB", SEED_SOURCE)
     assert (price.on_demand_usd_per_hour, price.spot_usd_per_hour) == (4.00, 1.20) and price.reason is None
+    assert (price.per_hour("on_demand"), price.per_hour("spot")) == (4.00, 1.20)  # the price of each basis
+    assert (price.source_of("on_demand"), price.source_of("spot")) == (price.on_demand_source, price.spot_source)
     four_hours = Dataset(total_tokens=4 * 3_600 * 1_000)
     one = run_cost(four_hours, 512, tps, 1, price.on_demand_usd_per_hour, price.spot_usd_per_hour)
     assert one.hours == 4 and one.cost_usd_on_demand == 16 and one.cost_usd_spot == pytest.approx(4.80)
