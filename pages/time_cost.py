@@ -6,7 +6,8 @@ import pandas as pd
 import streamlit as st
 
 from engine.validation.throughput import compare_measurements, error_summary
-from engine.plan.cost import PLAN_GPU_COUNTS, PlanSearch, calibration_for, dataset_sweep, estimate_plan, run_cost, search_plans
+from engine.hardware.gpus import spot_sources
+from engine.plan.cost import CHEAPEST_LISTED, PLAN_GPU_COUNTS, PlanSearch, calibration_for, dataset_sweep, estimate_plan, run_cost, search_plans
 from engine.errors import EngineError
 from engine.time.collectives import node_mismatch
 from engine.plan.fit import check_fit
@@ -262,7 +263,7 @@ def _plans_section(search: PlanSearch) -> None:
                      f"{fmt_hours(ch.run.hours_high)}), {md_usd(ch.cost(basis))} ({md_usd(lo)}–{md_usd(hi)}) {BASIS_LABEL[basis]} "
                      f"({md_usd(ch.price.per_hour(basis) or 0)}/GPU-hour, {md_plain(ch.price.source_of(basis))}).")
     else:
-        lines.append(f"- **Cheapest**: none: no fitting plan has a price ({BASIS_LABEL[basis]}) in '{md_plain(search.price_source)}'.")
+        lines.append(f"- **Cheapest**: none: {md_plain(_no_price(search))}")
     if search.fastest is not None:
         fa = search.fastest
         lo, hi = fa.cost_range(basis)
@@ -331,8 +332,11 @@ def _search() -> PlanSearch:
 
 
 def _no_price(search: PlanSearch) -> str:
+    spot = ", ".join(f"'{s}'" for s in spot_sources(session_prices())) or "none of the sources"
     return (f"'{search.price_source}' has no {BASIS_LABEL[basis]} price for any plan that fits (a GPU without a price "
-            "gets no cost, never an invented one): pick another price source, or rank by the other price, in the sidebar.")
+            "gets no cost, never an invented one): pick another price source, or rank by the other price, in the sidebar."
+            + (f" Spot prices are listed by {spot}; '{CHEAPEST_LISTED}' quotes each GPU's cheapest on-demand row with "
+               "that row's own spot price." if basis == "spot" else ""))
 
 
 _WITH_PLANS = {"dataset": _dataset_section, "gpus": _gpus_section, "plans": _plans_section}  # sections of the plan search

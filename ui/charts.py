@@ -384,15 +384,17 @@ def plan_scatter_figure(search: PlanSearch) -> go.Figure:
     basis = search.basis
     priced = [p for p in search.plans if p.cost(basis) is not None]
     front = list(search.pareto)
-    hover = "%{text}<br>%{x:,.3g} h (%{customdata[0]:,.3g}–%{customdata[1]:,.3g}), $%{y:,.2f} ($%{customdata[2]:,.2f}–$%{customdata[3]:,.2f})"
+    others = [p for p in priced if p not in front]  # the front's own points are drawn (and hovered) once, on the front
+    hover = "%{text}<br>%{customdata[0]}, %{customdata[1]}"
 
-    def ranges(plans: list) -> list[list]:  # each plan's 80% band: hours low/high, cost low/high (the hover's)
-        return [[p.run.hours_low, p.run.hours_high, *p.cost_range(basis)] for p in plans]
+    def ranges(plans: list) -> list[list[str]]:  # wall time and cost with their 80% band, as the bullets write them
+        return [[f"{fmt_hours(p.run.hours)} ({fmt_hours(p.run.hours_low)}–{fmt_hours(p.run.hours_high)})",
+                 "{} ({}–{})".format(fmt_usd(p.cost(basis)), *map(fmt_usd, p.cost_range(basis)))] for p in plans]
 
     data = [
-        {"type": "scatter", "x": [p.run.hours for p in priced], "y": [p.cost(basis) for p in priced], "mode": "markers",
+        {"type": "scatter", "x": [p.run.hours for p in others], "y": [p.cost(basis) for p in others], "mode": "markers",
          "name": "plans that fit", "marker": {"size": 7, "color": "#9ecae1", "line": {"width": 0.5, "color": "#3182bd"}},
-         "text": [p.label for p in priced], "customdata": ranges(priced), "hovertemplate": hover + "<extra></extra>"},
+         "text": [p.label for p in others], "customdata": ranges(others), "hovertemplate": hover + "<extra></extra>"},
         # the front's plans carry their 80% band as error bars (on every plan the chart would be unreadable)
         {"type": "scatter", "x": [p.run.hours for p in front], "y": [p.cost(basis) for p in front],
          "mode": "lines+markers", "name": "Pareto front (error bars: 80% band)", "marker": {"size": 9, "color": "#d62728"},

@@ -269,6 +269,13 @@ def load_prices(path: str | Path | None = None, gpus_path: str | Path | None = N
     )
 
 
+def spot_sources(prices: Sequence[GpuPrice] | None = None) -> list[str]:
+    """The price sources that list a spot price for at least one GPU, in file order (``prices``: the rows to read,
+    default :func:`load_prices`)."""
+    rows = load_prices() if prices is None else prices
+    return list(dict.fromkeys(p.source_name for p in rows if p.spot_usd_per_hour is not None))
+
+
 def prices_for(gpu: Gpu | str) -> list[GpuPrice]:
     """Price rows of one GPU (any accepted name), cheapest on-demand first."""
     name = gpu.name if isinstance(gpu, Gpu) else find_gpu(gpu).name

@@ -33,11 +33,18 @@ from engine.memory.activations import attention_choice
 from engine.scenario.precision import precision_spec
 from engine.time.band import Band
 from engine.time.throughput import Calibration, Throughput, calibrate, estimate_throughput, peak_flops_for
+from engine.units import fmt_count
 
 
 MAX_DATASET_TOKENS = 10**15
 """Largest dataset size accepted (tokens or examples): 1,000 trillion, far above any published training set (~15T
 tokens for Llama 3); larger is a typo."""
+
+
+def _mtok(n: float) -> str:
+    """Tokens in millions with two decimals (``34.88M``), in trillions and beyond as :func:`engine.units.fmt_count`
+    says them (``10,000.0T``), so a huge dataset does not read as ``10,000,000,000,000.00M``."""
+    return f"{n / 1e6:,.2f}M" if n < 1e12 else fmt_count(n)
 
 
 class Dataset(BaseModel):
@@ -103,12 +110,12 @@ class Dataset(BaseModel):
         if cut:
             notes.append(
                 f"truncation: each example is cut to the sequence length ({seq_len:,} tokens), so {self.examples:,} examples x "
-                f"{self.avg_tokens:,.0f} tokens = {data / 1e6:,.2f}M tokens of data give {per_epoch / 1e6:,.2f}M tokens per "
-                f"epoch; {cut / 1e6:,.2f}M ({cut / data:.0%}) are never trained on: raise the sequence length or split the "
+                f"{self.avg_tokens:,.0f} tokens = {_mtok(data)} tokens of data give {_mtok(per_epoch)} tokens per "
+                f"epoch; {_mtok(cut)} ({cut / data:.0%}) are never trained on: raise the sequence length or split the "
                 "examples to use them")
         if not self.packing and self.avg_tokens < seq_len:
             notes.append(f"no packing: every example is padded to {seq_len:,} tokens, so an epoch processes "
-                         f"{per_epoch / 1e6:,.2f}M tokens for {data / 1e6:,.2f}M of data ({self.padding_waste(seq_len):.0%} padding)")
+                         f"{_mtok(per_epoch)} tokens for {_mtok(data)} of data ({self.padding_waste(seq_len):.0%} padding)")
         return tuple(notes)
 
     def padding_waste(self, seq_len: int) -> float:

@@ -47,28 +47,39 @@ def megatron_for(arch: Architecture, scenario: Scenario, layout: Layout) -> Mega
         context_parallel=layout.context_parallel)})
 
 
-def check_zero_stage(zero: int, zero_stages: tuple[int, ...]) -> None:
-    """Refuse a ZeRO stage the framework does not run.
+def check_zero_stage(zero: int, zero_stages: tuple[int, ...], framework: str = "the framework") -> None:
+    """Refuse a ZeRO stage the framework (named ``framework`` in the message) does not run.
 
     Raises:
         ScenarioError: ``zero`` is not in ``zero_stages`` (the message names the stages it runs).
     """
     if zero not in zero_stages:
         runs = " or ".join(f"ZeRO-{z}" for z in zero_stages)
-        raise ScenarioError(f"ZeRO-{zero}: the framework runs {runs} only (its data-parallel sharding); pick one of "
+        raise ScenarioError(f"ZeRO-{zero}: {framework} runs {runs} only (its data-parallel sharding); pick one of "
                             "those or another framework")
 
 
-def check_method(method: Method, methods: tuple[Method, ...]) -> None:
-    """Refuse a fine-tuning method the framework does not run.
+def check_method(method: Method, methods: tuple[Method, ...], framework: str = "the framework") -> None:
+    """Refuse a fine-tuning method the framework (named ``framework`` in the message) does not run.
 
     Raises:
         ScenarioError: ``method`` is not in ``methods`` (the message names the methods it runs).
     """
     if method not in methods:
         runs = " or ".join(METHOD_LABELS[m] for m in methods)
-        raise ScenarioError(f"{METHOD_LABELS[method]}: not a method the framework runs (it runs: {runs}); pick one of "
+        raise ScenarioError(f"{METHOD_LABELS[method]}: not a method {framework} runs (it runs: {runs}); pick one of "
                             "those or another framework")
+
+
+def check_schedule(layout: Layout, interleaved_schedule: bool, framework: str = "the framework") -> None:
+    """Refuse virtual pipeline stages (the interleaved schedule) where the framework has no such schedule.
+
+    Raises:
+        ScenarioError: ``layout.virtual_pipeline`` above 1 and ``interleaved_schedule`` False.
+    """
+    if layout.virtual_pipeline > 1 and not interleaved_schedule:
+        raise ScenarioError(f"Virtual stages {layout.virtual_pipeline}: {framework} has no interleaved pipeline schedule "
+                            "(its schedules: all-forward-all-backward and 1F1B); use 1 virtual stage or another framework")
 
 
 def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, cluster: Cluster | None = None,
@@ -76,7 +87,8 @@ def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, clus
                     fused_kernels: bool = False, tp_comm_overlap: bool = False, dtensor_tp: bool = False,
                     fp8_all_gather: bool | None = None, dp_sync: DataParallelSync | None = None,
                     async_tp_linears: bool = False, zero_stages: tuple[int, ...] = ZERO_STAGES,
-                    methods: tuple[Method, ...] = ALL_METHODS, cost_balanced_stages: bool = False) -> LayoutEstimate:
+                    methods: tuple[Method, ...] = ALL_METHODS, cost_balanced_stages: bool = False,
+                    interleaved_schedule: bool = True, framework_label: str = "the framework") -> LayoutEstimate:
     """Memory, Megatron's formula, collectives and (with ``cluster``) step time of ``layout``. ``master_weights``: the
     16-bit model with fp32 master weights of Megatron-LM / torchtitan (:class:`engine.scaleout.memory.Context`);
     ``fused_kernels`` (torch.compile, Megatron-LM's fused kernels) and ``tp_comm_overlap`` (Megatron-LM
@@ -91,7 +103,8 @@ def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, clus
     (:attr:`engine.scaleout.frameworks.Framework.zero_stages`); ``methods``: the fine-tuning methods it runs
     (:attr:`engine.scaleout.frameworks.Framework.methods`); ``cost_balanced_stages``: a layout with pipeline stages
     and no split of its own gets the framework's cost-balanced one (:func:`engine.scaleout.stage_split.framework_split`);
-    the estimate's ``layout`` carries the split it ran.
+    the estimate's ``layout`` carries the split it ran; ``interleaved_schedule``: whether the framework has the
+    interleaved schedule (virtual stages); ``framework_label``: the framework's name in a refusal.
 
     Raises:
         ScenarioError: the scenario's method is not one of ``methods``, the layout's ZeRO stage is not one of
@@ -99,12 +112,14 @@ def estimate_layout(arch: Architecture, scenario: Scenario, layout: Layout, clus
             :func:`engine.scaleout.memory.check_layout`), FP8
             on a GPU without FP8 (:func:`engine.scaleout.fp8.check_fp8_gpu`), or master weights with fp32 or a PEFT
             method (:func:`engine.scaleout.memory.with_master_weights`; bf16 and amp_bf16 are the same run with them),
-            or a cost-balanced split that leaves a stage empty (:func:`engine.scaleout.stage_split.cost_balanced_layers`).
+            a cost-balanced split that leaves a stage empty (:func:`engine.scaleout.stage_split.cost_balanced_layers`),
+            or virtual stages under a framework without the interleaved schedule (:func:`check_schedule`).
     """
     fp8 = Fp8Recipe.of(fp8)
+    check_method(scenario.method, methods, framework_label)
+    check_zero_stage(layout.zero, zero_stages, framework_label)
+    check_schedule(layout, interleaved_schedule, framework_label)
     layout = framework_split(arch, layout, cost_balanced_stages)
-    check_method(scenario.method, methods)
-    check_zero_stage(layout.zero, zero_stages)
     if cluster is not None:
         check_fp8_gpu(fp8, cluster.gpu)
     ctx = ctx or context(arch, scenario, layout, fp8, master_weights, dp_sync)

@@ -122,7 +122,7 @@ def deepspeed_json(arch: Architecture, sc: Scenario, layout: Layout, fp8: Fp8Rec
     """A DeepSpeed config (data parallel with ZeRO, optional pipeline via ``PipelineModule``)."""
     if layout.context_parallel > 1 or layout.expert_parallel > 1 or layout.tensor_parallel > 1:
         raise ScenarioError("this DeepSpeed export covers ZeRO data parallelism and pipelines; TP/CP/EP need "
-                            "Megatron-DeepSpeed or Megatron-LM (use --export megatron)")
+                            "Megatron-DeepSpeed or Megatron-LM: export to Megatron-LM instead")
     if layout.pipeline_parallel > 1 and layout.zero > 1:
         raise ScenarioError("DeepSpeed's pipeline engine rejects ZeRO-2/3 (ZeRO-1 only)")
     cfg = {
@@ -142,12 +142,12 @@ def deepspeed_json(arch: Architecture, sc: Scenario, layout: Layout, fp8: Fp8Rec
 def accelerate_yaml(arch: Architecture, sc: Scenario, layout: Layout, fp8: Fp8Recipe | None) -> str:
     """An accelerate config for FSDP2 with ``parallelism_config`` (DP shard / replicate, TP, CP)."""
     if layout.pipeline_parallel > 1 or layout.expert_parallel > 1:
-        raise ScenarioError("accelerate's FSDP plugin has no pipeline or expert parallelism: use --export megatron or torchtitan")
+        raise ScenarioError("accelerate's FSDP plugin has no pipeline or expert parallelism: export to Megatron-LM or torchtitan instead")
     if layout.zero == 1:
         # FSDP shards parameters and gradients together or not at all: no optimizer-states-only setting exists, and
         # dp_shard_size 1 would train plain replication (every rank a full Adam state), not the ZeRO-1 estimated.
         raise ScenarioError("accelerate's FSDP plugin has no ZeRO-1 (optimizer states only): choose "
-                            f"{zero_choice(0, 2, 3)}, or --export deepspeed (stage 1)")
+                            f"{zero_choice(0, 2, 3)}, or export to DeepSpeed (stage 1)")
     shard, replicate = (layout.data_parallel, 1) if layout.zero >= 2 else (1, layout.data_parallel)
     return "\n".join([
         "distributed_type: FSDP", f"mixed_precision: {'fp8' if fp8 else 'bf16'}", f"num_processes: {layout.world_size}",

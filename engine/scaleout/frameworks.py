@@ -67,6 +67,8 @@ class Framework:
     - ``zero_stages``: the data-parallel sharding stages it runs (:attr:`engine.scaleout.layout.Layout.zero`); the
       estimate refuses another and the layout search tries only these.
     - ``methods``: the fine-tuning methods it runs (``Scenario.method``); the estimate and the search refuse another.
+    - ``interleaved_schedule``: it has the interleaved pipeline schedule (virtual stages); the estimate refuses
+      virtual stages without it and the search does not try them.
     - ``cost_balanced_stages``: with no split given, it splits the layers over the pipeline stages by its compute
       cost with the output layer counted (:func:`engine.scaleout.stage_split.cost_balanced_layers`), not evenly.
     - ``sources``: (field, where its value was read) pairs.
@@ -85,6 +87,7 @@ class Framework:
     zero_stages: tuple[int, ...] = ZERO_STAGES
     methods: tuple[Method, ...] = ALL_METHODS
     cost_balanced_stages: bool = False
+    interleaved_schedule: bool = True
     sources: tuple[tuple[str, str], ...] = ()
 
     def source(self, field: str) -> str:
@@ -98,6 +101,7 @@ class Framework:
                  *(["its own data-parallel sync and what it holds"] if self.dp_sync else []),
                  *(["pipeline stages split by compute cost, the output layer counted"] if self.cost_balanced_stages
                    else []),
+                 *([] if self.interleaved_schedule else ["no interleaved pipeline schedule"]),
                  ("TP overlap" + (" (asynchronous TP linears: each collective beside one GEMM)" if self.async_tp_linears
                                   else "") + (" on by default" if self.tp_comm_overlap else " available, off by default")
                   if self.tp_comm_overlap_available else "no TP overlap"),
@@ -108,7 +112,8 @@ class Framework:
 
     def layout_settings(self, fused_kernels: bool = False, tp_comm_overlap: bool | None = None) -> dict:
         """The keywords of :func:`engine.scaleout.estimate.estimate_layout` this framework sets (``fused_kernels``,
-        ``tp_comm_overlap``, ``dtensor_tp``, ``dp_sync``, ``async_tp_linears``, ``zero_stages``, ``methods``, ``cost_balanced_stages``);
+        ``tp_comm_overlap``, ``dtensor_tp``, ``dp_sync``, ``async_tp_linears``, ``zero_stages``, ``methods``, ``cost_balanced_stages``,
+        ``interleaved_schedule``, ``framework_label``);
         ``fused_kernels`` True turns fused kernels on whatever the
         framework (torch.compile); ``tp_comm_overlap`` None: the framework's default.
 
@@ -121,7 +126,8 @@ class Framework:
                 "tp_comm_overlap": self.tp_comm_overlap if tp_comm_overlap is None else bool(tp_comm_overlap),
                 "dtensor_tp": self.dtensor_tp, "dp_sync": self.dp_sync, "async_tp_linears": self.async_tp_linears,
                 "zero_stages": self.zero_stages, "methods": self.methods,
-                "cost_balanced_stages": self.cost_balanced_stages}
+                "cost_balanced_stages": self.cost_balanced_stages, "interleaved_schedule": self.interleaved_schedule,
+                "framework_label": self.label}
 
 
 _MEGATRON_FUSED = ("Megatron-LM core_v0.14.0 (23e00ed0) megatron/training/arguments.py: the fusions are on unless "
@@ -158,7 +164,11 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                        ("fp8_recipe", "torchtitan's float8 converter runs torchao.float8 (tensorwise by default)"))),
     Framework(name="nanotron", label="nanotron", fused_kernels=True, dp_sync=NANOTRON_DP_SYNC, master_weights=True,
               async_tp_linears=True, zero_stages=(0, 1), methods=(Method.FULL,), cost_balanced_stages=True,
-              sources=(("cost_balanced_stages", "huggingface/nanotron@2411b022 src/nanotron/models/base.py build_model "
+              interleaved_schedule=False,
+              sources=(("interleaved_schedule", "huggingface/nanotron@2411b022 src/nanotron/parallel/pipeline_parallel/"
+                                               "engine.py: AllForwardAllBackwardPipelineEngine and "
+                                               "OneForwardOneBackwardPipelineEngine, no interleaved engine"),
+                       ("cost_balanced_stages", "huggingface/nanotron@2411b022 src/nanotron/models/base.py build_model "
                                                "('Balance compute across PP blocks') with the costs of "
                                                "models/llama.py get_block_compute_costs (output layer = vocab x "
                                                "hidden)"),

@@ -84,10 +84,11 @@ def gpu_counts(cluster: Cluster) -> list[int]:
     return sorted(counts)
 
 
-def _space(arch: Architecture, cluster: Cluster, global_batch: int,
-           zero_stages: tuple[int, ...] = ZERO_STAGES) -> Iterator[tuple[int, int, int, int, int, list]]:
+def _space(arch: Architecture, cluster: Cluster, global_batch: int, zero_stages: tuple[int, ...] = ZERO_STAGES,
+           interleaved: bool = True) -> Iterator[tuple[int, int, int, int, int, list]]:
     """The space searched, in its order (see the module docstring): each parallel shape (TP, CP, PP, DP, EP) with its
-    settings, by micro batch: (micro batch, its (recompute, ZeRO stage, virtual pipeline) settings)."""
+    settings, by micro batch: (micro batch, its (recompute, ZeRO stage, virtual pipeline) settings); virtual stages
+    only where the framework has the ``interleaved`` schedule."""
     experts = arch.num_experts
     for world in gpu_counts(cluster):
         for tp in _powers(min(cluster.gpus_per_node, world)):
@@ -97,7 +98,7 @@ def _space(arch: Architecture, cluster: Cluster, global_batch: int,
                     dp = rest // pp
                     eps = [e for e in _powers(dp * cp) if experts and experts % e == 0] if experts else [1]
                     settings = [(mb, [(rec, zero, v) for rec, zero in itertools.product(Recompute, zero_stages)
-                                      for v in ((1, 2) if pp > 1 else (1,))])
+                                      for v in ((1, 2) if pp > 1 and interleaved else (1,))])
                                 for mb in MICRO_BATCHES if not global_batch % (mb * dp)]
                     for ep in eps:
                         yield tp, cp, pp, dp, ep, settings
@@ -128,7 +129,8 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
                    fused_kernels: bool = False, tp_comm_overlap: bool = False, dtensor_tp: bool = False,
                    dp_sync: DataParallelSync | None = None, async_tp_linears: bool = False,
                    zero_stages: tuple[int, ...] = ZERO_STAGES, methods: tuple[Method, ...] = ALL_METHODS,
-                   cost_balanced_stages: bool = False) -> list[Candidate]:
+                   cost_balanced_stages: bool = False, interleaved_schedule: bool = True,
+                   framework_label: str = "the framework") -> list[Candidate]:
     """Every candidate layout with its verdict; the ones that fit first, fastest first. ``master_weights`` (default:
     the 16-bit model with fp32 master weights that Megatron-LM and torchtitan run): see
     :class:`engine.scaleout.memory.Context`; ``fused_kernels``, ``tp_comm_overlap``, ``dtensor_tp``, ``async_tp_linears``: the framework's
@@ -137,14 +139,15 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
     ``zero_stages``: the ZeRO stages the framework runs, the only ones tried; ``methods``: the fine-tuning methods it
     runs (:func:`engine.scaleout.estimate.check_method`); ``cost_balanced_stages``: pipeline layouts take the
     framework's cost-balanced split (:func:`engine.scaleout.stage_split.cost_balanced_layers`; one it cannot make is
-    rejected with its reason), as :func:`engine.scaleout.estimate.estimate_layout` does.
+    rejected with its reason), as :func:`engine.scaleout.estimate.estimate_layout` does; ``interleaved_schedule``:
+    whether virtual stages are tried; ``framework_label``: the framework's name in a refusal.
 
     Raises:
         ScenarioError: a method the framework does not run, LoRA/QLoRA (model parallelism is modelled for full training) or a global batch below 1.
     """
     fp8 = Fp8Recipe.of(fp8)
     check_fp8_gpu(fp8, cluster.gpu)
-    check_method(scenario.method, methods)
+    check_method(scenario.method, methods, framework_label)
     if scenario.method is not Method.FULL:
         raise ScenarioError("the layout search is for full training (Megatron-LM, torchtitan); LoRA/QLoRA: Memory page")
     if global_batch < 1:
@@ -153,7 +156,7 @@ def search_layouts(arch: Architecture, scenario: Scenario, cluster: Cluster, glo
     with _cyclic_gc_paused():
         return _ranked(_evaluated(arch, scenario, cluster, global_batch, fp8, price, master_weights,
                                   _Settings(fused_kernels, tp_comm_overlap, dtensor_tp, dp_sync, async_tp_linears,
-                                            tuple(zero_stages), cost_balanced_stages)))
+                                            tuple(zero_stages), cost_balanced_stages, interleaved_schedule)))
 
 
 @contextmanager
@@ -182,7 +185,7 @@ def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_
     steps = _Steps(arch, scenario, cluster, fp8, fw)
     out: list[Candidate] = []
     last = across_ep = None
-    for tp, cp, pp, dp, ep, settings in _space(arch, cluster, global_batch, fw.zero_stages):
+    for tp, cp, pp, dp, ep, settings in _space(arch, cluster, global_batch, fw.zero_stages, fw.interleaved_schedule):
         stages = nccl = None  # alike for every setting of the shape (what dominant_stages and group_sizes read)
         shape: dict = {}  # what the shape's stage families share
         if (tp, cp, pp, dp) != last:  # and what the shapes that differ only in EP (one after the other) share
@@ -279,6 +282,7 @@ class _Settings(NamedTuple):
     async_tp_linears: bool = False
     zero_stages: tuple[int, ...] = ZERO_STAGES
     cost_balanced_stages: bool = False
+    interleaved_schedule: bool = True
 
 
 class _Steps:

@@ -42,6 +42,18 @@ def cost_balanced_layers(arch: Architecture, pipeline_parallel: int) -> tuple[in
             stages, the output layer and loss on the last, cannot represent).
     """
     p = pipeline_parallel
+    layers, rank = _walk(arch, p)
+    if rank != p - 1:
+        fits = max(q for q in range(1, p) if _walk(arch, q)[1] == q - 1)
+        raise ScenarioError(f"Pipeline parallel {p}: nanotron's cost-balanced split of the {arch.num_layers} layers puts "
+                            f"the output layer on stage {rank} (stages 0-{p - 1}) and leaves the later stages no layer "
+                            f"(only the loss), a split this estimate does not model; the most stages it splits this "
+                            f"model into below {p} is {fits}")
+    return layers
+
+
+def _walk(arch: Architecture, p: int) -> tuple[tuple[int, ...], int]:
+    """nanotron's walk over ``p`` ranks: (layers per rank, the rank the final norm and output layer land on)."""
     layer, head = nanotron_block_costs(arch)
     total = arch.num_layers * layer + head
     thresholds = [total * ((r + 1) / p) for r in range(p)]  # floats, as nanotron's numpy thresholds
@@ -52,12 +64,7 @@ def cost_balanced_layers(arch: Architecture, pipeline_parallel: int) -> tuple[in
         cum += layer
         if cum > thresholds[rank]:
             rank += 1
-    # the final norm (cost 0) and the output layer land on ``rank``; it must be the last stage
-    if rank != p - 1:
-        raise ScenarioError(f"PP {p}: nanotron's cost-balanced split of {arch.num_layers} layers puts the output layer "
-                            f"on stage {rank + 1} of {p} and leaves the later stages no layer (only the loss), a split "
-                            "this estimate does not model; use fewer pipeline stages")
-    return tuple(layers)
+    return tuple(layers), rank
 
 
 def framework_split(arch: Architecture, layout: Layout, cost_balanced: bool) -> Layout:

@@ -102,6 +102,12 @@ def test_page_renders_metrics_all_curves_and_the_comparison(page):
         assert any((x + up) == pytest.approx(x / g_lo) and (x - down) == pytest.approx(x / g_hi) for g_lo, g_hi in groups)
     assert all(up > 0 and down > 0 for up, down in zip(front["error_y"]["array"], front["error_y"]["arrayminus"]))
     assert "customdata[0]" in front["hovertemplate"] and len(front["customdata"]) == len(front["x"])
+    # the hover writes time and cost as the bullets do (fmt_hours / fmt_usd), each with its band
+    from ui.formats import fmt_hours, fmt_usd
+    assert front["customdata"][0][0].startswith(fmt_hours(front["x"][0]) + " (")
+    assert front["customdata"][0][1].startswith(fmt_usd(front["y"][0]) + " ($")
+    rest = next(t for t in plans_fig["data"] if t["name"] == "plans that fit")
+    assert not set(zip(front["x"], front["y"])) & set(zip(rest["x"], rest["y"]))  # each plan drawn once
     notes = " ".join(a["text"] for a in plans_fig["layout"].get("annotations", []))
     assert "cheapest" in notes and "fastest" in notes
     table = next(d.value for d in show(at, "measured").dataframe if "measured tokens/s" in d.value.columns)
@@ -206,6 +212,11 @@ def test_no_price_says_why_instead_of_empty_axes(page):
     assert any(i.startswith("No cost curve to draw: 'Lambda on-demand' has no spot price for any plan that fits")
                for i in infos), infos
     assert any(i.startswith("No plan to place on the time-cost chart") for i in infos), infos
+    # the spot basis says which sources list spot prices (data/gpu_prices.csv: only the seed chapter's rows do) and
+    # why the cheapest-listed quote has none, in the info box and the Cheapest bullet alike
+    assert any("Spot prices are listed by 'seed chapter (approx.)'" in i for i in infos), infos
+    text = " ".join(shown(m.value) for m in at.markdown)
+    assert "**Cheapest**: none: 'Lambda on-demand' has no spot price for any plan that fits" in text
 
 
 def test_offload_is_refused_in_words_not_timed_silently(page):

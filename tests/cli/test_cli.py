@@ -18,6 +18,7 @@ import pytest
 from hubstub import StubRepo, refused_endpoint
 
 from reference import config_path, param_counts, require_reference
+from engine.cli import main
 
 require_reference()
 ROOT = Path(__file__).resolve().parents[2]
@@ -365,3 +366,14 @@ def test_cuda_graphs_is_a_compiled_run_for_memory_too():
     assert graphs["scenario"]["torch_compile"] is True
     assert graphs["formulas"]["logits_forward"].startswith("2 B x batch x seq x vocab")
     assert graphs["time_cost"]["loss_implementation"] == "torchtune_chunked_compiled"
+
+
+def test_a_gpu_count_that_does_not_fill_nodes_says_what_would(capsys):
+    # 10 GPUs over nodes of 8 (the default --gpus-per-node): two nodes would need 16; the message names the flag and
+    # what would work (a fresh user found "10 GPUs do not fill nodes of 8" too terse)
+    code = main(["estimate", "--model", "meta-llama/Llama-3.2-1B", "--offline", "--num-gpus", "10",
+                 "--pipeline-parallel", "5", "--gpu", "H100 80GB"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert ("10 GPUs do not fill nodes of 8 GPUs (--gpus-per-node 8): use a multiple of 8, at most 8 GPUs, or another "
+            "--gpus-per-node") in err

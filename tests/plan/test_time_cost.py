@@ -333,3 +333,10 @@ def test_every_plan_record_and_the_cli_json_carry_the_prices_date(capsys):
                  "--dataset-tokens", "1000000", "--price-source", "RunPod Community Cloud"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["time_cost"]["price_date"] == "2026-09-25", out.get("time_cost")
+
+
+def test_truncation_note_reads_huge_datasets_in_trillions():
+    # 10^12 examples x 10^7 tokens = 10^19 tokens = 10,000,000 T; cut to 2,048 tokens each: 2.048 x 10^15 = 2,048 T per
+    # epoch (a fresh user saw "10,000,000,000,000.00M tokens" before)
+    (note,) = Dataset(examples=10**12, avg_tokens=10**7).token_notes(2048)
+    assert "= 10,000,000.0T tokens of data give 2,048.0T tokens per epoch; 9,997,952.0T (100%)" in note

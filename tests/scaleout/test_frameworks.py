@@ -129,7 +129,7 @@ def test_nanotron_runs_zero_0_and_1_only():
     cluster = Cluster(gpu=find_gpu("H100 80GB"), nodes=16, gpus_per_node=8)
     for zero in (2, 3):
         layout = Layout(tensor_parallel=4, data_parallel=32, zero=zero, micro_batch_size=1, global_batch_size=128)
-        with pytest.raises(ScenarioError, match=f"ZeRO-{zero}: the framework runs ZeRO-0 or ZeRO-1 only"):
+        with pytest.raises(ScenarioError, match=f"ZeRO-{zero}: nanotron runs ZeRO-0 or ZeRO-1 only"):
             estimate_layout(LLAMA, sc, layout, cluster, master_weights=True, **settings)
         estimate_layout(LLAMA, sc, layout, cluster, master_weights=True,
                         **framework("torchtitan").layout_settings())  # another framework runs it
@@ -139,7 +139,7 @@ def test_cli_nanotron_with_zero3_exits_2_naming_the_stages(capsys):
     code = main([*BASE[:BASE.index("--strategy")], "--strategy", "zero3", *BASE[BASE.index("--strategy") + 2:],
                  "--layout-framework", "nanotron"])
     err = capsys.readouterr().err
-    assert code == 2 and "ZeRO-3: the framework runs ZeRO-0 or ZeRO-1 only" in err and "Traceback" not in err
+    assert code == 2 and "ZeRO-3: nanotron runs ZeRO-0 or ZeRO-1 only" in err and "Traceback" not in err
     assert cli(capsys, "--layout-framework", "nanotron")["layout_framework"]["zero_stages"] == [0, 1]
 
 
@@ -156,10 +156,10 @@ def test_nanotron_runs_full_training_only(method):
     cluster = Cluster(gpu=find_gpu("H100 80GB"), nodes=1, gpus_per_node=8)
     layout = Layout(data_parallel=8, zero=1, micro_batch_size=1, global_batch_size=8)
     label = {"lora": "LoRA", "qlora": "QLoRA"}[method]
-    with pytest.raises(ScenarioError, match=f"^{label}: not a method the framework runs \\(it runs: Full fine-tuning\\); "
+    with pytest.raises(ScenarioError, match=f"^{label}: not a method nanotron runs \\(it runs: Full fine-tuning\\); "
                                             "pick one of those or another framework$"):
         estimate_layout(LLAMA, sc, layout, cluster, **nano.layout_settings())
-    with pytest.raises(ScenarioError, match=f"^{label}: not a method the framework runs"):
+    with pytest.raises(ScenarioError, match=f"^{label}: not a method nanotron runs"):
         search_layouts(LLAMA, sc, cluster, 8, **nano.layout_settings())
     estimate_layout(LLAMA, sc, layout, cluster, **framework("generic").layout_settings())  # another framework runs it
 
@@ -168,7 +168,7 @@ def test_cli_nanotron_with_qlora_exits_2_naming_the_method(capsys):
     code = main(["estimate", "--model", "meta-llama/Llama-3.1-8B", "--offline", "--method", "qlora", "--num-gpus", "8",
                  "--gpu", "H100 80GB", "--layout-framework", "nanotron"])
     err = capsys.readouterr().err
-    assert code == 2 and "QLoRA: not a method the framework runs (it runs: Full fine-tuning)" in err and "Traceback" not in err
+    assert code == 2 and "QLoRA: not a method nanotron runs (it runs: Full fine-tuning)" in err and "Traceback" not in err
     assert cli(capsys, "--layout-framework", "nanotron")["layout_framework"]["methods"] == ["full"]
 
 
@@ -180,3 +180,26 @@ def test_search_with_nanotron_tries_its_stages_only():
     generic = search_layouts(small, sc, cluster, 16, master_weights=True, **framework("generic").layout_settings())
     assert {c.layout.zero for c in nano if c.layout is not None} == {0, 1}
     assert {c.layout.zero for c in generic if c.layout is not None} == {0, 1, 2, 3}
+
+
+def test_nanotron_has_no_interleaved_schedule():
+    """nanotron's pipeline engines are all-forward-all-backward and 1F1B only (huggingface/nanotron@2411b022
+    parallel/pipeline_parallel/engine.py): virtual stages are refused in words naming nanotron, the search does not try
+    them, and another framework still runs them."""
+    nano = framework("nanotron")
+    assert not nano.interleaved_schedule and "OneForwardOneBackwardPipelineEngine" in nano.source("interleaved_schedule")
+    assert "no interleaved pipeline schedule" in nano.summary()
+    sc = Scenario(seq_len=2048, micro_batch_size=1)
+    small = architecture_from_config(config_from_catalog("meta-llama/Llama-3.2-1B")[0])  # 16 layers
+    cluster = Cluster(gpu=find_gpu("H100 80GB"), nodes=1, gpus_per_node=8)
+    layout = Layout(pipeline_parallel=2, virtual_pipeline=2, data_parallel=4, zero=1, micro_batch_size=1,
+                    global_batch_size=16)
+    with pytest.raises(ScenarioError, match=r"^Virtual stages 2: nanotron has no interleaved pipeline schedule \(its "
+                                            r"schedules: all-forward-all-backward and 1F1B\); use 1 virtual stage or "
+                                            r"another framework$"):
+        estimate_layout(small, sc, layout, cluster, master_weights=True, **nano.layout_settings())
+    estimate_layout(small, sc, layout, cluster, master_weights=True, **framework("megatron").layout_settings())
+    found = search_layouts(small, sc, cluster, 16, master_weights=True, **nano.layout_settings())
+    assert found and all(c.layout.virtual_pipeline == 1 for c in found)
+    generic = search_layouts(small, sc, cluster, 16, master_weights=True, **framework("generic").layout_settings())
+    assert any(c.layout.virtual_pipeline == 2 for c in generic)
