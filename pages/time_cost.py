@@ -23,7 +23,7 @@ from ui.charts import (
     BASIS_LABEL, cost_vs_dataset_figure, fmt_hours, fmt_usd, gpu_count_figure, plan_scatter_figure, time_vs_dataset_figure,
 )
 from ui.catalog_session import session_gpus, session_prices, table_key
-from ui.formats import count_of, fmt_big_count, md_plain, md_usd
+from ui.formats import count_of, fmt_big_count, fmt_gpu_hours, md_plain, md_usd
 from ui.layout import scenario_page
 from ui.scenario_form import time_cost_sidebar
 from ui.shared_results import time_cost_shared  # the plan search, sweeps and figures, for every session
@@ -115,7 +115,8 @@ c[1].metric("Tokens/s", f"{run.tokens_per_second:,.0f}",
 (gh_lo, gh_hi), (od_lo, od_hi), (sp_lo, sp_hi) = run.gpu_hours_range, run.cost_usd_on_demand_range, run.cost_usd_spot_range
 c[2].metric("Wall time", fmt_hours(run.hours), help=f"{run.hours:,.4f} hours; {fmt_hours(run.hours_low)}–"
                                                     f"{fmt_hours(run.hours_high)} (80% band)")
-c[3].metric("GPU-hours", f"{run.gpu_hours:,.2f}", help=f"{gh_lo:,.2f}–{gh_hi:,.2f} (80% band); {count_of(num_gpus, 'GPU')}")
+c[3].metric("GPU-hours", fmt_gpu_hours(run.gpu_hours),
+            help=f"{fmt_gpu_hours(gh_lo)}–{fmt_gpu_hours(gh_hi)} (80% band); {count_of(num_gpus, 'GPU')}")
 c[4].metric("Cost on-demand", fmt_usd(run.cost_usd_on_demand),
             help=(f"{md_usd(od_lo)}–{md_usd(od_hi)} (80% band); {md_usd(price.on_demand_usd_per_hour)}/GPU-hour from "
                   f"{price.on_demand_source} ({price.date})" if price.on_demand_usd_per_hour else price.reason))
@@ -127,7 +128,7 @@ raw = band_for(num_gpus, tp.hf_stack) if cal is not None else None
 parts = ", ".join(f"{CATEGORY_STYLE[k][0].lower()} {v * 1e3:,.1f} ms" for k, v in tp.breakdown_s.items() if v > 0)
 # One caption of paragraphs, not one element each: every element costs the server and the browser on each rerun.
 st.caption(f"Range, not a point: tokens/s {run.tokens_per_second_low:,.0f}–{run.tokens_per_second_high:,.0f}, wall time "
-           f"{fmt_hours(run.hours_low)}–{fmt_hours(run.hours_high)}, GPU-hours {gh_lo:,.2f}–{gh_hi:,.2f}"
+           f"{fmt_hours(run.hours_low)}–{fmt_hours(run.hours_high)}, GPU-hours {fmt_gpu_hours(gh_lo)}–{fmt_gpu_hours(gh_hi)}"
            + (f", on-demand cost {md_usd(od_lo)}–{md_usd(od_hi)}" if od_lo is not None else "")
            + (f", spot cost {md_usd(sp_lo)}–{md_usd(sp_hi)}" if sp_lo is not None else "")
            + f". {md_plain(band.note)} (Methodology page)."
@@ -148,7 +149,7 @@ else:
     s = st.columns(6)
     s[1].metric("Tokens/s (seed rule)", f"{seed_run.tokens_per_second:,.0f}", help=seed.rule)
     s[2].metric("Wall time (seed rule)", fmt_hours(seed_run.hours), help=f"{seed_run.hours:,.4f} hours")
-    s[3].metric("GPU-hours (seed rule)", f"{seed_run.gpu_hours:,.2f}")
+    s[3].metric("GPU-hours (seed rule)", fmt_gpu_hours(seed_run.gpu_hours))
     s[4].metric("Cost on-demand (seed rule)", fmt_usd(seed_run.cost_usd_on_demand))
     s[5].metric("Cost spot (seed rule)", fmt_usd(seed_run.cost_usd_spot))
     st.caption(f"{seed.rule}; Training Time = tokens × epochs / throughput ({SEED_THROUGHPUT_SOURCE}). The table ignores "
@@ -263,7 +264,8 @@ def _plans_section(search: PlanSearch) -> None:
                      f"{fmt_hours(ch.run.hours_high)}), {md_usd(ch.cost(basis))} ({md_usd(lo)}–{md_usd(hi)}) {BASIS_LABEL[basis]} "
                      f"({md_usd(ch.price.per_hour(basis) or 0)}/GPU-hour, {md_plain(ch.price.source_of(basis))}).")
     else:
-        lines.append(f"- **Cheapest**: none: {md_plain(_no_price(search))}")
+        lines.append(f"- **Cheapest**: none: no fitting plan has a price ({BASIS_LABEL[basis]}) in '{md_plain(search.price_source)}' "
+                     "(the note above says why).")
     if search.fastest is not None:
         fa = search.fastest
         lo, hi = fa.cost_range(basis)
@@ -273,7 +275,8 @@ def _plans_section(search: PlanSearch) -> None:
     else:
         lines.append("- **Fastest**: none: nothing fits.")
     lines.append(f"- **Pareto front** ({count_of(len(search.pareto), 'plan')}, no plan is both faster and cheaper): "
-                 + (", ".join(md_plain(p.label) for p in search.pareto) or "empty") + ".")
+                 + ", ".join(md_plain(p.label) for p in search.pareto) + "." if search.pareto
+                 else "- **Pareto front**: none (no plan that fits has a price to compare).")
     st.markdown("\n".join(lines))
     st.caption(f"{count_of(len(search.plans), 'plan')} {'fits' if len(search.plans) == 1 else 'fit'} in memory with {strategy.value} (GPU kinds × counts {', '.join(map(str, search.counts))}); "
                "a plan that does not fit is never listed. Plans without a price in the source are in the table, not on the chart. "

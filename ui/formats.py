@@ -30,6 +30,11 @@ def fmt_big_count(n: float) -> str:
     return f"{round(n):,}"
 
 
+def fmt_gpu_hours(gpu_hours: float) -> str:
+    """``'42.50'`` GPU-hours to the hundredth below 10,000, then as a count (``'655.7M'``, ``'1.2 × 10¹⁸'``)."""
+    return f"{gpu_hours:,.2f}" if gpu_hours < 10_000 else fmt_big_count(gpu_hours)
+
+
 def fmt_hours(hours: float) -> str:
     """``'42 min'``, ``'4.27 h'``, ``'3.1 days (74.4 h)'``, ``'2.5 years'``; beyond 10,000 years a power of ten."""
     if hours < 1:

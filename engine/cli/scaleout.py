@@ -206,7 +206,7 @@ def cluster_from_args(args: argparse.Namespace, layout: Layout, per_node: int) -
 
     if layout.world_size % per_node and layout.world_size > per_node:
         raise ScenarioError(f"{layout.world_size} GPUs do not fill nodes of {per_node} GPUs (--gpus-per-node {per_node}): "
-                            f"use a multiple of {per_node}, at most {per_node} GPUs, or another --gpus-per-node")
+                            f"use a multiple of {per_node} GPUs or at most {per_node}, or another --gpus-per-node")
     return Cluster(gpu=find_gpu(args.gpu), nodes=max(1, layout.world_size // per_node),
                    gpus_per_node=min(per_node, layout.world_size),
                    inter_node_gbits=DEFAULT_INTER_NODE_GBITS if args.inter_node_gbits is None else args.inter_node_gbits,

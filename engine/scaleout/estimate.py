@@ -9,7 +9,7 @@ from engine.model.architecture import Architecture
 from engine.errors import ScenarioError
 from engine.scaleout.comm_volumes import Collective, DataParallelSync, bubble_fraction, step_collectives
 from engine.scaleout.fp8 import Fp8Recipe, check_fp8_gpu
-from engine.scaleout.layout import ZERO_STAGES, Layout, Recompute
+from engine.scaleout.layout import ZERO_CHOICES, ZERO_STAGES, Layout, Recompute
 from engine.scaleout.megatron import MegatronEstimate, departures, megatron_estimate
 from engine.scaleout.stage_split import framework_split
 from engine.scaleout.memory import Context, ScaleoutMemory, context, scaleout_memory
@@ -54,7 +54,9 @@ def check_zero_stage(zero: int, zero_stages: tuple[int, ...], framework: str = "
         ScenarioError: ``zero`` is not in ``zero_stages`` (the message names the stages it runs).
     """
     if zero not in zero_stages:
-        runs = " or ".join(f"ZeRO-{z}" for z in zero_stages)
+        # each stage as the page's "Data-parallel sharding" box names it (ZeRO-0 is its "DDP")
+        runs = " or ".join(ZERO_CHOICES[z] if "ZeRO" in ZERO_CHOICES[z] else f"ZeRO-{z} ({ZERO_CHOICES[z]})"
+                           for z in zero_stages)
         raise ScenarioError(f"ZeRO-{zero}: {framework} runs {runs} only (its data-parallel sharding); pick one of "
                             "those or another framework")
 

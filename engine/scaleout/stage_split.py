@@ -44,11 +44,12 @@ def cost_balanced_layers(arch: Architecture, pipeline_parallel: int) -> tuple[in
     p = pipeline_parallel
     layers, rank = _walk(arch, p)
     if rank != p - 1:
-        fits = max(q for q in range(1, p) if _walk(arch, q)[1] == q - 1)
+        fits = [q for q in range(1, p) if _walk(arch, q)[1] == q - 1]
+        which = f"1-{fits[-1]}" if fits == list(range(1, fits[-1] + 1)) else ", ".join(map(str, fits))
         raise ScenarioError(f"Pipeline parallel {p}: nanotron's cost-balanced split of the {arch.num_layers} layers puts "
                             f"the output layer on stage {rank} (stages 0-{p - 1}) and leaves the later stages no layer "
-                            f"(only the loss), a split this estimate does not model; the most stages it splits this "
-                            f"model into below {p} is {fits}")
+                            f"(only the loss), a split this estimate does not model; the pipeline degrees it splits this "
+                            f"model into below {p}: {which} (one that also divides the GPU count)")
     return layers
 
 

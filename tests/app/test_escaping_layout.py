@@ -20,7 +20,7 @@ FILES = sorted([*(ROOT / "pages").glob("*.py"), *(ROOT / "ui").glob("*.py"), ROO
 MESSAGE_CALLS = {"error", "warning", "info", "success", "markdown", "caption", "toast", "exception", "write", "subheader",
                  "header"}
 ESCAPE = "md_plain"
-NUMBER_FORMATTERS = {"_both", "fmt_bytes", "fmt_count", "fmt_hours", "fmt_usd", "md_usd", "fmt_sci", "fmt_big_count", "to_unit", "len",
+NUMBER_FORMATTERS = {"_both", "fmt_bytes", "fmt_gpu_hours", "fmt_count", "fmt_hours", "fmt_usd", "md_usd", "fmt_sci", "fmt_big_count", "to_unit", "len",
                      "round", "int", "float", "abs", "max", "min", "sum", "_fmt", "verdict_label",
                      "count_of"}  # count_of: a number and the page's own literal word ("1 GPU", "8 plans")
 #: Values that are not user text, by their source text in the file: (file name, expression) -> why.

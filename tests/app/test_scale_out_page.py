@@ -327,7 +327,7 @@ def test_nanotron_on_the_zero3_default_says_which_stages_it_runs(page):
     at = page
     at.selectbox(key="so_framework").set_value("nanotron").run()
     no_exception(at)
-    assert any("ZeRO-3: nanotron runs ZeRO-0 or ZeRO-1 only" in shown(e.value) for e in at.error)
+    assert any("ZeRO-3: nanotron runs ZeRO-0 (DDP) or ZeRO-1 / distributed optimizer only" in shown(e.value) for e in at.error)
     assert not any(m.label == "Tokens/s" for m in at.metric)
     at.selectbox(key="so_zero").set_value(1).run()
     no_exception(at)
@@ -364,7 +364,7 @@ def _in_order(node) -> list:
 @pytest.mark.parametrize(("key", "value", "words"), [
     ("so_pp", 3, "8 GPUs are not a multiple of TP x PP x CP = 3"),  # a GPU-count mismatch (PP 1000 now names the layers)
     ("so_pp", 1000, "Pipeline parallel 1000: pipeline stages cannot exceed the number of layers"),  # 26_scaleout_bad
-    ("so_framework", "nanotron", "ZeRO-3: nanotron runs ZeRO-0 or ZeRO-1 only"),  # 11_nanotron, ZeRO-3 default
+    ("so_framework", "nanotron", "ZeRO-3: nanotron runs ZeRO-0 (DDP) or ZeRO-1 / distributed optimizer only"),  # 11_nanotron, ZeRO-3 default
 ])
 def test_a_refused_layout_is_said_next_to_its_inputs_and_no_banner_claims_results_below(page, key, value, words):
     at = page

@@ -213,10 +213,11 @@ def test_no_price_says_why_instead_of_empty_axes(page):
                for i in infos), infos
     assert any(i.startswith("No plan to place on the time-cost chart") for i in infos), infos
     # the spot basis says which sources list spot prices (data/gpu_prices.csv: only the seed chapter's rows do) and
-    # why the cheapest-listed quote has none, in the info box and the Cheapest bullet alike
+    # why the cheapest-listed quote has none, in the info box (the Cheapest bullet points to it)
     assert any("Spot prices are listed by 'seed chapter (approx.)'" in i for i in infos), infos
     text = " ".join(shown(m.value) for m in at.markdown)
-    assert "**Cheapest**: none: 'Lambda on-demand' has no spot price for any plan that fits" in text
+    assert "**Cheapest**: none: no fitting plan has a price (spot) in 'Lambda on-demand' (the note above says why)." in text
+    assert "**Pareto front**: none (no plan that fits has a price to compare)." in text
 
 
 def test_offload_is_refused_in_words_not_timed_silently(page):
@@ -321,3 +322,12 @@ def test_counts_read_as_words_and_prices_per_gpu_hour_in_cents():
 
     assert count_of(1, "GPU") == "1 GPU" and count_of(8, "GPU") == "8 GPUs" and count_of(1_024, "plan") == "1,024 plans"
     assert md_usd(6.0) == "\\$6.00" and md_usd(1.8) == "\\$1.80"
+
+
+def test_gpu_hours_read_as_a_count_when_huge():
+    # a fresh user saw "655,742,238.67" GPU-hours cut off in its tile: to the hundredth below 10,000, then as counts
+    # are said (fmt_big_count: four significant digits and a suffix)
+    from ui.formats import fmt_gpu_hours
+
+    assert fmt_gpu_hours(42.5) == "42.50" and fmt_gpu_hours(9_999.994) == "9,999.99"
+    assert fmt_gpu_hours(655_742_238.67) == "655.7M" and fmt_gpu_hours(12_345) == "12,345"

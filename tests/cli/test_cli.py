@@ -375,5 +375,5 @@ def test_a_gpu_count_that_does_not_fill_nodes_says_what_would(capsys):
                  "--pipeline-parallel", "5", "--gpu", "H100 80GB"])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
-    assert ("10 GPUs do not fill nodes of 8 GPUs (--gpus-per-node 8): use a multiple of 8, at most 8 GPUs, or another "
+    assert ("10 GPUs do not fill nodes of 8 GPUs (--gpus-per-node 8): use a multiple of 8 GPUs or at most 8, or another "
             "--gpus-per-node") in err

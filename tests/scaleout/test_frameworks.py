@@ -129,7 +129,7 @@ def test_nanotron_runs_zero_0_and_1_only():
     cluster = Cluster(gpu=find_gpu("H100 80GB"), nodes=16, gpus_per_node=8)
     for zero in (2, 3):
         layout = Layout(tensor_parallel=4, data_parallel=32, zero=zero, micro_batch_size=1, global_batch_size=128)
-        with pytest.raises(ScenarioError, match=f"ZeRO-{zero}: nanotron runs ZeRO-0 or ZeRO-1 only"):
+        with pytest.raises(ScenarioError, match=f"ZeRO-{zero}: nanotron runs ZeRO-0 \\(DDP\\) or ZeRO-1 / distributed optimizer only"):
             estimate_layout(LLAMA, sc, layout, cluster, master_weights=True, **settings)
         estimate_layout(LLAMA, sc, layout, cluster, master_weights=True,
                         **framework("torchtitan").layout_settings())  # another framework runs it
@@ -139,7 +139,7 @@ def test_cli_nanotron_with_zero3_exits_2_naming_the_stages(capsys):
     code = main([*BASE[:BASE.index("--strategy")], "--strategy", "zero3", *BASE[BASE.index("--strategy") + 2:],
                  "--layout-framework", "nanotron"])
     err = capsys.readouterr().err
-    assert code == 2 and "ZeRO-3: nanotron runs ZeRO-0 or ZeRO-1 only" in err and "Traceback" not in err
+    assert code == 2 and "ZeRO-3: nanotron runs ZeRO-0 (DDP) or ZeRO-1 / distributed optimizer only" in err and "Traceback" not in err
     assert cli(capsys, "--layout-framework", "nanotron")["layout_framework"]["zero_stages"] == [0, 1]
 
 

@@ -50,11 +50,12 @@ def test_a_split_that_leaves_a_stage_empty_is_refused_in_words():
     # 1.34B at PP 8: thresholds every 2.5 units; the 16th layer passes 15 on stage 5 (of 0-7), so the output layer
     # lands on stage 6 and stage 7 would only run the fp32 cast and the loss. PP 5 (thresholds every 4 units: layers
     # 1-5, 6-9, 10-13, 14-16, the 16th not above 16, so the walk ends on stage 3 of 0-4), 6 and 7 fail likewise.
-    # PP 5-7 fail the same way, so the message names PP 4 as the most this model splits into.
+    # PP 5-7 fail the same way, so the message names PP 1-4 as the degrees this model splits into.
     with pytest.raises(ScenarioError, match=r"^Pipeline parallel 8: nanotron's cost-balanced split of the 16 layers "
                                             r"puts the output layer on stage 6 \(stages 0-7\) and leaves the later "
                                             r"stages no layer \(only the loss\), a split this estimate does not model; "
-                                            r"the most stages it splits this model into below 8 is 4$"):
+                                            r"the pipeline degrees it splits this model into below 8: 1-4 \(one that also divides the GPU "
+                                            r"count\)$"):
         cost_balanced_layers(NANO_1B, 8)
 
 
