@@ -384,6 +384,7 @@ def plan_scatter_figure(search: PlanSearch) -> go.Figure:
     basis = search.basis
     priced = [p for p in search.plans if p.cost(basis) is not None]
     front = list(search.pareto)
+    front_costs = [p.cost_range(basis) for p in front]  # (low, high) USD of each front plan
     others = [p for p in priced if p not in front]  # the front's own points are drawn (and hovered) once, on the front
     hover = "%{text}<br>%{customdata[0]}, %{customdata[1]}"
 
@@ -401,8 +402,8 @@ def plan_scatter_figure(search: PlanSearch) -> go.Figure:
          "line": {"color": "#d62728"}, "text": [p.label for p in front], "customdata": ranges(front),
          "error_x": band_error_bars([p.run.hours for p in front], [p.run.hours_low for p in front],
                                     [p.run.hours_high for p in front]),
-         "error_y": band_error_bars([p.cost(basis) for p in front], [p.cost_range(basis)[0] for p in front],
-                                    [p.cost_range(basis)[1] for p in front]),
+         "error_y": band_error_bars([p.cost(basis) for p in front], [lo for lo, _ in front_costs],
+                                    [hi for _, hi in front_costs]),
          "hovertemplate": hover + "<extra>Pareto front</extra>"},
     ]
     annotations = [

@@ -182,6 +182,7 @@ def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_
     contexts: dict[tuple, Context] = {}
     pool = SectionPool(arch)  # what the contexts' stage sections share
     seen_problems: dict[tuple, list[str]] = {}
+    splits: dict[int, tuple[int, ...] | str] = {}  # the framework's split per PP degree, or why it has none
     steps = _Steps(arch, scenario, cluster, fp8, fw)
     out: list[Candidate] = []
     last = across_ep = None
@@ -202,11 +203,13 @@ def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_
                 else:
                     fields = _fields(tp, cp, pp, dp, ep, mb, rec, zero, v, global_batch)
                     if fw.cost_balanced_stages and pp > 1:  # the framework's own split (engine.scaleout.stage_split)
-                        try:
-                            fields["layers_per_stage"] = cost_balanced_layers(arch, pp)
-                        except ScenarioError as exc:
-                            out.append(_rejected(Layout.model_construct(**fields), str(exc)))
+                        if pp not in splits:
+                            splits[pp] = _split_or_reason(arch, pp)
+                        split = splits[pp]
+                        if isinstance(split, str):
+                            out.append(_rejected(Layout.model_construct(**fields), split))
                             continue
+                        fields["layers_per_stage"] = split
                     # The schedule Layout would infer, named (its validation is then cheaper; the same layout).
                     fields["schedule"] = Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B
                     try:
@@ -255,6 +258,15 @@ def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_
                 out.append(Candidate(layout, True, "", worst, device, worst_stage, step_s, tokens / step_s, gpu_h,
                                      gpu_h * price if price is not None else None))
     return out
+
+
+def _split_or_reason(arch: Architecture, pp: int) -> tuple[int, ...] | str:
+    """:func:`engine.scaleout.stage_split.cost_balanced_layers` of ``pp`` stages, or its refusal's message (the search
+    asks once per PP degree: every shape and setting with that degree shares it)."""
+    try:
+        return cost_balanced_layers(arch, pp)
+    except ScenarioError as exc:
+        return str(exc)
 
 
 def _ranked(candidates: list[Candidate]) -> list[Candidate]:
