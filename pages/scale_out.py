@@ -146,7 +146,8 @@ if est.time and run.fits:
     st.dataframe(pd.DataFrame([*({"part": k.replace("_", " "), "seconds": v} for k, v in t.breakdown_s.items()),
                                *({"part": f"{k.upper()} communication (before overlap)", "seconds": v} for k, v in t.comm_s.items()),
                                {"part": "step", "seconds": t.step_s}]),
-                 hide_index=True, key="so_time", column_config=number_columns({"seconds": ("time", "seconds")}))
+                 hide_index=True, key="so_time", height="content",  # every row, the step total last, unscrolled
+                 column_config=number_columns({"seconds": ("time", "seconds")}))
     links = sorted({cluster.link(c).name for c in est.collectives})
     st.caption(f"engine.time's step-time model on one rank's shapes (attention kernel: {t.attention_kernel}; links: "
                f"{md_plain(', '.join(links) or 'none')}). Bubble {t.bubble_fraction:.1%} = (PP - 1) / (v x micro batches + PP - 1). "

@@ -131,7 +131,7 @@ def stage_bars(stages: list[dict], labels: dict[str, str], unit: Unit) -> go.Fig
 
 
 CANDIDATE_COLUMNS = {"GPUs": ("GPUs", "count"), "device_bytes": ("most loaded rank, nvidia-smi", "bytes"),
-                     "step_s": ("step", "seconds"), "tokens_per_second": ("tokens/s", "tokens_per_second"),
+                     "step_s": ("step", "seconds"), "tokens_per_second": ("throughput", "tokens_per_second"),
                      "usd_per_million_tokens": ("cost per million tokens", "usd"), "hours": ("dataset", "hours"),
                      "gpu_hours": ("dataset", "gpu_hours"), "cost_usd_on_demand": ("dataset on demand", "usd"),
                      "cost_usd_spot": ("dataset spot", "usd")}

@@ -182,7 +182,7 @@ def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_
     contexts: dict[tuple, Context] = {}
     pool = SectionPool(arch)  # what the contexts' stage sections share
     seen_problems: dict[tuple, list[str]] = {}
-    splits: dict[int, tuple[int, ...] | str] = {}  # the framework's split per PP degree, or why it has none
+    splits: dict[tuple[int, int], tuple[int, ...] | str] = {}  # the framework's split per (PP, DP), or why none
     steps = _Steps(arch, scenario, cluster, fp8, fw)
     out: list[Candidate] = []
     last = across_ep = None
@@ -203,9 +203,9 @@ def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_
                 else:
                     fields = _fields(tp, cp, pp, dp, ep, mb, rec, zero, v, global_batch)
                     if fw.cost_balanced_stages and pp > 1:  # the framework's own split (engine.scaleout.stage_split)
-                        if pp not in splits:
-                            splits[pp] = _split_or_reason(arch, pp)
-                        split = splits[pp]
+                        if (pp, dp) not in splits:
+                            splits[pp, dp] = _split_or_reason(arch, pp, pp * dp)
+                        split = splits[pp, dp]
                         if isinstance(split, str):
                             out.append(_rejected(Layout.model_construct(**fields), split))
                             continue
@@ -260,11 +260,11 @@ def _evaluated(arch: Architecture, scenario: Scenario, cluster: Cluster, global_
     return out
 
 
-def _split_or_reason(arch: Architecture, pp: int) -> tuple[int, ...] | str:
-    """:func:`engine.scaleout.stage_split.cost_balanced_layers` of ``pp`` stages, or its refusal's message (the search
-    asks once per PP degree: every shape and setting with that degree shares it)."""
+def _split_or_reason(arch: Architecture, pp: int, ranks: int) -> tuple[int, ...] | str:
+    """:func:`engine.scaleout.stage_split.cost_balanced_layers` of ``pp`` stages over ``ranks`` = PP x DP GPUs, or its
+    refusal's message (the search asks once per (PP, DP): every shape and setting with them shares it)."""
     try:
-        return cost_balanced_layers(arch, pp)
+        return cost_balanced_layers(arch, pp, ranks)
     except ScenarioError as exc:
         return str(exc)
 

@@ -27,8 +27,9 @@ def nanotron_block_costs(arch: Architecture) -> tuple[int, int]:
     return layer, arch.vocab_size * h
 
 
-def cost_balanced_layers(arch: Architecture, pipeline_parallel: int) -> tuple[int, ...]:
-    """Decoder layers per pipeline stage as nanotron assigns them, shape ``(pipeline_parallel,)``.
+def cost_balanced_layers(arch: Architecture, pipeline_parallel: int, ranks: int | None = None) -> tuple[int, ...]:
+    """Decoder layers per pipeline stage as nanotron assigns them, shape ``(pipeline_parallel,)``. ``ranks``: the GPUs
+    left after TP x CP (PP x DP), so that a refusal names only the degrees that divide them.
 
     nanotron walks its pipeline blocks in order with a running cost sum and puts each on the current rank, then moves
     to the next rank once the sum passes ``total x (rank + 1) / PP`` (huggingface/nanotron@2411b022
@@ -44,12 +45,14 @@ def cost_balanced_layers(arch: Architecture, pipeline_parallel: int) -> tuple[in
     p = pipeline_parallel
     layers, rank = _walk(arch, p)
     if rank != p - 1:
-        fits = [q for q in range(1, p) if _walk(arch, q)[1] == q - 1]
+        fits = [q for q in range(1, p) if _walk(arch, q)[1] == q - 1 and (ranks is None or ranks % q == 0)]
         which = f"1-{fits[-1]}" if fits == list(range(1, fits[-1] + 1)) else ", ".join(map(str, fits))
+        works = (f"the pipeline degrees it splits this model into below {p}: {which} (one that also divides the GPU "
+                 "count)" if ranks is None else f"the pipeline degrees below {p} that split this model and divide the "
+                 f"{ranks} GPUs left after TP x CP: {which}")
         raise ScenarioError(f"Pipeline parallel {p}: nanotron's cost-balanced split of the {arch.num_layers} layers puts "
                             f"the output layer on stage {rank} (stages 0-{p - 1}) and leaves the later stages no layer "
-                            f"(only the loss), a split this estimate does not model; the pipeline degrees it splits this "
-                            f"model into below {p}: {which} (one that also divides the GPU count)")
+                            f"(only the loss), a split this estimate does not model; {works}")
     return layers
 
 
@@ -77,4 +80,5 @@ def framework_split(arch: Architecture, layout: Layout, cost_balanced: bool) -> 
     """
     if not cost_balanced or layout.pipeline_parallel == 1 or layout.layers_per_stage is not None:
         return layout
-    return layout.model_copy(update={"layers_per_stage": cost_balanced_layers(arch, layout.pipeline_parallel)})
+    ranks = layout.world_size // (layout.tensor_parallel * layout.context_parallel)
+    return layout.model_copy(update={"layers_per_stage": cost_balanced_layers(arch, layout.pipeline_parallel, ranks)})

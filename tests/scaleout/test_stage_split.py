@@ -15,6 +15,8 @@ from engine.cli import main
 from engine.errors import ScenarioError
 from engine.files import data_file
 from engine.hardware.gpus import find_gpu
+from engine.model.build import architecture_from_config
+from engine.model.sources import config_from_catalog
 from engine.scaleout.estimate import estimate_layout
 from engine.scaleout.frameworks import framework
 from engine.scaleout.layout import Layout
@@ -93,3 +95,16 @@ def test_cli_json_carries_the_split_and_the_framework_says_it(capsys):
     assert main(base) == 0
     generic = json.loads(capsys.readouterr().out)
     assert generic["layout"]["layers_per_stage"] is None and not generic["layout_framework"]["cost_balanced_stages"]
+
+
+def test_the_estimates_refusal_names_only_degrees_that_divide_its_gpus():
+    # Llama 3.1 8B (32 layers) at PP 16 on 16 GPUs under nanotron: the walk splits it into 1-15 stages
+    # (engine.scaleout.stage_split._walk), of which 1, 2, 4 and 8 divide the 16 GPUs left after TP x CP = 1 (a fresh
+    # user was sent to PP 3 and 5, which 16 GPUs refuse).
+    llama = architecture_from_config(config_from_catalog("meta-llama/Llama-3.1-8B")[0])
+    layout = Layout(pipeline_parallel=16, data_parallel=1, zero=1, micro_batch_size=1, global_batch_size=16)
+    cluster = Cluster(gpu=find_gpu("H100 80GB"), nodes=2, gpus_per_node=8)
+    with pytest.raises(ScenarioError, match=r"stage 14 \(stages 0-15\).*the pipeline degrees below 16 that split this "
+                                            r"model and divide the 16 GPUs left after TP x CP: 1, 2, 4, 8$"):
+        estimate_layout(llama, Scenario(seq_len=4096), layout, cluster, master_weights=True,
+                        **framework("nanotron").layout_settings())
